@@ -1,0 +1,3 @@
+from dtq_worker.main import main
+
+main()

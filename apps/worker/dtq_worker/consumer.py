@@ -1,0 +1,102 @@
+"""The poll loop: claim up to the free slots, highest priority first; block while idle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from dtq import scripts as sc
+
+from dtq_worker.faults import Backoff, is_nogroup, is_transient
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.consumer")
+MAX_SEQ = 18446744073709551615
+IDLE_BLOCK_MS = 1000
+
+
+class Consumer:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.backoff = Backoff(log, "poll")
+
+    def free_slots(self, queue: str) -> int:
+        w = self.w
+        free = w.settings.worker_concurrency - len(w.inflight)
+        cap = w.queue_caps.get(queue)
+        if cap is not None:
+            free = min(free, cap - w.inflight_per_queue.get(queue, 0))
+        return free
+
+    async def loop(self) -> None:
+        w = self.w
+        while not w.stopping:
+            if not w.healthy.is_set():
+                await w.wait_or_stop(w.healthy.wait(), 1.0)
+                continue
+            if w.settings.worker_concurrency - len(w.inflight) <= 0:
+                w.slot_freed.clear()
+                await w.wait_or_stop(w.slot_freed.wait(), 1.0)
+                continue
+            try:
+                claimed, now_ms = await self.claim_once()
+                self.backoff.ok()
+            except Exception as exc:
+                if is_nogroup(exc):
+                    await w.ensure_groups()
+                    continue
+                if not is_transient(exc):
+                    raise
+                w.metrics.redis_errors.labels("poll").inc()
+                await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
+                continue
+            if claimed == 0 and not w.stopping:
+                await self.wait_for_work(now_ms)
+
+    async def claim_once(self) -> tuple[int, int]:
+        """One claim pass over the queues in order; returns (runs started, server ms)."""
+        w = self.w
+        s = w.settings
+        total, now_ms = 0, 0
+        for queue in w.queues:
+            free = self.free_slots(queue)
+            if free <= 0 or w.stopping:
+                continue
+            t0 = time.perf_counter()
+            raw = await w.scripts.run(
+                sc.claim_call(
+                    w.keys.queue(queue), w.worker_id, free, s.events_maxlen, s.result_ttl_s
+                )
+            )
+            w.metrics.claim_latency.observe(time.perf_counter() - t0)
+            batch = sc.parse_claim(queue, raw)
+            now_ms = batch.now_ms
+            if batch.missing_streams:
+                await w.ensure_groups()
+                continue
+            if batch.absorbed:
+                w.metrics.absorbed.inc(batch.absorbed)
+            for c in batch.runs:
+                w.launch(c)
+            total += len(batch.runs)
+        return total, now_ms
+
+    async def wait_for_work(self, now_ms: int) -> None:
+        """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes).
+
+        XREAD (not XREADGROUP) only watches: the claim script does the taking. Entries added
+        after the claim have ids above ``now_ms - 1``, so none is missed between the two calls.
+        """
+        w = self.w
+        after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
+        streams: dict[Any, Any] = {s: after for q in w.queues for s in w.keys.queue(q).streams}
+        try:
+            await w.wait_or_stop(w.blocking.xread(streams, count=1, block=IDLE_BLOCK_MS), 2.0)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)

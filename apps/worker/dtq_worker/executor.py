@@ -1,0 +1,168 @@
+"""Running one claimed task: async on the event loop, sync in the thread pool, with timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from dtq import codec
+from dtq import scripts as sc
+from dtq.context import TaskContext, set_current
+from dtq.errors import Fail, Retry, SerializationError
+
+from dtq_worker.outcomes import Outcome
+from dtq_worker.runs import Run, StopReason
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.executor")
+NO_RETRY = -1
+
+
+class TaskTimeout(Exception):
+    pass
+
+
+def retry_delay_ms(w: Worker, retries_so_far: int, asked: float | None = None) -> int:
+    """Exponential backoff with jitter: base * 2**n, capped, times a factor in [0.5, 1.5)."""
+    s = w.settings
+    if asked is not None:
+        return max(0, int(asked * 1000))
+    delay = min(s.retry_backoff_max_s, s.retry_backoff_s * (2**retries_so_far))
+    return int(min(s.retry_backoff_max_s, delay * random.uniform(0.5, 1.5)) * 1000)
+
+
+class Executor:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    async def execute(self, run: Run) -> None:
+        """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
+        w = self.w
+        c = run.claimed
+        extra = {"task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name}
+        log.info("started %s %s attempt %d", c.name, run.task_id, c.attempt, extra=extra)
+        if c.attempt == 1:
+            w.metrics.wait.labels(c.queue).observe(
+                max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
+            )
+        item: sc.Success | sc.Failure
+        try:
+            result = await self._invoke(run)
+            try:
+                payload = codec.dumps(result, "the task's result")
+                if len(payload.encode()) > w.settings.max_result_bytes:
+                    raise SerializationError(
+                        f"result is {len(payload.encode())} bytes, over "
+                        f"DTQ_MAX_RESULT_BYTES={w.settings.max_result_bytes}"
+                    )
+                item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
+            except SerializationError as exc:
+                item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", NO_RETRY)
+        except asyncio.CancelledError:
+            reason = run.stop_reason
+            if reason is StopReason.CANCELLED:
+                item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
+            elif reason is StopReason.CLAIM_LOST:
+                log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
+                            extra=extra)  # fmt: skip
+                return
+            else:
+                raise  # shutdown: the worker hands the task back
+        except Retry as exc:
+            item = sc.Failure(
+                c.tid, c.eid, c.attempt, f"Retry: {exc}", retry_delay_ms(w, c.retries, exc.delay)
+            )
+        except Fail as exc:
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY)
+        except TaskTimeout as exc:
+            item = sc.Failure(c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(w, c.retries))
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {exc}"[:2000]
+            item = sc.Failure(c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries))
+        reason = run.stop_reason
+        if reason is StopReason.CLAIM_LOST:
+            return  # result discarded; the fence would refuse it anyway
+        if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
+            item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
+        verdict = await w.outcomes.write(
+            Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
+        )
+        self._record(run, item, verdict, extra)
+
+    def _record(
+        self, run: Run, item: sc.Success | sc.Failure, verdict: str | None, extra: dict[str, Any]
+    ) -> None:
+        w, c = self.w, run.claimed
+        elapsed = time.monotonic() - run.started_mono
+        w.metrics.duration.labels(c.queue, c.name).observe(elapsed)
+        if verdict is None:
+            return
+        if verdict == "stale":
+            w.metrics.stale_writes.inc()
+            log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
+                        extra=extra)  # fmt: skip
+            return
+        outcome = {"scheduled": "retried"}.get(verdict, verdict)
+        w.metrics.tasks.labels(w.worker_id, c.queue, c.name, outcome).inc()
+        w.counters[outcome] = w.counters.get(outcome, 0) + 1
+        if isinstance(item, sc.Failure):
+            log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,
+                     c.attempt, elapsed, item.error, extra=extra)  # fmt: skip
+        else:
+            log.info("%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id, c.attempt,
+                     elapsed, extra=extra)  # fmt: skip
+
+    async def _invoke(self, run: Run) -> Any:
+        w, c = self.w, run.claimed
+        task = w.app.tasks.get(c.name)
+        if task is None:
+            raise Fail(f"unknown task {c.name!r}: not registered on worker {w.worker_id}")
+        try:
+            args = json.loads(c.args)
+            kwargs = json.loads(c.kwargs) if c.kwargs else {}
+        except ValueError as exc:
+            raise Fail(f"arguments are not valid JSON: {exc}") from None
+        timeout = c.timeout
+        ctx = TaskContext(
+            id=run.task_id,
+            name=c.name,
+            queue=c.queue,
+            attempt=c.attempt,
+            retries=c.retries,
+            max_retries=c.max_retries,
+            worker_id=w.worker_id,
+            deadline=None if timeout is None else time.time() + timeout,
+        )
+        set_current(ctx)
+        if task.is_async:
+            coro = task.fn(*args, **kwargs)
+            try:
+                return await asyncio.wait_for(coro, timeout)  # type: ignore[arg-type]
+            except TimeoutError:
+                if run.stop_reason is not None:
+                    raise asyncio.CancelledError() from None
+                raise TaskTimeout(f"timed out after {timeout}s") from None
+        cv = contextvars.copy_context()
+        fut = asyncio.get_running_loop().run_in_executor(
+            w.pool, lambda: cv.run(task.fn, *args, **kwargs)
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            # A thread cannot be killed: it runs on, its result discarded (see docs).
+            w.detached_threads += 1
+            fut.add_done_callback(lambda _f: w.thread_returned())
+            raise TaskTimeout(
+                f"timed out after {timeout}s (sync task: its thread was left to finish)"
+            ) from None
+        except asyncio.CancelledError:
+            w.detached_threads += 1
+            fut.add_done_callback(lambda _f: w.thread_returned())
+            raise

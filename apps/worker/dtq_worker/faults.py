@@ -1,0 +1,49 @@
+"""Which Redis errors are transient (retry with backoff) and which are not."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import redis.exceptions as rex
+
+_TRANSIENT_REPLIES = (
+    "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+    "max number of clients", "NOREPLICAS",
+)  # fmt: skip
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection refused/reset, timeouts, restarts, failovers, too many clients."""
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
+        return True
+    if isinstance(exc, rex.BusyLoadingError | rex.ReadOnlyError):
+        return True
+    if isinstance(exc, rex.ResponseError):
+        text = str(exc)
+        return any(text.startswith(p) or p in text for p in _TRANSIENT_REPLIES)
+    return False
+
+
+def is_nogroup(exc: BaseException) -> bool:
+    return isinstance(exc, rex.ResponseError) and "NOGROUP" in str(exc)
+
+
+class Backoff:
+    """Capped, jittered exponential backoff that logs once per episode."""
+
+    def __init__(self, log: logging.Logger, what: str, base: float = 0.1, cap: float = 5.0):
+        self.log, self.what, self.base, self.cap = log, what, base, cap
+        self.failures = 0
+
+    def failed(self, exc: BaseException) -> float:
+        if self.failures == 0:
+            self.log.warning("%s: Redis error, retrying with backoff: %s", self.what, exc)
+        self.failures += 1
+        delay = min(self.cap, self.base * 2 ** min(self.failures, 16))
+        return float(delay * random.uniform(0.5, 1.0))
+
+    def ok(self) -> None:
+        if self.failures:
+            self.log.info("%s: Redis reachable again after %d failures", self.what, self.failures)
+        self.failures = 0

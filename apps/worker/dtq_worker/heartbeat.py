@@ -1,0 +1,119 @@
+"""The heartbeat loop: liveness hash, touch of in-flight entries, claim loss, self-stop."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from dtq import scripts as sc
+
+from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.runs import Run, StopReason
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.heartbeat")
+
+
+class Heartbeat:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.last_ok = time.monotonic()
+        self.started_at = int(time.time() * 1000)
+        self.backoff = Backoff(log, "heartbeat")
+
+    async def loop(self) -> None:
+        w = self.w
+        interval = w.settings.heartbeat_interval_s
+        while not w.finished:
+            ok = await self.beat()
+            if not ok and time.monotonic() - self.last_ok > w.settings.effective_heartbeat_ttl_s:
+                log.error(
+                    "no heartbeat succeeded for %.1fs (heartbeat TTL): stopping this worker",
+                    time.monotonic() - self.last_ok,
+                )
+                w.self_stop()
+                return
+            pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
+            await w.sleep_until_finished(pause)
+
+    def status(self) -> str:
+        w = self.w
+        if w.stopping:
+            return "draining"
+        return "busy" if w.inflight else "ready"
+
+    async def beat(self, status: str | None = None) -> bool:
+        """One heartbeat; True when Redis took it."""
+        w = self.w
+        runs = list(w.inflight.values())
+        by_queue: dict[str, list[Run]] = defaultdict(list)
+        for r in runs:
+            by_queue[r.claimed.queue].append(r)
+        now_ms = int(time.time() * 1000)
+        hb_ttl_ms = int(w.settings.heartbeat_interval_s * 3000)
+        try:
+            async with w.redis.pipeline(transaction=False) as pipe:
+                key = w.keys.worker(w.worker_id)
+                pipe.hset(
+                    key,
+                    mapping={
+                        "worker_id": w.worker_id,
+                        "hostname": socket.gethostname(),
+                        "pid": w.pid,
+                        "queues": ",".join(w.queues),
+                        "started_at": self.started_at,
+                        "last_heartbeat": now_ms,
+                        "heartbeat_interval_ms": int(w.settings.heartbeat_interval_s * 1000),
+                        "active_tasks": len(runs),
+                        "concurrency": w.settings.worker_concurrency,
+                        "tasks_processed": w.counters.get("succeeded", 0),
+                        "tasks_failed": w.counters.get("failed", 0),
+                        "tasks_retried": w.counters.get("retried", 0),
+                        "status": status or self.status(),
+                    },
+                )
+                pipe.pexpire(key, hb_ttl_ms)
+                pipe.zadd(w.keys.workers, {w.worker_id: now_ms})
+                queues = list(by_queue)
+                for q in queues:
+                    refs = [r.ref for r in by_queue[q]]
+                    await w.scripts.run(sc.touch_call(w.keys.queue(q), w.worker_id, refs), pipe)
+                replies = await pipe.execute()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            w.metrics.redis_errors.labels("heartbeat").inc()
+            self.backoff.failed(exc)
+            w.healthy.clear()
+            w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
+            return False
+        self.backoff.ok()
+        self.last_ok = time.monotonic()
+        w.metrics.heartbeat_age.set(0)
+        w.healthy.set()
+        for q, raw in zip(queues, replies[3:], strict=True):
+            self.apply_touch(q, sc.parse_touch(raw), by_queue[q])
+        return True
+
+    def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:
+        w = self.w
+        by_tid = {r.claimed.tid: r for r in runs}
+        for tid in res.lost:
+            run = by_tid.get(tid)
+            if run is None or run.stop_reason is not None or w.inflight.get(run.key) is not run:
+                continue
+            w.metrics.claims_lost.inc()
+            log.warning(
+                "claim lost: %s:%s attempt %d was reclaimed by another worker; cancelling",
+                queue, tid, run.claimed.attempt,
+            )  # fmt: skip
+            w.emit_worker_event("claim_lost", f"{queue}:{tid}:{run.claimed.attempt}")
+            run.stop(StopReason.CLAIM_LOST)
+        for tid in res.cancel_requested:
+            w.request_cancel(queue, tid)

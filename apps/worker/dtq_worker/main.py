@@ -1,0 +1,133 @@
+"""``dtq-worker APP``: the worker process's command line.
+
+Exit codes: 0 after a graceful stop, 1 when Redis stayed unreachable past the heartbeat TTL
+(unfinished tasks handed back first where Redis answered), 2 for bad configuration or an
+unimportable APP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from dtq import logs
+from dtq.app import App
+from dtq.errors import ConfigError, DtqError
+from dtq.settings import load_settings
+
+from dtq_worker.worker import EXIT_CONFIG, EXIT_REDIS_LOST, Worker
+
+log = logging.getLogger("dtq.worker")
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` naming a :class:`dtq.App`."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"APP must be 'module:attribute', got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{spec!r} is not a dtq.App (found {type(app).__name__})")
+    return app
+
+
+def parse_caps(text: str | None) -> dict[str, int]:
+    caps: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, num = part.partition("=")
+        if not sep or not num.strip().isdigit() or int(num) < 1:
+            raise ConfigError(f"--queue-concurrency wants queue=N pairs, got {part!r}")
+        caps[name.strip()] = int(num)
+    return caps
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dtq-worker",
+        description="Run a dtq worker. Settings come from DTQ_* variables; flags override them.",
+        epilog="Exit codes: 0 graceful stop, 1 Redis unreachable past the heartbeat TTL, "
+        "2 bad configuration or unimportable APP.",
+    )
+    p.add_argument("app", nargs="?", help="module:attribute naming a dtq.App (or DTQ_APP)")
+    p.add_argument("--queues", help="comma-separated queues, in order (DTQ_QUEUES)")
+    p.add_argument("--concurrency", type=int, help="tasks in flight (DTQ_WORKER_CONCURRENCY)")
+    p.add_argument("--worker-id", help="consumer name (DTQ_WORKER_ID)")
+    p.add_argument(
+        "--queue-concurrency", help="per-queue caps on this worker, e.g. bulk=4,critical=12"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    overrides: dict[str, Any] = {}
+    if args.queues:
+        overrides["queues"] = args.queues
+    if args.concurrency is not None:
+        overrides["worker_concurrency"] = args.concurrency
+    if args.worker_id:
+        overrides["worker_id"] = args.worker_id
+    try:
+        settings = load_settings(**overrides)
+        spec = args.app or os.environ.get("DTQ_APP")
+        if not spec:
+            raise ConfigError("no APP given (pass module:attribute or set DTQ_APP)")
+        caps = parse_caps(args.queue_concurrency)
+        for q, cap in caps.items():
+            if cap > settings.worker_concurrency:
+                raise ConfigError(f"--queue-concurrency {q}={cap} exceeds the concurrency")
+        logs.setup(settings.log_format, settings.log_level)
+        app = load_app(spec)
+        app.configure(settings)
+    except ConfigError as exc:
+        print(f"dtq-worker: {exc}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    code = run_worker(app, caps)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    alive = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if alive:
+        os._exit(code)  # detached task threads must not hold the process open
+    sys.exit(code)
+
+
+def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        runner = asyncio.run
+
+    async def go() -> int:
+        worker = Worker(app, app.settings, caps)
+        worker.install_signals()
+        return await worker.run()
+
+    try:
+        return int(runner(go()))
+    except DtqError as exc:
+        print(f"dtq-worker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Exception as exc:
+        from dtq_worker.faults import is_transient
+
+        if is_transient(exc):
+            print(f"dtq-worker: Redis unreachable: {exc}", file=sys.stderr)
+            return EXIT_REDIS_LOST
+        raise

@@ -1,0 +1,64 @@
+"""The reaper loop: put back entries whose worker stopped heartbeating (XAUTOCLAIM in Lua)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from dtq import scripts as sc
+
+from dtq_worker.faults import is_nogroup
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.reaper")
+
+
+class Reaper:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    @property
+    def period(self) -> float:
+        return max(0.5, self.w.settings.visibility_timeout_s / 2)
+
+    async def loop(self) -> None:
+        w = self.w
+        while not w.stopping:
+            await w.sleep(self.period * random.uniform(0.8, 1.2))
+            if w.stopping or not w.healthy.is_set():
+                continue
+            await self.reap_once()
+
+    async def reap_once(self) -> sc.ReclaimResult:
+        w = self.w
+        s = w.settings
+        total = sc.ReclaimResult(0, 0, 0)
+        for queue in w.queues:
+            call = sc.reclaim_call(
+                w.keys.queue(queue),
+                w.worker_id,
+                min_idle_ms=int(s.visibility_timeout_s * 1000),
+                count=max(10, s.worker_concurrency * 2),
+                events_maxlen=s.events_maxlen,
+                ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
+            )
+            try:
+                res = sc.parse_reclaim(await w.scripts.run(call))
+            except Exception as exc:
+                if is_nogroup(exc):
+                    await w.ensure_groups()
+                    continue
+                raise
+            if res.requeued or res.failed:
+                log.warning("reclaimed %d lost runs on %s (%d failed past their retries)",
+                            res.requeued + res.failed, queue, res.failed)  # fmt: skip
+            w.metrics.reclaimed.inc(res.requeued + res.failed)
+            w.metrics.absorbed.inc(res.absorbed)
+            total = sc.ReclaimResult(
+                total.requeued + res.requeued, total.failed + res.failed,
+                total.absorbed + res.absorbed,
+            )  # fmt: skip
+        return total

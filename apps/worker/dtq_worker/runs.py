@@ -1,0 +1,46 @@
+"""A run in flight on this worker and the reasons it can be stopped early."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from dtq.scripts import Claimed, RunRef
+
+
+class StopReason(Enum):
+    CLAIM_LOST = "claim lost"  # reclaimed by another worker: write nothing
+    CANCELLED = "cancelled"  # a user asked: write "cancelled"
+    SHUTDOWN = "shutdown"  # drain ran out: hand back through requeue.lua
+
+
+@dataclass(eq=False)
+class Run:
+    claimed: Claimed
+    started_mono: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    stop_reason: StopReason | None = None
+    cancel_detail: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.claimed.queue, self.claimed.tid)
+
+    @property
+    def ref(self) -> RunRef:
+        c = self.claimed
+        return RunRef(c.tid, c.eid, c.attempt)
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.claimed.queue}:{self.claimed.tid}"
+
+    def stop(self, reason: StopReason, detail: str = "") -> None:
+        """Stop the run; the first reason wins."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.cancel_detail = detail
+        if self.task is not None and not self.task.done():
+            self.task.cancel()

@@ -1,0 +1,68 @@
+"""The scheduler loop: one leader per queue promotes due delayed tasks and retries."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from dtq import scripts as sc
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.scheduler")
+LEASE_MS = 10_000
+BATCH = 1000
+
+
+class Scheduler:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.leading: set[str] = set()
+
+    def lock_key(self, queue: str) -> str:
+        return f"{self.w.keys.scheduler_lock}:{queue}"
+
+    async def loop(self) -> None:
+        w = self.w
+        while not w.stopping:
+            pause = 1.0
+            if w.healthy.is_set():
+                next_due = await self.tick()
+                if next_due is not None:
+                    pause = min(pause, max(0.02, next_due / 1000 - time.time()))
+            await w.sleep(pause * random.uniform(0.8, 1.0))
+
+    async def tick(self) -> int | None:
+        """Take or keep each queue's lock; promote what is due. Returns the next due ms."""
+        w = self.w
+        soonest: int | None = None
+        for queue in w.queues:
+            held = await w.scripts.run(sc.lock_call(self.lock_key(queue), w.worker_id, LEASE_MS))
+            if int(held) != 1:
+                if queue in self.leading:
+                    log.info("lost scheduler leadership of %s", queue)
+                self.leading.discard(queue)
+                continue
+            if queue not in self.leading:
+                log.info("scheduler leader for queue %s", queue)
+                self.leading.add(queue)
+            while True:
+                res = await self.promote(queue)
+                if res.promoted + res.dropped < BATCH:
+                    break
+            if res.next_due_ms is not None:
+                soonest = res.next_due_ms if soonest is None else min(soonest, res.next_due_ms)
+        return soonest
+
+    async def promote(self, queue: str) -> sc.PromoteResult:
+        w = self.w
+        call = sc.promote_call(w.keys.queue(queue), BATCH, w.settings.events_maxlen)
+        return sc.parse_promote(await w.scripts.run(call))
+
+    async def release(self) -> None:
+        for queue in list(self.leading):
+            await self.w.scripts.run(sc.unlock_call(self.lock_key(queue), self.w.worker_id))
+        self.leading.clear()

@@ -1,0 +1,35 @@
+"""Supervised loops: a loop that raises is logged and restarted after 0.5-1.5 s."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from dtq_worker.faults import is_transient
+
+log = logging.getLogger("dtq.supervisor")
+
+
+async def supervise(
+    name: str, body: Callable[[], Awaitable[None]], stopping: Callable[[], bool]
+) -> None:
+    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises."""
+    restarts = 0
+    while True:
+        try:
+            await body()
+            if stopping():
+                return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            restarts += 1
+            if is_transient(exc):
+                log.warning("loop %s: transient Redis error, restarting: %s", name, exc)
+            else:
+                log.exception("loop %s crashed (restart %d)", name, restarts)
+            if stopping():
+                return
+        await asyncio.sleep(random.uniform(0.5, 1.5))

@@ -1,0 +1,388 @@
+"""The worker process: owns the shared state and runs the supervised loops.
+
+Loops (each restarted with jitter if it raises, see supervisor.py): poll (consumer.py),
+reaper (reaper.py), scheduler (scheduler.py), heartbeat (heartbeat.py), plus a pub/sub listener
+for cancel hints (the durable cancel flag is also checked by every heartbeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import redis.asyncio as aredis
+import redis.exceptions as rex
+from dtq import scripts as sc
+from dtq.app import App
+from dtq.client import cancel_channel
+from dtq.errors import SchemaMismatch
+from dtq.keys import GROUP, SCHEMA_VERSION, Keys
+from dtq.settings import Settings
+
+from dtq_worker.consumer import Consumer
+from dtq_worker.executor import Executor, retry_delay_ms
+from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.heartbeat import Heartbeat
+from dtq_worker.metrics import WorkerMetrics
+from dtq_worker.outcomes import OutcomeWriter
+from dtq_worker.reaper import Reaper
+from dtq_worker.runs import Run, StopReason
+from dtq_worker.scheduler import Scheduler
+from dtq_worker.supervisor import supervise
+
+log = logging.getLogger("dtq.worker")
+
+EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
+
+
+class Worker:
+    def __init__(
+        self, app: App, settings: Settings, queue_caps: dict[str, int] | None = None
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.worker_id = settings.worker_id
+        self.queues = list(settings.queues)
+        self.queue_caps = dict(queue_caps or {})
+        self.keys = Keys(settings.key_prefix)
+        self.pid = os.getpid()
+        timeout = max(5.0, settings.heartbeat_interval_s * 2)
+        self.redis = aredis.Redis.from_url(
+            settings.redis_url,
+            decode_responses=True,
+            socket_timeout=timeout,
+            socket_connect_timeout=min(timeout, 5.0),
+        )
+        # Blocking reads get their own connection so they never hold up the others.
+        self.blocking = aredis.Redis.from_url(
+            settings.redis_url,
+            decode_responses=True,
+            socket_timeout=timeout + 2,
+            socket_connect_timeout=min(timeout, 5.0),
+        )
+        self.scripts = sc.AsyncScripts(self.redis)
+        self.metrics = WorkerMetrics(self.worker_id)
+        self.pool = ThreadPoolExecutor(
+            max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
+        )
+        self.inflight: dict[tuple[str, str], Run] = {}
+        self.inflight_per_queue: dict[str, int] = {}
+        self.counters: dict[str, int] = {}
+        self.detached_threads = 0
+        self.healthy = asyncio.Event()
+        self.slot_freed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._skip_drain = asyncio.Event()
+        self.self_stopping = False
+        self.executor = Executor(self)
+        self.outcomes = OutcomeWriter(self)
+        self.consumer = Consumer(self)
+        self.reaper = Reaper(self)
+        self.scheduler = Scheduler(self)
+        self.heartbeat = Heartbeat(self)
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def finished(self) -> bool:
+        return self._finished.is_set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, waking early when shutdown starts."""
+        await self.wait_or_stop(asyncio.sleep(seconds), None)
+
+    async def sleep_until_finished(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._finished.wait(), seconds)
+
+    async def wait_or_stop(self, aw: Awaitable[Any], timeout: float | None) -> None:
+        """Await ``aw`` until it ends, shutdown starts, or ``timeout`` passes."""
+        main = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({main, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (main, stop):
+                if not t.done():
+                    t.cancel()
+            if main.done() and not main.cancelled() and main.exception() is not None:
+                raise main.exception()  # type: ignore[misc]
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+        return t
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def launch(self, claimed: sc.Claimed) -> None:
+        run = Run(claimed)
+        self.inflight[run.key] = run
+        q = claimed.queue
+        self.inflight_per_queue[q] = self.inflight_per_queue.get(q, 0) + 1
+        self.metrics.inflight.set(len(self.inflight))
+        run.task = asyncio.get_running_loop().create_task(self._run(run))
+
+    async def _run(self, run: Run) -> None:
+        try:
+            await self.executor.execute(run)
+        except asyncio.CancelledError:
+            if run.stop_reason is not StopReason.SHUTDOWN:
+                log.warning("run %s cancelled without a reason", run.task_id)
+        except Exception:
+            # e.g. a non-transient Redis error while writing the outcome: the entry stays
+            # pending and is reclaimed after the visibility timeout.
+            log.exception("run %s could not store its outcome", run.task_id)
+        finally:
+            if run.stop_reason is not StopReason.SHUTDOWN:
+                self._forget(run)
+
+    def _forget(self, run: Run) -> None:
+        if self.inflight.get(run.key) is run:
+            del self.inflight[run.key]
+            q = run.claimed.queue
+            self.inflight_per_queue[q] -= 1
+            self.metrics.inflight.set(len(self.inflight))
+            self.slot_freed.set()
+
+    def thread_returned(self) -> None:
+        self.detached_threads -= 1
+
+    def request_cancel(self, queue: str | None, tid: str) -> None:
+        for run in list(self.inflight.values()):
+            same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
+            if same and run.stop_reason is None:
+                log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
+                run.stop(StopReason.CANCELLED, "cancelled by request")
+
+    def emit_worker_event(self, etype: str, detail: str = "") -> None:
+        async def go() -> None:
+            try:
+                await self.redis.xadd(
+                    self.keys.worker_events,
+                    {"type": etype, "worker": self.worker_id, "detail": detail,
+                     "ts": int(time.time() * 1000)},
+                    maxlen=1000,
+                    approximate=True,
+                )  # fmt: skip
+            except Exception as exc:  # events are best effort
+                log.debug("worker event %s not written: %s", etype, exc)
+
+        self.spawn(go())
+
+    # --- start -----------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Check the schema version and create the streams and group; retry while unreachable."""
+        backoff = Backoff(log, "startup")
+        deadline = time.monotonic() + self.settings.effective_heartbeat_ttl_s
+        while True:
+            try:
+                await self.redis.set(self.keys.schema, SCHEMA_VERSION, nx=True)
+                found = await self.redis.get(self.keys.schema)
+                if found != SCHEMA_VERSION:
+                    raise SchemaMismatch(
+                        f"Redis keyspace {self.keys.prefix!r} has schema version {found!r}; "
+                        f"this dtq expects {SCHEMA_VERSION!r}"
+                    )
+                await self.ensure_groups()
+                await self.redis.sadd(self.keys.queues, *self.queues)
+                return
+            except SchemaMismatch:
+                raise
+            except Exception as exc:
+                if not is_transient(exc) or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(backoff.failed(exc))
+
+    async def ensure_groups(self) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in self.queues:
+                for stream in self.keys.queue(q).streams:
+                    pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            replies = await pipe.execute(raise_on_error=False)
+        for r in replies:
+            if isinstance(r, Exception) and "BUSYGROUP" not in str(r):
+                raise r
+
+    # --- run -------------------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.on_signal, sig)
+
+    def on_signal(self, sig: int) -> None:
+        if not self.stopping:
+            log.info("%s: draining (up to %.0fs); send again to skip the drain",
+                     signal.Signals(sig).name, self.settings.drain_timeout_s)  # fmt: skip
+            self.initiate_shutdown()
+        else:
+            log.warning("second %s: skipping the drain", signal.Signals(sig).name)
+            self._skip_drain.set()
+
+    def initiate_shutdown(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self.slot_freed.set()
+            limit = self.settings.drain_timeout_s + self.settings.hard_exit_s
+            t = threading.Timer(limit, self._hard_exit)
+            t.daemon = True
+            t.start()
+
+    def self_stop(self) -> None:
+        self.self_stopping = True
+        self._skip_drain.set()
+        self.initiate_shutdown()
+
+    def _hard_exit(self) -> None:
+        log.error("hard exit deadline (DTQ_HARD_EXIT_S) passed: exiting now")
+        logging.shutdown()
+        os._exit(EXIT_REDIS_LOST if self.self_stopping else EXIT_OK)
+
+    async def run(self) -> int:
+        """Run until shutdown; return the process exit code."""
+        s = self.settings
+        await self.prepare()
+        if s.metrics_port:
+            self.metrics.serve(s.metrics_port)
+        self.healthy.set()
+        self.emit_worker_event("worker_started", ",".join(self.queues))
+        log.info("worker %s started: queues=%s concurrency=%d tasks=%d", self.worker_id,
+                 ",".join(self.queues), s.worker_concurrency, len(self.app.tasks))  # fmt: skip
+        stopping = lambda: self.stopping  # noqa: E731
+        loops = [
+            self.spawn(supervise("poll", self.consumer.loop, stopping)),
+            self.spawn(supervise("reaper", self.reaper.loop, stopping)),
+            self.spawn(supervise("scheduler", self.scheduler.loop, stopping)),
+            self.spawn(supervise("heartbeat", self.heartbeat.loop, lambda: self.finished)),
+            self.spawn(supervise("cancels", self._cancel_listener, stopping)),
+        ]
+        await self._stop.wait()
+        code = await self.shutdown()
+        self._finished.set()
+        for t in loops:
+            t.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self._close()
+        return code
+
+    async def _cancel_listener(self) -> None:
+        ps = self.blocking.pubsub()
+        try:
+            await ps.subscribe(cancel_channel(self.keys))
+            while not self.stopping:
+                msg = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if msg and msg.get("type") == "message":
+                    self.request_cancel(None, str(msg["data"]))
+        finally:
+            await ps.aclose()  # type: ignore[no-untyped-call]
+
+    async def shutdown(self) -> int:
+        s = self.settings
+        drain = 0.0 if self._skip_drain.is_set() else s.drain_timeout_s
+        deadline = time.monotonic() + drain
+        while self.inflight and not self._skip_drain.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.slot_freed.clear()
+            try:
+                await asyncio.wait_for(
+                    asyncio.wait(
+                        [asyncio.ensure_future(self.slot_freed.wait()),
+                         asyncio.ensure_future(self._skip_drain.wait())],
+                        return_when=asyncio.FIRST_COMPLETED,
+                    ),
+                    left,
+                )  # fmt: skip
+            except TimeoutError:
+                break
+        leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
+        if leftovers:
+            log.warning("handing back %d unfinished runs", len(leftovers))
+            for r in leftovers:
+                r.stop(StopReason.SHUTDOWN)
+            tasks = [r.task for r in leftovers if r.task is not None]
+            await asyncio.wait(tasks, timeout=2.0)
+            await self._hand_back(leftovers)
+        # Runs stopped for another reason (cancel, claim loss) finish their own writes.
+        others = [r.task for r in self.inflight.values() if r.task and not r.task.done()]
+        if others:
+            await asyncio.wait(others, timeout=2.0)
+        await self._farewell()
+        return EXIT_REDIS_LOST if self.self_stopping else EXIT_OK
+
+    async def _hand_back(self, runs: list[Run]) -> None:
+        """requeue.lua for every leftover run; retried while Redis is away, up to the deadline."""
+        s = self.settings
+        by_queue: dict[str, list[Run]] = {}
+        for r in runs:
+            by_queue.setdefault(r.claimed.queue, []).append(r)
+        backoff = Backoff(log, "hand-back")
+        deadline = time.monotonic() + s.hard_exit_s * 0.8
+        for queue, qruns in by_queue.items():
+            call = sc.requeue_call(
+                self.keys.queue(queue),
+                self.worker_id,
+                [r.ref for r in qruns],
+                events_maxlen=s.events_maxlen,
+                ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
+                max_interruptions=s.max_interruptions,
+                retry_delay_ms=retry_delay_ms(self, 0),
+            )
+            while True:
+                try:
+                    verdicts = sc.parse_strings(await self.scripts.run(call))
+                    for r, v in zip(qruns, verdicts, strict=True):
+                        log.info("handed back %s attempt %d: %s", r.task_id, r.claimed.attempt, v)
+                        self._forget(r)
+                    break
+                except Exception as exc:
+                    if not is_transient(exc) or time.monotonic() > deadline:
+                        log.error("could not hand back %d runs of %s (%s); other workers will "
+                                  "reclaim them after the visibility timeout",
+                                  len(qruns), queue, exc)  # fmt: skip
+                        break
+                    await asyncio.sleep(backoff.failed(exc))
+
+    async def _farewell(self) -> None:
+        try:
+            await self.scheduler.release()
+            await self.heartbeat.beat(status="stopped")
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(self.keys.workers, self.worker_id)
+                pipe.delete(self.keys.worker(self.worker_id))
+                pipe.xadd(
+                    self.keys.worker_events,
+                    {"type": "worker_stopped", "worker": self.worker_id, "detail": "",
+                     "ts": int(time.time() * 1000)},
+                    maxlen=1000, approximate=True,
+                )  # fmt: skip
+                await pipe.execute()
+        except (rex.RedisError, OSError) as exc:
+            log.warning("could not deregister cleanly: %s", exc)
+        log.info("worker %s stopped", self.worker_id)
+
+    async def _close(self) -> None:
+        for t in list(self._bg):
+            t.cancel()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for r in (self.redis, self.blocking):
+            with contextlib.suppress(Exception):
+                await r.aclose()

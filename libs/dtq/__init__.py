@@ -1,0 +1,51 @@
+"""dtq: a distributed task queue on Redis Streams.
+
+At-least-once delivery; each attempt started exactly once across all workers; every outcome
+write fenced by the attempt that claimed it.
+"""
+
+from dtq.app import App, EnqueueOptions, Task
+from dtq.client import AsyncClient, Client
+from dtq.context import TaskContext, current_task
+from dtq.errors import (
+    ConfigError,
+    DtqError,
+    Fail,
+    InvalidRequest,
+    PayloadTooLarge,
+    RedisUnavailable,
+    Retry,
+    SchemaMismatch,
+    SerializationError,
+    TaskFailed,
+    UnknownTask,
+)
+from dtq.models import TaskHandle, TaskInfo, TaskStatus
+from dtq.settings import Settings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "AsyncClient",
+    "Client",
+    "ConfigError",
+    "DtqError",
+    "EnqueueOptions",
+    "Fail",
+    "InvalidRequest",
+    "PayloadTooLarge",
+    "RedisUnavailable",
+    "Retry",
+    "SchemaMismatch",
+    "SerializationError",
+    "Settings",
+    "Task",
+    "TaskContext",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskInfo",
+    "TaskStatus",
+    "UnknownTask",
+    "current_task",
+]

@@ -1,0 +1,361 @@
+"""The client SDK: :class:`AsyncClient` and the blocking :class:`Client`, with the same methods.
+
+Both are thin: validation lives in :mod:`dtq.requests`, the atomic transitions in the Lua
+scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
+:class:`dtq.RedisUnavailable` with one line of text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+import redis.asyncio as aredis
+
+from dtq import scripts as sc
+from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
+from dtq.keys import Keys, make_task_id, split_task_id
+from dtq.models import TaskHandle, TaskInfo, TaskStatus
+from dtq.requests import TaskDefaults, build_task, check_fields
+from dtq.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from dtq.app import App
+
+T = TypeVar("T")
+CANCEL_REASON = "cancelled by request"
+
+
+def cancel_channel(keys: Keys) -> str:
+    """Pub/sub channel on which workers hear cancel requests for running tasks."""
+    return f"{keys.prefix}:cancel"
+
+
+def _unavailable(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"Redis unreachable: {exc}")
+
+
+class _Base:
+    def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
+        if settings is None:
+            settings = app.settings if app is not None else load_settings()
+        if url is not None:
+            settings = settings.model_copy(update={"redis_url": url})
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.app = app
+
+    def _defaults(self, name: str) -> TaskDefaults | None:
+        if self.app is None:
+            return None
+        return self.app.defaults_for(name)
+
+    def _group(
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = defaultdict(list)
+        n = 0
+        for i, item in enumerate(items):
+            check_fields(item)
+            fields = dict(item)
+            name = fields.pop("name")
+            q, task = build_task(
+                self.settings,
+                name,
+                fields.pop("args", None),
+                fields.pop("kwargs", None),
+                defaults=self._defaults(name),
+                **fields,
+            )
+            by_queue[q].append((i, task))
+            n = i + 1
+        return by_queue, n
+
+    def _handles(self, queue: str, res: list[sc.Enqueued]) -> list[TaskHandle]:
+        return [
+            TaskHandle(make_task_id(queue, e.tid), queue, TaskStatus(e.status), e.created)
+            for e in res
+        ]
+
+    def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
+        return sc.enqueue_call(self.keys.queue(queue), tasks, self.settings.events_maxlen)
+
+    def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
+        queue, tid = split_task_id(task_id)
+        return sc.cancel_call(
+            self.keys.queue(queue),
+            tid,
+            events_maxlen=self.settings.events_maxlen,
+            ttl_s=self.settings.result_ttl_s,
+            hint_channel=cancel_channel(self.keys),
+            reason=reason,
+        )
+
+    @staticmethod
+    def _info(task_id: str, rec: dict[str, str]) -> TaskInfo:
+        if not rec:
+            raise UnknownTask(f"no task {task_id} (never enqueued, or its record expired)")
+        queue, _ = split_task_id(task_id)
+        return TaskInfo.from_record(task_id, queue, rec)
+
+    @staticmethod
+    def _outcome(info: TaskInfo) -> Any:
+        if info.status == TaskStatus.SUCCEEDED:
+            return info.result
+        raise TaskFailed(info.id, info.status.value, info.error)
+
+
+class AsyncClient(_Base):
+    """asyncio client. ``async with AsyncClient(url) as c: ...`` closes its connections."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        app: App | None = None,
+        redis_client: aredis.Redis | None = None,
+    ) -> None:
+        super().__init__(url, settings, app)
+        self.redis: aredis.Redis = redis_client or aredis.Redis.from_url(
+            self.settings.redis_url, decode_responses=True
+        )
+        self._scripts = sc.AsyncScripts(self.redis)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def _io(self, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await fn()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _unavailable(exc) from None
+
+    async def enqueue(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TaskHandle:
+        """Enqueue one task; one round trip. Returns its handle (``.id``)."""
+        q, task = build_task(
+            self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+            priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
+            idempotency_key=idempotency_key, expires=expires, metadata=metadata,
+        )  # fmt: skip
+        return (await self._send({q: [(0, task)]}, 1))[0]
+
+    async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
+        """Enqueue many tasks in one round trip (one script call per queue, pipelined).
+
+        Each item is a dict of :meth:`enqueue`'s fields. Either every item is valid and all
+        are sent, or a bad item raises before anything is sent.
+        """
+        by_queue, n = self._group(items)
+        return await self._send(by_queue, n)
+
+    async def _send(
+        self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
+    ) -> list[TaskHandle]:
+        out: list[TaskHandle | None] = [None] * n
+        if not by_queue:
+            return []
+
+        async def go() -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(self.keys.queues, *by_queue)
+                for q, tasks in by_queue.items():
+                    await self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]), pipe)
+                return await pipe.execute()  # type: ignore[no-any-return]
+
+        replies = await self._io(go)
+        for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
+            for (i, _), h in zip(tasks, self._handles(q, sc.parse_enqueue(raw)), strict=True):
+                out[i] = h
+        return [h for h in out if h is not None]
+
+    async def get(self, task_id: str) -> TaskInfo:
+        """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
+        queue, tid = split_task_id(task_id)
+        rec: Any = await self._io(lambda: self.redis.hgetall(self.keys.queue(queue).task(tid)))
+        return self._info(task_id, rec)
+
+    async def result(self, task_id: str, timeout: float | None = None) -> Any:
+        """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`.
+
+        Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
+        """
+        queue, tid = split_task_id(task_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        async with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:
+            while True:
+                info = await self.get(task_id)
+                if info.status.terminal:
+                    return self._outcome(info)
+                remaining = 5.0 if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"task {task_id} still {info.status.value}")
+                wait = min(remaining, 5.0)
+                await self._io(
+                    partial(ps.get_message, ignore_subscribe_messages=True, timeout=wait)
+                )
+
+    @asynccontextmanager
+    async def _subscribed(self, channel: str) -> AsyncIterator[Any]:
+        ps = self.redis.pubsub()
+        try:
+            await self._io(lambda: ps.subscribe(channel))
+            yield ps
+        finally:
+            await ps.aclose()  # type: ignore[no-untyped-call]
+
+    async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
+        """Cancel a task: True when it was cancelled or a running task was asked to stop."""
+        call = self._cancel_call(task_id, reason)
+        raw = await self._io(lambda: self._scripts.run(call))
+        res = sc.parse_cancel(raw)
+        if res.outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        return res.outcome in ("cancelled", "requested")
+
+
+class Client(_Base):
+    """Blocking client with the same methods as :class:`AsyncClient`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        app: App | None = None,
+        redis_client: redis.Redis | None = None,
+    ) -> None:
+        super().__init__(url, settings, app)
+        self.redis: redis.Redis = redis_client or redis.Redis.from_url(
+            self.settings.redis_url, decode_responses=True
+        )
+        self._scripts = sc.SyncScripts(self.redis)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def _io(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _unavailable(exc) from None
+
+    def enqueue(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TaskHandle:
+        """Enqueue one task; one round trip. Returns its handle (``.id``)."""
+        q, task = build_task(
+            self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+            priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
+            idempotency_key=idempotency_key, expires=expires, metadata=metadata,
+        )  # fmt: skip
+        return self._send({q: [(0, task)]}, 1)[0]
+
+    def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
+        """Enqueue many tasks in one round trip; see :meth:`AsyncClient.enqueue_many`."""
+        by_queue, n = self._group(items)
+        return self._send(by_queue, n)
+
+    def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
+        out: list[TaskHandle | None] = [None] * n
+        if not by_queue:
+            return []
+
+        def go() -> list[Any]:
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(self.keys.queues, *by_queue)
+                for q, tasks in by_queue.items():
+                    self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]), pipe)
+                return pipe.execute()
+
+        replies = self._io(go)
+        for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
+            for (i, _), h in zip(tasks, self._handles(q, sc.parse_enqueue(raw)), strict=True):
+                out[i] = h
+        return [h for h in out if h is not None]
+
+    def get(self, task_id: str) -> TaskInfo:
+        """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
+        queue, tid = split_task_id(task_id)
+        rec: dict[str, str] = self._io(
+            lambda: self.redis.hgetall(self.keys.queue(queue).task(tid))  # type: ignore[arg-type,return-value]
+        )
+        return self._info(task_id, rec)
+
+    def result(self, task_id: str, timeout: float | None = None) -> Any:
+        """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
+        queue, tid = split_task_id(task_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:
+            while True:
+                info = self.get(task_id)
+                if info.status.terminal:
+                    return self._outcome(info)
+                remaining = 5.0 if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"task {task_id} still {info.status.value}")
+                wait = min(remaining, 5.0)
+                self._io(partial(ps.get_message, ignore_subscribe_messages=True, timeout=wait))
+
+    @contextmanager
+    def _subscribed(self, channel: str) -> Iterator[Any]:
+        ps = self.redis.pubsub()  # type: ignore[no-untyped-call]
+        try:
+            self._io(lambda: ps.subscribe(channel))
+            yield ps
+        finally:
+            ps.close()
+
+    def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
+        """Cancel a task: True when it was cancelled or a running task was asked to stop."""
+        call = self._cancel_call(task_id, reason)
+        res = sc.parse_cancel(self._io(lambda: self._scripts.run(call)))
+        if res.outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        return res.outcome in ("cancelled", "requested")

@@ -1,0 +1,37 @@
+"""JSON encoding of arguments and results, with the size limits applied."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dtq.errors import PayloadTooLarge, SerializationError
+
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def dumps(value: Any, what: str) -> str:
+    """Encode ``value`` as compact JSON or raise SerializationError saying what was refused."""
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} must be JSON-serializable: {exc}") from None
+
+
+def encode_args(args: Any, kwargs: Any, limit: int) -> tuple[str, str]:
+    if args is None:
+        args = []
+    if isinstance(args, tuple):
+        args = list(args)
+    if not isinstance(args, list):
+        raise SerializationError(f"args must be a list or tuple, not {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise SerializationError(f"kwargs must be a dict, not {type(kwargs).__name__}")
+    a = dumps(args, "args")
+    k = dumps(kwargs, "kwargs") if kwargs else ""
+    size = len(a.encode()) + len(k.encode())
+    if size > limit:
+        raise PayloadTooLarge(
+            f"encoded arguments are {size} bytes, over DTQ_MAX_PAYLOAD_BYTES={limit}"
+        )
+    return a, k

@@ -1,0 +1,60 @@
+"""The one error tree dtq raises on purpose, grouped by what a caller can do about it."""
+
+from __future__ import annotations
+
+
+class DtqError(Exception):
+    """Root of every error dtq raises on purpose."""
+
+
+class ConfigError(DtqError):
+    """A setting is missing or invalid; the message names the setting and why."""
+
+
+class SerializationError(DtqError, ValueError):
+    """Arguments or a result are not JSON, or exceed the configured size limit."""
+
+
+class PayloadTooLarge(SerializationError):
+    """The encoded arguments exceed ``DTQ_MAX_PAYLOAD_BYTES``."""
+
+
+class UnknownTask(DtqError, LookupError):
+    """No task record exists for this id (never enqueued, or expired after its TTL)."""
+
+
+class TaskFailed(DtqError):
+    """Raised by ``result()`` when the task ended ``failed``, ``cancelled`` or ``expired``."""
+
+    def __init__(self, task_id: str, status: str, error: str | None) -> None:
+        super().__init__(f"task {task_id} ended {status}: {error or 'no error recorded'}")
+        self.task_id = task_id
+        self.status = status
+        self.error = error
+
+
+class SchemaMismatch(DtqError):
+    """The Redis keyspace was written by an incompatible dtq version."""
+
+
+class Retry(DtqError):
+    """Raise inside a task to ask for a retry, optionally after ``delay`` seconds.
+
+    The retry spends one attempt of the task's ``max_retries`` budget.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str | None = None) -> None:
+        super().__init__(reason or "retry requested")
+        self.delay = delay
+
+
+class Fail(DtqError):
+    """Raise inside a task to end it ``failed`` at once, without retries."""
+
+
+class RedisUnavailable(DtqError, ConnectionError):
+    """Redis could not be reached (refused, reset, timed out); nothing was changed."""
+
+
+class InvalidRequest(DtqError, ValueError):
+    """An enqueue or admin request has a bad field (unknown queue name form, priority, ...)."""

@@ -1,0 +1,160 @@
+"""The whole Redis key layout, in one place.
+
+Every key a Lua script touches belongs to one queue and carries that queue's hash tag
+``{<prefix>:<queue>}`` (written ``P:{q}`` below), so each script runs in one slot on Redis Cluster.
+Keys that no script touches (worker heartbeats, the scheduler lock, the schema version, the queue
+registry) are global to the prefix.
+
+Per queue (tag ``{P:q}``)::
+
+    P:{q}:p0 .. P:{q}:p9   stream per priority band, consumer group "workers"
+    P:{q}:t:<tid>          task record (hash); expires DTQ_RESULT_TTL_S after it ends
+    P:{q}:sched            zset tid -> due time (ms): delayed tasks and retries
+    P:{q}:dlq              zset tid -> failure time (ms): the dead-letter queue
+    P:{q}:idem:<key>       idempotency key -> task id
+    P:{q}:stats            hash of counters (absorbed duplicates, stale writes, ...)
+    P:{q}:paused           exists while the queue is paused
+    P:{q}:events           capped stream of lifecycle events
+    P:{q}:done:<tid>       pub/sub channel announcing the task's terminal state
+
+Global::
+
+    P:schema               layout version, checked by workers at start
+    P:queues               set of queue names seen
+    P:workers              zset worker id -> last heartbeat (ms)
+    P:worker:<id>          worker heartbeat hash, expires after 3 heartbeat intervals
+    P:lock:scheduler       scheduler leader lock (value: worker id)
+    P:events:workers       capped stream of worker started/stopped events
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from dtq.errors import DtqError
+
+SCHEMA_VERSION = "1"
+GROUP = "workers"
+PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
+
+
+class BadTaskId(DtqError, ValueError):
+    """A string that is not a dtq task id."""
+
+
+def new_tid() -> str:
+    """A time-ordered 28-hex-digit id: 12 digits of milliseconds, 16 random."""
+    return f"{int(time.time() * 1000):012x}{os.urandom(8).hex()}"
+
+
+def make_task_id(queue: str, tid: str) -> str:
+    """The public task id embeds the queue, so any client can find the task's keys."""
+    return f"{queue}:{tid}"
+
+
+def split_task_id(task_id: str) -> tuple[str, str]:
+    queue, sep, tid = task_id.rpartition(":")
+    if not sep or not queue or not tid or "{" in task_id or "}" in task_id:
+        raise BadTaskId(f"not a dtq task id: {task_id!r}")
+    return queue, tid
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Keys of one queue; all share the queue's hash tag."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.prefix}:{self.queue}}}"
+
+    def stream(self, priority: int) -> str:
+        return f"{self.base}:p{priority}"
+
+    @property
+    def streams(self) -> list[str]:
+        """Priority streams, highest band first."""
+        return [self.stream(p) for p in PRIORITIES]
+
+    @property
+    def task_base(self) -> str:
+        """Prefix of task record keys; scripts append the tid."""
+        return f"{self.base}:t:"
+
+    def task(self, tid: str) -> str:
+        return f"{self.base}:t:{tid}"
+
+    @property
+    def sched(self) -> str:
+        return f"{self.base}:sched"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.base}:dlq"
+
+    @property
+    def idem_base(self) -> str:
+        return f"{self.base}:idem:"
+
+    def idem(self, key: str) -> str:
+        return f"{self.base}:idem:{key}"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.base}:stats"
+
+    @property
+    def paused(self) -> str:
+        return f"{self.base}:paused"
+
+    @property
+    def events(self) -> str:
+        return f"{self.base}:events"
+
+    @property
+    def done_base(self) -> str:
+        return f"{self.base}:done:"
+
+    def done_channel(self, tid: str) -> str:
+        return f"{self.base}:done:{tid}"
+
+    def all_fixed(self) -> list[str]:
+        """Every key of the queue that is not per task: what purge and retention must know."""
+        return [*self.streams, self.sched, self.dlq, self.stats, self.paused, self.events]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key factory for one prefix."""
+
+    prefix: str
+
+    def queue(self, name: str) -> QueueKeys:
+        return QueueKeys(self.prefix, name)
+
+    @property
+    def schema(self) -> str:
+        return f"{self.prefix}:schema"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}:queues"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}:worker:{worker_id}"
+
+    @property
+    def scheduler_lock(self) -> str:
+        return f"{self.prefix}:lock:scheduler"
+
+    @property
+    def worker_events(self) -> str:
+        return f"{self.prefix}:events:workers"

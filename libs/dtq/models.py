@@ -1,0 +1,116 @@
+"""Task states and the read-only views of a task the SDK returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.EXPIRED}
+)
+
+
+def _ms_to_dt(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """Everything known about one task, as stored in its record."""
+
+    id: str
+    name: str
+    queue: str
+    status: TaskStatus
+    priority: int
+    attempt: int
+    """Runs started so far; also the fencing token of the current run."""
+    retries: int
+    """Failed attempts counted against ``max_retries``."""
+    max_retries: int
+    interruptions: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+    worker_id: str | None = None
+    timeout: float | None = None
+    enqueued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    due_at: datetime | None = None
+    expires_at: datetime | None = None
+    idempotency_key: str | None = None
+    cancel_requested: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, task_id: str, queue: str, rec: dict[str, str]) -> TaskInfo:
+        result = json.loads(rec["result"]) if "result" in rec else None
+        return cls(
+            id=task_id,
+            name=rec.get("name", ""),
+            queue=queue,
+            status=TaskStatus(rec.get("status", "queued")),
+            priority=int(rec.get("prio", 0)),
+            attempt=int(rec.get("attempt", 0)),
+            retries=int(rec.get("retries", 0)),
+            max_retries=int(rec.get("maxr", 0)),
+            interruptions=int(rec.get("intr", 0)),
+            args=json.loads(rec.get("args", "[]")),
+            kwargs=json.loads(rec["kwargs"]) if rec.get("kwargs") else {},
+            result=result,
+            error=rec.get("error"),
+            worker_id=rec.get("worker"),
+            timeout=float(rec["timeout"]) if rec.get("timeout") else None,
+            enqueued_at=_ms_to_dt(rec.get("enq")),
+            started_at=_ms_to_dt(rec.get("started")),
+            finished_at=_ms_to_dt(rec.get("finished")),
+            due_at=_ms_to_dt(rec.get("due")),
+            expires_at=_ms_to_dt(rec.get("exp")),
+            idempotency_key=rec.get("idem"),
+            cancel_requested="cancel" in rec,
+            metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (timestamps as ISO 8601), as the HTTP API and ``--json`` show it."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, TaskStatus):
+                value = value.value
+            out[name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHandle:
+    """What enqueue returns: the task's id, plus whether this call created it."""
+
+    id: str
+    queue: str
+    status: TaskStatus
+    created: bool = True

@@ -1,0 +1,131 @@
+"""Validating and encoding enqueue requests: shared by the sync and async clients and the API."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtq import codec
+from dtq.errors import InvalidRequest, SerializationError
+from dtq.keys import new_tid
+from dtq.scripts import NewTask
+from dtq.settings import QUEUE_NAME_RE, Settings
+
+DEFAULT_PRIORITY = 5
+DEFAULT_MAX_RETRIES = 3
+ENQUEUE_FIELDS = frozenset(
+    {
+        "name", "args", "kwargs", "queue", "priority", "delay", "eta", "max_retries", "timeout",
+        "idempotency_key", "expires", "metadata",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefaults:
+    """Per-task defaults declared with ``@app.task``."""
+
+    queue: str = "default"
+    priority: int = DEFAULT_PRIORITY
+    max_retries: int = DEFAULT_MAX_RETRIES
+    timeout: float | None = None
+
+
+def _seconds(value: float | timedelta | None, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"{what} must be a number of seconds")
+    return float(value)
+
+
+def _until(value: float | timedelta | datetime | str | None, what: str) -> float | None:
+    """Seconds from now until ``value`` (a datetime, or seconds from now)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidRequest(f"{what} must be timezone-aware")
+        return value.timestamp() - time.time()
+    if isinstance(value, str):
+        try:
+            return _until(datetime.fromisoformat(value), what)
+        except ValueError:
+            raise InvalidRequest(f"{what} must be an ISO 8601 datetime or seconds") from None
+    return _seconds(value, what)
+
+
+def build_task(
+    settings: Settings,
+    name: str,
+    args: Any = None,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    defaults: TaskDefaults | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    delay: float | timedelta | None = None,
+    eta: datetime | str | None = None,
+    max_retries: int | None = None,
+    timeout: float | None = None,
+    idempotency_key: str | None = None,
+    expires: float | timedelta | datetime | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> tuple[str, NewTask]:
+    """Check one enqueue request; return its queue and the encoded task."""
+    d = defaults or TaskDefaults()
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
+    q = queue or d.queue
+    if not isinstance(q, str) or not QUEUE_NAME_RE.match(q):
+        raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+    prio = d.priority if priority is None else priority
+    if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 9:
+        raise InvalidRequest("priority must be an integer from 0 to 9")
+    mr = d.max_retries if max_retries is None else max_retries
+    if isinstance(mr, bool) or not isinstance(mr, int) or mr < 0:
+        raise InvalidRequest("max_retries must be a non-negative integer")
+    to = _seconds(timeout, "timeout") if timeout is not None else d.timeout
+    if to is not None and to <= 0:
+        raise InvalidRequest("timeout must be positive")
+    if delay is not None and eta is not None:
+        raise InvalidRequest("give delay or eta, not both")
+    wait = _until(eta, "eta") if eta is not None else _seconds(delay, "delay")
+    delay_ms = max(0, math.ceil((wait or 0) * 1000))
+    exp = _until(expires, "expires")
+    if exp is not None and exp <= 0:
+        raise InvalidRequest("expires is already in the past")
+    expires_ms = 0 if exp is None else max(1, math.ceil(exp * 1000))
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 256
+    ):
+        raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
+    a, k = codec.encode_args(args, kwargs, settings.max_payload_bytes)
+    meta = codec.dumps(dict(metadata), "metadata") if metadata else ""
+    if len(meta) > 4096:
+        raise SerializationError("metadata must encode to at most 4096 bytes")
+    return q, NewTask(
+        tid=new_tid(),
+        name=name,
+        args=a,
+        kwargs=k,
+        priority=prio,
+        max_retries=mr,
+        timeout=to,
+        delay_ms=delay_ms,
+        expires_ms=expires_ms,
+        idempotency_key=idempotency_key or "",
+        meta=meta,
+    )
+
+
+def check_fields(item: Mapping[str, Any]) -> None:
+    unknown = set(item) - ENQUEUE_FIELDS
+    if unknown:
+        raise InvalidRequest(f"unknown enqueue field(s): {', '.join(sorted(unknown))}")
+    if "name" not in item:
+        raise InvalidRequest("each task needs a 'name'")

@@ -1,0 +1,380 @@
+"""Loading the Lua scripts and one typed wrapper per atomic transition.
+
+Each script lives in ``lua/<name>.lua`` (shipped in the wheel as ``dtq/lua``) with a header that
+lists its KEYS, ARGV and return value; ``lua/_common.lua`` is prepended to each. The wrappers
+build the KEYS/ARGV lists (pure functions returning a :class:`Call`) and turn the raw reply into
+a small frozen dataclass, so the sync client, the async client and the worker share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.client import Pipeline as AsyncPipeline
+from redis.client import Pipeline
+from redis.client import Redis as SyncRedis
+
+from dtq.keys import GROUP, QueueKeys
+
+SCRIPT_NAMES = (
+    "enqueue",
+    "claim",
+    "complete",
+    "fail",
+    "requeue",
+    "reclaim",
+    "touch",
+    "promote",
+    "cancel",
+    "lock",
+    "unlock",
+)
+
+
+def _lua_dir() -> Path:
+    packaged = resources.files("dtq") / "lua"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    # Editable install / source tree: lua/ sits at the repository root.
+    return Path(__file__).resolve().parents[2] / "lua"
+
+
+@cache
+def source(name: str) -> str:
+    """The full text of a script as sent to Redis: the shared helpers, then the script."""
+    d = _lua_dir()
+    return (d / "_common.lua").read_text() + "\n" + (d / f"{name}.lua").read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script invocation, ready to send."""
+
+    script: str
+    keys: list[str]
+    args: list[Any]
+
+
+class AsyncScripts:
+    """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT)."""
+
+    def __init__(self, redis: AsyncRedis) -> None:
+        self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
+
+    async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
+        return await self._objs[call.script](keys=call.keys, args=call.args, client=pipe)
+
+
+class SyncScripts:
+    """Runs calls on a blocking Redis client."""
+
+    def __init__(self, redis: SyncRedis) -> None:
+        self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
+
+    def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
+        return self._objs[call.script](keys=call.keys, args=call.args, client=pipe)
+
+
+# --- enqueue ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """One task to create, already validated and encoded."""
+
+    tid: str
+    name: str
+    args: str
+    kwargs: str
+    priority: int
+    max_retries: int
+    timeout: float | None
+    delay_ms: int
+    expires_ms: int
+    idempotency_key: str
+    meta: str
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    tid: str
+    status: str
+    created: bool
+
+
+def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) -> Call:
+    args: list[Any] = [events_maxlen, len(tasks)]
+    for t in tasks:
+        args += [
+            t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
+            "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
+            t.idempotency_key, t.meta,
+        ]  # fmt: skip
+    return Call("enqueue", [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base], args)
+
+
+def parse_enqueue(raw: list[Any]) -> list[Enqueued]:
+    return [
+        Enqueued(_s(raw[i]), _s(raw[i + 1]), int(raw[i + 2]) == 1) for i in range(0, len(raw), 3)
+    ]
+
+
+# --- claim -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run this worker now owns: (tid, attempt) is started exactly once."""
+
+    queue: str
+    tid: str
+    eid: str
+    attempt: int
+    name: str
+    args: str
+    kwargs: str
+    max_retries: int
+    timeout: float | None
+    retries: int
+    interruptions: int
+    enqueued_ms: int
+    priority: int
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    now_ms: int
+    runs: list[Claimed]
+    absorbed: int = 0
+    expired: int = 0
+    paused: bool = False
+    missing_streams: bool = False
+
+
+def claim_call(qk: QueueKeys, worker_id: str, count: int, events_maxlen: int, ttl_s: int) -> Call:
+    return Call(
+        "claim",
+        [*qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base],
+    )
+
+
+def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
+    now = int(raw[0])
+    if int(raw[1]) == -1:
+        return ClaimBatch(now, [], paused=True)
+    if int(raw[1]) == -2:
+        return ClaimBatch(now, [], missing_streams=True)
+    absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
+    runs = []
+    for i in range(n):
+        f = raw[4 + i * 13 : 4 + (i + 1) * 13]
+        runs.append(
+            Claimed(
+                queue=queue,
+                tid=_s(f[0]),
+                eid=_s(f[1]),
+                attempt=int(f[2]),
+                name=_s(f[3]),
+                args=_s(f[4]),
+                kwargs=_s(f[5]),
+                max_retries=int(f[6]),
+                timeout=float(f[7]) if f[7] else None,
+                retries=int(f[8]),
+                interruptions=int(f[9]),
+                enqueued_ms=int(f[10]),
+                priority=int(f[11]),
+                idempotency_key=_s(f[12]),
+            )
+        )
+    return ClaimBatch(now, runs, absorbed=absorbed, expired=expired)
+
+
+# --- outcomes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    tid: str
+    eid: str
+    attempt: int
+    status: str  # "succeeded" | "cancelled"
+    payload: str  # result JSON, or the cancel reason
+
+
+def complete_call(
+    qk: QueueKeys, worker_id: str, outcomes: Sequence[Success], events_maxlen: int, ttl_s: int
+) -> Call:
+    args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes)]
+    for o in outcomes:
+        args += [o.tid, o.eid, o.attempt, o.status, o.payload]
+    return Call("complete", [*qk.streams, qk.events, qk.stats, qk.task_base, qk.idem_base], args)
+
+
+def parse_complete(raw: list[Any]) -> list[bool]:
+    return [int(x) == 1 for x in raw]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    tid: str
+    eid: str
+    attempt: int
+    error: str
+    retry_delay_ms: int  # -1: no retry allowed
+
+
+def fail_call(
+    qk: QueueKeys, worker_id: str, failures: Sequence[Failure], events_maxlen: int, ttl_s: int
+) -> Call:
+    args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(failures)]
+    for f in failures:
+        args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
+    return Call(
+        "fail",
+        [*qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        args,
+    )
+
+
+def parse_strings(raw: list[Any]) -> list[str]:
+    return [_s(x) for x in raw]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """Identifies one run: the fencing triple."""
+
+    tid: str
+    eid: str
+    attempt: int
+
+
+def requeue_call(
+    qk: QueueKeys,
+    worker_id: str,
+    runs: Sequence[RunRef],
+    *,
+    events_maxlen: int,
+    ttl_s: int,
+    max_interruptions: int,
+    retry_delay_ms: int,
+) -> Call:
+    args: list[Any] = [
+        GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions,
+        retry_delay_ms, len(runs),
+    ]  # fmt: skip
+    for r in runs:
+        args += [r.tid, r.eid, r.attempt]
+    return Call(
+        "requeue",
+        [*qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        args,
+    )
+
+
+# --- reclaim, touch, promote -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    requeued: int
+    failed: int
+    absorbed: int
+
+
+def reclaim_call(
+    qk: QueueKeys,
+    worker_id: str,
+    *,
+    min_idle_ms: int,
+    count: int,
+    events_maxlen: int,
+    ttl_s: int,
+) -> Call:
+    return Call(
+        "reclaim",
+        [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        [GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base],
+    )
+
+
+def parse_reclaim(raw: list[Any]) -> ReclaimResult:
+    return ReclaimResult(int(raw[0]), int(raw[1]), int(raw[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class TouchResult:
+    lost: list[str]
+    cancel_requested: list[str]
+
+
+def touch_call(qk: QueueKeys, worker_id: str, runs: Sequence[RunRef]) -> Call:
+    args: list[Any] = [GROUP, worker_id, len(runs)]
+    for r in runs:
+        args += [r.tid, r.eid, r.attempt]
+    return Call("touch", [*qk.streams, qk.task_base], args)
+
+
+def parse_touch(raw: list[Any]) -> TouchResult:
+    items = [_s(x) for x in raw]
+    cut = items.index("|")
+    return TouchResult(items[:cut], items[cut + 1 :])
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteResult:
+    promoted: int
+    dropped: int
+    next_due_ms: int | None
+
+
+def promote_call(qk: QueueKeys, limit: int, events_maxlen: int) -> Call:
+    return Call("promote", [*qk.streams, qk.sched, qk.events, qk.task_base], [limit, events_maxlen])
+
+
+def parse_promote(raw: list[Any]) -> PromoteResult:
+    nxt = int(raw[2])
+    return PromoteResult(int(raw[0]), int(raw[1]), None if nxt < 0 else nxt)
+
+
+# --- cancel, locks ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    outcome: str  # cancelled | requested | unchanged | missing
+    status: str
+
+
+def cancel_call(
+    qk: QueueKeys, tid: str, *, events_maxlen: int, ttl_s: int, hint_channel: str, reason: str
+) -> Call:
+    return Call(
+        "cancel",
+        [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base],
+        [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason],
+    )
+
+
+def parse_cancel(raw: list[Any]) -> CancelResult:
+    return CancelResult(_s(raw[0]), _s(raw[1]))
+
+
+def lock_call(key: str, token: str, lease_ms: int) -> Call:
+    return Call("lock", [key], [token, lease_ms])
+
+
+def unlock_call(key: str, token: str) -> Call:
+    return Call("unlock", [key], [token])
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,153 @@
+"""Settings, read from ``DTQ_*`` environment variables and validated once at start.
+
+Each field documents itself; the README's configuration table is generated from the same names.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Annotated, Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from dtq.errors import ConfigError
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+def default_worker_id() -> str:
+    return "worker-" + secrets.token_hex(4)
+
+
+class Settings(BaseSettings):
+    """All of dtq's settings. Environment variables carry the ``DTQ_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="DTQ_", extra="ignore", frozen=True)
+
+    redis_url: str = "redis://localhost:6379/0"
+    """Where Redis is: ``redis://``, ``rediss://`` (TLS) or ``unix://``."""
+    key_prefix: str = "dtq"
+    """Namespace of every key; two prefixes on one Redis never see each other."""
+    queues: Annotated[tuple[str, ...], NoDecode] = ("default",)
+    """Queues a worker consumes, comma separated, in order of preference."""
+    worker_concurrency: int = Field(16, gt=0, le=10_000)
+    """Tasks in flight per worker process."""
+    heartbeat_interval_s: float = Field(5.0, gt=0)
+    """Worker heartbeat period."""
+    heartbeat_ttl_s: float | None = Field(None, gt=0)
+    """How long a worker may go without a successful heartbeat before it stops itself
+    (exit code 1). Default: 3 heartbeat intervals."""
+    visibility_timeout_s: float = Field(30.0, gt=0)
+    """Idle time after which a dead worker's entry is reclaimed by another worker."""
+    drain_timeout_s: float = Field(30.0, ge=0)
+    """Graceful-shutdown wait for running tasks before they are handed back."""
+    hard_exit_s: float = Field(15.0, gt=0)
+    """After the drain, the process exits by this deadline even if threads refuse to stop."""
+    worker_id: str = Field(default_factory=default_worker_id)
+    """Consumer name, scheduler lock token and metrics label."""
+    retry_backoff_s: float = Field(1.0, ge=0)
+    """First retry delay; doubles each attempt, with jitter."""
+    retry_backoff_max_s: float = Field(300.0, ge=0)
+    """Cap on the retry delay."""
+    max_interruptions: int = Field(3, ge=0)
+    """Shutdown hand-backs per task that spend no attempt; later ones count as failures."""
+    result_ttl_s: int = Field(86_400, gt=0)
+    """How long finished task records and their results are kept (seconds)."""
+    dlq_ttl_s: int = Field(7 * 86_400, gt=0)
+    """How long failed tasks stay listed in the dead-letter queue (seconds)."""
+    max_payload_bytes: int = Field(1_048_576, gt=0)
+    """Largest encoded arguments accepted at enqueue."""
+    max_result_bytes: int = Field(1_048_576, gt=0)
+    """Largest encoded result stored; a larger one ends the task failed."""
+    events_maxlen: int = Field(10_000, ge=0)
+    """Approximate cap of each queue's lifecycle event stream; 0 disables events."""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    """When set, the worker serves Prometheus ``/metrics`` on this port."""
+    api_token: str | None = None
+    """When set, every ``/api/v1`` call needs ``Authorization: Bearer <token>``."""
+    log_format: Literal["text", "json"] = "text"
+    """``text`` for a terminal, ``json`` for log shippers."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Log level of the ``dtq`` loggers."""
+
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [q.strip() for q in value.split(",") if q.strip()]
+        return value
+
+    @field_validator("queues")
+    @classmethod
+    def _check_queues(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one queue is needed")
+        for q in value:
+            if not QUEUE_NAME_RE.match(q):
+                raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+        if len(set(value)) != len(value):
+            raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parsed = urlparse(value)
+        if parsed.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        if parsed.scheme != "unix" and not parsed.hostname:
+            raise ValueError("has no host")
+        try:
+            parsed.port  # noqa: B018 - raises on a non-numeric port
+        except ValueError as exc:
+            raise ValueError(f"bad port ({exc})") from None
+        return value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not value or any(c in value for c in "{}: \t\n"):
+            raise ValueError("must be non-empty without braces, colons or spaces")
+        return value
+
+    @field_validator("worker_id")
+    @classmethod
+    def _check_worker_id(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.\-]{1,64}$", value):
+            raise ValueError("use 1-64 letters, digits, '_', '.', '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_timing(self) -> Settings:
+        if self.heartbeat_interval_s >= self.visibility_timeout_s:
+            raise ValueError(
+                "DTQ_HEARTBEAT_INTERVAL_S must be smaller than DTQ_VISIBILITY_TIMEOUT_S "
+                f"({self.heartbeat_interval_s} >= {self.visibility_timeout_s})"
+            )
+        if self.retry_backoff_s > self.retry_backoff_max_s:
+            raise ValueError("DTQ_RETRY_BACKOFF_S must not exceed DTQ_RETRY_BACKOFF_MAX_S")
+        return self
+
+    @property
+    def effective_heartbeat_ttl_s(self) -> float:
+        return self.heartbeat_ttl_s or 3 * self.heartbeat_interval_s
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment (plus ``overrides``); raise ConfigError on one line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err.get("loc", ()) if p != "__root__"]
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if loc:
+        return f"invalid setting DTQ_{loc[0].upper()}: {msg}"
+    return f"invalid settings: {msg}"

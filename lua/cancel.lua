@@ -1,0 +1,38 @@
+-- cancel.lua: cancel a task. Queued and scheduled tasks end "cancelled" at once; a running
+-- task gets a durable cancel flag and its worker a pub/sub hint (the worker then stops it and
+-- writes "cancelled" through complete.lua). The first cancel wins; a finished task is unchanged.
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:sched
+-- KEYS[12]     P:{q}:events
+-- KEYS[13]     P:{q}:t:<tid>  (the task record)
+-- KEYS[14]     P:{q}:idem:
+-- ARGV[1]      tid, ARGV[2] events maxlen, ARGV[3] record TTL (s), ARGV[4] done channel,
+-- ARGV[5]      cancel hint channel, ARGV[6] reason
+-- Returns      {outcome, status}: outcome 'cancelled' | 'requested' | 'unchanged' | 'missing'
+
+local tid, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local rk = KEYS[13]
+local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel')
+local status = r[1]
+if not status then return {'missing', ''} end
+local now = now_ms()
+if status == 'queued' then
+  -- The entry is not delivered yet (claiming is atomic with delivery): deleting it is enough.
+  redis.call('XDEL', KEYS[stream_index(r[3])], r[2])
+elseif status == 'scheduled' then
+  redis.call('ZREM', KEYS[11], tid)
+elseif status == 'running' then
+  if r[6] then return {'requested', status} end
+  redis.call('HSET', rk, 'cancel', ARGV[6])
+  redis.call('PUBLISH', ARGV[5], tid)
+  emit(KEYS[12], maxlen, 'cancel_requested', tid, r[4], r[5], ARGV[6])
+  return {'requested', status}
+else
+  return {'unchanged', status}
+end
+redis.call('HSET', rk, 'error', ARGV[6])
+redis.call('HDEL', rk, 'eid', 'due')
+finish(rk, 'cancelled', now, ttl, ARGV[4], KEYS[14])
+emit(KEYS[12], maxlen, 'cancelled', tid, r[4], '', ARGV[6])
+return {'cancelled', 'cancelled'}

@@ -1,0 +1,71 @@
+-- enqueue.lua: create one or more tasks (bulk enqueue is one call).
+--
+-- KEYS[1..10]  priority streams p9..p0 of the queue
+-- KEYS[11]     P:{q}:sched   (zset of scheduled tasks, score = due ms)
+-- KEYS[12]     P:{q}:events
+-- KEYS[13]     P:{q}:t:      (task record key prefix; names the slot)
+-- KEYS[14]     P:{q}:idem:   (idempotency key prefix)
+-- ARGV[1]      events maxlen (0 = no events)
+-- ARGV[2]      n, the number of tasks
+-- ARGV[3..]    per task, 11 fields: tid, name, args(JSON), kwargs(JSON or ''), priority(0-9),
+--              max_retries, timeout_s('' = none), delay_ms(0 = now), expires_ms(0 = never,
+--              relative to now), idempotency key ('' = none), meta(JSON or '')
+-- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
+--              For an idempotency key that names a live task, that task's tid and status.
+
+local maxlen = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local base = KEYS[13]
+local idem_base = KEYS[14]
+local now = now_ms()
+local out = {}
+local F = 11
+for i = 0, n - 1 do
+  local o = 3 + i * F
+  local tid, name, args, kwargs = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
+  local prio, maxr, timeout = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+  local delay, expires, idem, meta = tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), ARGV[o + 9], ARGV[o + 10]
+  local existing = nil
+  if idem ~= '' then
+    local prev = redis.call('GET', idem_base .. idem)
+    if prev then
+      local st = redis.call('HGET', base .. prev, 'status')
+      if st then existing = {prev, st} end
+    end
+  end
+  if existing then
+    out[#out + 1] = existing[1]
+    out[#out + 1] = existing[2]
+    out[#out + 1] = 0
+  else
+    local rk = base .. tid
+    if redis.call('EXISTS', rk) == 1 then
+      return redis.error_reply('DTQ_DUPLICATE_ID ' .. tid)
+    end
+    redis.call('HSET', rk, 'name', name, 'args', args, 'prio', prio, 'maxr', maxr,
+      'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now)
+    if kwargs ~= '' then redis.call('HSET', rk, 'kwargs', kwargs) end
+    if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
+    if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
+    if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
+    if idem ~= '' then
+      redis.call('HSET', rk, 'idem', idem)
+      redis.call('SET', idem_base .. idem, tid)
+    end
+    local status
+    if delay > 0 then
+      status = 'scheduled'
+      redis.call('HSET', rk, 'status', status, 'due', now + delay)
+      redis.call('ZADD', KEYS[11], now + delay, tid)
+    else
+      status = 'queued'
+      local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
+      redis.call('HSET', rk, 'status', status, 'eid', eid)
+    end
+    emit(KEYS[12], maxlen, 'enqueued', tid, 0, '', status)
+    out[#out + 1] = tid
+    out[#out + 1] = status
+    out[#out + 1] = 1
+  end
+end
+return out

@@ -1,0 +1,52 @@
+-- fail.lua: store a failed run; schedule its retry or end it "failed" (dead-letter queue).
+--
+-- Fenced like complete.lua. A failure spends one retry; while retries <= max_retries and a
+-- retry is allowed, the task goes to the schedule with the given delay, else it ends failed.
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:sched
+-- KEYS[12]     P:{q}:dlq
+-- KEYS[13]     P:{q}:events
+-- KEYS[14]     P:{q}:stats
+-- KEYS[15]     P:{q}:t:
+-- KEYS[16]     P:{q}:idem:
+-- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
+--              failed task, ARGV[5] done channel prefix, ARGV[6] n
+-- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
+--              retry delay ms (-1: no retry allowed, e.g. dtq.Fail or an unstorable result)
+-- Returns      list of n: 'scheduled' | 'failed' | 'stale'
+
+local group, worker = ARGV[1], ARGV[2]
+local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local n = tonumber(ARGV[6])
+local base = KEYS[15]
+local now = now_ms()
+local out = {}
+for i = 0, n - 1 do
+  local o = 7 + i * 5
+  local tid, eid, attempt, err = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
+  local delay = tonumber(ARGV[o + 4])
+  local rk = base .. tid
+  local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr')
+  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+    drop_entry(KEYS[stream_index(r[4])], group, eid)
+    local retries = tonumber(r[5]) + 1
+    redis.call('HSET', rk, 'retries', retries, 'error', err)
+    if delay >= 0 and retries <= tonumber(r[6]) then
+      redis.call('HSET', rk, 'status', 'scheduled', 'due', now + delay)
+      redis.call('HDEL', rk, 'eid')
+      redis.call('ZADD', KEYS[11], now + delay, tid)
+      emit(KEYS[13], maxlen, 'retried', tid, attempt, worker, err)
+      out[#out + 1] = 'scheduled'
+    else
+      redis.call('ZADD', KEYS[12], now, tid)
+      finish(rk, 'failed', now, ttl, done_prefix .. tid, KEYS[16])
+      emit(KEYS[13], maxlen, 'failed', tid, attempt, worker, err)
+      out[#out + 1] = 'failed'
+    end
+  else
+    redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
+    out[#out + 1] = 'stale'
+  end
+end
+return out

@@ -1,0 +1,35 @@
+-- promote.lua: move due scheduled tasks (delays, retries) into their priority streams.
+--
+-- The ZSET read, the XADD and the ZREM are one atomic step, so a due task is promoted exactly
+-- once even when two schedulers overlap during a leader failover.
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:sched
+-- KEYS[12]     P:{q}:events
+-- KEYS[13]     P:{q}:t:
+-- ARGV[1]      max tasks to promote in this call, ARGV[2] events maxlen
+-- Returns      {promoted, dropped, next_due_ms or -1}
+
+local limit, maxlen = tonumber(ARGV[1]), tonumber(ARGV[2])
+local base = KEYS[13]
+local now = now_ms()
+local due = redis.call('ZRANGE', KEYS[11], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local promoted, dropped = 0, 0
+for _, tid in ipairs(due) do
+  local rk = base .. tid
+  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt')
+  redis.call('ZREM', KEYS[11], tid)
+  if r[1] == 'scheduled' then
+    local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
+    redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
+    redis.call('HDEL', rk, 'due')
+    emit(KEYS[12], maxlen, 'promoted', tid, r[3], '', '')
+    promoted = promoted + 1
+  else
+    dropped = dropped + 1
+  end
+end
+local nxt = redis.call('ZRANGE', KEYS[11], 0, 0, 'WITHSCORES')
+local next_due = -1
+if nxt[2] then next_due = tonumber(nxt[2]) end
+return {promoted, dropped, next_due}

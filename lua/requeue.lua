@@ -1,0 +1,63 @@
+-- requeue.lua: hand running tasks back to their queue (shutdown, self-stop), fenced by attempt.
+--
+-- A hand-back spends no retry while the task's interruptions stay within the budget; past it,
+-- the interruption counts as a failed attempt (retry with the given delay, or "failed").
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:sched
+-- KEYS[12]     P:{q}:dlq
+-- KEYS[13]     P:{q}:events
+-- KEYS[14]     P:{q}:stats
+-- KEYS[15]     P:{q}:t:
+-- KEYS[16]     P:{q}:idem:
+-- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
+--              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
+-- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
+-- ARGV[9..]    per run, 3 fields: tid, eid, attempt
+-- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'stale'
+
+local group, worker = ARGV[1], ARGV[2]
+local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local max_intr, delay, n = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local base = KEYS[15]
+local now = now_ms()
+local out = {}
+for i = 0, n - 1 do
+  local o = 9 + i * 3
+  local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+  local rk = base .. tid
+  local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
+    'intr')
+  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+    local s = KEYS[stream_index(r[4])]
+    drop_entry(s, group, eid)
+    local intr = tonumber(r[7]) + 1
+    redis.call('HSET', rk, 'intr', intr)
+    if intr <= max_intr then
+      local neid = redis.call('XADD', s, '*', 't', tid)
+      redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
+      emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker, 'interrupted')
+      out[#out + 1] = 'queued'
+    else
+      local retries = tonumber(r[5]) + 1
+      local err = 'interrupted by worker shutdown ' .. intr .. ' times'
+      redis.call('HSET', rk, 'retries', retries, 'error', err)
+      if retries <= tonumber(r[6]) then
+        redis.call('HSET', rk, 'status', 'scheduled', 'due', now + delay)
+        redis.call('HDEL', rk, 'eid')
+        redis.call('ZADD', KEYS[11], now + delay, tid)
+        emit(KEYS[13], maxlen, 'retried', tid, attempt, worker, err)
+        out[#out + 1] = 'scheduled'
+      else
+        redis.call('ZADD', KEYS[12], now, tid)
+        finish(rk, 'failed', now, ttl, done_prefix .. tid, KEYS[16])
+        emit(KEYS[13], maxlen, 'failed', tid, attempt, worker, err)
+        out[#out + 1] = 'failed'
+      end
+    end
+  else
+    redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
+    out[#out + 1] = 'stale'
+  end
+end
+return out

@@ -1,0 +1,102 @@
+"""Tasks used by the tests (imported by in-process and subprocess workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import redis
+
+from dtq import App, Fail, Retry, current_task
+
+app = App()
+
+
+def _r() -> redis.Redis:
+    return redis.Redis.from_url(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
+
+
+def record_start(tag: str = "") -> None:
+    """Append (task id, attempt, worker) to a list the faults cannot erase (RPUSH)."""
+    ctx = current_task()
+    _r().rpush(f"{app.settings.key_prefix}:test:starts", f"{ctx.id}|{ctx.attempt}|{ctx.worker_id}|{tag}")
+
+
+@app.task(name="add")
+async def add(a: int, b: int) -> int:
+    return a + b
+
+
+@app.task(name="sync_mul")
+def sync_mul(a: int, b: int) -> int:
+    return a * b
+
+
+@app.task(name="noop")
+async def noop() -> None:
+    return None
+
+
+@app.task(name="record")
+async def record(tag: str = "", sleep: float = 0.0) -> str:
+    record_start(tag)
+    if sleep:
+        await asyncio.sleep(sleep)
+    return tag
+
+
+@app.task(name="sync_record")
+def sync_record(tag: str = "", sleep: float = 0.0) -> str:
+    record_start(tag)
+    if sleep:
+        time.sleep(sleep)
+    return tag
+
+
+@app.task(name="flaky", max_retries=3)
+async def flaky(fail_times: int) -> int:
+    ctx = current_task()
+    if ctx.attempt <= fail_times:
+        raise ValueError(f"boom on attempt {ctx.attempt}")
+    return ctx.attempt
+
+
+@app.task(name="always_fails", max_retries=2)
+async def always_fails() -> None:
+    raise RuntimeError("always")
+
+
+@app.task(name="fail_now")
+async def fail_now() -> None:
+    raise Fail("permanent problem")
+
+
+@app.task(name="retry_later", max_retries=1)
+async def retry_later(delay: float) -> int:
+    if current_task().attempt == 1:
+        raise Retry(delay=delay)
+    return current_task().attempt
+
+
+@app.task(name="slow", timeout=0.3, max_retries=0)
+async def slow() -> None:
+    await asyncio.sleep(10)
+
+
+@app.task(name="sleep")
+async def sleep(seconds: float) -> float:
+    record_start("sleep")
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@app.task(name="bad_result")
+async def bad_result() -> object:
+    return {1, 2}
+
+
+@app.task(name="die", max_retries=1)
+def die() -> None:
+    record_start("die")
+    os._exit(17)

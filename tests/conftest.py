@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from dtq import App
+from dtq.settings import Settings
+from tests.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One private redis-server for the session; tests isolate themselves by key prefix."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def fresh_redis() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, for tests that kill, pause or restart it."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return "t" + secrets.token_hex(4)
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    c = redis_server.client()
+    yield c
+    c.close()
+
+
+def make_settings(url: str, prefix: str, **kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "redis_url": url,
+        "key_prefix": prefix,
+        "heartbeat_interval_s": 0.2,
+        "visibility_timeout_s": 1.5,
+        "drain_timeout_s": 5,
+        "retry_backoff_s": 0.05,
+        "retry_backoff_max_s": 0.2,
+        "worker_concurrency": 8,
+        "hard_exit_s": 5,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer, prefix: str) -> Settings:
+    return make_settings(redis_server.url, prefix)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(app: App, settings: Settings, **caps: int) -> AsyncIterator[Any]:
+    """An in-process worker for the duration of the block; stopped gracefully after."""
+    from dtq_worker.worker import Worker
+
+    app.configure(settings)
+    w = Worker(app, settings, caps or None)
+    task = asyncio.get_running_loop().create_task(w.run())
+    for _ in range(200):
+        if w.healthy.is_set():
+            break
+        await asyncio.sleep(0.01)
+    try:
+        yield w
+    finally:
+        w.initiate_shutdown()
+        await asyncio.wait_for(task, 30)
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DTQ_REDIS_URL": settings.redis_url,
+            "DTQ_KEY_PREFIX": settings.key_prefix,
+            "DTQ_HEARTBEAT_INTERVAL_S": str(settings.heartbeat_interval_s),
+            "DTQ_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
+            "DTQ_DRAIN_TIMEOUT_S": str(settings.drain_timeout_s),
+            "DTQ_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
+            "DTQ_RETRY_BACKOFF_MAX_S": str(settings.retry_backoff_max_s),
+            "DTQ_HARD_EXIT_S": str(settings.hard_exit_s),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    env.update(extra)
+    return env
+
+
+class WorkerProc:
+    """A dtq-worker subprocess."""
+
+    def __init__(self, app: str, settings: Settings, *args: str, **env: str) -> None:
+        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"dtq-w-{secrets.token_hex(4)}.log"
+        self._fh = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dtq_worker", app, *args],
+            cwd=ROOT,
+            env=worker_env(settings, **env),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+        )
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        self._fh.flush()
+        return self.log.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._fh.close()
+
+
+@pytest.fixture
+def spawn_worker() -> Iterator[Any]:
+    procs: list[WorkerProc] = []
+
+    def spawn(app: str, settings: Settings, *args: str, **env: str) -> WorkerProc:
+        p = WorkerProc(app, settings, *args, **env)
+        procs.append(p)
+        return p
+
+    yield spawn
+    for p in procs:
+        p.close()
+
+
+def wait_until(pred: Any, timeout: float = 20.0, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
