@@ -62,23 +62,34 @@ class Call:
 
 
 class AsyncScripts:
-    """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT)."""
+    """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
+
+    Any ``lua/<name>.lua`` can be called; each is registered on first use.
+    """
 
     def __init__(self, redis: AsyncRedis) -> None:
+        self._redis = redis
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
-        return await self._objs[call.script](keys=call.keys, args=call.args, client=pipe)
+        obj = self._objs.get(call.script)
+        if obj is None:
+            obj = self._objs[call.script] = self._redis.register_script(source(call.script))
+        return await obj(keys=call.keys, args=call.args, client=pipe)
 
 
 class SyncScripts:
     """Runs calls on a blocking Redis client."""
 
     def __init__(self, redis: SyncRedis) -> None:
+        self._redis = redis
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
-        return self._objs[call.script](keys=call.keys, args=call.args, client=pipe)
+        obj = self._objs.get(call.script)
+        if obj is None:
+            obj = self._objs[call.script] = self._redis.register_script(source(call.script))
+        return obj(keys=call.keys, args=call.args, client=pipe)
 
 
 # --- enqueue ---------------------------------------------------------------------------------
