@@ -20,7 +20,9 @@ def _r() -> redis.Redis:
 def record_start(tag: str = "") -> None:
     """Append (task id, attempt, worker) to a list the faults cannot erase (RPUSH)."""
     ctx = current_task()
-    _r().rpush(f"{app.settings.key_prefix}:test:starts", f"{ctx.id}|{ctx.attempt}|{ctx.worker_id}|{tag}")
+    _r().rpush(
+        f"{app.settings.key_prefix}:test:starts", f"{ctx.id}|{ctx.attempt}|{ctx.worker_id}|{tag}"
+    )
 
 
 @app.task(name="add")

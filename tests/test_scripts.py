@@ -1,0 +1,342 @@
+"""Direct tests of each Lua transition on a real Redis: raw keys in, reply and keys out."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from dtq import scripts as sc
+from dtq.keys import GROUP, Keys, QueueKeys, new_tid
+
+Q = "q1"
+
+
+@pytest.fixture
+def qk(prefix: str) -> QueueKeys:
+    return Keys(prefix).queue(Q)
+
+
+@pytest.fixture
+def run(r: redis.Redis) -> Any:
+    runner = sc.SyncScripts(r)
+    return runner.run
+
+
+def groups(r: redis.Redis, qk: QueueKeys) -> None:
+    for s in qk.streams:
+        try:
+            r.xgroup_create(s, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            assert "BUSYGROUP" in str(exc)
+
+
+def task(
+    prio: int = 5, delay_ms: int = 0, idem: str = "", max_retries: int = 3, **kw: Any
+) -> sc.NewTask:
+    base: dict[str, Any] = dict(
+        tid=new_tid(), name="t", args="[1]", kwargs="", priority=prio, max_retries=max_retries,
+        timeout=None, delay_ms=delay_ms, expires_ms=0, idempotency_key=idem, meta="",
+    )  # fmt: skip
+    base.update(kw)
+    return sc.NewTask(**base)
+
+
+def enqueue(run: Any, qk: QueueKeys, *tasks: sc.NewTask) -> list[sc.Enqueued]:
+    return sc.parse_enqueue(run(sc.enqueue_call(qk, list(tasks), 100)))
+
+
+def claim(run: Any, qk: QueueKeys, worker: str = "w1", count: int = 10) -> sc.ClaimBatch:
+    return sc.parse_claim(Q, run(sc.claim_call(qk, worker, count, 100, 60)))
+
+
+def test_enqueue_single_and_bulk(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    a, b, c = task(prio=9), task(prio=0), task(delay_ms=60_000)
+    res = enqueue(run, qk, a, b, c)
+    assert [(e.tid, e.status, e.created) for e in res] == [
+        (a.tid, "queued", True), (b.tid, "queued", True), (c.tid, "scheduled", True),
+    ]  # fmt: skip
+    assert r.xlen(qk.stream(9)) == 1 and r.xlen(qk.stream(0)) == 1
+    assert r.zscore(qk.sched, c.tid) is not None
+    rec = r.hgetall(qk.task(a.tid))
+    assert rec["status"] == "queued" and rec["attempt"] == "0" and rec["eid"]
+    # Replaying the same tid is refused, not silently merged.
+    with pytest.raises(redis.ResponseError, match="DTQ_DUPLICATE_ID"):
+        enqueue(run, qk, a)
+
+
+def test_enqueue_idempotency_key_returns_original(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    first = enqueue(run, qk, task(idem="k1"))[0]
+    again = enqueue(run, qk, task(idem="k1"), task(idem="k1"))
+    assert [(e.tid, e.created) for e in again] == [(first.tid, False), (first.tid, False)]
+    assert r.xlen(qk.stream(5)) == 1
+
+
+def test_claim_strict_priority_and_count_across_bands(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    groups(r, qk)
+    low = [task(prio=1) for _ in range(3)]
+    high = [task(prio=8) for _ in range(2)]
+    enqueue(run, qk, *low, *high)
+    b = claim(run, qk, count=3)
+    # COUNT is spent across bands: 2 from p8 then 1 from p1, never 3 per band.
+    assert [c.tid for c in b.runs] == [high[0].tid, high[1].tid, low[0].tid]
+    assert all(c.attempt == 1 for c in b.runs)
+    assert r.hget(qk.task(high[0].tid), "status") == "running"
+    assert r.hget(qk.task(high[0].tid), "worker") == "w1"
+    # Replay: nothing left but two p1 entries.
+    assert [c.tid for c in claim(run, qk, count=10).runs] == [low[1].tid, low[2].tid]
+    assert claim(run, qk).runs == []
+
+
+def test_claim_absorbs_duplicate_entries(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    groups(r, qk)
+    t = task()
+    enqueue(run, qk, t)
+    r.xadd(qk.stream(5), {"t": t.tid})  # a duplicate entry, as after a crash between steps
+    r.xadd(qk.stream(5), {"t": "gone"})  # an entry whose task no longer exists
+    b = claim(run, qk)
+    assert [c.tid for c in b.runs] == [t.tid]
+    assert b.absorbed == 2
+    assert r.xlen(qk.stream(5)) == 1  # the running entry stays until its outcome
+    assert r.xpending(qk.stream(5), GROUP)["pending"] == 1
+    assert r.hget(qk.stats, "absorbed") == "2"
+
+
+def test_claim_paused_and_missing_streams(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    assert claim(run, qk).missing_streams
+    groups(r, qk)
+    enqueue(run, qk, task())
+    r.set(qk.paused, 1)
+    assert claim(run, qk).paused
+    r.delete(qk.paused)
+    assert len(claim(run, qk).runs) == 1
+
+
+def test_claim_expires_unstarted_task(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    groups(r, qk)
+    t = task(expires_ms=1)
+    enqueue(run, qk, t)
+    time.sleep(0.01)
+    b = claim(run, qk)
+    assert b.runs == [] and b.expired == 1
+    assert r.hget(qk.task(t.tid), "status") == "expired"
+    assert r.xlen(qk.stream(5)) == 0
+
+
+def test_two_claimers_race_each_entry_started_once(redis_server: Any, qk: QueueKeys) -> None:
+    setup = redis_server.client()
+    groups(setup, qk)
+    tasks = [task() for _ in range(400)]
+    sc_setup = sc.SyncScripts(setup)
+    for i in range(0, 400, 100):
+        sc_setup.run(sc.enqueue_call(qk, tasks[i : i + 100], 0))
+    got: dict[str, list[str]] = {"a": [], "b": []}
+
+    def worker(name: str) -> None:
+        c = redis_server.client()
+        s = sc.SyncScripts(c)
+        while True:
+            b = sc.parse_claim(Q, s.run(sc.claim_call(qk, name, 7, 0, 60)))
+            if not b.runs:
+                return
+            got[name] += [x.tid for x in b.runs]
+
+    ths = [threading.Thread(target=worker, args=(n,)) for n in got]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert sorted(got["a"] + got["b"]) == sorted(t.tid for t in tasks)
+    assert not set(got["a"]) & set(got["b"])
+
+
+def started(run: Any, r: redis.Redis, qk: QueueKeys, t: sc.NewTask | None = None) -> sc.Claimed:
+    groups(r, qk)
+    t = t or task()
+    enqueue(run, qk, t)
+    return claim(run, qk).runs[0]
+
+
+def test_complete_is_fenced(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk)
+    stale = sc.Success(c.tid, c.eid, c.attempt + 1, "succeeded", "1")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [stale], 100, 60))) == [False]
+    other = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w2", [other], 100, 60))) == [False]
+    assert r.hget(qk.stats, "stale_writes") == "2"
+    assert r.hget(qk.task(c.tid), "status") == "running"
+    good = sc.Success(c.tid, c.eid, c.attempt, "succeeded", '{"x": 1}')
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [good], 100, 60))) == [True]
+    rec = r.hgetall(qk.task(c.tid))
+    assert rec["status"] == "succeeded" and rec["result"] == '{"x": 1}'
+    assert 0 < r.ttl(qk.task(c.tid)) <= 60
+    assert r.xlen(qk.stream(5)) == 0 and r.xpending(qk.stream(5), GROUP)["pending"] == 0
+    # Replay: the second write is stale (already finished) and changes nothing.
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [good], 100, 60))) == [False]
+
+
+def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk, task(max_retries=1))
+    f = sc.Failure(c.tid, c.eid, c.attempt, "ValueError: x", 0)
+    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
+    assert r.hget(qk.task(c.tid), "status") == "scheduled"
+    assert r.zscore(qk.sched, c.tid) is not None
+    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
+    p = sc.parse_promote(run(sc.promote_call(qk, 100, 100)))
+    assert p.promoted == 1
+    c2 = claim(run, qk).runs[0]
+    assert c2.attempt == 2 and c2.retries == 1
+    f2 = sc.Failure(c2.tid, c2.eid, c2.attempt, "ValueError: y", 0)
+    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
+    rec = r.hgetall(qk.task(c.tid))
+    assert rec["status"] == "failed" and rec["error"] == "ValueError: y" and rec["retries"] == "2"
+    assert r.zscore(qk.dlq, c.tid) is not None
+
+
+def test_fail_without_retry(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk)
+    f = sc.Failure(c.tid, c.eid, c.attempt, "Fail: no", -1)
+    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
+
+
+def test_requeue_spends_no_retry_within_budget(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk, task(max_retries=0))
+    for i in range(2):
+        call = sc.requeue_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)], events_maxlen=0,
+                               ttl_s=60, max_interruptions=1, retry_delay_ms=0)  # fmt: skip
+        verdict = sc.parse_strings(run(call))
+        if i == 0:
+            assert verdict == ["queued"]
+            assert r.hget(qk.task(c.tid), "retries") == "0"
+            c = claim(run, qk).runs[0]
+            assert c.attempt == 2
+        else:
+            # Past the interruption budget the hand-back counts as a failure: no retries left.
+            assert verdict == ["failed"]
+            assert "interrupted" in r.hget(qk.task(c.tid), "error")
+
+
+def test_reclaim_exactly_one_reclaimer_wins(redis_server: Any, qk: QueueKeys) -> None:
+    r = redis_server.client()
+    run = sc.SyncScripts(r).run
+    groups(r, qk)
+    tasks = [task() for _ in range(50)]
+    enqueue(run, qk, *tasks)
+    runs = claim(run, qk, count=50).runs
+    assert len(runs) == 50
+    time.sleep(0.05)
+    results: list[sc.ReclaimResult] = []
+
+    def reap(name: str) -> None:
+        s = sc.SyncScripts(redis_server.client())
+        results.append(sc.parse_reclaim(s.run(sc.reclaim_call(
+            qk, name, min_idle_ms=20, count=100, events_maxlen=10, ttl_s=60))))  # fmt: skip
+
+    ths = [threading.Thread(target=reap, args=(f"r{i}",)) for i in range(3)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert sum(x.requeued for x in results) == 50
+    assert sum(x.absorbed for x in results) == 0
+    # Each task is queued once more, with one retry spent, under a new entry.
+    assert r.xlen(qk.stream(5)) == 50
+    rec = r.hgetall(qk.task(tasks[0].tid))
+    assert rec["status"] == "queued" and rec["retries"] == "1" and "worker lost" in rec["error"]
+    # The old owner's outcome is now stale.
+    c = runs[0]
+    ok = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [ok], 0, 60))) == [False]
+    again = claim(run, qk, count=100).runs
+    assert len(again) == 50 and {x.attempt for x in again} == {2}
+
+
+def test_reclaim_poison_pill_ends_failed(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk, task(max_retries=0))
+    time.sleep(0.02)
+    res = sc.parse_reclaim(run(sc.reclaim_call(qk, "w2", min_idle_ms=10, count=10,
+                                               events_maxlen=10, ttl_s=60)))  # fmt: skip
+    assert res.failed == 1
+    rec = r.hgetall(qk.task(c.tid))
+    assert rec["status"] == "failed" and rec["error"].startswith("worker lost")
+    assert r.zscore(qk.dlq, c.tid) is not None
+
+
+def test_touch_reports_lost_and_never_takes_back(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk)
+    ref = sc.RunRef(c.tid, c.eid, c.attempt)
+    assert sc.parse_touch(run(sc.touch_call(qk, "w1", [ref]))) == sc.TouchResult([], [])
+    time.sleep(0.02)
+    run(sc.reclaim_call(qk, "w2", min_idle_ms=10, count=10, events_maxlen=0, ttl_s=60))
+    c2 = claim(run, qk, worker="w3").runs[0]
+    res = sc.parse_touch(run(sc.touch_call(qk, "w1", [ref])))
+    assert res.lost == [c.tid]
+    owners = {
+        p["message_id"]: p["consumer"] for p in r.xpending_range(qk.stream(5), GROUP, "-", "+", 10)
+    }
+    assert owners == {c2.eid: "w3"}
+
+
+def test_promote_exactly_once_with_racing_schedulers(redis_server: Any, qk: QueueKeys) -> None:
+    r = redis_server.client()
+    run = sc.SyncScripts(r).run
+    groups(r, qk)
+    tasks = [task(delay_ms=1) for _ in range(300)]
+    enqueue(run, qk, *tasks)
+    time.sleep(0.01)
+    total: list[int] = []
+
+    def sched() -> None:
+        s = sc.SyncScripts(redis_server.client())
+        while True:
+            p = sc.parse_promote(s.run(sc.promote_call(qk, 7, 0)))
+            total.append(p.promoted)
+            if p.promoted == 0:
+                return
+
+    ths = [threading.Thread(target=sched) for _ in range(3)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert sum(total) == 300
+    assert r.xlen(qk.stream(5)) == 300
+    assert r.zcard(qk.sched) == 0
+
+
+def test_cancel_each_state(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    groups(r, qk)
+    queued, sched = task(), task(delay_ms=60_000)
+    enqueue(run, qk, queued, sched)
+
+    def cancel(tid: str) -> sc.CancelResult:
+        return sc.parse_cancel(run(sc.cancel_call(qk, tid, events_maxlen=10, ttl_s=60,
+                                                  hint_channel="h", reason="stop")))  # fmt: skip
+
+    assert cancel(queued.tid) == sc.CancelResult("cancelled", "cancelled")
+    assert r.xlen(qk.stream(5)) == 0
+    assert cancel(sched.tid).outcome == "cancelled" and r.zcard(qk.sched) == 0
+    assert cancel(queued.tid) == sc.CancelResult("unchanged", "cancelled")
+    c = started(run, r, qk)
+    assert cancel(c.tid) == sc.CancelResult("requested", "running")
+    assert cancel(c.tid) == sc.CancelResult("requested", "running")
+    assert r.hget(qk.task(c.tid), "cancel") == "stop"
+    assert sc.parse_touch(
+        run(sc.touch_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)]))
+    ).cancel_requested == [c.tid]
+    assert cancel("nope").outcome == "missing"
+
+
+def test_lock_compare_and_set(r: redis.Redis, run: Any, prefix: str) -> None:
+    key = f"{prefix}:lock"
+    assert run(sc.lock_call(key, "a", 1000)) == 1
+    assert run(sc.lock_call(key, "b", 1000)) == 0
+    assert run(sc.lock_call(key, "a", 5000)) == 1 and r.pttl(key) > 1000
+    assert run(sc.unlock_call(key, "b")) == 0
+    assert run(sc.unlock_call(key, "a")) == 1
+    assert run(sc.lock_call(key, "b", 1000)) == 1
