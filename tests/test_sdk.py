@@ -1,0 +1,121 @@
+"""The client SDK: sync and async parity, validation, errors a caller can act on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dtq import (
+    AsyncClient,
+    Client,
+    InvalidRequest,
+    PayloadTooLarge,
+    RedisUnavailable,
+    SerializationError,
+    Settings,
+    TaskStatus,
+    UnknownTask,
+)
+from dtq.keys import BadTaskId
+from tests.apps.basic import add, app
+from tests.conftest import make_settings, running_worker
+from tests.redis_server import free_port
+
+
+def test_sync_client_enqueue_get_result_cancel(settings: Settings) -> None:
+    with Client(settings=settings) as c:
+        h = c.enqueue("add", [1, 2], queue="other", priority=7, max_retries=1, timeout=5)
+        assert h.id.startswith("other:") and h.status == TaskStatus.QUEUED and h.created
+        info = c.get(h.id)
+        assert (info.name, info.queue, info.priority, info.max_retries, info.timeout) == (
+            "add", "other", 7, 1, 5.0,
+        )  # fmt: skip
+        assert info.args == [1, 2] and info.attempt == 0 and info.status == TaskStatus.QUEUED
+        with pytest.raises(TimeoutError):
+            c.result(h.id, timeout=0.2)
+        assert c.cancel(h.id) is True
+        assert c.get(h.id).status == TaskStatus.CANCELLED
+        assert c.cancel(h.id) is False  # finished: said so, unchanged
+        with pytest.raises(Exception, match="cancelled"):
+            c.result(h.id, timeout=1)
+
+
+async def test_async_client_matches_sync(settings: Settings) -> None:
+    async with AsyncClient(settings=settings) as c:
+        h = await c.enqueue("add", [1, 2], kwargs=None, delay=timedelta(seconds=60))
+        info = await c.get(h.id)
+        assert info.status == TaskStatus.SCHEDULED and info.due_at is not None
+        assert await c.cancel(h.id) is True
+        assert (await c.get(h.id)).status == TaskStatus.CANCELLED
+
+
+def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> None:
+    with Client(settings=settings) as c:
+        items = [{"name": "add", "args": [i, i], "queue": "a" if i % 2 else "b"} for i in range(50)]
+        sent = []
+        orig = c.redis.pipeline
+
+        def counting_pipeline(*a, **k):  # type: ignore[no-untyped-def]
+            p = orig(*a, **k)
+            sent.append(p)
+            return p
+
+        c.redis.pipeline = counting_pipeline  # type: ignore[method-assign]
+        hs = c.enqueue_many(items)
+        assert len(sent) == 1
+        assert [h.queue for h in hs] == [("a" if i % 2 else "b") for i in range(50)]
+        assert [c.get(h.id).args for h in hs] == [[i, i] for i in range(50)]
+
+
+def test_bad_input_is_refused_before_sending(settings: Settings) -> None:
+    with Client(settings=settings) as c:
+        with pytest.raises(SerializationError, match="args must be JSON"):
+            c.enqueue("add", [object()])
+        with pytest.raises(InvalidRequest, match="priority"):
+            c.enqueue("add", [], priority=10)
+        with pytest.raises(InvalidRequest, match="queue"):
+            c.enqueue("add", [], queue="bad queue")
+        with pytest.raises(InvalidRequest, match="delay or eta"):
+            c.enqueue("add", [], delay=1, eta=datetime.now(UTC))
+        with pytest.raises(InvalidRequest, match="unknown enqueue field"):
+            c.enqueue_many([{"name": "add"}, {"name": "add", "bogus": 1}])
+        with pytest.raises(BadTaskId):
+            c.get("no-queue-part")
+        with pytest.raises(UnknownTask):
+            c.get("default:0000")
+    tiny = settings.model_copy(update={"max_payload_bytes": 20})
+    with Client(settings=tiny) as c, pytest.raises(PayloadTooLarge, match="DTQ_MAX_PAYLOAD_BYTES"):
+        c.enqueue("add", ["x" * 100])
+
+
+def test_unreachable_redis_is_one_clear_error(prefix: str) -> None:
+    s = make_settings(f"redis://127.0.0.1:{free_port()}/0", prefix)
+    with Client(settings=s) as c, pytest.raises(RedisUnavailable, match="Redis unreachable"):
+        c.enqueue("add", [1, 2])
+
+
+async def test_idempotency_key_returns_same_task(settings: Settings) -> None:
+    async with AsyncClient(settings=settings) as c:
+        h1 = await c.enqueue("add", [1, 2], idempotency_key="order-1")
+        h2 = await c.enqueue("add", [9, 9], idempotency_key="order-1")
+        assert h1.id == h2.id and h1.created and not h2.created
+        many = await c.enqueue_many([{"name": "add", "idempotency_key": "order-1"}])
+        assert many[0].id == h1.id
+
+
+async def test_typed_shortcut_uses_task_defaults(settings: Settings) -> None:
+    app.configure(settings)
+    async with running_worker(app, settings):
+        h = await add.aenqueue(2, b=5)
+        assert await app.async_client().result(h.id, timeout=10) == 7
+        info = await app.async_client().get(h.id)
+        assert info.args == [2] and info.kwargs == {"b": 5} and info.name == "add"
+    await app.async_client().close()
+
+
+def test_sync_shortcut_and_result(settings: Settings) -> None:
+    app.configure(settings)
+    h = add.enqueue(3, 4)
+    assert app.client().get(h.id).status == TaskStatus.QUEUED
+    app.client().close()

@@ -1,0 +1,151 @@
+"""Worker behaviour with an in-process worker: results, retries, Fail/Retry, timeouts, delays."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis
+
+from dtq import AsyncClient, Settings, TaskFailed, TaskStatus
+from dtq.keys import Keys, split_task_id
+from tests.apps.basic import app
+from tests.conftest import make_settings, running_worker
+
+
+async def test_retries_until_success(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue("flaky", [2])
+        assert await c.result(h.id, timeout=15) == 3
+        info = await c.get(h.id)
+        assert info.attempt == 3 and info.retries == 2 and info.status == TaskStatus.SUCCEEDED
+        assert info.error is None
+
+
+async def test_retries_spent_ends_failed_in_dlq(settings: Settings, r: redis.Redis) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue("always_fails")
+        with pytest.raises(TaskFailed, match="RuntimeError: always"):
+            await c.result(h.id, timeout=15)
+        info = await c.get(h.id)
+        assert info.status == TaskStatus.FAILED and info.attempt == 3 and info.retries == 3
+        q, tid = split_task_id(h.id)
+        assert r.zscore(Keys(settings.key_prefix).queue(q).dlq, tid) is not None
+
+
+async def test_fail_ends_without_retry(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue("fail_now")
+        with pytest.raises(TaskFailed, match="permanent problem"):
+            await c.result(h.id, timeout=10)
+        assert (await c.get(h.id)).attempt == 1
+
+
+async def test_retry_with_delay(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        t0 = time.monotonic()
+        h = await c.enqueue("retry_later", [0.6])
+        assert await c.result(h.id, timeout=15) == 2
+        assert time.monotonic() - t0 >= 0.6
+
+
+async def test_async_timeout_cancels_and_fails(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        t0 = time.monotonic()
+        h = await c.enqueue("slow")
+        with pytest.raises(TaskFailed, match=r"timed out after 0\.3s"):
+            await c.result(h.id, timeout=10)
+        assert time.monotonic() - t0 < 9  # cancelled, not waited out
+
+
+async def test_unstorable_result_fails_without_retry(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue("bad_result")
+        with pytest.raises(TaskFailed, match="unstorable result"):
+            await c.result(h.id, timeout=10)
+        assert (await c.get(h.id)).attempt == 1
+
+
+async def test_oversized_result_fails(redis_server: object, prefix: str) -> None:
+    s = make_settings(redis_server.url, prefix, max_result_bytes=10)  # type: ignore[attr-defined]
+    async with running_worker(app, s), AsyncClient(settings=s, app=app) as c:
+        h = await c.enqueue("record", ["x" * 50])
+        with pytest.raises(TaskFailed, match="DTQ_MAX_RESULT_BYTES"):
+            await c.result(h.id, timeout=10)
+
+
+async def test_unknown_task_fails_clearly(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings) as c:
+        h = await c.enqueue("no.such.task")
+        with pytest.raises(TaskFailed, match=r"unknown task 'no\.such\.task'"):
+            await c.result(h.id, timeout=10)
+
+
+async def test_delay_and_eta(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        t0 = time.time()
+        h = await c.enqueue("add", [1, 1], delay=0.5)
+        assert (await c.get(h.id)).status == TaskStatus.SCHEDULED
+        assert await c.result(h.id, timeout=10) == 2
+        started = (await c.get(h.id)).started_at
+        assert started is not None and started.timestamp() >= t0 + 0.45
+
+
+async def test_priority_order_with_concurrency_one(redis_server: object, prefix: str) -> None:
+    s = make_settings(redis_server.url, prefix, worker_concurrency=1)  # type: ignore[attr-defined]
+    async with AsyncClient(settings=s, app=app) as c:
+        items = [
+            {"name": "record", "args": [f"p{p}-{i}"], "priority": p}
+            for i in range(3)
+            for p in (0, 5, 9)
+        ]
+        handles = await c.enqueue_many(items)
+        async with running_worker(app, s):
+            for h in handles:
+                await c.result(h.id, timeout=15)
+        starts = c.redis.lrange(f"{prefix}:test:starts", 0, -1)
+        tags = [x.split("|")[3] for x in await starts]
+        assert [t.split("-")[0] for t in tags] == ["p9"] * 3 + ["p5"] * 3 + ["p0"] * 3
+        # FIFO inside a band.
+        assert tags[:3] == ["p9-0", "p9-1", "p9-2"]
+
+
+async def test_concurrency_bounds_inflight(redis_server: object, prefix: str) -> None:
+    s = make_settings(redis_server.url, prefix, worker_concurrency=3)  # type: ignore[attr-defined]
+    async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
+        hs = await c.enqueue_many([{"name": "sleep", "args": [0.3]} for _ in range(9)])
+        peak = 0
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            peak = max(peak, len(w.inflight))
+            infos = [await c.get(h.id) for h in hs]
+            if all(i.status == TaskStatus.SUCCEEDED for i in infos):
+                break
+            await asyncio.sleep(0.02)
+        assert peak == 3
+
+
+async def test_graceful_stop_finishes_running_tasks(settings: Settings) -> None:
+    async with AsyncClient(settings=settings, app=app) as c:
+        async with running_worker(app, settings):
+            h = await c.enqueue("sleep", [0.5])
+            for _ in range(200):
+                if (await c.get(h.id)).status == TaskStatus.RUNNING:
+                    break
+                await asyncio.sleep(0.01)
+        # running_worker stops the worker on exit: the drain let the task finish.
+        info = await c.get(h.id)
+        assert info.status == TaskStatus.SUCCEEDED and info.attempt == 1
+
+
+async def test_events_are_recorded(settings: Settings, r: redis.Redis) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue("flaky", [1])
+        await c.result(h.id, timeout=10)
+    q, tid = split_task_id(h.id)
+    events = r.xrange(Keys(settings.key_prefix).queue(q).events)
+    types = [f["type"] for _, f in events if f["tid"] == tid]
+    assert types == ["enqueued", "started", "retried", "promoted", "started", "succeeded"]
+    wev = [f["type"] for _, f in r.xrange(Keys(settings.key_prefix).worker_events)]
+    assert "worker_started" in wev and "worker_stopped" in wev
