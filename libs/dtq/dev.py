@@ -1,0 +1,181 @@
+"""``dtq dev``: the whole system on one machine with no setup.
+
+Starts a private ``redis-server`` on a free port when one is installed, or an in-process
+fakeredis server otherwise (saying so); with ``DTQ_REDIS_URL`` set it uses that Redis instead.
+Then it starts a worker process running the example tasks shipped in :mod:`dtq.examples`,
+enqueues a mix of work, shows what happened to each task, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from dtq.client import Client
+from dtq.errors import DtqError
+from dtq.models import TaskHandle, TaskStatus
+from dtq.settings import load_settings
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ping(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
+                raise DtqError(f"the Redis at {url} did not come up") from None
+            time.sleep(0.05)
+
+
+@contextmanager
+def redis_for_dev(say: Any) -> Iterator[str]:
+    """Yield a Redis URL: DTQ_REDIS_URL, a private redis-server, or a fakeredis server."""
+    if os.environ.get("DTQ_REDIS_URL"):
+        url = os.environ["DTQ_REDIS_URL"]
+        say(f"using DTQ_REDIS_URL={url}")
+        _wait_ping(url)
+        yield url
+        return
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    exe = shutil.which("redis-server")
+    if exe:
+        tmp = tempfile.mkdtemp(prefix="dtq-dev-")
+        proc = subprocess.Popen(
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+             "no", "--dir", tmp],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            _wait_ping(url, proc)
+            say(f"started a private redis-server on {url}")
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    from fakeredis import TcpFakeServer
+
+    say("redis-server is not installed: using an in-process fakeredis server instead")
+    server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
+    import threading
+
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        _wait_ping(url)
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _mix(c: Client) -> list[tuple[str, TaskHandle]]:
+    out: list[tuple[str, TaskHandle]] = []
+    for i in range(3):
+        out.append((f"add {i}+{i}", c.enqueue("examples.add", [i, i])))
+    for name in ("cat.png", "dog.png"):
+        out.append((f"resize {name} (sync, p2)", c.enqueue("examples.resize", [name, 640])))
+    out.append(("urgent (p9)", c.enqueue("examples.urgent", ["pay the invoice"])))
+    out.append(("add 20+22, delayed 2s", c.enqueue("examples.add", [20, 22], delay=2)))
+    out.append(("flaky: fails twice, retries", c.enqueue("examples.flaky", [3])))
+    out.append(("reject: dtq.Fail -> DLQ", c.enqueue("examples.reject", ["A-17"])))
+    bulk = c.enqueue_many([{"name": "examples.add", "args": [i, 100]} for i in range(5)])
+    out += [(f"bulk add {i}+100", h) for i, h in enumerate(bulk)]
+    return out
+
+
+def _table(c: Client, handles: list[tuple[str, TaskHandle]]) -> str:
+    rows = [("task", "status", "attempts", "result / error")]
+    for label, h in handles:
+        info = c.get(h.id)
+        detail = repr(info.result) if info.status == TaskStatus.SUCCEEDED else (info.error or "")
+        rows.append((label, info.status.value, str(info.attempt), detail[:60]))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run(keep: bool = False, timeout: float = 60.0) -> int:
+    def say(msg: str) -> None:
+        print(f"dtq dev: {msg}", flush=True)
+
+    with redis_for_dev(say) as url:
+        env = {
+            **os.environ,
+            "DTQ_REDIS_URL": url,
+            "DTQ_RETRY_BACKOFF_S": os.environ.get("DTQ_RETRY_BACKOFF_S", "0.5"),
+            "DTQ_HEARTBEAT_INTERVAL_S": os.environ.get("DTQ_HEARTBEAT_INTERVAL_S", "1"),
+            "DTQ_VISIBILITY_TIMEOUT_S": os.environ.get("DTQ_VISIBILITY_TIMEOUT_S", "10"),
+        }
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dtq_worker", "dtq.examples:app", "--concurrency", "8"],
+            env=env,
+        )
+        say(f"started a worker (pid {worker.pid}) running dtq.examples")
+        try:
+            settings = load_settings(redis_url=url)
+            with Client(settings=settings) as c:
+                handles = _mix(c)
+                say(f"enqueued {len(handles)} tasks; waiting for them to finish")
+                deadline = time.monotonic() + timeout
+                for _, h in handles:
+                    with contextlib.suppress(DtqError):  # a failed task is part of the show
+                        c.result(h.id, timeout=max(0.1, deadline - time.monotonic()))
+                print(_table(c, handles), flush=True)
+                ok = all(c.get(h.id).status.terminal for _, h in handles)
+                if keep:
+                    say(f"Redis at {url}; worker running. Ctrl-C to stop.")
+                    try:
+                        while worker.poll() is None:
+                            time.sleep(0.5)
+                    except KeyboardInterrupt:
+                        pass
+            return 0 if ok else 1
+        finally:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                try:
+                    worker.wait(30)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+            say("stopped the worker" + ("" if os.environ.get("DTQ_REDIS_URL") else " and Redis"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="dtq dev", description=__doc__.splitlines()[0])
+    p.add_argument("--keep", action="store_true", help="keep Redis and the worker running")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the tasks")
+    args = p.parse_args(argv)
+    try:
+        sys.exit(run(keep=args.keep, timeout=args.timeout))
+    except DtqError as exc:
+        print(f"dtq dev: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
