@@ -26,7 +26,7 @@ test-fast: install
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
 demo: install
-	$(BIN)/dtq dev
+	$(BIN)/python -m dtq.dev
 
 bench: install
 	$(BIN)/dtq bench
