@@ -8,7 +8,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
 
 if TYPE_CHECKING:

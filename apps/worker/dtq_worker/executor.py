@@ -14,7 +14,6 @@ from dtq import codec
 from dtq import scripts as sc
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
-
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Run, StopReason
 

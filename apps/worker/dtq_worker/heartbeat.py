@@ -10,7 +10,6 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
-
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
 

@@ -20,7 +20,6 @@ from dtq import logs
 from dtq.app import App
 from dtq.errors import ConfigError, DtqError
 from dtq.settings import load_settings
-
 from dtq_worker.worker import EXIT_CONFIG, EXIT_REDIS_LOST, Worker
 
 log = logging.getLogger("dtq.worker")

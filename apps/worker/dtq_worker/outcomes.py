@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-
 from dtq_worker.batcher import Batcher
 from dtq_worker.faults import Backoff, is_transient
 

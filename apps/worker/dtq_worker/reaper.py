@@ -7,7 +7,6 @@ import random
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
-
 from dtq_worker.faults import is_nogroup
 
 if TYPE_CHECKING:

@@ -20,13 +20,13 @@ from typing import Any
 
 import redis.asyncio as aredis
 import redis.exceptions as rex
+
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.errors import SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
-
 from dtq_worker.consumer import Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
