@@ -1,0 +1,1039 @@
+"""Operator operations on a dtq deployment: the one implementation behind the CLI and the API.
+
+Everything here reads or changes Redis through the key layout in :mod:`dtq.keys` and, for every
+change that must be atomic, a Lua script (``lua/purge.lua``, ``lua/dlq_requeue.lua``,
+``lua/dlq_discard.lua``; the cancel transition is the SDK's). The ``dtq`` CLI runs these
+coroutines with :func:`asyncio.run`; ``dtq-api`` awaits them directly.
+
+Costs worth knowing:
+
+* :meth:`Admin.list_queues` is a fixed handful of commands per queue (pipelined), whatever
+  the queue lengths.
+* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (no secondary index exists), so
+  one page costs O(keys scanned), not O(page). A status filter on ``failed`` or ``scheduled``
+  with a queue uses the dead-letter/schedule zsets instead. Pages are cursor based;
+  as with any ``SCAN``, a task may appear twice across pages while Redis rehashes, and
+  records created during the walk may or may not be seen.
+* Purge and bulk requeue/discard run in bounded batches (one short script call per batch), so
+  Redis is never blocked for long and progress can be reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from dtq import scripts as sc
+from dtq.client import CANCEL_REASON, AsyncClient
+from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
+from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
+from dtq.models import TaskInfo, TaskStatus
+from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
+
+BATCH = 500
+"""Tasks handled per script call by purge and bulk dead-letter operations."""
+MAX_PAGE = 1000
+HISTORY_SCAN = 20_000
+"""Most event-stream entries read to build one task's history."""
+RETRYABLE = ("failed", "cancelled", "expired")
+
+Progress = Callable[[int], None]
+
+
+class UnknownQueue(DtqError, LookupError):
+    """No queue of that name has ever been used under this prefix."""
+
+
+class Conflict(DtqError):
+    """The task is not in a state that allows the operation (e.g. retrying a running task)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# --- script calls ----------------------------------------------------------------------------
+
+
+def purge_call(qk: QueueKeys, limit: int, events_maxlen: int) -> sc.Call:
+    return sc.Call(
+        "purge",
+        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base],
+        [GROUP, limit, events_maxlen, qk.done_base],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeBatch:
+    queued: int
+    scheduled: int
+    more: bool
+
+
+def parse_purge(raw: list[Any]) -> PurgeBatch:
+    return PurgeBatch(int(raw[0]), int(raw[1]), int(raw[2]) == 1)
+
+
+def dlq_requeue_call(
+    qk: QueueKeys,
+    tids: Sequence[str],
+    *,
+    events_maxlen: int,
+    max_retries: int | None = None,
+    allowed: Sequence[str] = ("failed",),
+) -> sc.Call:
+    return sc.Call(
+        "dlq_requeue",
+        [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base],
+        [
+            events_maxlen,
+            "" if max_retries is None else max_retries,
+            ",".join(allowed),
+            len(tids),
+            *tids,
+        ],
+    )
+
+
+def dlq_discard_call(qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int) -> sc.Call:
+    return sc.Call(
+        "dlq_discard",
+        [qk.dlq, qk.events, qk.task_base, qk.idem_base],
+        [events_maxlen, len(tids), *tids],
+    )
+
+
+# --- views -----------------------------------------------------------------------------------
+
+
+def _iso(ms: float | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue as an operator sees it."""
+
+    name: str
+    depth: dict[int, int]
+    """Waiting (queued, not yet taken) tasks per priority band."""
+    scheduled: int
+    running: int
+    """Entries taken by a worker and not yet finished (the group's pending list)."""
+    dlq: int
+    paused: bool
+    oldest_waiting_age_s: float | None
+    """Age of the oldest waiting entry (since it became ready to run), None when none waits."""
+
+    @property
+    def queued(self) -> int:
+        return sum(self.depth.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["depth"] = {str(p): n for p, n in self.depth.items()}
+        d["queued"] = self.queued
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker's last heartbeat and the observer's verdict on its liveness."""
+
+    worker_id: str
+    live: bool
+    last_heartbeat_ms: int
+    heartbeat_age_s: float
+    heartbeat_interval_s: float | None
+    status: str
+    hostname: str = ""
+    pid: int | None = None
+    queues: list[str] = field(default_factory=list)
+    active_tasks: int = 0
+    concurrency: int | None = None
+    tasks_processed: int = 0
+    tasks_failed: int = 0
+    tasks_retried: int = 0
+    started_at: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        return not self.live
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stale"] = self.stale
+        d["last_heartbeat"] = _iso(self.last_heartbeat_ms)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One lifecycle event from a queue's event stream or the workers' stream."""
+
+    stream: str
+    """``<queue>`` for task events, ``@workers`` for worker events."""
+    id: str
+    ts_ms: int
+    type: str
+    task_id: str | None
+    queue: str | None
+    attempt: int | None
+    worker: str | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ts"] = _iso(self.ts_ms)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    task_id: str
+    queue: str
+    name: str
+    failed_at: str | None
+    attempt: int
+    retries: int
+    max_retries: int
+    error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of results and the cursor of the next (None on the last page)."""
+
+    items: list[Any]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """Counts of a bulk operation: how many changed, how many were skipped (and why)."""
+
+    done: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"done": self.done, "skipped": dict(self.skipped)}
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTask:
+    task_id: str
+    queue: str
+    name: str
+    due_at: str | None
+    kind: str  # "delayed" | "retry"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _glob_escape(s: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
+
+
+def _check_queue_name(name: str) -> None:
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
+
+
+def _id_ms(entry_id: str) -> int:
+    return int(entry_id.split("-", 1)[0])
+
+
+def _chunks(items: Sequence[str], n: int) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+class Admin:
+    """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""
+
+    def __init__(
+        self, settings: Settings | None = None, *, redis_client: aredis.Redis | None = None
+    ) -> None:
+        self.settings = settings or load_settings()
+        self.keys = Keys(self.settings.key_prefix)
+        self.redis: aredis.Redis = redis_client or aredis.Redis.from_url(
+            self.settings.redis_url, decode_responses=True
+        )
+        # redis-py's command stubs are unions of bytes/str; this client decodes to str.
+        self._r: Any = self.redis
+        self.client = AsyncClient(settings=self.settings, redis_client=self.redis)
+        self.scripts = sc.AsyncScripts(self.redis)
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+    async def ping(self) -> None:
+        """Raise :class:`dtq.RedisUnavailable` unless Redis answers."""
+        try:
+            await self._r.ping()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+
+    async def _run(self, call: sc.Call) -> Any:
+        try:
+            return await self.scripts.run(call)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+
+    # --- queues ----------------------------------------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        """Queues seen under this prefix (enqueued to, or consumed by a known worker)."""
+        names: set[str] = set(await self._r.smembers(self.keys.queues))
+        for w in await self.list_workers():
+            names.update(w.queues)
+        return sorted(n for n in names if QUEUE_NAME_RE.match(n))
+
+    async def _queue_exists(self, name: str) -> bool:
+        _check_queue_name(name)
+        if await self._r.sismember(self.keys.queues, name):
+            return True
+        return name in await self.queue_names()
+
+    async def _require_queue(self, name: str) -> QueueKeys:
+        if not await self._queue_exists(name):
+            raise UnknownQueue(f"no queue named {name!r}")
+        return self.keys.queue(name)
+
+    async def list_queues(self) -> list[QueueInfo]:
+        """Every known queue with its depth per priority, schedule, running, dead letters."""
+        names = await self.queue_names()
+        return [await self._queue_info(n) for n in names]
+
+    async def get_queue(self, name: str) -> QueueInfo:
+        await self._require_queue(name)
+        return await self._queue_info(name)
+
+    async def _queue_info(self, name: str) -> QueueInfo:
+        qk = self.keys.queue(name)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for p in PRIORITIES:
+                pipe.xlen(qk.stream(p))
+                pipe.xinfo_groups(qk.stream(p))
+            pipe.zcard(qk.sched)
+            pipe.zcard(qk.dlq)
+            pipe.exists(qk.paused)
+            pipe.time()
+            raw = await pipe.execute(raise_on_error=False)
+        depth: dict[int, int] = {}
+        running = 0
+        starts: dict[int, str] = {}
+        for i, p in enumerate(PRIORITIES):
+            length, groups = raw[2 * i], raw[2 * i + 1]
+            if isinstance(length, Exception):
+                raise length
+            pending, start = 0, "-"
+            if not isinstance(groups, Exception):
+                for g in groups:
+                    if g.get("name") == GROUP:
+                        pending = int(g.get("pending", 0))
+                        start = "(" + str(g.get("last-delivered-id"))
+            depth[p] = max(0, int(length) - pending)
+            running += pending
+            if depth[p]:
+                starts[p] = start
+        scheduled, dlq, paused, now = raw[20], raw[21], raw[22], raw[23]
+        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        oldest: float | None = None
+        if starts:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for p, start in starts.items():
+                    pipe.xrange(qk.stream(p), min=start, max="+", count=1)
+                firsts = await pipe.execute()
+            for entries in firsts:
+                if entries:
+                    age = max(0.0, (now_ms - _id_ms(entries[0][0])) / 1000)
+                    oldest = age if oldest is None else max(oldest, age)
+        return QueueInfo(
+            name=name,
+            depth=depth,
+            scheduled=int(scheduled),
+            running=running,
+            dlq=int(dlq),
+            paused=bool(paused),
+            oldest_waiting_age_s=oldest,
+        )
+
+    async def _queue_event(self, qk: QueueKeys, etype: str, detail: str = "") -> None:
+        if self.settings.events_maxlen > 0:
+            await self._r.xadd(
+                qk.events,
+                {"type": etype, "tid": "", "attempt": "", "worker": "", "detail": detail},
+                maxlen=self.settings.events_maxlen,
+                approximate=True,
+            )
+
+    async def pause(self, name: str) -> bool:
+        """Stop workers taking from the queue (running tasks finish). True if it changed."""
+        qk = await self._require_queue(name)
+        changed = bool(await self._r.set(qk.paused, str(int(time.time() * 1000)), nx=True))
+        if changed:
+            await self._queue_event(qk, "paused")
+        return changed
+
+    async def resume(self, name: str) -> bool:
+        """Let workers take from the queue again. True if it was paused."""
+        qk = await self._require_queue(name)
+        changed = bool(await self._r.delete(qk.paused))
+        if changed:
+            await self._queue_event(qk, "resumed")
+        return changed
+
+    async def purge(
+        self, name: str, *, batch: int = BATCH, progress: Progress | None = None
+    ) -> BulkResult:
+        """Delete the queue's waiting tasks (queued and scheduled), in bounded batches.
+
+        Running tasks finish normally; finished records and dead letters stay.
+        """
+        qk = await self._require_queue(name)
+        queued = scheduled = 0
+        while True:
+            res = parse_purge(await self._run(purge_call(qk, batch, self.settings.events_maxlen)))
+            queued += res.queued
+            scheduled += res.scheduled
+            if progress is not None:
+                progress(res.queued + res.scheduled)
+            if not res.more:
+                break
+        return BulkResult(queued + scheduled, {"queued": queued, "scheduled": scheduled})
+
+    # --- tasks -----------------------------------------------------------------------------
+
+    async def get_task(self, task_id: str, *, history: bool = False) -> dict[str, Any]:
+        """The task's fields (as :class:`dtq.TaskInfo` names them), optionally its history."""
+        info = await self.client.get(task_id)
+        d = info.to_dict()
+        queue, tid = split_task_id(task_id)
+        extra = await self._r.hmget(self.keys.queue(queue).task(tid), ["requeues"])
+        d["requeues"] = int(extra[0] or 0)
+        if history:
+            d["history"] = [e.to_dict() for e in await self.task_history(task_id)]
+        return d
+
+    async def task_history(self, task_id: str, limit: int = HISTORY_SCAN) -> list[Event]:
+        """The task's lifecycle events still in its queue's capped event stream, oldest first.
+
+        Reads the stream newest first, at most ``limit`` entries.
+        """
+        queue, tid = split_task_id(task_id)
+        key = self.keys.queue(queue).events
+        found: list[Event] = []
+        upper = "+"
+        read = 0
+        while read < limit:
+            chunk = await self._r.xrevrange(key, max=upper, min="-", count=1000)
+            if not chunk:
+                break
+            for eid, fields in chunk:
+                if fields.get("tid") == tid:
+                    found.append(self._event(queue, eid, fields))
+            read += len(chunk)
+            upper = "(" + chunk[-1][0]
+            if found and found[-1].type == "enqueued":
+                break
+        found.reverse()
+        return found
+
+    async def list_tasks(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Tasks matching all given filters, about ``limit`` per page (see the module doc)."""
+        if queue is not None:
+            _check_queue_name(queue)
+        if status is not None and status not in TaskStatus._value2member_map_:
+            raise InvalidRequest(
+                f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
+            )
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        if queue is not None and status in ("failed", "scheduled"):
+            return await self._list_zset(queue, status, name, cursor, limit)
+        scan_cursor, skip = self._parse_cursor(cursor)
+        if queue is not None:
+            match = _glob_escape(self.keys.queue(queue).task_base) + "*"
+        else:
+            p = _glob_escape(self.keys.prefix)
+            match = f"{p}:{{{p}:*}}:t:*"
+        items: list[TaskInfo] = []
+        while True:
+            nxt, keys = await self._r.scan(int(scan_cursor), match=match, count=1000)
+            matched = await self._filter_records(keys, status, name)
+            take = matched[skip:]
+            room = limit - len(items)
+            if len(take) > room:
+                items.extend(take[:room])
+                next_cursor: str | None = f"{scan_cursor}.{skip + room}"
+                break
+            items.extend(take)
+            skip = 0
+            scan_cursor = str(nxt)
+            if int(nxt) == 0:
+                next_cursor = None
+                break
+            if len(items) >= limit:
+                next_cursor = f"{nxt}.0"
+                break
+        return Page([t.to_dict() for t in items], next_cursor)
+
+    @staticmethod
+    def _parse_cursor(cursor: str | None) -> tuple[str, int]:
+        if not cursor:
+            return "0", 0
+        head, _, tail = cursor.partition(".")
+        if not head.isdigit() or (tail and not tail.isdigit()):
+            raise InvalidRequest(f"bad cursor {cursor!r}")
+        return head, int(tail or 0)
+
+    async def _filter_records(
+        self, keys: Sequence[str], status: str | None, name: str | None
+    ) -> list[TaskInfo]:
+        if not keys:
+            return []
+        async with self._r.pipeline(transaction=False) as pipe:
+            for k in keys:
+                pipe.hgetall(k)
+            recs = await pipe.execute()
+        out: list[TaskInfo] = []
+        for k, rec in zip(keys, recs, strict=True):
+            if not rec or "status" not in rec:
+                continue
+            if status is not None and rec["status"] != status:
+                continue
+            if name is not None and rec.get("name") != name:
+                continue
+            info = self._info_from_key(k, rec)
+            if info is not None:
+                out.append(info)
+        out.sort(key=lambda t: t.id)
+        return out
+
+    def _info_from_key(self, key: str, rec: dict[str, str]) -> TaskInfo | None:
+        # key = P:{P:queue}:t:<tid>
+        head, sep, tid = key.rpartition(":t:")
+        start = head.find("{" + self.keys.prefix + ":")
+        if not sep or start < 0 or not head.endswith("}"):
+            return None
+        queue = head[start + len(self.keys.prefix) + 2 : -1]
+        try:
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec)
+        except (ValueError, KeyError):
+            return None
+
+    async def _list_zset(
+        self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
+    ) -> Page:
+        qk = self.keys.queue(queue)
+        key = qk.dlq if status == "failed" else qk.sched
+        offset = self._parse_cursor(cursor)[0] if cursor else "0"
+        start = int(offset)
+        items: list[dict[str, Any]] = []
+        pos = start
+        while len(items) < limit:
+            tids = await self._r.zrange(key, pos, pos + 499)
+            if not tids:
+                pos = -1
+                break
+            for i, tid in enumerate(tids):
+                rec = await self._r.hgetall(qk.task(tid))
+                if rec and rec.get("status") == status and name in (None, rec.get("name")):
+                    items.append(
+                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec).to_dict()
+                    )
+                    if len(items) >= limit:
+                        pos = pos + i + 1
+                        break
+            else:
+                pos += len(tids)
+                continue
+            break
+        nxt = None if pos < 0 or pos >= await self._r.zcard(key) else str(pos)
+        return Page(items, nxt)
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        """Cancel through the SDK's transition; returns the outcome and the task's status."""
+        split_task_id(task_id)
+        call = self.client._cancel_call(task_id, CANCEL_REASON)
+        res = sc.parse_cancel(await self._run(call))
+        if res.outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        return {"id": task_id, "outcome": res.outcome, "status": res.status}
+
+    async def retry(self, task_id: str, *, max_retries: int | None = None) -> dict[str, Any]:
+        """Run a failed, cancelled or expired task again under the same id (keeps history)."""
+        queue, tid = split_task_id(task_id)
+        qk = self.keys.queue(queue)
+        res = await self._requeue(qk, [tid], max_retries, RETRYABLE)
+        outcome = res[0]
+        if outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        if outcome != "requeued":
+            raise Conflict(
+                f"task {task_id} is {outcome}; only {', '.join(RETRYABLE)} tasks can be retried",
+                outcome,
+            )
+        return {"id": task_id, "status": "queued"}
+
+    async def _requeue(
+        self,
+        qk: QueueKeys,
+        tids: Sequence[str],
+        max_retries: int | None,
+        allowed: Sequence[str] = ("failed",),
+    ) -> list[str]:
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise InvalidRequest("max_retries must be a non-negative integer")
+        call = dlq_requeue_call(
+            qk,
+            tids,
+            events_maxlen=self.settings.events_maxlen,
+            max_retries=max_retries,
+            allowed=allowed,
+        )
+        return sc.parse_strings(await self._run(call))
+
+    # --- dead letters ----------------------------------------------------------------------
+
+    async def dlq_list(
+        self,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        error: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Failed tasks, newest failure first, across queues (or one), with their last error.
+
+        The cursor is ``<queue index>.<offset>`` over the queues in name order.
+        """
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        queues = [queue] if queue is not None else await self.queue_names()
+        if queue is not None:
+            _check_queue_name(queue)
+        qi, off = self._parse_cursor(cursor)
+        qidx = int(qi)
+        items: list[DeadLetter] = []
+        while qidx < len(queues) and len(items) < limit:
+            letters, nxt = await self._dlq_scan(queues[qidx], off, name, error, limit - len(items))
+            items.extend(letters)
+            if nxt is None:
+                qidx, off = qidx + 1, 0
+            else:
+                off = nxt
+        next_cursor = f"{qidx}.{off}" if qidx < len(queues) else None
+        return Page([d.to_dict() for d in items], next_cursor)
+
+    async def _dlq_scan(
+        self, queue: str, offset: int, name: str | None, error: str | None, want: int
+    ) -> tuple[list[DeadLetter], int | None]:
+        """Dead letters of one queue from ``offset`` (newest first); returns the next offset."""
+        qk = self.keys.queue(queue)
+        out: list[DeadLetter] = []
+        pos = offset
+        while len(out) < want:
+            entries = await self._r.zrevrange(qk.dlq, pos, pos + 199, withscores=True)
+            if not entries:
+                return out, None
+            async with self._r.pipeline(transaction=False) as pipe:
+                for tid, _ in entries:
+                    pipe.hmget(qk.task(tid), ["name", "attempt", "retries", "maxr", "error"])
+                recs = await pipe.execute()
+            for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
+                if r[0] is None:
+                    continue  # record expired; retention removes the entry
+                if name is not None and r[0] != name:
+                    continue
+                if error is not None and error.lower() not in (r[4] or "").lower():
+                    continue
+                out.append(
+                    DeadLetter(
+                        task_id=make_task_id(queue, tid),
+                        queue=queue,
+                        name=r[0],
+                        failed_at=_iso(score),
+                        attempt=int(r[1] or 0),
+                        retries=int(r[2] or 0),
+                        max_retries=int(r[3] or 0),
+                        error=r[4],
+                    )
+                )
+                if len(out) >= want:
+                    return out, pos + i + 1
+            pos += len(entries)
+        return out, pos
+
+    async def _dlq_matching(
+        self, queue: str, name: str | None, error: str | None
+    ) -> AsyncIterator[list[str]]:
+        """Batches of dead-letter tids of one queue matching the filters (oldest first)."""
+        qk = self.keys.queue(queue)
+        pos = 0
+        while True:
+            tids: list[str] = await self._r.zrange(qk.dlq, pos, pos + BATCH - 1)
+            if not tids:
+                return
+            pos += len(tids)
+            if name is None and error is None:
+                yield tids
+                continue
+            async with self._r.pipeline(transaction=False) as pipe:
+                for tid in tids:
+                    pipe.hmget(qk.task(tid), ["name", "error"])
+                recs = await pipe.execute()
+            picked = [
+                tid
+                for tid, (n, e) in zip(tids, recs, strict=True)
+                if (name is None or n == name)
+                and (error is None or error.lower() in (e or "").lower())
+            ]
+            if picked:
+                yield picked
+
+    async def dlq_count(self, queue: str | None = None) -> int:
+        queues = [queue] if queue is not None else await self.queue_names()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.zcard(self.keys.queue(q).dlq)
+            return sum(int(x) for x in await pipe.execute())
+
+    async def dlq_requeue(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        error: str | None = None,
+        max_retries: int | None = None,
+        progress: Progress | None = None,
+    ) -> BulkResult:
+        """Requeue dead letters: the given ids, or all matching the filters (all when none).
+
+        Each keeps its id, record and history; ``max_retries`` sets a new retry budget.
+        """
+        return await self._dlq_bulk("requeue", task_ids, queue, name, error, max_retries, progress)
+
+    async def dlq_discard(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        error: str | None = None,
+        progress: Progress | None = None,
+    ) -> BulkResult:
+        """Delete dead letters for good: the given ids, or all matching the filters."""
+        return await self._dlq_bulk("discard", task_ids, queue, name, error, None, progress)
+
+    async def dlq_purge(self, queue: str | None = None, progress: Progress | None = None) -> int:
+        """Discard every dead letter of a queue (or of all queues); returns how many."""
+        return (await self.dlq_discard(queue=queue, progress=progress)).done
+
+    async def dlq_requeue_one(self, task_id: str, max_retries: int | None = None) -> None:
+        """Requeue one dead letter; UnknownTask / Conflict when it is not one."""
+        res = await self.dlq_requeue([task_id], max_retries=max_retries)
+        self._single(task_id, res)
+
+    async def dlq_discard_one(self, task_id: str) -> None:
+        res = await self.dlq_discard([task_id])
+        self._single(task_id, res)
+
+    @staticmethod
+    def _single(task_id: str, res: BulkResult) -> None:
+        if res.done == 1:
+            return
+        why = next(iter(res.skipped), "missing")
+        if why == "missing":
+            raise UnknownTask(f"no dead letter {task_id}")
+        raise Conflict(f"task {task_id} is {why}, not a dead letter", why)
+
+    async def _dlq_bulk(
+        self,
+        op: str,
+        task_ids: Sequence[str] | None,
+        queue: str | None,
+        name: str | None,
+        error: str | None,
+        max_retries: int | None,
+        progress: Progress | None,
+    ) -> BulkResult:
+        done = 0
+        skipped: dict[str, int] = {}
+
+        async def apply(qk: QueueKeys, tids: Sequence[str]) -> None:
+            nonlocal done
+            if op == "requeue":
+                outcomes = await self._requeue(qk, tids, max_retries)
+                ok = "requeued"
+            else:
+                call = dlq_discard_call(qk, tids, events_maxlen=self.settings.events_maxlen)
+                outcomes = sc.parse_strings(await self._run(call))
+                ok = "discarded"
+            for o in outcomes:
+                if o == ok:
+                    done += 1
+                else:
+                    skipped[o] = skipped.get(o, 0) + 1
+            if progress is not None:
+                progress(len(tids))
+
+        if task_ids is not None:
+            by_queue: dict[str, list[str]] = {}
+            for task_id in task_ids:
+                q, tid = split_task_id(task_id)
+                by_queue.setdefault(q, []).append(tid)
+            for q, tids in by_queue.items():
+                _check_queue_name(q)
+                for chunk in _chunks(tids, BATCH):
+                    await apply(self.keys.queue(q), chunk)
+        else:
+            if queue is not None:
+                _check_queue_name(queue)
+            queues = [queue] if queue is not None else await self.queue_names()
+            for q in queues:
+                # The zset shrinks as tasks leave it, so collect first, then apply.
+                batches = [b async for b in self._dlq_matching(q, name, error)]
+                for b in batches:
+                    await apply(self.keys.queue(q), b)
+        return BulkResult(done, skipped)
+
+    # --- workers ---------------------------------------------------------------------------
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Known workers; live unless the last heartbeat is older than 3 heartbeat intervals.
+
+        A worker SIGKILLed stops heartbeating; its hash expires after 3 intervals and its
+        entry in ``P:workers`` then shows it stale (from the last heartbeat time there).
+        """
+        entries = await self._r.zrange(self.keys.workers, 0, -1, withscores=True)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for wid, _ in entries:
+                pipe.hgetall(self.keys.worker(wid))
+            hashes = await pipe.execute()
+        now_ms = time.time() * 1000
+        out: list[WorkerInfo] = []
+        for (wid, score), h in zip(entries, hashes, strict=True):
+            last = int(h.get("last_heartbeat") or score)
+            interval_ms = (
+                int(h["heartbeat_interval_ms"]) if h.get("heartbeat_interval_ms") else None
+            )
+            age_ms = max(0.0, now_ms - last)
+            live = bool(h) and interval_ms is not None and age_ms <= 3 * interval_ms
+            if h.get("status") == "stopped":
+                live = False
+            out.append(
+                WorkerInfo(
+                    worker_id=wid,
+                    live=live,
+                    last_heartbeat_ms=last,
+                    heartbeat_age_s=round(age_ms / 1000, 3),
+                    heartbeat_interval_s=None if interval_ms is None else interval_ms / 1000,
+                    status=h.get("status", "unknown") if live else "stale",
+                    hostname=h.get("hostname", ""),
+                    pid=int(h["pid"]) if h.get("pid") else None,
+                    queues=[q for q in h.get("queues", "").split(",") if q],
+                    active_tasks=int(h.get("active_tasks") or 0),
+                    concurrency=int(h["concurrency"]) if h.get("concurrency") else None,
+                    tasks_processed=int(h.get("tasks_processed") or 0),
+                    tasks_failed=int(h.get("tasks_failed") or 0),
+                    tasks_retried=int(h.get("tasks_retried") or 0),
+                    started_at=_iso(int(h["started_at"])) if h.get("started_at") else None,
+                )
+            )
+        return out
+
+    # --- schedules -------------------------------------------------------------------------
+
+    async def list_schedules(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Periodic schedules with their next fire times (from :mod:`dtq.schedules`)."""
+        try:
+            from dtq import schedules
+        except ImportError:  # pragma: no cover - the schedules feature is optional
+            return []
+        infos = await schedules.alist_schedules(self.client, queue)
+        return [i.to_dict() for i in infos]
+
+    async def list_scheduled(
+        self, queue: str | None = None, limit: int = 100
+    ) -> list[ScheduledTask]:
+        """Delayed tasks and retries waiting in the schedule, soonest first."""
+        queues = [queue] if queue is not None else await self.queue_names()
+        out: list[ScheduledTask] = []
+        for q in queues:
+            qk = self.keys.queue(q)
+            entries = await self._r.zrange(qk.sched, 0, limit - 1, withscores=True)
+            async with self._r.pipeline(transaction=False) as pipe:
+                for tid, _ in entries:
+                    pipe.hmget(qk.task(tid), ["name", "retries"])
+                recs = await pipe.execute()
+            for (tid, score), (nm, retries) in zip(entries, recs, strict=True):
+                out.append(
+                    ScheduledTask(
+                        task_id=make_task_id(q, tid),
+                        queue=q,
+                        name=nm or "",
+                        due_at=_iso(score),
+                        kind="retry" if int(retries or 0) > 0 else "delayed",
+                    )
+                )
+        out.sort(key=lambda s: s.due_at or "")
+        return out[:limit]
+
+    # --- events ----------------------------------------------------------------------------
+
+    def _event(self, stream: str, eid: str, f: dict[str, str]) -> Event:
+        if stream == "@workers":
+            return Event(
+                stream, eid, _id_ms(eid), f.get("type", ""), None, None, None,
+                f.get("worker") or None, f.get("detail", ""),
+            )  # fmt: skip
+        tid = f.get("tid") or ""
+        attempt = f.get("attempt") or ""
+        return Event(
+            stream=stream,
+            id=eid,
+            ts_ms=_id_ms(eid),
+            type=f.get("type", ""),
+            task_id=make_task_id(stream, tid) if tid else None,
+            queue=stream,
+            attempt=int(attempt) if attempt.isdigit() else None,
+            worker=f.get("worker") or None,
+            detail=f.get("detail", ""),
+        )
+
+    def _event_keys(self, queues: Sequence[str]) -> dict[str, str]:
+        keys = {self.keys.queue(q).events: q for q in queues}
+        keys[self.keys.worker_events] = "@workers"
+        return keys
+
+    async def recent_events(
+        self, *, queues: Sequence[str] | None = None, since_ms: int | None = None, limit: int = 1000
+    ) -> list[Event]:
+        """Events newer than ``since_ms`` (default: the last ``limit`` of each stream)."""
+        qs = list(queues) if queues is not None else await self.queue_names()
+        out: list[Event] = []
+        for key, stream in self._event_keys(qs).items():
+            lo = "-" if since_ms is None else str(since_ms)
+            entries = await self._r.xrevrange(key, max="+", min=lo, count=limit)
+            out.extend(self._event(stream, eid, f) for eid, f in entries)
+        out.sort(key=lambda e: (e.ts_ms, e.id))
+        return out
+
+    async def read_events(
+        self, cursors: dict[str, str] | None, *, block_ms: int = 5000, count: int = 500
+    ) -> tuple[list[Event], dict[str, str]]:
+        """Wait up to ``block_ms`` for new events on every queue's stream and the workers'.
+
+        ``cursors`` maps stream keys to the last id seen (None: start from now). Returns the
+        events and the cursors to pass next time; queues that appear later are picked up.
+        """
+        qs = await self.queue_names()
+        keys = self._event_keys(qs)
+        cur = dict(cursors or {})
+        fresh = cursors is None
+        for k in keys:
+            if k not in cur:
+                # A queue seen for the first time mid-stream is read from its start of now.
+                cur[k] = "$" if fresh else "0-0"
+        # "$" cannot be kept between calls: resolve it to the stream's last id.
+        for k, v in list(cur.items()):
+            if v == "$":
+                last = await self._r.xrevrange(k, count=1)
+                cur[k] = last[0][0] if last else "0-0"
+        res = await self._r.xread({k: cur[k] for k in keys}, count=count, block=block_ms or None)
+        events: list[Event] = []
+        for key, entries in res or []:
+            for eid, f in entries:
+                events.append(self._event(keys[key], eid, f))
+                cur[key] = eid
+        events.sort(key=lambda e: (e.ts_ms, e.id))
+        return events, cur
+
+    async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
+        """Finished runs per time bucket over the last ``window_s`` seconds, from the events.
+
+        Bounded by the event streams' caps (``DTQ_EVENTS_MAXLEN`` per queue).
+        """
+        if not 1 <= bucket_s <= window_s <= 86_400:
+            raise InvalidRequest("need 1 <= bucket_s <= window_s <= 86400")
+        now_ms = int(time.time() * 1000)
+        start = now_ms - window_s * 1000
+        start -= start % (bucket_s * 1000)
+        n = (now_ms - start) // (bucket_s * 1000) + 1
+        kinds = ("succeeded", "failed", "retried", "enqueued")
+        series = {k: [0] * n for k in kinds}
+        for q in await self.queue_names():
+            key = self.keys.queue(q).events
+            lo = str(start)
+            while True:
+                entries = await self._r.xrange(key, min=lo, max="+", count=5000)
+                for eid, f in entries:
+                    t = f.get("type")
+                    if t in series:
+                        series[t][(_id_ms(eid) - start) // (bucket_s * 1000)] += 1
+                if len(entries) < 5000:
+                    break
+                lo = "(" + entries[-1][0]
+        return {
+            "start": _iso(start),
+            "bucket_s": bucket_s,
+            "buckets": [_iso(start + i * bucket_s * 1000) for i in range(n)],
+            "series": series,
+        }
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if hasattr(obj, "to_dict"):
+        return dict(obj.to_dict())
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    return dict(vars(obj))
+
+
+def dumps(obj: Any) -> str:
+    """JSON for ``--json`` output and the API: dataclasses and datetimes handled."""
+
+    def default(o: Any) -> Any:
+        if hasattr(o, "to_dict"):
+            return o.to_dict()
+        if isinstance(o, datetime):
+            return o.isoformat()
+        return str(o)
+
+    return json.dumps(obj, default=default, indent=2)

@@ -1,0 +1,576 @@
+"""``dtq``: the admin command line. Every command goes through :mod:`dtq.admin` / the SDK.
+
+Human tables by default, ``--json`` for scripts (JSON on stdout; progress bars go to stderr).
+
+Exit codes:
+  0  the operation succeeded
+  1  the operation failed or found nothing (unknown task/queue, wrong state, declined prompt)
+  2  usage or configuration error (bad option, bad setting, invalid request)
+  3  Redis unreachable
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+import redis
+
+from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
+from dtq.settings import Settings, load_settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
+T = TypeVar("T")
+EPILOG = (
+    "Exit codes: 0 ok, 1 operation failed or not found, 2 usage/config error, 3 Redis unreachable."
+)
+
+
+class Failed(Exception):
+    """The operation did not happen; message printed, exit code 1."""
+
+
+def _settings(ctx: click.Context) -> Settings:
+    obj = ctx.find_root().obj or {}
+    overrides: dict[str, Any] = {}
+    if obj.get("redis_url"):
+        overrides["redis_url"] = obj["redis_url"]
+    if obj.get("prefix"):
+        overrides["key_prefix"] = obj["prefix"]
+    return load_settings(**overrides)
+
+
+def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
+    """Run one admin operation with a fresh connection."""
+    settings = _settings(click.get_current_context())
+
+    async def go() -> T:
+        async with Admin(settings) as admin:
+            await admin.ping()
+            return await fn(admin)
+
+    return asyncio.run(go())
+
+
+def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human()
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+    if not rows:
+        click.echo("(none)")
+        return
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _short_time(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _clip(text: str | None, n: int = 60) -> str:
+    if not text:
+        return ""
+    text = text.replace("\n", " ")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--redis-url", envvar="DTQ_REDIS_URL", help="Redis URL (DTQ_REDIS_URL).")
+@click.option("--prefix", envvar="DTQ_KEY_PREFIX", help="Key prefix (DTQ_KEY_PREFIX).")
+@click.pass_context
+def cli(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
+    """Operate a dtq deployment: tasks, queues, workers, dead letters, schedules."""
+    ctx.obj = {"redis_url": redis_url, "prefix": prefix}
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+def _json_arg(value: str | None, what: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint=what) from None
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("name")
+@click.option("--args", "args_json", help="Positional arguments as a JSON list, e.g. '[1, \"a\"]'.")
+@click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
+@click.option("--queue", "-q", help="Queue (default: 'default').")
+@click.option("--priority", "-p", type=click.IntRange(0, 9), help="0-9, 9 served first.")
+@click.option("--delay", type=float, help="Seconds to wait before it may run.")
+@click.option("--eta", help="ISO 8601 time (with zone) before which it does not run.")
+@click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
+@click.option("--timeout", type=float, help="Seconds a run may take.")
+@click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
+@json_option
+def enqueue(
+    name: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    queue: str | None,
+    priority: int | None,
+    delay: float | None,
+    eta: str | None,
+    max_retries: int | None,
+    timeout: float | None,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue task NAME."""
+    args = _json_arg(args_json, "--args")
+    kwargs = _json_arg(kwargs_json, "--kwargs")
+
+    async def go(a: Admin) -> Any:
+        return await a.client.enqueue(
+            name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
+            max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    h = _run(go)
+    data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
+    _emit(data, as_json, lambda: click.echo(f"{h.id} {h.status.value}"
+                                            + ("" if h.created else " (existing)")))  # fmt: skip
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("task_id")
+@click.option("--history/--no-history", default=True, help="Show the task's lifecycle events.")
+@json_option
+def task(task_id: str, history: bool, as_json: bool) -> None:
+    """Show one task: arguments, status, attempts, result or error, history."""
+    d = _run(lambda a: a.get_task(task_id, history=history))
+
+    def human() -> None:
+        for k in ("id", "name", "queue", "status", "priority", "attempt", "retries",
+                  "max_retries", "requeues", "worker_id", "enqueued_at", "started_at",
+                  "finished_at", "due_at"):  # fmt: skip
+            if d.get(k) not in (None, ""):
+                click.echo(f"{k:>12}: {d[k]}")
+        click.echo(f"{'args':>12}: {json.dumps(d['args'])}")
+        if d.get("kwargs"):
+            click.echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
+        if d.get("result") is not None:
+            click.echo(f"{'result':>12}: {json.dumps(d['result'])}")
+        if d.get("error"):
+            click.echo(f"{'error':>12}: {d['error']}")
+        if history:
+            click.echo("history:")
+            for e in d.get("history", []):
+                attempt = f" attempt {e['attempt']}" if e.get("attempt") else ""
+                worker = f" on {e['worker']}" if e.get("worker") else ""
+                detail = f" ({_clip(e['detail'])})" if e.get("detail") else ""
+                click.echo(f"  {_short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
+
+    _emit(d, as_json, human)
+
+
+@cli.command(epilog=EPILOG)
+@click.option("--queue", "-q", help="Only this queue.")
+@click.option("--status", "-s", help="Only this status (queued, running, failed, ...).")
+@click.option("--name", "-n", help="Only tasks of this name.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@json_option
+def tasks(
+    queue: str | None,
+    status: str | None,
+    name: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List tasks (a SCAN over task records: cost grows with the number kept)."""
+    page = _run(
+        lambda a: a.list_tasks(queue=queue, status=status, name=name, cursor=cursor, limit=limit)
+    )
+
+    def human() -> None:
+        rows = [
+            (t["id"], t["name"], t["status"], t["attempt"], _short_time(t["enqueued_at"]),
+             _clip(t["error"], 40))
+            for t in page.items
+        ]  # fmt: skip
+        _table(rows, ["id", "name", "status", "attempt", "enqueued", "error"])
+        if page.next_cursor:
+            click.echo(f"more: --cursor {page.next_cursor}")
+
+    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("task_id")
+@json_option
+def cancel(task_id: str, as_json: bool) -> None:
+    """Cancel a task (a running one is asked to stop)."""
+    d = _run(lambda a: a.cancel(task_id))
+    _emit(d, as_json, lambda: click.echo(f"{task_id}: {d['outcome']} ({d['status']})"))
+    if d["outcome"] == "unchanged":
+        raise Failed(f"task {task_id} already ended {d['status']}")
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("task_id")
+@click.option("--max-retries", type=click.IntRange(0), help="New retry budget.")
+@json_option
+def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
+    """Run a failed, cancelled or expired task again (same id, history kept)."""
+    d = _run(lambda a: a.retry(task_id, max_retries=max_retries))
+    _emit(d, as_json, lambda: click.echo(f"{task_id}: queued"))
+
+
+# --- queues ----------------------------------------------------------------------------------
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("name", required=False)
+@json_option
+def queues(name: str | None, as_json: bool) -> None:
+    """List queues: waiting per priority, scheduled, running, dead letters, paused."""
+    infos = _run(lambda a: a.list_queues()) if name is None else [_run(lambda a: a.get_queue(name))]
+
+    def human() -> None:
+        rows = []
+        for q in infos:
+            bands = " ".join(f"p{p}:{n}" for p, n in q.depth.items() if n) or "-"
+            rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq,
+                         "yes" if q.paused else "no", _age(q.oldest_waiting_age_s)))  # fmt: skip
+        _table(rows, ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused",
+                      "oldest"])  # fmt: skip
+
+    data: Any = [q.to_dict() for q in infos]
+    _emit(data if name is None else data[0], as_json, human)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("queue")
+@json_option
+def pause(queue: str, as_json: bool) -> None:
+    """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish."""
+    changed = _run(lambda a: a.pause(queue))
+    _emit({"queue": queue, "paused": True, "changed": changed}, as_json,
+          lambda: click.echo(f"{queue}: paused" + ("" if changed else " (already)")))  # fmt: skip
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("queue")
+@json_option
+def resume(queue: str, as_json: bool) -> None:
+    """Resume QUEUE."""
+    changed = _run(lambda a: a.resume(queue))
+    note = "" if changed else " (was not paused)"
+    _emit({"queue": queue, "paused": False, "changed": changed}, as_json,
+          lambda: click.echo(f"{queue}: resumed{note}"))  # fmt: skip
+
+
+def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
+              op: Callable[[Admin, Callable[[int], None]], Awaitable[T]]) -> T:  # fmt: skip
+    """Run a bulk operation with a progress bar on stderr."""
+
+    async def go(a: Admin) -> T:
+        total = await total_fn(a)
+        with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
+            return await op(a, bar.update)
+
+    return _run(go)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def purge(queue: str, yes: bool, as_json: bool) -> None:
+    """Delete every waiting (queued and scheduled) task of QUEUE. Running tasks finish."""
+    info = _run(lambda a: a.get_queue(queue))
+    if not yes:
+        click.confirm(
+            f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?",
+            abort=True,
+        )
+
+    async def total(a: Admin) -> int:
+        q = await a.get_queue(queue)
+        return q.queued + q.scheduled
+
+    res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p))
+    _emit({"queue": queue, **res.to_dict()}, as_json,
+          lambda: click.echo(f"{queue}: purged {res.done} tasks "
+                             f"({res.skipped['queued']} queued, "
+                             f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
+
+
+# --- workers, schedules ----------------------------------------------------------------------
+
+
+@cli.command(epilog=EPILOG)
+@json_option
+def workers(as_json: bool) -> None:
+    """List workers with heartbeat age; stale past 3 heartbeat intervals."""
+    infos = _run(lambda a: a.list_workers())
+
+    def human() -> None:
+        rows = [
+            (w.worker_id, "live" if w.live else "STALE", w.status, _age(w.heartbeat_age_s),
+             f"{w.active_tasks}/{w.concurrency or '?'}", ",".join(w.queues), w.hostname,
+             w.pid or "", w.tasks_processed, w.tasks_failed)
+            for w in infos
+        ]  # fmt: skip
+        _table(rows, ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host",
+                      "pid", "done", "failed"])  # fmt: skip
+
+    _emit([w.to_dict() for w in infos], as_json, human)
+
+
+@cli.command(epilog=EPILOG)
+@click.option("--queue", "-q", help="Only this queue's delayed tasks.")
+@json_option
+def schedules(queue: str | None, as_json: bool) -> None:
+    """List periodic schedules with their next fire times, and delayed tasks and retries."""
+
+    async def go(a: Admin) -> tuple[list[dict[str, Any]], list[Any]]:
+        return await a.list_schedules(queue), await a.list_scheduled(queue)
+
+    periodic, delayed = _run(go)
+
+    def human() -> None:
+        click.echo("periodic schedules:")
+        rows = [
+            (s["name"], s["queue"], s["task"],
+             s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
+             s.get("tz") or "", _short_time(s.get("next_fire_at")))
+            for s in periodic
+        ]  # fmt: skip
+        _table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
+        click.echo("delayed tasks and retries:")
+        _table([(d.task_id, d.name, d.kind, _short_time(d.due_at)) for d in delayed],
+               ["task", "name", "kind", "due"])  # fmt: skip
+
+    _emit({"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}, as_json,
+          human)  # fmt: skip
+
+
+# --- dead letters ----------------------------------------------------------------------------
+
+
+@cli.group(epilog=EPILOG)
+def dlq() -> None:
+    """Dead-letter queue: failed tasks. list, requeue, discard, purge."""
+
+
+def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--error", "-e", help="Only those whose last error contains this text.")(f)
+    f = click.option("--name", "-n", help="Only tasks of this name.")(f)
+    f = click.option("--queue", "-q", help="Only this queue.")(f)
+    return f
+
+
+@dlq.command("list", epilog=EPILOG)
+@_filters
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@json_option
+def dlq_list(
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List dead letters, newest failure first, with their last error."""
+    page = _run(
+        lambda a: a.dlq_list(queue=queue, name=name, error=error, cursor=cursor, limit=limit)
+    )
+
+    def human() -> None:
+        rows = [
+            (d["task_id"], d["name"], _short_time(d["failed_at"]), d["attempt"],
+             _clip(d["error"]))
+            for d in page.items
+        ]  # fmt: skip
+        _table(rows, ["task", "name", "failed", "attempts", "error"])
+        if page.next_cursor:
+            click.echo(f"more: --cursor {page.next_cursor}")
+
+    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+
+
+def _bulk(
+    verb: str,
+    ids: tuple[str, ...],
+    all_: bool,
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    yes: bool,
+    op: Callable[[Admin, list[str] | None, Callable[[int], None]], Awaitable[Any]],
+) -> Any:
+    if ids and (all_ or queue or name or error):
+        raise click.UsageError("give task ids, or filters/--all, not both")
+    if not ids and not (all_ or queue or name or error):
+        raise click.UsageError("give task ids, a filter (--queue/--name/--error) or --all")
+    if not ids and not yes:
+        what = " ".join(
+            f"{k}={v}" for k, v in (("queue", queue), ("name", name), ("error", error)) if v
+        )
+        click.confirm(f"{verb} every dead letter{' matching ' + what if what else ''}?",
+                      abort=True)  # fmt: skip
+
+    async def total(a: Admin) -> int:
+        return len(ids) if ids else await a.dlq_count(queue)
+
+    return _with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p))
+
+
+@dlq.command("requeue", epilog=EPILOG)
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
+@_filters
+@click.option("--max-retries", type=click.IntRange(0), help="Give the tasks a new retry budget.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def dlq_requeue(
+    ids: tuple[str, ...],
+    all_: bool,
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    max_retries: int | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Requeue dead letters: IDS, or all matching the filters. Ids and history are kept."""
+    res = _bulk(
+        "requeue", ids, all_, queue, name, error, yes,
+        lambda a, tids, p: a.dlq_requeue(tids, queue=queue, name=name, error=error,
+                                         max_retries=max_retries, progress=p),
+    )  # fmt: skip
+    _report("requeued", res, as_json)
+
+
+@dlq.command("discard", epilog=EPILOG)
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
+@_filters
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def dlq_discard(
+    ids: tuple[str, ...],
+    all_: bool,
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Delete dead letters for good: IDS, or all matching the filters."""
+    res = _bulk(
+        "discard", ids, all_, queue, name, error, yes,
+        lambda a, tids, p: a.dlq_discard(tids, queue=queue, name=name, error=error, progress=p),
+    )  # fmt: skip
+    _report("discarded", res, as_json)
+
+
+@dlq.command("purge", epilog=EPILOG)
+@click.option("--queue", "-q", help="Only this queue (default: every queue).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
+    """Delete every dead letter (of one queue, or all)."""
+    if not yes:
+        click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True)
+    n = _with_bar("purging", lambda a: a.dlq_count(queue),
+                  lambda a, p: a.dlq_purge(queue, progress=p))  # fmt: skip
+    _emit({"discarded": n}, as_json, lambda: click.echo(f"discarded {n} dead letters"))
+
+
+def _report(verb: str, res: Any, as_json: bool) -> None:
+    def human() -> None:
+        skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
+        click.echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
+
+    _emit(res.to_dict(), as_json, human)
+    if res.done == 0 and res.skipped:
+        raise Failed(f"nothing {verb}")
+
+
+# --- dev, bench ------------------------------------------------------------------------------
+
+PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def dev(argv: tuple[str, ...]) -> None:
+    """Run Redis, a worker, the API and demo tasks on this machine (see `dtq dev --help`)."""
+    from dtq.dev import main as dev_main
+
+    dev_main(list(argv))
+
+
+@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def bench(argv: tuple[str, ...]) -> None:
+    """Run the benchmarks (see `dtq bench --help`)."""
+    from dtq.benchmark import main as bench_main  # type: ignore[attr-defined]
+
+    bench_main(list(argv))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: maps errors to the documented exit codes."""
+    try:
+        rv = cli.main(args=argv, prog_name="dtq", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_FAILED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (ConfigError, InvalidRequest) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_REDIS)
+    except (UnknownTask, UnknownQueue, Conflict, Failed, DtqError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+-- dlq_discard.lua: delete failed tasks for good: their record, idempotency key and place in the
+-- dead-letter queue. A task that is no longer failed (requeued meanwhile) is left unchanged;
+-- a dead-letter entry whose record already expired is removed.
+--
+-- KEYS[1]      P:{q}:dlq
+-- KEYS[2]      P:{q}:events
+-- KEYS[3]      P:{q}:t:      (task record key prefix)
+-- KEYS[4]      P:{q}:idem:
+-- ARGV[1]      events maxlen
+-- ARGV[2]      n, ARGV[3..] n tids
+-- Returns      list of n: 'discarded' | 'missing' (no record and not listed) | the unchanged
+--              task's status
+
+local maxlen, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local base, idem_base = KEYS[3], KEYS[4]
+local out = {}
+for i = 1, n do
+  local tid = ARGV[2 + i]
+  local rk = base .. tid
+  local r = redis.call('HMGET', rk, 'status', 'idem', 'attempt')
+  if r[1] == 'failed' then
+    if r[2] and r[2] ~= '' and redis.call('GET', idem_base .. r[2]) == tid then
+      redis.call('DEL', idem_base .. r[2])
+    end
+    redis.call('DEL', rk)
+    redis.call('ZREM', KEYS[1], tid)
+    emit(KEYS[2], maxlen, 'discarded', tid, r[3], '', '')
+    out[#out + 1] = 'discarded'
+  elseif not r[1] then
+    if redis.call('ZREM', KEYS[1], tid) == 1 then
+      out[#out + 1] = 'discarded'
+    else
+      out[#out + 1] = 'missing'
+    end
+  else
+    out[#out + 1] = r[1]
+  end
+end
+return out

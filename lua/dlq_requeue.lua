@@ -1,0 +1,57 @@
+-- dlq_requeue.lua: put finished-unsuccessfully tasks (failed, and for a retry also cancelled or
+-- expired) back on their queue, keeping the task id, its record and its history.
+--
+-- The task gets a new stream entry and status 'queued'; `retries` and `intr` start again at 0
+-- (a fresh failure budget), `attempt` keeps counting (it is the fencing token and must never go
+-- back), `requeues` counts these requeues, and the last error stays until the next outcome.
+-- The record and its idempotency key stop expiring. A task that is not in an allowed state
+-- (already requeued by a concurrent call, running, succeeded) is left unchanged.
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:dlq
+-- KEYS[12]     P:{q}:events
+-- KEYS[13]     P:{q}:t:      (task record key prefix)
+-- KEYS[14]     P:{q}:idem:
+-- ARGV[1]      events maxlen
+-- ARGV[2]      new max_retries ('' keeps the task's own)
+-- ARGV[3]      allowed states, comma separated (e.g. 'failed' or 'failed,cancelled,expired')
+-- ARGV[4]      n, ARGV[5..] n tids
+-- Returns      list of n: 'requeued' | 'missing' | the unchanged task's status
+
+local maxlen, new_maxr, allowed, n = tonumber(ARGV[1]), ARGV[2], ',' .. ARGV[3] .. ',', tonumber(ARGV[4])
+local base, idem_base = KEYS[13], KEYS[14]
+local out = {}
+for i = 1, n do
+  local tid = ARGV[4 + i]
+  local rk = base .. tid
+  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem')
+  if not r[1] then
+    redis.call('ZREM', KEYS[11], tid)
+    out[#out + 1] = 'missing'
+  elseif not string.find(allowed, ',' .. r[1] .. ',', 1, true) then
+    if r[1] ~= 'failed' then redis.call('ZREM', KEYS[11], tid) end
+    out[#out + 1] = r[1]
+  else
+    local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
+    redis.call('HSET', rk, 'status', 'queued', 'eid', eid, 'retries', 0, 'intr', 0)
+    if new_maxr ~= '' then redis.call('HSET', rk, 'maxr', new_maxr) end
+    redis.call('HINCRBY', rk, 'requeues', 1)
+    redis.call('HDEL', rk, 'finished', 'result', 'due', 'cancel', 'started')
+    -- An expired task retried by hand gets a chance to run: its deadline is dropped.
+    if r[1] == 'expired' then redis.call('HDEL', rk, 'exp') end
+    redis.call('PERSIST', rk)
+    if r[5] and r[5] ~= '' then
+      local ik = idem_base .. r[5]
+      local holder = redis.call('GET', ik)
+      if holder == tid then
+        redis.call('PERSIST', ik)
+      elseif not holder then
+        redis.call('SET', ik, tid)
+      end
+    end
+    redis.call('ZREM', KEYS[11], tid)
+    emit(KEYS[12], maxlen, 'dlq_requeued', tid, r[3], '', 'from ' .. r[1])
+    out[#out + 1] = 'requeued'
+  end
+end
+return out

@@ -1,0 +1,83 @@
+-- purge.lua: remove up to LIMIT waiting tasks of one queue, with their records and idempotency
+-- keys: first the queued entries no worker has taken yet (those after the group's
+-- last-delivered id), then the scheduled tasks (delays and retries). Running tasks, finished
+-- records and the dead-letter queue are never touched. Called repeatedly until it reports no
+-- more, so each call stays short however long the queue is.
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:sched
+-- KEYS[12]     P:{q}:events
+-- KEYS[13]     P:{q}:t:      (task record key prefix)
+-- KEYS[14]     P:{q}:idem:
+-- ARGV[1]      consumer group
+-- ARGV[2]      limit: most entries/tasks examined in this call (>= 1)
+-- ARGV[3]      events maxlen
+-- ARGV[4]      done channel prefix (waiters of a purged task are woken with 'purged')
+-- Returns      {queued removed, scheduled removed, more (1 when the limit was reached)}
+
+local group, limit, maxlen, done_prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local base, idem_base = KEYS[13], KEYS[14]
+local seen, nq, ns = 0, 0, 0
+
+local function forget(tid)
+  local rk = base .. tid
+  local idem = redis.call('HGET', rk, 'idem')
+  if idem and idem ~= '' and redis.call('GET', idem_base .. idem) == tid then
+    redis.call('DEL', idem_base .. idem)
+  end
+  redis.call('DEL', rk)
+  redis.call('PUBLISH', done_prefix .. tid, 'purged')
+end
+
+-- The first id no consumer of the group has been given: '-' when the group does not exist.
+local function undelivered_start(stream)
+  local groups = redis.call('XINFO', 'GROUPS', stream)
+  for _, g in ipairs(groups) do
+    local name, last = nil, nil
+    for j = 1, #g, 2 do
+      if g[j] == 'name' then name = g[j + 1] end
+      if g[j] == 'last-delivered-id' then last = g[j + 1] end
+    end
+    if name == group then return '(' .. last end
+  end
+  return '-'
+end
+
+for i = 1, 10 do
+  if seen >= limit then break end
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    local entries = redis.call('XRANGE', KEYS[i], undelivered_start(KEYS[i]), '+',
+      'COUNT', limit - seen)
+    for _, entry in ipairs(entries) do
+      local eid, tid = entry[1], entry[2][2]
+      local r = redis.call('HMGET', base .. tid, 'status', 'eid')
+      if r[1] == 'queued' and r[2] == eid then
+        forget(tid)
+        nq = nq + 1
+      end
+      -- Not delivered yet, so no pending list holds it; an entry whose record moved on is a
+      -- duplicate the claim would absorb anyway.
+      redis.call('XDEL', KEYS[i], eid)
+      seen = seen + 1
+    end
+  end
+end
+
+if seen < limit then
+  local due = redis.call('ZRANGE', KEYS[11], 0, limit - seen - 1)
+  for _, tid in ipairs(due) do
+    if redis.call('HGET', base .. tid, 'status') == 'scheduled' then
+      forget(tid)
+      ns = ns + 1
+    end
+    redis.call('ZREM', KEYS[11], tid)
+    seen = seen + 1
+  end
+end
+
+if nq + ns > 0 then
+  emit(KEYS[12], maxlen, 'purged', '', '', '', tostring(nq + ns))
+end
+local more = 0
+if seen >= limit then more = 1 end
+return {nq, ns, more}
