@@ -43,8 +43,9 @@ for i = 1, 10 do
   if remaining <= 0 then break end
   local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT', remaining,
     'STREAMS', KEYS[i], '>')
-  if res then
-    for _, entry in ipairs(res[1][2]) do
+  -- res[1][2] on Redis; fakeredis (dtq.testing) answers {} for nil and flattens the reply.
+  if res and res[1] then
+    for _, entry in ipairs(res[1][2] or res[2]) do
       local eid, fields = entry[1], entry[2]
       local tid = fields[2]
       local rk = base .. tid

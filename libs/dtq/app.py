@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -146,6 +146,36 @@ class App:
             return t
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        name: str | None = None,
+        queue: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        overlap: bool = True,
+        grace: float = 60.0,
+        priority: int | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        expires: float | None = None,
+    ) -> Callable[[Any], Task[Any, Any]]:
+        """Declare a periodic schedule (``cron=`` in ``tz``, or ``every=`` seconds) for a task.
+
+        Decorates a function (registering it as a task) or a :class:`Task`. See
+        :mod:`dtq.schedules` for the rules (grace period, overlap, DST).
+        """
+        from dtq.schedules import periodic
+
+        return periodic(
+            self, cron=cron, every=every, tz=tz, name=name, queue=queue, args=args,
+            kwargs=kwargs, overlap=overlap, grace=grace, priority=priority,
+            max_retries=max_retries, timeout=timeout, expires=expires,
+        )  # fmt: skip
 
     def defaults_for(self, name: str) -> TaskDefaults | None:
         t = self.tasks.get(name)

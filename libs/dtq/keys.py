@@ -16,6 +16,9 @@ Per queue (tag ``{P:q}``)::
     P:{q}:paused           exists while the queue is paused
     P:{q}:events           capped stream of lifecycle events
     P:{q}:done:<tid>       pub/sub channel announcing the task's terminal state
+    P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
+    P:{q}:schedules:next   zset schedule name -> next fire time (ms)
+    P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
 
 Global::
 
@@ -121,6 +124,21 @@ class QueueKeys:
 
     def done_channel(self, tid: str) -> str:
         return f"{self.base}:done:{tid}"
+
+    @property
+    def schedules(self) -> str:
+        """Hash: schedule name -> its definition (JSON). See dtq.schedules."""
+        return f"{self.base}:schedules"
+
+    @property
+    def schedules_next(self) -> str:
+        """Zset: schedule name -> next fire time (ms)."""
+        return f"{self.base}:schedules:next"
+
+    @property
+    def schedules_last(self) -> str:
+        """Hash: schedule name -> tid of its last fired task (for overlap=False)."""
+        return f"{self.base}:schedules:last"
 
     def all_fixed(self) -> list[str]:
         """Every key of the queue that is not per task: what purge and retention must know."""

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.schedules import ScheduleRunner
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -21,6 +22,9 @@ class Scheduler:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self.leading: set[str] = set()
+        self.periodic = ScheduleRunner(
+            worker.redis, worker.scripts, worker.keys, worker.settings, worker.app
+        )
 
     def lock_key(self, queue: str) -> str:
         return f"{self.w.keys.scheduler_lock}:{queue}"
@@ -55,6 +59,9 @@ class Scheduler:
                     break
             if res.next_due_ms is not None:
                 soonest = res.next_due_ms if soonest is None else min(soonest, res.next_due_ms)
+            next_fire = await self.periodic.tick(queue)  # periodic schedules (dtq.schedules)
+            if next_fire is not None:
+                soonest = next_fire if soonest is None else min(soonest, next_fire)
         return soonest
 
     async def promote(self, queue: str) -> sc.PromoteResult:
