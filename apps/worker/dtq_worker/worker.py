@@ -224,8 +224,16 @@ class Worker:
 
     def install_signals(self) -> None:
         loop = asyncio.get_running_loop()
+
+        def handler(sig: int, _frame: Any) -> None:
+            # A plain handler runs between bytecodes even while a task blocks the event loop
+            # (loop.add_signal_handler would wait for the loop), so the hard-exit timer is
+            # armed whatever the loop is doing; the loop itself reacts when it gets control.
+            self._arm_hard_exit()
+            loop.call_soon_threadsafe(self.on_signal, sig)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.on_signal, sig)
+            signal.signal(sig, handler)
 
     def on_signal(self, sig: int) -> None:
         if not self.stopping:
@@ -240,10 +248,14 @@ class Worker:
         if not self._stop.is_set():
             self._stop.set()
             self.slot_freed.set()
+            self._arm_hard_exit()
+
+    def _arm_hard_exit(self) -> None:
+        if getattr(self, "_hard_timer", None) is None:
             limit = self.settings.drain_timeout_s + self.settings.hard_exit_s
-            t = threading.Timer(limit, self._hard_exit)
-            t.daemon = True
-            t.start()
+            self._hard_timer = threading.Timer(limit, self._hard_exit)
+            self._hard_timer.daemon = True
+            self._hard_timer.start()
 
     def self_stop(self) -> None:
         self.self_stopping = True
@@ -280,6 +292,9 @@ class Worker:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._close()
+        timer = getattr(self, "_hard_timer", None)
+        if timer is not None:
+            timer.cancel()  # stopped in time; an in-process worker must not end its host later
         return code
 
     async def _cancel_listener(self) -> None:
