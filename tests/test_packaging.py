@@ -1,0 +1,35 @@
+"""The wheel ships the Lua scripts and type markers, and dtq finds its scripts inside it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_wheel_contains_lua_and_loads_it(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("dtq-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    lua = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
+    assert {f"dtq/lua/{n}" for n in lua} <= names
+    assert {"dtq/py.typed", "dtq_worker/py.typed", "dtq_worker/main.py"} <= names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", "import dtq.scripts as s; print(s._lua_dir()); s.source('claim')"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert out.strip() == str(site / "dtq" / "lua")
