@@ -36,3 +36,35 @@ local function finish(rk, status, now, ttl, done_channel, idem_base)
   end
   redis.call('PUBLISH', done_channel, status)
 end
+
+-- Limits (dtq/limits.py). A running task with a limit key k holds a place in the zset
+-- <lim_base>k:run (tid -> attempt); tasks parked behind k's concurrency limit wait in the list
+-- <lim_base>k:held with status "queued" and no entry. limit_unpark puts up to n of them back
+-- into their priority streams (skipping any that were cancelled or purged meanwhile).
+local function limit_unpark(lb, base, streams, n)
+  local released = 0
+  while released < n do
+    local ptid = redis.call('LPOP', lb .. ':held')
+    if not ptid then break end
+    local prk = base .. ptid
+    local p = redis.call('HMGET', prk, 'status', 'eid', 'prio')
+    if p[1] == 'queued' and not p[2] then
+      local eid = redis.call('XADD', streams[stream_index(p[3])], '*', 't', ptid)
+      redis.call('HSET', prk, 'eid', eid)
+      released = released + 1
+    end
+  end
+  return released
+end
+
+-- A run of task tid ended (or went back to waiting): free its place and release one parked task.
+-- Call after the fence check, before the record's status changes matter to anyone else.
+local function limit_release(lim_base, base, streams, rk, tid)
+  if not lim_base then return end
+  local lk = redis.call('HGET', rk, 'lk')
+  if not lk then return end
+  local lb = lim_base .. lk
+  if redis.call('ZREM', lb .. ':run', tid) == 1 then
+    limit_unpark(lb, base, streams, 1)
+  end
+end

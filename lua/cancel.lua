@@ -19,7 +19,8 @@ if not status then return {'missing', ''} end
 local now = now_ms()
 if status == 'queued' then
   -- The entry is not delivered yet (claiming is atomic with delivery): deleting it is enough.
-  redis.call('XDEL', KEYS[stream_index(r[3])], r[2])
+  -- A task parked behind a limit has no entry; the release skips it once it is cancelled.
+  if r[2] then redis.call('XDEL', KEYS[stream_index(r[3])], r[2]) end
 elseif status == 'scheduled' then
   redis.call('ZREM', KEYS[11], tid)
 elseif status == 'running' then

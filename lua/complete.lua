@@ -10,6 +10,7 @@
 -- KEYS[12]     P:{q}:stats
 -- KEYS[13]     P:{q}:t:
 -- KEYS[14]     P:{q}:idem:
+-- KEYS[15]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
@@ -30,6 +31,7 @@ for i = 0, n - 1 do
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
+    limit_release(KEYS[15], base, KEYS, rk, tid)
     if status == 'succeeded' then
       redis.call('HSET', rk, 'result', payload)
       redis.call('HDEL', rk, 'error')

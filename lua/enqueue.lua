@@ -7,9 +7,10 @@
 -- KEYS[14]     P:{q}:idem:   (idempotency key prefix)
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks
--- ARGV[3..]    per task, 11 fields: tid, name, args(JSON), kwargs(JSON or ''), priority(0-9),
+-- ARGV[3..]    per task, 12 fields: tid, name, args(JSON), kwargs(JSON or ''), priority(0-9),
 --              max_retries, timeout_s('' = none), delay_ms(0 = now), expires_ms(0 = never,
---              relative to now), idempotency key ('' = none), meta(JSON or '')
+--              relative to now), idempotency key ('' = none), meta(JSON or ''),
+--              limit ('' = none, else "concurrency|rate count|rate window ms|key", dtq/limits.py)
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
 
@@ -19,7 +20,7 @@ local base = KEYS[13]
 local idem_base = KEYS[14]
 local now = now_ms()
 local out = {}
-local F = 11
+local F = 12
 for i = 0, n - 1 do
   local o = 3 + i * F
   local tid, name, args, kwargs = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
@@ -48,6 +49,11 @@ for i = 0, n - 1 do
     if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
     if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
     if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
+    local lim = ARGV[o + 11]
+    if lim and lim ~= '' then
+      local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
+      redis.call('HSET', rk, 'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw)
+    end
     if idem ~= '' then
       redis.call('HSET', rk, 'idem', idem)
       redis.call('SET', idem_base .. idem, tid)

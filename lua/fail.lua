@@ -10,6 +10,7 @@
 -- KEYS[14]     P:{q}:stats
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
+-- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
@@ -30,6 +31,7 @@ for i = 0, n - 1 do
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
+    limit_release(KEYS[17], base, KEYS, rk, tid)
     local retries = tonumber(r[5]) + 1
     redis.call('HSET', rk, 'retries', retries, 'error', err)
     if delay >= 0 and retries <= tonumber(r[6]) then

@@ -13,6 +13,7 @@
 -- KEYS[13]     P:{q}:stats
 -- KEYS[14]     P:{q}:t:
 -- KEYS[15]     P:{q}:idem:
+-- KEYS[16]     P:{q}:lim:  (limit key prefix: a lost limited run frees its place)
 -- ARGV[1]      group, ARGV[2] reclaimer's worker id, ARGV[3] min idle ms (visibility timeout),
 -- ARGV[4]      max entries to adopt per stream, ARGV[5] events maxlen,
 -- ARGV[6]      record TTL (s) of a failed task, ARGV[7] done channel prefix
@@ -34,6 +35,7 @@ for i = 1, 10 do
       local r = redis.call('HMGET', rk, 'status', 'eid', 'attempt', 'worker', 'retries', 'maxr')
       drop_entry(KEYS[i], group, eid)
       if r[1] == 'running' and r[2] == eid then
+        limit_release(KEYS[16], base, KEYS, rk, tid)
         local retries = tonumber(r[5]) + 1
         local err = 'worker lost: ' .. (r[4] or '?') .. ' stopped heartbeating during attempt '
           .. r[3]

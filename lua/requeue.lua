@@ -10,6 +10,7 @@
 -- KEYS[14]     P:{q}:stats
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
+-- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
 -- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
@@ -31,6 +32,7 @@ for i = 0, n - 1 do
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
+    limit_release(KEYS[17], base, KEYS, rk, tid)
     local intr = tonumber(r[7]) + 1
     redis.call('HSET', rk, 'intr', intr)
     if intr <= max_intr then

@@ -20,6 +20,7 @@ from dtq.errors import (
     TaskFailed,
     UnknownTask,
 )
+from dtq.limits import Limit, Rate
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.settings import Settings
 
@@ -34,7 +35,9 @@ __all__ = [
     "EnqueueOptions",
     "Fail",
     "InvalidRequest",
+    "Limit",
     "PayloadTooLarge",
+    "Rate",
     "RedisUnavailable",
     "Retry",
     "SchemaMismatch",

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from dtq.errors import InvalidRequest
+from dtq.limits import Limit
 from dtq.models import TaskHandle
 from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings

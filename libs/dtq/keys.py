@@ -16,6 +16,11 @@ Per queue (tag ``{P:q}``)::
     P:{q}:paused           exists while the queue is paused
     P:{q}:events           capped stream of lifecycle events
     P:{q}:done:<tid>       pub/sub channel announcing the task's terminal state
+    P:{q}:lim:<k>:run      zset tid -> attempt: runs holding a place of limit key k
+    P:{q}:lim:<k>:held     list of tids parked behind k's concurrency limit (status queued)
+    P:{q}:lim:<k>:rate     zset start log of k over its rate window (expires when idle)
+    P:{q}:lim:<k>:rwait    counter spreading k's rate-parked backlog over windows (expires)
+    P:{q}:fair             hash band -> credit, fair mode's weighted round-robin state
     P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)
     P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
@@ -139,6 +144,15 @@ class QueueKeys:
     def schedules_last(self) -> str:
         """Hash: schedule name -> tid of its last fired task (for overlap=False)."""
         return f"{self.base}:schedules:last"
+
+    @property
+    def lim_base(self) -> str:
+        """Prefix of the per-key limit keys (see dtq.limits); scripts append ``<key>:run`` etc."""
+        return f"{self.base}:lim:"
+
+    @property
+    def fair(self) -> str:
+        return f"{self.base}:fair"
 
     def all_fixed(self) -> list[str]:
         """Every key of the queue that is not per task: what purge and retention must know."""

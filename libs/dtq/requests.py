@@ -12,6 +12,7 @@ from typing import Any
 from dtq import codec
 from dtq.errors import InvalidRequest, SerializationError
 from dtq.keys import new_tid
+from dtq.limits import Limit
 from dtq.scripts import NewTask
 from dtq.settings import QUEUE_NAME_RE, Settings
 
@@ -120,6 +121,7 @@ def build_task(
         expires_ms=expires_ms,
         idempotency_key=idempotency_key or "",
         meta=meta,
+        limit=d.limit.encode(name, args, kwargs) if d.limit is not None else "",
     )
 
 

@@ -110,6 +110,7 @@ class NewTask:
     expires_ms: int
     idempotency_key: str
     meta: str
+    limit: str = ""  # dtq.limits.Limit.encode(): "conc|count|window_ms|key", or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +126,7 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
         args += [
             t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
             "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
-            t.idempotency_key, t.meta,
+            t.idempotency_key, t.meta, t.limit,
         ]  # fmt: skip
     return Call("enqueue", [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base], args)
 
@@ -167,14 +168,26 @@ class ClaimBatch:
     expired: int = 0
     paused: bool = False
     missing_streams: bool = False
+    held: int = 0  # entries parked by a limit (dtq.limits); no attempt spent
+    more: bool = False  # the scan budget ran out with slots free: claim again at once
 
 
-def claim_call(qk: QueueKeys, worker_id: str, count: int, events_maxlen: int, ttl_s: int) -> Call:
+def claim_call(
+    qk: QueueKeys,
+    worker_id: str,
+    count: int,
+    events_maxlen: int,
+    ttl_s: int,
+    fair: bool = False,
+) -> Call:
     return Call(
         "claim",
-        [*qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base],
-        [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base],
-    )
+        [
+            *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
+            qk.lim_base, qk.fair,
+        ],
+        [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base, 1 if fair else 0],
+    )  # fmt: skip
 
 
 def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
@@ -205,7 +218,10 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
                 idempotency_key=_s(f[12]),
             )
         )
-    return ClaimBatch(now, runs, absorbed=absorbed, expired=expired)
+    tail = raw[4 + n * 13 :]
+    held = int(tail[0]) if tail else 0
+    more = len(tail) > 1 and int(tail[1]) == 1
+    return ClaimBatch(now, runs, absorbed=absorbed, expired=expired, held=held, more=more)
 
 
 # --- outcomes --------------------------------------------------------------------------------
@@ -226,7 +242,11 @@ def complete_call(
     args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes)]
     for o in outcomes:
         args += [o.tid, o.eid, o.attempt, o.status, o.payload]
-    return Call("complete", [*qk.streams, qk.events, qk.stats, qk.task_base, qk.idem_base], args)
+    return Call(
+        "complete",
+        [*qk.streams, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
+        args,
+    )
 
 
 def parse_complete(raw: list[Any]) -> list[bool]:
@@ -250,9 +270,12 @@ def fail_call(
         args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
     return Call(
         "fail",
-        [*qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        [
+            *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
+            qk.lim_base,
+        ],
         args,
-    )
+    )  # fmt: skip
 
 
 def parse_strings(raw: list[Any]) -> list[str]:
@@ -286,9 +309,12 @@ def requeue_call(
         args += [r.tid, r.eid, r.attempt]
     return Call(
         "requeue",
-        [*qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        [
+            *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
+            qk.lim_base,
+        ],
         args,
-    )
+    )  # fmt: skip
 
 
 # --- reclaim, touch, promote -----------------------------------------------------------------
@@ -312,7 +338,7 @@ def reclaim_call(
 ) -> Call:
     return Call(
         "reclaim",
-        [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base],
+        [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
         [GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base],
     )
 

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
     """Queues a worker consumes, comma separated, in order of preference."""
     worker_concurrency: int = Field(16, gt=0, le=10_000)
     """Tasks in flight per worker process."""
+    queue_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    """Per-queue caps on one worker's slots, e.g. ``bulk=4,critical=12`` (each 1 to
+    DTQ_WORKER_CONCURRENCY), so a slow queue cannot take every slot."""
+    fair: bool = False
+    """Weighted selection across priority bands (band p weighs p+1) instead of strict priority,
+    so a flood in one band cannot starve the others."""
     heartbeat_interval_s: float = Field(5.0, gt=0)
     """Worker heartbeat period."""
     heartbeat_ttl_s: float | None = Field(None, gt=0)
@@ -64,6 +70,12 @@ class Settings(BaseSettings):
     """Largest encoded result stored; a larger one ends the task failed."""
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream; 0 disables events."""
+    dlq_max: int = Field(100_000, ge=0)
+    """Most dead letters kept per queue (the oldest are pruned first); 0 means no cap."""
+    retention_interval_s: float = Field(60.0, gt=0)
+    """Period of the retention pass (one worker at a time prunes what outlived its age/cap)."""
+    dead_worker_ttl_s: float = Field(3600.0, gt=0)
+    """A worker silent this long is dropped from the worker list and its consumers deleted."""
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """When set, the worker serves Prometheus ``/metrics`` on this port."""
     api_token: str | None = None
@@ -90,6 +102,21 @@ class Settings(BaseSettings):
                 raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("queue_concurrency", mode="before")
+    @classmethod
+    def _split_caps(cls, value: object) -> object:
+        if isinstance(value, str):
+            caps: dict[str, object] = {}
+            for part in value.split(","):
+                if not part.strip():
+                    continue
+                name, sep, num = part.partition("=")
+                if not sep or not name.strip():
+                    raise ValueError(f"wants queue=N pairs, got {part.strip()!r}")
+                caps[name.strip()] = num.strip()
+            return caps
         return value
 
     @field_validator("redis_url")
@@ -129,6 +156,12 @@ class Settings(BaseSettings):
             )
         if self.retry_backoff_s > self.retry_backoff_max_s:
             raise ValueError("DTQ_RETRY_BACKOFF_S must not exceed DTQ_RETRY_BACKOFF_MAX_S")
+        for q, cap in self.queue_concurrency.items():
+            if not 1 <= cap <= self.worker_concurrency:
+                raise ValueError(
+                    f"DTQ_QUEUE_CONCURRENCY {q}={cap} must be between 1 and "
+                    f"DTQ_WORKER_CONCURRENCY ({self.worker_concurrency})"
+                )
         return self
 
     @property

@@ -22,6 +22,7 @@ class Consumer:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self.backoff = Backoff(log, "poll")
+        self.more = False
 
     def free_slots(self, queue: str) -> int:
         w = self.w
@@ -53,7 +54,7 @@ class Consumer:
                 w.metrics.redis_errors.labels("poll").inc()
                 await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
-            if claimed == 0 and not w.stopping:
+            if claimed == 0 and not self.more and not w.stopping:
                 await self.wait_for_work(now_ms)
 
     async def claim_once(self) -> tuple[int, int]:
@@ -61,6 +62,7 @@ class Consumer:
         w = self.w
         s = w.settings
         total, now_ms = 0, 0
+        self.more = False  # a claim stopped at its scan budget (limits parked many entries)
         for queue in w.queues:
             free = self.free_slots(queue)
             if free <= 0 or w.stopping:
@@ -68,7 +70,12 @@ class Consumer:
             t0 = time.perf_counter()
             raw = await w.scripts.run(
                 sc.claim_call(
-                    w.keys.queue(queue), w.worker_id, free, s.events_maxlen, s.result_ttl_s
+                    w.keys.queue(queue),
+                    w.worker_id,
+                    free,
+                    s.events_maxlen,
+                    s.result_ttl_s,
+                    s.fair,
                 )
             )
             w.metrics.claim_latency.observe(time.perf_counter() - t0)
@@ -79,6 +86,7 @@ class Consumer:
                 continue
             if batch.absorbed:
                 w.metrics.absorbed.inc(batch.absorbed)
+            self.more = self.more or batch.more
             for c in batch.runs:
                 w.launch(c)
             total += len(batch.runs)

@@ -66,7 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, help="tasks in flight (DTQ_WORKER_CONCURRENCY)")
     p.add_argument("--worker-id", help="consumer name (DTQ_WORKER_ID)")
     p.add_argument(
-        "--queue-concurrency", help="per-queue caps on this worker, e.g. bulk=4,critical=12"
+        "--queue-concurrency",
+        help="per-queue caps on this worker, e.g. bulk=4,critical=12 (DTQ_QUEUE_CONCURRENCY)",
+    )
+    p.add_argument(
+        "--fair",
+        action="store_true",
+        default=None,
+        help="weighted selection across priority bands instead of strict priority (DTQ_FAIR)",
     )
     return p
 
@@ -80,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
         overrides["worker_concurrency"] = args.concurrency
     if args.worker_id:
         overrides["worker_id"] = args.worker_id
+    if args.queue_concurrency:
+        overrides["queue_concurrency"] = args.queue_concurrency
+    if args.fair:
+        overrides["fair"] = True
     try:
         settings = load_settings(**overrides)
         spec = args.app or os.environ.get("DTQ_APP")

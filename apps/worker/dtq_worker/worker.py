@@ -51,7 +51,7 @@ class Worker:
         self.settings = settings
         self.worker_id = settings.worker_id
         self.queues = list(settings.queues)
-        self.queue_caps = dict(queue_caps or {})
+        self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
         self.pid = os.getpid()
         timeout = max(5.0, settings.heartbeat_interval_s * 2)
