@@ -325,13 +325,13 @@ class Admin:
     async def list_queues(self) -> list[QueueInfo]:
         """Every known queue with its depth per priority, schedule, running, dead letters."""
         names = await self.queue_names()
-        return [await self._queue_info(n) for n in names]
+        return [await self.queue_info(n) for n in names]
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
-        return await self._queue_info(name)
+        return await self.queue_info(name)
 
-    async def _queue_info(self, name: str) -> QueueInfo:
+    async def queue_info(self, name: str) -> QueueInfo:
         qk = self.keys.queue(name)
         async with self._r.pipeline(transaction=False) as pipe:
             for p in PRIORITIES:

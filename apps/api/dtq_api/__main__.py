@@ -1,0 +1,3 @@
+from dtq_api.main import main
+
+main()

@@ -1,0 +1,437 @@
+"""The FastAPI application: ``/api/v1`` (backed by :mod:`dtq.admin` and the SDK), the dashboard
+at ``/``, ``/healthz``, ``/readyz`` and the fleet ``/metrics``.
+
+Every error answers ``{"error": {"code", "message"}}``. With ``DTQ_API_TOKEN`` set, every
+``/api/v1`` call needs ``Authorization: Bearer <token>`` (compared in constant time); the
+dashboard, health checks, metrics and the OpenAPI document stay open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import redis
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dtq import __version__
+from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.errors import (
+    DtqError,
+    InvalidRequest,
+    PayloadTooLarge,
+    RedisUnavailable,
+    SerializationError,
+    UnknownTask,
+)
+from dtq.keys import BadTaskId
+from dtq.settings import Settings, load_settings
+from dtq_api import metrics
+from dtq_api import schemas as s
+
+log = logging.getLogger("dtq.api")
+SSE_PING_S = 15.0
+BODY_SLACK = 64 * 1024  # JSON framing around the arguments
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": s.ErrorBody, "description": desc}
+    for code, desc in (
+        (400, "Malformed request (bad id, cursor or JSON)"),
+        (401, "Missing or wrong bearer token (only when DTQ_API_TOKEN is set)"),
+        (404, "No such task, queue or dead letter"),
+        (409, "The task is not in a state that allows this"),
+        (413, "Request or arguments too large"),
+        (422, "A field is invalid"),
+        (503, "Redis unreachable"),
+    )
+}
+
+
+def get_admin(app: FastAPI) -> Admin:
+    """The app's Admin (made on first use when the lifespan did not run, as in ASGI tests)."""
+    a: Admin | None = getattr(app.state, "admin", None)
+    if a is None:
+        a = app.state.admin = Admin(app.state.settings)
+    return a
+
+
+def _admin_dep(request: Request) -> Admin:
+    return get_admin(request.app)
+
+
+A = Annotated[Admin, Depends(_admin_dep)]
+
+
+def _static_dir() -> Path:
+    return Path(str(resources.files("dtq_api") / "static"))
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the application; one Redis connection pool for its lifetime."""
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.admin = Admin(settings)
+        try:
+            yield
+        finally:
+            await app.state.admin.close()
+
+    app = FastAPI(
+        title="dtq",
+        version=__version__,
+        description="HTTP API of dtq, a distributed task queue on Redis Streams. "
+        'Errors answer {"error": {"code", "message"}}.',
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+
+    app.state.settings = settings
+
+    def admin() -> Admin:
+        return get_admin(app)
+
+    _install_errors(app, settings)
+
+    async def auth(authorization: Annotated[str | None, Header()] = None) -> None:
+        token = settings.api_token
+        if not token:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), token.encode()
+        )
+        if not ok:
+            raise ApiError(401, "unauthorized", "missing or wrong bearer token")
+
+    api = APIRouter(prefix="/api/v1", dependencies=[Depends(auth)], responses=ERRORS)
+
+    # --- tasks ------------------------------------------------------------------------------
+
+    @api.get("/tasks", response_model=s.TaskPage, tags=["tasks"])
+    async def list_tasks(
+        a: A,
+        queue: Annotated[str | None, Query(max_length=100)] = None,
+        status: Annotated[str | None, Query(max_length=20)] = None,
+        name: Annotated[str | None, Query(max_length=200)] = None,
+        cursor: Annotated[str | None, Query(max_length=100)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> Any:
+        """Tasks matching all filters, with cursor pagination (a SCAN over task records)."""
+        page = await a.list_tasks(queue=queue, status=status, name=name, cursor=cursor, limit=limit)
+        return {"items": page.items, "next_cursor": page.next_cursor}
+
+    existing: dict[int | str, dict[str, Any]] = {
+        200: {"model": s.Task, "description": "Existing task (same idempotency key)"}
+    }
+
+    @api.post("/tasks", response_model=s.Task, status_code=201, tags=["tasks"], responses=existing)
+    async def enqueue(
+        a: A,
+        body: s.EnqueueRequest,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None, Header(alias="Idempotency-Key", min_length=1, max_length=256)
+        ] = None,
+    ) -> Any:
+        """Enqueue a task. A repeated ``Idempotency-Key`` answers 200 with the original."""
+        fields = body.model_dump(exclude_none=True)
+        if idempotency_key is not None:
+            if fields.get("idempotency_key", idempotency_key) != idempotency_key:
+                raise ApiError(400, "bad_request", "Idempotency-Key header and body disagree")
+            fields["idempotency_key"] = idempotency_key
+        name = fields.pop("name")
+        h = await a.client.enqueue(name, fields.pop("args", None), fields.pop("kwargs", None),
+                                   **fields)  # fmt: skip
+        if not h.created:
+            response.status_code = 200
+        else:
+            log.info("enqueued %s (%s) over HTTP", h.id, name,
+                     extra={"task_id": h.id, "queue": h.queue})  # fmt: skip
+        d = await a.get_task(h.id)
+        d["created"] = h.created
+        return d
+
+    @api.get("/tasks/{task_id}", response_model=s.Task, tags=["tasks"])
+    async def get_task(a: A, task_id: str, history: bool = True) -> Any:
+        """One task: arguments, status, attempts, result or error, and its event history."""
+        return await a.get_task(task_id, history=history)
+
+    @api.post("/tasks/{task_id}/cancel", response_model=s.CancelOut, tags=["tasks"])
+    async def cancel_task(a: A, task_id: str) -> Any:
+        """Cancel a queued/scheduled task, or ask a running one to stop. 409 when finished."""
+        d = await a.cancel(task_id)
+        if d["outcome"] == "unchanged":
+            raise ApiError(409, "conflict", f"task {task_id} already ended {d['status']}")
+        log.info("cancel %s: %s", task_id, d["outcome"], extra={"task_id": task_id})
+        return d
+
+    @api.post("/tasks/{task_id}/retry", response_model=s.RetryOut, tags=["tasks"])
+    async def retry_task(
+        a: A, task_id: str, body: Annotated[s.RetryRequest | None, Body()] = None
+    ) -> Any:
+        """Run a failed, cancelled or expired task again, same id, history kept."""
+        d = await a.retry(task_id, max_retries=body.max_retries if body else None)
+        log.info("retry %s", task_id, extra={"task_id": task_id})
+        return d
+
+    # --- queues -----------------------------------------------------------------------------
+
+    @api.get("/queues", response_model=s.QueueList, tags=["queues"])
+    async def list_queues(a: A) -> Any:
+        """Every queue: waiting per priority, scheduled, running, dead letters, paused."""
+        return {"items": [q.to_dict() for q in await a.list_queues()]}
+
+    @api.get("/queues/{name}", response_model=s.Queue, tags=["queues"])
+    async def get_queue(a: A, name: str) -> Any:
+        return (await a.get_queue(name)).to_dict()
+
+    @api.post("/queues/{name}/pause", response_model=s.QueueChange, tags=["queues"])
+    async def pause_queue(a: A, name: str) -> Any:
+        """Workers stop taking from the queue; running tasks finish."""
+        changed = await a.pause(name)
+        log.info("queue %s paused", name, extra={"queue": name})
+        return {**(await a.get_queue(name)).to_dict(), "changed": changed}
+
+    @api.post("/queues/{name}/resume", response_model=s.QueueChange, tags=["queues"])
+    async def resume_queue(a: A, name: str) -> Any:
+        changed = await a.resume(name)
+        log.info("queue %s resumed", name, extra={"queue": name})
+        return {**(await a.get_queue(name)).to_dict(), "changed": changed}
+
+    @api.post("/queues/{name}/purge", response_model=s.BulkOut, tags=["queues"])
+    async def purge_queue(a: A, name: str) -> Any:
+        """Delete every waiting (queued and scheduled) task of the queue, in bounded batches."""
+        res = await a.purge(name)
+        log.info("queue %s purged: %d tasks", name, res.done, extra={"queue": name})
+        return res.to_dict()
+
+    # --- workers, schedules -----------------------------------------------------------------
+
+    @api.get("/workers", response_model=s.WorkerList, tags=["workers"])
+    async def list_workers(a: A) -> Any:
+        """Workers with heartbeat age; ``stale`` once it passes 3 heartbeat intervals."""
+        return {"items": [w.to_dict() for w in await a.list_workers()]}
+
+    @api.get("/schedules", response_model=s.Schedules, tags=["schedules"])
+    async def schedules(
+        a: A, queue: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.\-]{1,100}$")] = None
+    ) -> Any:
+        """Periodic schedules with their next fire times, and delayed tasks and retries."""
+        periodic = await a.list_schedules(queue)
+        delayed = await a.list_scheduled(queue)
+        return {"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}
+
+    # --- dead letters -----------------------------------------------------------------------
+
+    @api.get("/dlq", response_model=s.DeadLetterPage, tags=["dlq"])
+    async def list_dlq(
+        a: A,
+        queue: Annotated[str | None, Query(max_length=100)] = None,
+        name: Annotated[str | None, Query(max_length=200)] = None,
+        error_contains: Annotated[str | None, Query(alias="error", max_length=200)] = None,
+        cursor: Annotated[str | None, Query(max_length=100)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> Any:
+        """Failed tasks, newest failure first, with their last error."""
+        page = await a.dlq_list(queue=queue, name=name, error=error_contains, cursor=cursor,
+                                limit=limit)  # fmt: skip
+        return {"items": page.items, "next_cursor": page.next_cursor}
+
+    @api.post("/dlq/requeue", response_model=s.BulkOut, tags=["dlq"])
+    async def requeue_many(a: A, body: s.DlqBulkRequest) -> Any:
+        """Requeue ``ids``, or every dead letter matching the filters (all when none)."""
+        res = await a.dlq_requeue(body.ids, queue=body.queue, name=body.name, error=body.error,
+                                  max_retries=body.max_retries)  # fmt: skip
+        log.info("requeued %d dead letters", res.done)
+        return res.to_dict()
+
+    @api.post("/dlq/discard", response_model=s.BulkOut, tags=["dlq"])
+    async def discard_many(a: A, body: s.DlqBulkRequest) -> Any:
+        """Delete ``ids``, or every dead letter matching the filters (all when none)."""
+        res = await a.dlq_discard(body.ids, queue=body.queue, name=body.name, error=body.error)
+        log.info("discarded %d dead letters", res.done)
+        return res.to_dict()
+
+    @api.post("/dlq/{task_id}/requeue", response_model=s.RetryOut, tags=["dlq"])
+    async def requeue_one(
+        a: A, task_id: str, body: Annotated[s.RetryRequest | None, Body()] = None
+    ) -> Any:
+        """Requeue one dead letter (same id and history; optionally a new retry budget)."""
+        await a.dlq_requeue_one(task_id, max_retries=body.max_retries if body else None)
+        log.info("requeued dead letter %s", task_id, extra={"task_id": task_id})
+        return {"id": task_id, "status": "queued"}
+
+    @api.delete("/dlq/{task_id}", response_model=s.DiscardOut, tags=["dlq"])
+    async def discard_one(a: A, task_id: str) -> Any:
+        """Delete one dead letter for good."""
+        await a.dlq_discard_one(task_id)
+        log.info("discarded dead letter %s", task_id, extra={"task_id": task_id})
+        return {"id": task_id, "discarded": True}
+
+    # --- events -----------------------------------------------------------------------------
+
+    @api.get(
+        "/events",
+        tags=["events"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                         "description": "Server-sent events: one JSON event per message"}},
+    )  # fmt: skip
+    async def events(request: Request, a: A) -> StreamingResponse:
+        """Live lifecycle events of every queue and worker (server-sent events).
+
+        Each message's data is one event as JSON (``type``, ``task_id``, ``queue``,
+        ``attempt``, ``worker``, ``detail``, ``ts``); a comment line keeps idle streams open.
+        """
+
+        async def stream() -> AsyncIterator[bytes]:
+            cursors: dict[str, str] | None = None
+            yield b": connected\n\n"
+            while not await request.is_disconnected():
+                try:
+                    evs, cursors = await a.read_events(cursors, block_ms=int(SSE_PING_S * 1000))
+                except (RedisUnavailable, redis.RedisError, OSError) as exc:
+                    yield f"event: error\ndata: {json.dumps({'message': str(exc)})}\n\n".encode()
+                    await asyncio.sleep(1.0)
+                    continue
+                if not evs:
+                    yield b": ping\n\n"
+                for e in evs:
+                    yield f"id: {e.id}\ndata: {json.dumps(e.to_dict())}\n\n".encode()
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @api.get("/stats/throughput", response_model=s.Throughput, tags=["events"])
+    async def throughput(
+        a: A,
+        window_s: Annotated[int, Query(ge=1, le=86400)] = 600,
+        bucket_s: Annotated[int, Query(ge=1, le=86400)] = 10,
+    ) -> Any:
+        """Succeeded, failed, retried and enqueued counts per time bucket (from the events)."""
+        return await a.throughput(window_s=window_s, bucket_s=bucket_s)
+
+    app.include_router(api)
+
+    # --- open endpoints ---------------------------------------------------------------------
+
+    @app.get("/healthz", response_model=s.Health, tags=["health"])
+    async def healthz() -> Any:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=s.Health, tags=["health"],
+             responses={503: {"model": s.ErrorBody}})  # fmt: skip
+    async def readyz() -> Any:
+        """Redis answers."""
+        await admin().ping()
+        return {"status": "ready"}
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                         "description": "Prometheus text format"},
+                   503: {"model": s.ErrorBody}},
+    )  # fmt: skip
+    async def prometheus_metrics() -> Response:
+        """Fleet gauges: queue depth per priority, scheduled, running, dead letters, workers."""
+        body = await metrics.render(admin())
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    static = _static_dir()
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        return FileResponse(static / "index.html")
+
+    app.mount("/static", StaticFiles(directory=static), name="static")
+    return app
+
+
+def _install_errors(app: FastAPI, settings: Settings) -> None:
+    limit = settings.max_payload_bytes + BODY_SLACK
+
+    @app.middleware("http")
+    async def body_limit(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > limit):
+            return error(413, "payload_too_large", f"request body over {limit} bytes")
+        return await call_next(request)
+
+    def handle(status: int, code: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+        async def h(_: Request, exc: Exception) -> JSONResponse:
+            return error(status, code, str(exc))
+
+        return h
+
+    async def api_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error(exc.status, exc.code, exc.message)
+
+    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
+        return error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+
+    async def validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":
+            return error(400, "bad_request", "request body is not valid JSON")
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return error(422, "validation_error", f"{where}: {first.get('msg', 'invalid')}")
+
+    async def unavailable(_: Request, exc: Exception) -> JSONResponse:
+        log.warning("Redis unavailable: %s", exc)
+        return error(503, "redis_unavailable", f"Redis unreachable: {exc}")
+
+    async def dtq_error(_: Request, exc: Exception) -> JSONResponse:
+        return error(400, "bad_request", str(exc))
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(BadTaskId, handle(400, "bad_task_id"))
+    app.add_exception_handler(UnknownTask, handle(404, "not_found"))
+    app.add_exception_handler(UnknownQueue, handle(404, "not_found"))
+    app.add_exception_handler(Conflict, handle(409, "conflict"))
+    app.add_exception_handler(PayloadTooLarge, handle(413, "payload_too_large"))
+    app.add_exception_handler(SerializationError, handle(422, "validation_error"))
+    app.add_exception_handler(InvalidRequest, handle(422, "validation_error"))
+    app.add_exception_handler(RedisUnavailable, unavailable)
+    app.add_exception_handler(redis.ConnectionError, unavailable)
+    app.add_exception_handler(redis.TimeoutError, unavailable)
+    app.add_exception_handler(DtqError, dtq_error)

@@ -1,0 +1,59 @@
+"""``dtq-api [--host H] [--port P]``: serve the HTTP API, the dashboard and ``/metrics``.
+
+Exit codes: 0 after a graceful stop, 2 for a bad setting or option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+
+from dtq import logs
+from dtq.errors import ConfigError
+from dtq.settings import load_settings
+from dtq_api.app import create_app
+
+log = logging.getLogger("dtq.api")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dtq-api",
+        description="Serve the dtq HTTP API (/api/v1), the dashboard (/) and /metrics. "
+        "Settings come from DTQ_* variables (DTQ_REDIS_URL, DTQ_KEY_PREFIX, DTQ_API_TOKEN, "
+        "DTQ_LOG_FORMAT, ...).",
+        epilog="Exit codes: 0 graceful stop, 2 bad configuration.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"dtq-api: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if not 0 <= args.port <= 65535:
+        print("dtq-api: --port must be 0-65535", file=sys.stderr)
+        sys.exit(2)
+    logs.setup(settings.log_format, settings.log_level)
+    log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", args.host, args.port,
+             settings.key_prefix, "on" if settings.api_token else "off")  # fmt: skip
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+
+
+if __name__ == "__main__":
+    main()

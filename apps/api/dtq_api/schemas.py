@@ -1,0 +1,203 @@
+"""Request and response bodies of the HTTP API (pydantic), so the OpenAPI document is complete.
+
+Response models allow extra fields: the task view grows with the SDK's ``TaskInfo``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dtq.models import TaskStatus
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. not_found, conflict.")
+    message: str = Field(description="One line for a human.")
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every non-2xx answer."""
+
+    error: ErrorDetail
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class EnqueueRequest(BaseModel):
+    """The SDK's enqueue fields. ``Idempotency-Key`` may also come as a header."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, description="Registered task name.")
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    priority: int | None = Field(None, ge=0, le=9, description="0-9, 9 served first.")
+    delay: float | None = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
+    eta: str | None = Field(None, description="ISO 8601 time with a zone.")
+    max_retries: int | None = Field(None, ge=0, le=1_000_000)
+    timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
+    idempotency_key: str | None = Field(None, min_length=1, max_length=256)
+    expires: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
+    metadata: dict[str, Any] | None = None
+
+
+class Event(Open):
+    stream: str
+    id: str
+    ts: str | None
+    ts_ms: int
+    type: str
+    task_id: str | None = None
+    queue: str | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    detail: str = ""
+
+
+class Task(Open):  # type: ignore[no-redef]
+    """A task as the SDK's ``TaskInfo`` names its fields."""
+
+    id: str
+    name: str
+    queue: str
+    status: TaskStatus
+    priority: int
+    attempt: int
+    retries: int
+    max_retries: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+    worker_id: str | None = None
+    enqueued_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    requeues: int | None = None
+    created: bool | None = Field(None, description="On enqueue: false for an existing task.")
+    history: list[Event] | None = None
+
+
+class TaskPage(BaseModel):
+    items: list[Task]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+
+
+class CancelOut(BaseModel):
+    id: str
+    outcome: Literal["cancelled", "requested"]
+    status: str
+
+
+class RetryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_retries: int | None = Field(None, ge=0, le=1_000_000, description="New retry budget.")
+
+
+class RetryOut(BaseModel):
+    id: str
+    status: str
+
+
+class Queue(Open):
+    name: str
+    depth: dict[str, int] = Field(description="Waiting tasks per priority band ('9'..'0').")
+    queued: int
+    scheduled: int
+    running: int
+    dlq: int
+    paused: bool
+    oldest_waiting_age_s: float | None
+
+
+class QueueList(BaseModel):
+    items: list[Queue]
+
+
+class QueueChange(Queue):
+    changed: bool
+
+
+class BulkOut(BaseModel):
+    done: int
+    skipped: dict[str, int]
+
+
+class Worker(Open):
+    worker_id: str
+    live: bool
+    stale: bool
+    status: str
+    last_heartbeat: str | None
+    heartbeat_age_s: float
+    heartbeat_interval_s: float | None
+    active_tasks: int
+    concurrency: int | None
+    queues: list[str]
+
+
+class WorkerList(BaseModel):
+    items: list[Worker]
+
+
+class DeadLetter(Open):
+    task_id: str
+    queue: str
+    name: str
+    failed_at: str | None
+    attempt: int
+    retries: int
+    max_retries: int
+    error: str | None
+
+
+class DeadLetterPage(BaseModel):
+    items: list[DeadLetter]
+    next_cursor: str | None
+
+
+class DlqBulkRequest(BaseModel):
+    """Which dead letters: ``ids``, or every one matching the filters (all when none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] | None = Field(None, max_length=10_000)
+    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    name: str | None = None
+    error: str | None = None
+    max_retries: int | None = Field(None, ge=0, le=1_000_000)
+
+
+class DiscardOut(BaseModel):
+    id: str
+    discarded: bool
+
+
+class ScheduledTask(Open):
+    task_id: str
+    queue: str
+    name: str
+    due_at: str | None
+    kind: str
+
+
+class Schedules(BaseModel):
+    schedules: list[dict[str, Any]] = Field(description="Periodic schedules, next fire first.")
+    scheduled_tasks: list[ScheduledTask] = Field(description="Delayed tasks and retries.")
+
+
+class Throughput(BaseModel):
+    start: str | None
+    bucket_s: int
+    buckets: list[str | None]
+    series: dict[str, list[int]]
+
+
+class Health(BaseModel):
+    status: str
