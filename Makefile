@@ -29,7 +29,7 @@ demo: install
 	$(BIN)/python -m dtq.dev
 
 bench: install
-	$(BIN)/dtq bench
+	$(BIN)/python -m dtq.benchmark $(BENCH_ARGS)
 
 chaos: install
 	$(BIN)/python -m tests.chaos.run --minutes 1

@@ -1,0 +1,227 @@
+"""``dtq bench`` / ``make bench``: dtq measured side by side with the peer task queues.
+
+The suite starts its own ``redis-server`` on a free port, runs workloads A-G (see
+docs/performance.md) against dtq and, when ``bench/peers`` and its virtualenv are available,
+against each peer through ``bench/peers/run_peer.py``; each run is repeated (3 times by default)
+and the medians are written to ``build/bench/results.md`` and ``results.json`` with the ratio
+dtq/peer per row and the issue's targets marked met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dtq.benchmark import ceiling, report
+from dtq.benchmark.peers import LIBS, Peers, repo_root
+from dtq.benchmark.server import BenchRedis
+from dtq.benchmark.workloads import DtqBench
+
+ALL = "ABCDEFG"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dtq bench",
+        description="Benchmark dtq against its peers on a private redis-server "
+        "(workloads A-G, see docs/performance.md).",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="shrink every size (10x fewer tasks, backlogs 1k/10k, 1 repetition)",
+    )
+    p.add_argument("--reps", type=int, help="repetitions per measurement (default 3; 1 if --quick)")
+    p.add_argument("--workloads", default=ALL, help="which of A-G to run (default: all)")
+    p.add_argument(
+        "--peers",
+        default="all",
+        help="'all', 'none' or a comma-separated list of: " + ", ".join(LIBS),
+    )
+    p.add_argument(
+        "--no-setup-peers",
+        action="store_true",
+        help="do not run bench/setup_peers.sh when the peers' virtualenv is missing",
+    )
+    p.add_argument("--peer-timeout", type=float, default=600.0, help="seconds per peer run")
+    p.add_argument("--n-a", type=int, help="A: tasks (default 20000)")
+    p.add_argument("--n-b", type=int, help="B: enqueues (default 20000)")
+    p.add_argument("--n-c", type=int, help="C: tasks 5 ms apart (default 1000)")
+    p.add_argument("--n-d", type=int, help="D: 10 ms tasks (default 5000)")
+    p.add_argument("--n-e", type=int, help="E: tasks timed per backlog size (default 20000)")
+    p.add_argument("--backlogs", help="E: backlog sizes (default 1000,100000,1000000)")
+    p.add_argument("--n-f", type=int, help="F: tasks queued to measure memory (default 100000)")
+    p.add_argument("--n-g", type=int, help="G: tasks per ceiling loop (default 50000)")
+    p.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="dtq workers' DTQ_LOG_LEVEL (default WARNING, as the peers run)",
+    )
+    p.add_argument("--out", type=Path, help="output directory (default build/bench)")
+    return p
+
+
+def _sizes(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    pick: Callable[[int | None, int, int], int] = lambda v, full, quick: (  # noqa: E731
+        v if v is not None else (quick if q else full)
+    )
+    backlogs = args.backlogs or ("1000,10000" if q else "1000,100000,1000000")
+    return {
+        "A": pick(args.n_a, 20_000, 2_000),
+        "B": pick(args.n_b, 20_000, 2_000),
+        "C": pick(args.n_c, 1_000, 100),
+        "D": pick(args.n_d, 5_000, 500),
+        "E": pick(args.n_e, 20_000, 2_000),
+        "E_sizes": [int(x) for x in backlogs.split(",") if x.strip()],
+        "F": pick(args.n_f, 100_000, 10_000),
+        "G": pick(args.n_g, 50_000, 5_000),
+        "reps": args.reps or (1 if q else 3),
+    }
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu}){mem}"
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sz = _sizes(args)
+    reps = sz["reps"]
+    wanted = {c for c in args.workloads.upper() if c in ALL}
+    root = repo_root()
+    out_dir = args.out or root / "build" / "bench"
+
+    def say(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    libs: list[str] = []
+    peers = Peers(root, say)
+    peers_note = ""
+    if args.peers != "none":
+        chosen = list(LIBS) if args.peers == "all" else [x.strip() for x in args.peers.split(",")]
+        unknown = [x for x in chosen if x not in LIBS]
+        if unknown:
+            print(f"dtq bench: unknown peer(s) {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        if peers.available(setup=not args.no_setup_peers):
+            libs = chosen
+        else:
+            peers_note = f"not run ({peers.why_not})"
+            say(f"peers skipped: {peers.why_not}")
+    else:
+        peers_note = "not run (--peers none)"
+
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+
+    def record(w: str, lib: str, res: dict[str, Any]) -> None:
+        runs.setdefault(w, {}).setdefault(lib, []).append(res)
+        brief = {k: v for k, v in res.items() if k.endswith(("_per_s", "_ms")) or k == "error"}
+        say(f"{w} {lib}: {brief}")
+
+    with BenchRedis() as srv:
+        meta: dict[str, Any] = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "machine": _machine(),
+            "redis": srv.version(),
+            "python": platform.python_version(),
+            "reps": reps,
+            "sizes": sz,
+            "load_before": _load(),
+            "peers": libs,
+            "peers_note": peers_note,
+            "worker_log_level": args.log_level,
+        }
+        say(f"redis-server {meta['redis']} on port {srv.port}; {meta['machine']}")
+        b = DtqBench(srv, log_level=args.log_level)
+
+        def peer(w: str, lib: str, key: str | None = None, **opts: Any) -> None:
+            srv.flush()
+            record(key or w, lib, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
+
+        for rep in range(reps):
+            say(f"--- repetition {rep + 1}/{reps}")
+            if "G" in wanted:
+                srv.flush()
+                record(
+                    "G",
+                    "xadd_single",
+                    {"tasks_per_s": round(ceiling.xadd_single(srv.url, sz["G"]), 1)},
+                )
+                record(
+                    "G",
+                    "asyncio",
+                    {"tasks_per_s": round(ceiling.asyncio_per_task(srv.url, sz["G"]), 1)},
+                )
+                record(
+                    "G",
+                    "sync_batched",
+                    {"tasks_per_s": round(ceiling.sync_batched(srv.url, sz["G"]), 1)},
+                )
+            if "A" in wanted:
+                record("A", "dtq", b.throughput(sz["A"]))
+                record("A", "dtq (bare body)", b.throughput(sz["A"], name="bare"))
+                record("A2", "dtq", b.throughput(sz["A"], procs=2))
+                for lib in libs:
+                    peer("A", lib, n=sz["A"], concurrency=32, procs=1)
+                    peer("A", lib, key="A2", n=sz["A"], concurrency=32, procs=2)
+            if "B" in wanted:
+                record("B", "dtq", b.enqueue_rate(sz["B"]))
+                for lib in libs:
+                    peer("B", lib, n=sz["B"])
+            if "C" in wanted:
+                record("C", "dtq", b.pickup_latency(sz["C"]))
+                for lib in libs:
+                    peer("C", lib, n=sz["C"], interval_ms=5)
+            if "D" in wanted:
+                record("D", "dtq", b.io_bound(sz["D"]))
+                for lib in libs:
+                    peer("D", lib, n=sz["D"], concurrency=100, sleep_ms=10)
+        if "E" in wanted:
+            say("--- E: backlog scaling (fills each backlog once, then one timed run per rep)")
+            for res in b.backlog(sz["E_sizes"], sz["E"], reps):
+                record("E", f"dtq backlog={res['backlog']:,}", res)
+        if "F" in wanted:
+            say("--- F: resources")
+            record("F", "dtq", b.resources(sz["F"]))
+        meta["load_after"] = _load()
+
+    med = report.medians(runs)
+    data = {
+        "meta": meta,
+        "medians": med,
+        "rows": report.rows(med),
+        "targets": report.targets(med),
+        "runs": runs,
+    }
+    j, m = report.write(out_dir, data)
+    say(f"wrote {m} and {j}")
+    print(report.markdown(data))
+    return 0

@@ -1,0 +1,5 @@
+import sys
+
+from dtq.benchmark import main
+
+sys.exit(main())

@@ -1,0 +1,312 @@
+"""Medians, ratios, targets and the two result files (results.json, results.md)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+Rec = dict[str, Any]
+DTQ = "dtq"
+# (workload, metric, what a reader should know, higher is better?)
+METRICS: list[tuple[str, str, str, bool]] = [
+    ("A", "tasks_per_s", "no-op tasks/s, 1 worker process, concurrency 32", True),
+    (
+        "A",
+        "steady_tasks_per_s",
+        "no-op tasks/s from the first completion (start-up excluded)",
+        True,
+    ),
+    ("A2", "tasks_per_s", "no-op tasks/s, 2 worker processes x 32", True),
+    ("B", "single_per_s", "enqueues/s one by one", True),
+    ("B", "bulk_per_s", "enqueues/s with the library's bulk call", True),
+    ("C", "p50_ms", "pickup latency p50 (ms)", False),
+    ("C", "p95_ms", "pickup latency p95 (ms)", False),
+    ("C", "p99_ms", "pickup latency p99 (ms)", False),
+    ("D", "tasks_per_s", "10 ms I/O tasks/s, concurrency 100", True),
+    ("D", "steady_tasks_per_s", "10 ms I/O tasks/s from the first completion", True),
+]
+
+
+def median_record(runs: Sequence[Rec]) -> Rec:
+    """Per key: the median of the numeric values of the runs without an error."""
+    ok = [r for r in runs if not r.get("error")]
+    out: Rec = {"runs": len(runs), "ok_runs": len(ok)}
+    errors = [str(r["error"]) for r in runs if r.get("error")]
+    if errors:
+        out["errors"] = errors
+    if not ok:
+        return out
+    for key in ok[0]:
+        vals = [r.get(key) for r in ok]
+        nums = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+        if len(nums) == len(vals):
+            out[key] = round(statistics.median(nums), 3)
+            if len(nums) > 1 and key.endswith(("_per_s", "_ms")):
+                out[key + "_range"] = [min(nums), max(nums)]
+        else:
+            out[key] = vals[0]
+    return out
+
+
+def medians(runs: dict[str, dict[str, list[Rec]]]) -> dict[str, dict[str, Rec]]:
+    return {w: {lib: median_record(rs) for lib, rs in libs.items()} for w, libs in runs.items()}
+
+
+def _get(med: dict[str, dict[str, Rec]], w: str, lib: str, metric: str) -> float | None:
+    v = med.get(w, {}).get(lib, {}).get(metric)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def rows(med: dict[str, dict[str, Rec]]) -> list[Rec]:
+    """One row per (workload, metric, library) with the ratio dtq/library."""
+    out: list[Rec] = []
+    for w, metric, label, higher in METRICS:
+        d = _get(med, w, DTQ, metric)
+        for lib in med.get(w, {}):
+            v = _get(med, w, lib, metric)
+            ratio = round(d / v, 2) if d is not None and v else None
+            out.append(
+                {
+                    "workload": w,
+                    "metric": metric,
+                    "label": label,
+                    "lib": lib,
+                    "median": v,
+                    "ratio_dtq_per_lib": ratio,
+                    "higher_is_better": higher,
+                    "error": "; ".join(med[w][lib].get("errors", []))[:300] or None,
+                }
+            )
+    return out
+
+
+def _fastest_peer(med: dict[str, dict[str, Rec]], w: str, metric: str) -> tuple[str, float] | None:
+    best: tuple[str, float] | None = None
+    for lib in med.get(w, {}):
+        if lib.startswith(DTQ):
+            continue
+        v = _get(med, w, lib, metric)
+        if v is not None and (best is None or v > best[1]):
+            best = (lib, v)
+    return best
+
+
+def _best_peer_latency(med: dict[str, dict[str, Rec]], metric: str) -> tuple[str, float] | None:
+    best: tuple[str, float] | None = None
+    for lib in med.get("C", {}):
+        if lib.startswith(DTQ):
+            continue
+        v = _get(med, "C", lib, metric)
+        if v is not None and (best is None or v < best[1]):
+            best = (lib, v)
+    return best
+
+
+def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
+    """The issue's targets, each with what was measured and whether it is met."""
+    out: list[Rec] = []
+
+    def add(tid: str, text: str, measured: str, met: bool | None) -> None:
+        out.append({"id": tid, "target": text, "measured": measured, "met": met})
+
+    a = _get(med, "A", DTQ, "tasks_per_s")
+    peer = _fastest_peer(med, "A", "tasks_per_s")
+    if a is not None and peer:
+        add(
+            "A-peers",
+            ">= 3x the fastest peer (A, 1 process)",
+            f"{a:,.0f}/s vs {peer[0]} {peer[1]:,.0f}/s = {a / peer[1]:.2f}x",
+            a >= 3 * peer[1],
+        )
+    else:
+        add("A-peers", ">= 3x the fastest peer (A, 1 process)", "no peer results", None)
+    g = _get(med, "G", "asyncio", "tasks_per_s")
+    if a is not None and g:
+        add(
+            "A-ceiling",
+            ">= 50% of the asyncio ceiling (G)",
+            f"{a:,.0f}/s vs {g:,.0f}/s = {100 * a / g:.0f}%",
+            a >= 0.5 * g,
+        )
+    if a is not None:
+        add("A-11k", ">= ~11k tasks/s from one worker process", f"{a:,.0f}/s", a >= 11_000)
+    bare = _get(med, "A", "dtq (bare body)", "tasks_per_s")
+    if bare is not None:
+        add(
+            "A-11k-bare",
+            "(same, body without the counter INCR; informative)",
+            f"{bare:,.0f}/s",
+            bare >= 11_000,
+        )
+    bulk = _get(med, "B", DTQ, "bulk_per_s")
+    pbulk = _fastest_peer(med, "B", "bulk_per_s")
+    if bulk is not None and pbulk:
+        add(
+            "B-bulk",
+            ">= 5x the fastest peer's bulk enqueue",
+            f"{bulk:,.0f}/s vs {pbulk[0]} {pbulk[1]:,.0f}/s = {bulk / pbulk[1]:.2f}x",
+            bulk >= 5 * pbulk[1],
+        )
+    else:
+        add("B-bulk", ">= 5x the fastest peer's bulk enqueue", "no peer results", None)
+    single = _get(med, "B", DTQ, "single_per_s")
+    xadd = _get(med, "G", "xadd_single", "tasks_per_s")
+    if single is not None and xadd:
+        add(
+            "B-single",
+            ">= 90% of an unpipelined raw XADD loop",
+            f"{single:,.0f}/s vs {xadd:,.0f}/s = {100 * single / xadd:.0f}%",
+            single >= 0.9 * xadd,
+        )
+    p50, p99 = _get(med, "C", DTQ, "p50_ms"), _get(med, "C", DTQ, "p99_ms")
+    if p50 is not None and p99 is not None:
+        add(
+            "C-abs",
+            "pickup p50 <= 1 ms and p99 <= 1.5 ms",
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms",
+            p50 <= 1.0 and p99 <= 1.5,
+        )
+        b50, b99 = _best_peer_latency(med, "p50_ms"), _best_peer_latency(med, "p99_ms")
+        if b50 and b99:
+            add(
+                "C-peers",
+                "better than every peer (p50 and p99)",
+                f"best peer p50 {b50[1]:.2f} ms ({b50[0]}), p99 {b99[1]:.2f} ms ({b99[0]})",
+                p50 < b50[1] and p99 < b99[1],
+            )
+    d = _get(med, "D", DTQ, "steady_tasks_per_s")
+    if d is not None:
+        add(
+            "D",
+            ">= 85% of the ideal 10,000 tasks/s (steady: first to last completion)",
+            f"{d:,.0f}/s = {d / 100:.0f}%",
+            d >= 8_500,
+        )
+    e = {lib: v for lib, v in med.get("E", {}).items() if lib.startswith(DTQ)}
+    sizes = sorted(
+        (int(r["backlog"]), float(r["steady_tasks_per_s"]))
+        for r in e.values()
+        if isinstance(r.get("steady_tasks_per_s"), int | float)
+    )
+    if len(sizes) >= 2:
+        (lo, r_lo), (hi, r_hi) = sizes[0], sizes[-1]
+        add(
+            "E",
+            f"throughput with {hi:,} queued within 10% of {lo:,} queued",
+            f"{r_hi:,.0f}/s vs {r_lo:,.0f}/s = {100 * r_hi / r_lo:.0f}%",
+            r_hi >= 0.9 * r_lo,
+        )
+    f = _get(med, "F", DTQ, "bytes_per_queued_task")
+    if f is not None:
+        add("F", "<= 400 bytes of Redis memory per queued task", f"{f:.0f} bytes", f <= 400)
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)
+
+
+def markdown(data: Rec) -> str:
+    med: dict[str, dict[str, Rec]] = data["medians"]
+    meta = data["meta"]
+    lines = [
+        "# dtq benchmark results",
+        "",
+        f"Run {meta['started']} on {meta['machine']}; Redis {meta['redis']}, Python "
+        f"{meta['python']}. Medians of {meta['reps']} runs (min-max in brackets). "
+        f"Load average before/after: {meta['load_before']} / {meta.get('load_after', '-')}.",
+        "",
+        "Every library runs the same task bodies (no-op = one INCR of a counter on a plain "
+        "redis-py connection, which is also how completion is detected) against the same private "
+        "redis-server, one library at a time. Ratio = dtq / library (for latency, lower is "
+        "better, so a ratio below 1 favours dtq).",
+        "",
+    ]
+    if meta.get("peers_note"):
+        lines += [f"Peers: {meta['peers_note']}", ""]
+    for w, metric, label, _higher in METRICS:
+        libs = med.get(w, {})
+        if not libs:
+            continue
+        lines += [
+            f"## {w}: {label}",
+            "",
+            "| library | setting | median | range | dtq / lib |",
+            "|---|---|---:|---|---:|",
+        ]
+        d = _get(med, w, DTQ, metric)
+        for lib, rec in libs.items():
+            v = _get(med, w, lib, metric)
+            rng = rec.get(metric + "_range")
+            rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
+            ratio = _fmt(round(d / v, 2)) if d is not None and v else "-"
+            val = _fmt(v) if v is not None else "error: " + "; ".join(rec.get("errors", []))[:120]
+            setting = str(rec.get("setting", ""))[:70]
+            lines.append(f"| {lib} | {setting} | {val} | {rng_s} | {ratio} |")
+        lines.append("")
+    if med.get("E"):
+        lines += [
+            "## E: backlog scaling (dtq)",
+            "",
+            "| backlog queued | tasks/s (worker start to done) | steady tasks/s | range |",
+            "|---:|---:|---:|---|",
+        ]
+        for lib, rec in med["E"].items():
+            rng = rec.get("steady_tasks_per_s_range")
+            rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
+            lines.append(
+                f"| {lib} | {_fmt(rec.get('tasks_per_s'))} | "
+                f"{_fmt(rec.get('steady_tasks_per_s'))} | {rng_s} |"
+            )
+        lines.append("")
+    f = med.get("F", {}).get(DTQ)
+    if f:
+        lines += ["## F: resources (dtq)", "", "| measure | value |", "|---|---:|"]
+        for k in (
+            "bytes_per_queued_task",
+            "bytes_per_finished_task_kept",
+            "worker_rss_mib",
+            "commands_per_task",
+            "script_calls_per_task",
+        ):
+            lines.append(f"| {k} | {_fmt(f.get(k))} |")
+        by = f.get("commands_per_task_by_name") or {}
+        if by:
+            top = ", ".join(f"{k} {v}" for k, v in list(by.items())[:12])
+            lines += ["", f"Commands per task by name: {top}."]
+        lines.append("")
+    g = med.get("G", {})
+    if g:
+        lines += [
+            "## G: ceiling (raw redis-py + hiredis, stream operations only)",
+            "",
+            "| loop | tasks/s | range |",
+            "|---|---:|---|",
+        ]
+        for name, rec in g.items():
+            rng = rec.get("tasks_per_s_range")
+            rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
+            lines.append(f"| {name} | {_fmt(rec.get('tasks_per_s'))} | {rng_s} |")
+        lines.append("")
+    lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in data["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        lines.append(f"| {t['id']}: {t['target']} | {t['measured']} | {met} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write(out_dir: Path, data: Rec) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = out_dir / "results.json"
+    m = out_dir / "results.md"
+    j.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    m.write_text(markdown(data))
+    return j, m

@@ -1,0 +1,392 @@
+"""dtq's side of workloads A-F, each measured against a private redis-server.
+
+Every workload flushes the server first. Workers are real ``python -m dtq_worker`` processes;
+the runner enqueues with the SDK and watches the same counters the peers' runner watches
+(``bench:done`` / ``bench:lat``, see :mod:`dtq.benchmark.tasks`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dtq.benchmark.server import BenchRedis
+from dtq.benchmark.tasks import DONE_KEY, LAT_KEY
+from dtq.client import Client
+from dtq.keys import Keys
+from dtq.settings import Settings
+
+APP = "dtq.benchmark.tasks:app"
+PREFIX = "bench"
+QUEUE = "bench"
+CHUNK = 1000
+POLL_S = 0.002
+Result = dict[str, Any]
+
+
+def pct(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (the same definition as the peers' runner)."""
+    idx = max(0, math.ceil(p / 100.0 * len(sorted_values)) - 1)
+    return round(sorted_values[idx], 3)
+
+
+class Workers:
+    """dtq worker subprocesses; always stopped (SIGTERM, then SIGKILL) by :meth:`stop`."""
+
+    def __init__(self, url: str, concurrency: int, procs: int, log_level: str) -> None:
+        self.logdir = Path(tempfile.mkdtemp(prefix="dtq-bench-w-"))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        env = dict(os.environ)
+        env.update(
+            DTQ_REDIS_URL=url,
+            BENCH_REDIS_URL=url,
+            DTQ_KEY_PREFIX=PREFIX,
+            DTQ_QUEUES=QUEUE,
+            DTQ_WORKER_CONCURRENCY=str(concurrency),
+            DTQ_LOG_LEVEL=log_level,
+        )
+        self.env = env
+        self.n = procs
+
+    def start(self) -> None:
+        for i in range(self.n):
+            with (self.logdir / f"worker{i}.log").open("wb") as fh:
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "dtq_worker", APP],
+                        env=self.env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+
+    def check(self) -> None:
+        for p in self.procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"dtq worker exited early ({p.returncode}):\n{self.tail()}")
+
+    def rss_kib(self) -> list[int]:
+        out = []
+        for p in self.procs:
+            try:
+                for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        out.append(int(line.split()[1]))
+            except OSError:
+                pass
+        return out
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the worker processes used so far."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for p in self.procs:
+            try:
+                fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
+    def tail(self, chars: int = 1500) -> str:
+        return "".join(
+            p.read_text(errors="replace")[-chars:] for p in sorted(self.logdir.glob("*.log"))
+        )
+
+    def log_lines(self) -> int:
+        return sum(
+            len(p.read_text(errors="replace").splitlines()) for p in self.logdir.glob("*.log")
+        )
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        self.procs = []
+
+    def cleanup(self) -> None:
+        self.stop()
+        for p in self.logdir.glob("*"):
+            p.unlink()
+        self.logdir.rmdir()
+
+
+class DtqBench:
+    """Runs one workload at a time against ``server``."""
+
+    def __init__(self, server: BenchRedis, *, log_level: str = "WARNING", timeout: float = 600):
+        self.server = server
+        self.log_level = log_level
+        self.timeout = timeout
+        self.settings = Settings(redis_url=server.url, key_prefix=PREFIX, queues=(QUEUE,))
+        self.keys = Keys(PREFIX)
+
+    def client(self) -> Client:
+        return Client(settings=self.settings)
+
+    def workers(self, concurrency: int, procs: int = 1) -> Workers:
+        return Workers(self.server.url, concurrency, procs, self.log_level)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def fill(self, c: Client, name: str, n: int, args: list[Any] | None = None) -> float:
+        """Bulk-enqueue ``n`` tasks in chunks; returns the seconds it took."""
+        t0 = time.perf_counter()
+        item = {"name": name, "args": args or [], "queue": QUEUE}
+        for start in range(0, n, CHUNK):
+            c.enqueue_many([item] * min(CHUNK, n - start))
+        return time.perf_counter() - t0
+
+    def wait_done(
+        self, n: int, w: Workers, *, key: str = DONE_KEY, is_list: bool = False
+    ) -> tuple[float | None, float, list[int]]:
+        """Poll the done counter until ``n``; returns (first done, n-th done, RSS samples)."""
+        first: float | None = None
+        rss: list[int] = []
+        next_rss = time.monotonic() + 0.5
+        deadline = time.monotonic() + self.timeout
+        with self.server.client() as r:
+            while True:
+                count = int(r.llen(key) if is_list else (r.get(key) or 0))
+                now = time.perf_counter()
+                if count and first is None:
+                    first = now
+                if count >= n:
+                    return first, now, rss
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"only {count}/{n} tasks completed:\n{w.tail()}")
+                if time.monotonic() > next_rss:
+                    rss.extend(w.rss_kib())
+                    next_rss = time.monotonic() + 0.5
+                w.check()
+                time.sleep(POLL_S)
+
+    def queued(self) -> int:
+        """Entries left in the queue's streams (complete.lua deletes an entry when it ends)."""
+        with self.server.client() as r, r.pipeline(transaction=False) as pipe:
+            for s in self.keys.queue(QUEUE).streams:
+                pipe.xlen(s)
+            return sum(int(x) for x in pipe.execute())
+
+    def wait_drained(self, left: int, w: Workers) -> tuple[float | None, float, list[int]]:
+        """Like :meth:`wait_done` for ``bare`` tasks: until at most ``left`` entries remain."""
+        first: float | None = None
+        rss: list[int] = []
+        start_len = self.queued()
+        next_rss = time.monotonic() + 0.5
+        deadline = time.monotonic() + self.timeout
+        while True:
+            q = self.queued()
+            now = time.perf_counter()
+            if q < start_len and first is None:
+                first = now
+            if q <= left:
+                return first, now, rss
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{q} entries still queued:\n{w.tail()}")
+            if time.monotonic() > next_rss:
+                rss.extend(w.rss_kib())
+                next_rss = time.monotonic() + 0.5
+            w.check()
+            time.sleep(POLL_S)
+
+    # --- A / E: throughput -----------------------------------------------------------------
+
+    def throughput(
+        self, n: int, *, procs: int = 1, concurrency: int = 32, name: str = "noop",
+        sleep_s: float | None = None, backlog: int = 0, flush: bool = True,
+    ) -> Result:  # fmt: skip
+        """``n`` tasks (plus ``backlog`` more behind them) queued, then worker start -> n done."""
+        if flush:
+            self.server.flush()
+        args = [] if sleep_s is None else [sleep_s]
+        with self.client() as c:
+            prefill = self.fill(c, name, n + backlog, args)
+        with self.server.client() as r:
+            r.delete(DONE_KEY)
+        w = self.workers(concurrency, procs)
+        redis_cpu0 = self.server.cpu_s()
+        try:
+            t0 = time.perf_counter()
+            w.start()
+            if name == "bare":
+                first, end, rss = self.wait_drained(backlog, w)
+            else:
+                first, end, rss = self.wait_done(n, w)
+            worker_cpu = w.cpu_s()
+            redis_cpu = self.server.cpu_s() - redis_cpu0
+        finally:
+            w.stop()
+            lines = w.log_lines()
+            w.cleanup()
+        secs = end - t0
+        return {
+            "n": n,
+            "body": name,
+            "procs": procs,
+            "concurrency": concurrency,
+            "backlog": backlog,
+            "tasks_per_s": round(n / secs, 1),
+            "seconds": round(secs, 3),
+            "steady_tasks_per_s": round((n - 1) / (end - first), 1)
+            if first and end > first
+            else None,
+            "startup_s": round(first - t0, 3) if first else None,
+            "prefill_s": round(prefill, 3),
+            "worker_rss_mib": round(max(rss) / 1024, 1) if rss else None,
+            "worker_cpu_us_per_task": round(worker_cpu * 1e6 / n, 1),
+            "redis_cpu_us_per_task": round(redis_cpu * 1e6 / n, 1),
+            "worker_log_lines": lines,
+        }
+
+    # --- B: enqueue ------------------------------------------------------------------------
+
+    def enqueue_rate(self, n: int) -> Result:
+        self.server.flush()
+        with self.client() as c:
+            c.enqueue("noop", queue=QUEUE)  # first call loads the script
+            t0 = time.perf_counter()
+            for _ in range(n):
+                c.enqueue("noop", queue=QUEUE)
+            single = time.perf_counter() - t0
+            self.server.flush()
+            bulk = self.fill(c, "noop", n)
+        self.server.flush()
+        return {
+            "n": n,
+            "single_per_s": round(n / single, 1),
+            "bulk_per_s": round(n / bulk, 1),
+            "bulk_api": f"Client.enqueue_many, chunks of {CHUNK}",
+        }
+
+    # --- C: pickup latency -----------------------------------------------------------------
+
+    def pickup_latency(self, n: int, interval_ms: float = 5.0, warmup_s: float = 2.0) -> Result:
+        self.server.flush()
+        w = self.workers(32)
+        try:
+            w.start()
+            with self.client() as c:
+                c.enqueue("noop", queue=QUEUE)
+                self.wait_done(1, w)
+                time.sleep(warmup_s)
+                interval = interval_ms / 1000
+                start = time.perf_counter()
+                for i in range(n):
+                    delay = start + i * interval - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    c.enqueue("stamp", [time.time()], queue=QUEUE)
+            self.wait_done(n, w, key=LAT_KEY, is_list=True)
+        finally:
+            w.cleanup()
+        with self.server.client() as r:
+            lat = sorted(float(x) for x in r.lrange(LAT_KEY, 0, -1))
+        return {
+            "n": n,
+            "p50_ms": pct(lat, 50),
+            "p95_ms": pct(lat, 95),
+            "p99_ms": pct(lat, 99),
+            "max_ms": round(lat[-1], 3),
+            "interval_ms": interval_ms,
+        }
+
+    # --- D: I/O-bound ----------------------------------------------------------------------
+
+    def io_bound(self, n: int, concurrency: int = 100, sleep_ms: float = 10.0) -> Result:
+        res = self.throughput(n, concurrency=concurrency, name="sleep", sleep_s=sleep_ms / 1000)
+        ideal = concurrency / (sleep_ms / 1000)
+        res["ideal_per_s"] = ideal
+        res["of_ideal"] = round(res["tasks_per_s"] / ideal, 3)
+        return res
+
+    # --- E: backlog ------------------------------------------------------------------------
+
+    def backlog(self, sizes: Sequence[int], n: int, reps: int) -> list[Result]:
+        """For each backlog size B: fill B+n once, then per repetition process n (refilled)."""
+        out = []
+        for b in sizes:
+            self.server.flush()
+            with self.client() as c:
+                fill_s = self.fill(c, "noop", b)
+            for rep in range(reps):
+                res = self.throughput(n, backlog=0, flush=False)
+                res["backlog"] = b
+                res["backlog_fill_s"] = round(fill_s, 1)
+                res["queued_after"] = self.queued()
+                res["rep"] = rep
+                out.append(res)
+        return out
+
+    # --- F: resources ----------------------------------------------------------------------
+
+    def resources(self, n: int) -> Result:
+        """Redis memory per queued task and per finished task kept; commands per task."""
+        self.server.flush()
+        with self.server.client() as r:
+            # The streams and the group exist before the baseline (a worker made them).
+            w = self.workers(32)
+            try:
+                w.start()
+                with self.client() as c:
+                    c.enqueue("bare", queue=QUEUE)
+                    deadline = time.monotonic() + 60
+                    while self.queued() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+            finally:
+                w.cleanup()
+            r.delete(*r.keys(f"{PREFIX}:*:t:*"))
+            r.delete(self.keys.queue(QUEUE).events)
+            base = int(r.info("memory")["used_memory"])
+            with self.client() as c:
+                self.fill(c, "bare", n)
+            queued_mem = int(r.info("memory")["used_memory"])
+            r.config_resetstat()
+            w = self.workers(32)
+            polls = 0
+            try:
+                w.start()
+                deadline = time.monotonic() + self.timeout
+                while self.queued():
+                    polls += 1
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("F: tasks not finished")
+                    w.check()
+                    time.sleep(0.05)
+                rss = w.rss_kib()
+            finally:
+                w.stop()
+                w.cleanup()
+            stats = r.info("commandstats")
+            done_mem = int(r.info("memory")["used_memory"])
+            events_len = int(r.xlen(self.keys.queue(QUEUE).events))
+        calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+        calls["xlen"] = calls.get("xlen", 0) - polls * 10
+        calls["info"] = calls.get("info", 0) - 1
+        total = sum(v for k, v in calls.items() if k not in ("info", "config|resetstat"))
+        top = {k: round(v / n, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v > 0}
+        return {
+            "n": n,
+            "bytes_per_queued_task": round((queued_mem - base) / n, 1),
+            "bytes_per_finished_task_kept": round((done_mem - base) / n, 1),
+            "events_stream_len": events_len,
+            "worker_rss_mib": round(max(rss) / 1024, 1) if rss else None,
+            "commands_per_task": round(total / n, 2),
+            "script_calls_per_task": round((calls.get("evalsha", 0) + calls.get("eval", 0)) / n, 3),
+            "commands_per_task_by_name": top,
+        }
