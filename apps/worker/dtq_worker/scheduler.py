@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
 from dtq.schedules import ScheduleRunner
+from dtq_worker.retention import Retention
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -22,6 +23,7 @@ class Scheduler:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self.leading: set[str] = set()
+        self.retention = Retention(worker)
         self.periodic = ScheduleRunner(
             worker.redis, worker.scripts, worker.keys, worker.settings, worker.app
         )
@@ -37,6 +39,7 @@ class Scheduler:
                 next_due = await self.tick()
                 if next_due is not None:
                     pause = min(pause, max(0.02, next_due / 1000 - time.time()))
+                await self.retention.maybe_run()
             await w.sleep(pause * random.uniform(0.8, 1.0))
 
     async def tick(self) -> int | None:

@@ -1,0 +1,165 @@
+"""Retention: one worker at a time prunes what outlived its age or cap, in bounded passes.
+
+Most data ends by itself: a finished record (with its result) and its idempotency key expire
+DTQ_RESULT_TTL_S after the task ends (failed ones after DTQ_DLQ_TTL_S), event streams are capped
+at DTQ_EVENTS_MAXLEN on every write, limit keys empty or expire as runs end. This pass, run by
+the holder of the ``P:lock:retention`` lease every DTQ_RETENTION_INTERVAL_S from the scheduler
+loop, removes the rest:
+
+- dead letters older than DTQ_DLQ_TTL_S, whose record expired, or beyond DTQ_DLQ_MAX (oldest);
+- workers silent for DTQ_DEAD_WORKER_TTL_S (the ``P:workers`` zset) and their stream consumers
+  that hold no pending entries;
+- via a SCAN cursor kept between passes: idempotency keys left without a TTL whose task is gone,
+  finished records without a TTL, and concurrency-limit queues whose runs vanished.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dtq import scripts as sc
+from dtq.keys import GROUP
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.retention")
+DLQ_BATCH = 1000  # dead letters looked at per queue per pass
+SCAN_CALLS = 20  # SCAN calls per pass
+SCAN_COUNT = 1000
+
+
+@dataclass
+class RetentionReport:
+    dlq_removed: int = 0
+    workers_removed: int = 0
+    consumers_removed: int = 0
+    idem_removed: int = 0
+    records_expired: int = 0
+    parked_released: int = 0
+    scan_done: bool = False
+    queues: list[str] = field(default_factory=list)
+
+
+def dlq_call(dlq: str, task_base: str, cutoff_ms: int, cap: int, budget: int) -> sc.Call:
+    return sc.Call("retention_dlq", [dlq, task_base], [cutoff_ms, cap, budget])
+
+
+class Retention:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.next_at = time.monotonic() + worker.settings.retention_interval_s * random.random()
+        self.cursor = 0
+
+    @property
+    def lock_key(self) -> str:
+        return f"{self.w.keys.prefix}:lock:retention"
+
+    async def maybe_run(self) -> RetentionReport | None:
+        """Run a pass when one is due and this worker holds (or takes) the retention lease."""
+        s = self.w.settings
+        if time.monotonic() < self.next_at:
+            return None
+        self.next_at = time.monotonic() + s.retention_interval_s * random.uniform(0.9, 1.1)
+        lease_ms = int(max(30.0, s.retention_interval_s * 3) * 1000)
+        try:
+            held = await self.w.scripts.run(sc.lock_call(self.lock_key, self.w.worker_id, lease_ms))
+            if int(held) != 1:
+                return None
+            report = await self.run_once()
+        except Exception as exc:  # best effort: the next pass tries again
+            log.warning("retention pass failed: %s", exc)
+            return None
+        if report.dlq_removed or report.workers_removed or report.idem_removed:
+            log.info("retention: %s", report)
+        return report
+
+    async def run_once(self) -> RetentionReport:
+        w = self.w
+        s = w.settings
+        rep = RetentionReport()
+        now_ms = int(time.time() * 1000)
+        queues = sorted(str(q) for q in await w.redis.smembers(w.keys.queues))  # type: ignore[misc]
+        rep.queues = queues
+        for q in queues:
+            qk = w.keys.queue(q)
+            raw = await w.scripts.run(
+                dlq_call(qk.dlq, qk.task_base, now_ms - s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
+            )
+            rep.dlq_removed += int(raw[0])
+            if s.events_maxlen > 0:
+                await w.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
+        rep.workers_removed = await self.prune_workers(now_ms)
+        rep.consumers_removed = await self.prune_consumers(queues)
+        await self.scan_pass(rep)
+        return rep
+
+    async def prune_workers(self, now_ms: int) -> int:
+        w = self.w
+        cutoff = now_ms - int(w.settings.dead_worker_ttl_s * 1000)
+        return int(await w.redis.zremrangebyscore(w.keys.workers, "-inf", cutoff))
+
+    async def prune_consumers(self, queues: list[str]) -> int:
+        """Delete stream consumers idle past the dead-worker age that hold no pending entry."""
+        w = self.w
+        idle_ms = int(w.settings.dead_worker_ttl_s * 1000)
+        removed = 0
+        for q in queues:
+            for stream in w.keys.queue(q).streams:
+                try:
+                    consumers = await w.redis.xinfo_consumers(stream, GROUP)
+                except Exception:  # no stream or group yet
+                    continue
+                for c in consumers:
+                    if int(c.get("pending", 0)) == 0 and int(c.get("idle", 0)) >= idle_ms:
+                        await w.redis.xgroup_delconsumer(stream, GROUP, c["name"])
+                        removed += 1
+        return removed
+
+    async def scan_pass(self, rep: RetentionReport) -> None:
+        """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass."""
+        w = self.w
+        s = w.settings
+        pattern = f"{w.keys.prefix}:{{{w.keys.prefix}:*"
+        found: dict[str, list[str]] = defaultdict(list)
+        held: dict[str, list[str]] = defaultdict(list)
+        for _ in range(SCAN_CALLS):
+            self.cursor, batch = await w.redis.scan(self.cursor, match=pattern, count=SCAN_COUNT)
+            for key in batch:
+                self._sort(str(key), found, held)
+            if self.cursor == 0:
+                rep.scan_done = True
+                break
+        for q, keys in found.items():
+            qk = w.keys.queue(q)
+            for i in range(0, len(keys), 500):
+                raw = await w.scripts.run(
+                    sc.Call(
+                        "retention_keys",
+                        [qk.task_base, qk.idem_base, *keys[i : i + 500]],
+                        [max(s.result_ttl_s, s.dlq_ttl_s)],
+                    )
+                )
+                rep.idem_removed += int(raw[0])
+                rep.records_expired += int(raw[1])
+        for q, lks in held.items():
+            qk = w.keys.queue(q)
+            call = sc.Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], lks)
+            rep.parked_released += int(await w.scripts.run(call))
+
+    def _sort(self, key: str, found: dict[str, list[str]], held: dict[str, list[str]]) -> None:
+        prefix = self.w.keys.prefix
+        head = f"{prefix}:{{{prefix}:"
+        close = key.find("}:", len(head))
+        if not key.startswith(head) or close < 0:
+            return
+        queue, rest = key[len(head) : close], key[close + 2 :]
+        if rest.startswith(("t:", "idem:")):
+            found[queue].append(key)
+        elif rest.startswith("lim:") and rest.endswith(":held"):
+            held[queue].append(rest[len("lim:") : -len(":held")])
