@@ -36,7 +36,8 @@ for i = 0, n - 1 do
       redis.call('HSET', rk, 'result', payload)
       redis.call('HDEL', rk, 'error')
     else
-      redis.call('HSET', rk, 'error', payload)
+      -- The canceller's reason (the durable cancel flag) wins over the worker's generic one.
+      redis.call('HSET', rk, 'error', redis.call('HGET', rk, 'cancel') or payload)
     end
     finish(rk, status, now, ttl, done_prefix .. tid, KEYS[14])
     emit(KEYS[11], maxlen, status, tid, attempt, worker, '')

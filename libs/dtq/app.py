@@ -36,6 +36,7 @@ class EnqueueOptions:
     idempotency_key: str | None = None
     expires: float | timedelta | datetime | None = None
     metadata: Mapping[str, Any] | None = None
+    unique: bool | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -115,6 +116,8 @@ class App:
         priority: int = DEFAULT_PRIORITY,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float | None = None,
+        limit: Limit | None = None,
+        unique: bool = False,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]
@@ -127,8 +130,15 @@ class App:
         priority: int = DEFAULT_PRIORITY,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float | None = None,
+        limit: Limit | None = None,
+        unique: bool = False,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
-        """Register a function (sync or async) as a task. Name defaults to module.function."""
+        """Register a function (sync or async) as a task. Name defaults to module.function.
+
+        ``limit`` (a :class:`dtq.Limit`) caps runs and starts per key across all workers.
+        ``unique=True``: while a task of this name with the same arguments is queued, scheduled
+        or running, enqueueing it again returns that task (see docs/lifecycle.md).
+        """
         if not QUEUE_NAME_RE.match(queue):
             raise InvalidRequest(f"bad queue name {queue!r}")
         if not 0 <= priority <= 9:
@@ -141,7 +151,7 @@ class App:
             if tname in self.tasks:
                 raise InvalidRequest(f"task {tname!r} is registered twice")
             t: Task[P, R] = Task(
-                self, f, tname, TaskDefaults(queue, priority, max_retries, timeout)
+                self, f, tname, TaskDefaults(queue, priority, max_retries, timeout, limit, unique)
             )
             self.tasks[tname] = t
             return t

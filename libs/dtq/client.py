@@ -27,6 +27,7 @@ from dtq.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from dtq.app import App
+    from dtq.cancellation import CancelSummary
 
 T = TypeVar("T")
 CANCEL_REASON = "cancelled by request"
@@ -158,12 +159,13 @@ class AsyncClient(_Base):
         idempotency_key: str | None = None,
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
+        unique: bool | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         q, task = build_task(
             self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
             priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
-            idempotency_key=idempotency_key, expires=expires, metadata=metadata,
+            idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
         )  # fmt: skip
         return (await self._send({q: [(0, task)]}, 1))[0]
 
@@ -240,6 +242,14 @@ class AsyncClient(_Base):
             raise UnknownTask(f"no task {task_id}")
         return res.outcome in ("cancelled", "requested")
 
+    async def cancel_many(
+        self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
+    ) -> CancelSummary:
+        """Cancel every unfinished task of a queue and/or task name (see dtq.cancellation)."""
+        from dtq.cancellation import acancel_many
+
+        return await self._io(lambda: acancel_many(self, queue, name, reason))
+
 
 class Client(_Base):
     """Blocking client with the same methods as :class:`AsyncClient`."""
@@ -288,12 +298,13 @@ class Client(_Base):
         idempotency_key: str | None = None,
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
+        unique: bool | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         q, task = build_task(
             self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
             priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
-            idempotency_key=idempotency_key, expires=expires, metadata=metadata,
+            idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
         )  # fmt: skip
         return self._send({q: [(0, task)]}, 1)[0]
 
@@ -359,3 +370,11 @@ class Client(_Base):
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")
         return res.outcome in ("cancelled", "requested")
+
+    def cancel_many(
+        self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
+    ) -> CancelSummary:
+        """Cancel every unfinished task of a queue and/or task name (see dtq.cancellation)."""
+        from dtq.cancellation import cancel_many
+
+        return self._io(lambda: cancel_many(self, queue, name, reason))

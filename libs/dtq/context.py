@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from dtq.errors import DtqError
+
+if TYPE_CHECKING:
+    from dtq.progress import RunHooks
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +25,34 @@ class TaskContext:
     worker_id: str
     deadline: float | None
     """``time.time()`` by which the run must end (from the task's timeout), or None."""
+    hooks: RunHooks | None = field(default=None, repr=False, compare=False)
+    """Set by the runner (worker or dtq.testing); behind progress() and cancel_requested."""
 
     @property
     def fencing_token(self) -> int:
         return self.attempt
+
+    def progress(
+        self, current: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Report progress (e.g. ``progress(3, 10, "page 3")``); ``get()`` and events show it.
+
+        Never blocks: safe from async tasks and from sync tasks' threads alike.
+        """
+        from dtq.progress import encode_progress
+
+        payload = encode_progress(current, total, message, self.attempt)
+        if self.hooks is not None:
+            self.hooks.report_progress(payload)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once this run was asked to stop (cancel, lost claim, shutdown).
+
+        Async tasks are cancelled for them; a sync task can check this to stop early (its
+        result would be discarded anyway).
+        """
+        return self.hooks is not None and self.hooks.stop_requested()
 
 
 _current: ContextVar[TaskContext | None] = ContextVar("dtq_current_task", default=None)

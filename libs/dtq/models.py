@@ -63,6 +63,8 @@ class TaskInfo:
     idempotency_key: str | None = None
     cancel_requested: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] | None = None
+    """The last ``current_task().progress(...)`` report: current, total, message, attempt."""
 
     @classmethod
     def from_record(cls, task_id: str, queue: str, rec: dict[str, str]) -> TaskInfo:
@@ -91,6 +93,7 @@ class TaskInfo:
             idempotency_key=rec.get("idem"),
             cancel_requested="cancel" in rec,
             metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
+            progress=json.loads(rec["progress"]) if rec.get("progress") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

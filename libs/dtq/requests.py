@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -21,7 +23,7 @@ DEFAULT_MAX_RETRIES = 3
 ENQUEUE_FIELDS = frozenset(
     {
         "name", "args", "kwargs", "queue", "priority", "delay", "eta", "max_retries", "timeout",
-        "idempotency_key", "expires", "metadata",
+        "idempotency_key", "expires", "metadata", "unique",
     }
 )  # fmt: skip
 
@@ -34,6 +36,8 @@ class TaskDefaults:
     priority: int = DEFAULT_PRIORITY
     max_retries: int = DEFAULT_MAX_RETRIES
     timeout: float | None = None
+    limit: Limit | None = None
+    unique: bool = False
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
@@ -76,6 +80,7 @@ def build_task(
     idempotency_key: str | None = None,
     expires: float | timedelta | datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
+    unique: bool | None = None,
 ) -> tuple[str, NewTask]:
     """Check one enqueue request; return its queue and the encoded task."""
     d = defaults or TaskDefaults()
@@ -105,7 +110,11 @@ def build_task(
         not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 256
     ):
         raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
+    if idempotency_key is not None and idempotency_key.startswith(UNIQUE_PREFIX):
+        raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
     a, k = codec.encode_args(args, kwargs, settings.max_payload_bytes)
+    if idempotency_key is None and (d.unique if unique is None else unique):
+        idempotency_key = unique_key(name, a, kwargs)
     meta = codec.dumps(dict(metadata), "metadata") if metadata else ""
     if len(meta) > 4096:
         raise SerializationError("metadata must encode to at most 4096 bytes")
@@ -123,6 +132,19 @@ def build_task(
         meta=meta,
         limit=d.limit.encode(name, args, kwargs) if d.limit is not None else "",
     )
+
+
+UNIQUE_PREFIX = "~u:"
+
+
+def unique_key(name: str, args_json: str, kwargs: Mapping[str, Any] | None) -> str:
+    """The idempotency key of a unique task: a hash of its name and arguments.
+
+    Keys with this prefix are released as soon as the task ends (see finish() in _common.lua).
+    """
+    kw = json.dumps(dict(kwargs or {}), sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256("\0".join((name, args_json, kw)).encode()).hexdigest()
+    return f"{UNIQUE_PREFIX}{digest[:40]}"
 
 
 def check_fields(item: Mapping[str, Any]) -> None:

@@ -14,6 +14,7 @@ from dtq import codec
 from dtq import scripts as sc
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
+from dtq.progress import ProgressWriter
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Run, StopReason
 
@@ -138,12 +139,16 @@ class Executor:
             max_retries=c.max_retries,
             worker_id=w.worker_id,
             deadline=None if timeout is None else time.time() + timeout,
-        )
+            hooks=(writer := ProgressWriter(
+                w.scripts, w.keys.queue(c.queue), c.tid, c.attempt, w.worker_id,
+                w.settings.events_maxlen, lambda: run.stop_reason is not None,
+            )),
+        )  # fmt: skip
         set_current(ctx)
         if task.is_async:
             coro = task.fn(*args, **kwargs)
             try:
-                return await asyncio.wait_for(coro, timeout)  # type: ignore[arg-type]
+                return await writer.after(asyncio.wait_for(coro, timeout))  # type: ignore[arg-type]
             except TimeoutError:
                 if run.stop_reason is not None:
                     raise asyncio.CancelledError() from None
@@ -153,7 +158,7 @@ class Executor:
             w.pool, lambda: cv.run(task.fn, *args, **kwargs)
         )
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+            return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
         except TimeoutError:
             # A thread cannot be killed: it runs on, its result discarded (see docs).
             w.detached_threads += 1

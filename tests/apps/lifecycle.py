@@ -1,0 +1,88 @@
+"""Tasks for the lifecycle tests: progress, cancellation, expiry, unique tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import redis
+
+from dtq import App, current_task
+
+app = App()
+
+
+def _r() -> redis.Redis:
+    return redis.Redis.from_url(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
+
+
+def note(tag: str) -> None:
+    """RPUSH "<task id>|<attempt>|<tag>" to "<prefix>:test:notes"."""
+    ctx = current_task()
+    r = _r()
+    try:
+        r.rpush(f"{app.settings.key_prefix}:test:notes", f"{ctx.id}|{ctx.attempt}|{tag}")
+    finally:
+        r.close()
+
+
+@app.task(name="stepper")
+async def stepper(n: int, pause: float) -> int:
+    for i in range(1, n + 1):
+        current_task().progress(i, n, f"step {i}")
+        await asyncio.sleep(pause)
+    return n
+
+
+@app.task(name="sync_stepper")
+def sync_stepper(n: int, pause: float) -> int:
+    for i in range(1, n + 1):
+        current_task().progress(i, n, f"step {i}")
+        time.sleep(pause)
+    return n
+
+
+@app.task(name="async_block")
+async def async_block(seconds: float) -> str:
+    note("start")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        note("cancelled")
+        raise
+    note("end")
+    return "done"
+
+
+@app.task(name="sync_block")
+def sync_block(seconds: float) -> str:
+    note("start")
+    time.sleep(seconds)
+    note("end")  # the thread runs on after a cancel; its result is discarded
+    return "done"
+
+
+@app.task(name="sync_polite")
+def sync_polite(seconds: float) -> str:
+    """A sync task that checks cancel_requested and stops early."""
+    note("start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if current_task().cancel_requested:
+            note("noticed")
+            return "stopped early"
+        time.sleep(0.02)
+    return "done"
+
+
+@app.task(name="echo")
+async def echo(x: object = None) -> object:
+    note("run")
+    return x
+
+
+@app.task(name="uniq", unique=True)
+async def uniq(user: int, *, full: bool = False) -> int:
+    note("run")
+    return user
