@@ -1,0 +1,346 @@
+"""Run your tasks inside your own test suite, without a Redis server: ``dtq.testing``.
+
+The queue lives in an in-memory `fakeredis` server that runs dtq's own Lua scripts, so states,
+retries, ``dtq.Fail``/``dtq.Retry``, expiry, idempotency keys, unique tasks, cancellation and
+progress behave as in production. Nothing runs until you call :meth:`TestQueue.drain` (or
+use ``eager=True``)::
+
+    from dtq.testing import TestQueue
+    from myproj.tasks import app, send_email
+
+    def test_signup_sends_a_mail():
+        with TestQueue(app) as tq:
+            signup("a@b.c")                      # your code enqueues send_email
+            tq.assert_enqueued("myproj.tasks.send_email", kwargs={"to": "a@b.c"})
+            [info] = tq.drain()                  # runs everything due, retries included
+            assert info.status == "succeeded"
+
+Differences from a worker, on purpose: tasks run one at a time in the calling thread (async
+tasks on an event loop of their own), a sync task's timeout is not enforced, and retries are
+due at once (``retry_backoff_s=0``) so ``drain()`` runs them; delayed tasks run when their time
+comes, or at once with ``drain(include_delayed=True)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import fakeredis
+
+from dtq import codec
+from dtq import scripts as sc
+from dtq.app import App
+from dtq.client import AsyncClient, Client
+from dtq.context import TaskContext, set_current
+from dtq.errors import Fail, Retry, SerializationError
+from dtq.keys import GROUP, Keys, make_task_id
+from dtq.models import TaskHandle, TaskInfo
+from dtq.progress import progress_call
+from dtq.settings import Settings
+
+__all__ = ["TestQueue"]
+
+WORKER_ID = "dtq-testing"
+
+
+class _Hooks:
+    def __init__(self, tq: TestQueue, queue: str, c: sc.Claimed) -> None:
+        self.tq, self.queue, self.c = tq, queue, c
+
+    def report_progress(self, payload: str) -> None:
+        qk = self.tq.keys.queue(self.queue)
+        call = progress_call(qk, self.c.tid, self.c.attempt, WORKER_ID, payload, 1000)
+        self.tq._scripts.run(call)
+
+    def stop_requested(self) -> bool:
+        rec = self.tq.redis.hget(self.tq.keys.queue(self.queue).task(self.c.tid), "cancel")
+        return rec is not None
+
+
+class TestQueue:
+    """An in-memory dtq for tests, bound to ``app`` while the ``with`` block runs.
+
+    Inside the block ``task.enqueue(...)``, ``app.client()`` and ``app.async_client()`` talk to
+    the fake server. ``eager=True`` runs each task as soon as it is enqueued (and what it
+    enqueues in turn), as if a worker were infinitely fast.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, app: App, *, eager: bool = False, **settings: Any) -> None:
+        self.app = app
+        self.eager = eager
+        self.server = fakeredis.FakeServer()
+        self.redis = fakeredis.FakeRedis(server=self.server, decode_responses=True)
+        base: dict[str, Any] = {
+            "redis_url": "redis://dtq-testing:6379/0",
+            "key_prefix": "dtq-test",
+            "retry_backoff_s": 0.0,
+            "retry_backoff_max_s": 0.0,
+        }
+        base.update(settings)
+        self.settings = Settings(**base)
+        self.keys = Keys(self.settings.key_prefix)
+        self._scripts = sc.SyncScripts(self.redis)
+        self.client: Client = _TestClient(self, settings=self.settings, app=app,
+                                          redis_client=self.redis)  # fmt: skip
+        self._aclients: dict[int, AsyncClient] = {}
+        self._draining = threading.local()
+        self._saved: tuple[Any, ...] | None = None
+
+    # --- binding to the app -----------------------------------------------------------------
+
+    def __enter__(self) -> TestQueue:
+        app = self.app
+        self._saved = (app._settings, app._client, dict(app._aclients))
+        app._settings = self.settings
+        app._client = self.client
+        app._aclients.clear()
+        app.async_client = self._async_client  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        app = self.app
+        assert self._saved is not None
+        app._settings, app._client, aclients = self._saved
+        app._aclients.clear()
+        app._aclients.update(aclients)
+        del app.async_client
+        self.redis.close()
+
+    def _async_client(self) -> AsyncClient:
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._aclients:
+            r = fakeredis.FakeAsyncRedis(server=self.server, decode_responses=True)
+            self._aclients[loop] = _TestAsyncClient(
+                self, settings=self.settings, app=self.app, redis_client=r
+            )
+        return self._aclients[loop]
+
+    # --- inspecting -------------------------------------------------------------------------
+
+    def tasks(self, name: str | None = None, queue: str | None = None) -> list[TaskInfo]:
+        """Every task enqueued so far (any state), oldest first, optionally filtered."""
+        out = []
+        found: Any = [queue] if queue else self.redis.smembers(self.keys.queues)
+        queues: list[str] = sorted(found)
+        for q in queues:
+            base = self.keys.queue(q).task_base
+            for key in self.redis.scan_iter(match=base + "*"):
+                rec: dict[str, str] = self.redis.hgetall(key)  # type: ignore[assignment]
+                if rec and (name is None or rec.get("name") == name):
+                    out.append(TaskInfo.from_record(make_task_id(q, key[len(base) :]), q, rec))
+        return sorted(out, key=lambda i: (i.enqueued_at is None, i.enqueued_at, i.id))
+
+    def enqueued(
+        self,
+        name: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+    ) -> list[TaskInfo]:
+        """Tasks enqueued so far matching name, exact args and/or exact kwargs."""
+        return [
+            t
+            for t in self.tasks(name, queue)
+            if (args is None or t.args == list(args))
+            and (kwargs is None or t.kwargs == dict(kwargs))
+        ]
+
+    def assert_enqueued(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        count: int | None = None,
+    ) -> list[TaskInfo]:
+        """Assert that such a task was enqueued (``count`` times, if given); return them."""
+        found = self.enqueued(name, args, kwargs, queue)
+        want = f"{name}(args={args!r}, kwargs={kwargs!r})"
+        if count is None and not found:
+            seen = [f"{t.name}{tuple(t.args)}{t.kwargs or ''}" for t in self.tasks()]
+            raise AssertionError(f"no task {want} was enqueued; enqueued: {seen}")
+        if count is not None and len(found) != count:
+            raise AssertionError(f"{want} enqueued {len(found)} times, expected {count}")
+        return found
+
+    def assert_not_enqueued(
+        self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        self.assert_enqueued(name, args, kwargs, count=0)
+
+    # --- running ----------------------------------------------------------------------------
+
+    def drain(self, *, include_delayed: bool = False, max_runs: int = 10_000) -> list[TaskInfo]:
+        """Run every task that is due, and what they enqueue, until nothing is due.
+
+        Returns the final state of each task that ran, in the order they ran.
+        ``include_delayed=True`` also runs delayed tasks before their time.
+        """
+        coro = self.adrain(include_delayed=include_delayed, max_runs=max_runs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # Called from async code: run on a loop of our own in a helper thread.
+        box: list[Any] = []
+        t = threading.Thread(target=lambda: box.append(_capture(coro)))
+        t.start()
+        t.join()
+        result: list[TaskInfo] = _unwrap(box[0])
+        return result
+
+    async def adrain(
+        self, *, include_delayed: bool = False, max_runs: int = 10_000
+    ) -> list[TaskInfo]:
+        """:meth:`drain` for async tests: async tasks run on the caller's event loop."""
+        if getattr(self._draining, "on", False):
+            return []  # eager enqueue from inside a task: the outer drain picks it up
+        self._draining.on = True
+        ran: dict[str, None] = {}
+        try:
+            for _ in range(max_runs):
+                runs = self._claim_one(include_delayed)
+                if runs is None:
+                    break
+                queue, c = runs
+                await self._run(queue, c)
+                ran[make_task_id(queue, c.tid)] = None
+            else:
+                raise RuntimeError(f"drain() stopped after {max_runs} runs: a task loop?")
+        finally:
+            self._draining.on = False
+        return [self.client.get(i) for i in ran]
+
+    def _claim_one(self, include_delayed: bool) -> tuple[str, sc.Claimed] | None:
+        s = self.settings
+        members: Any = self.redis.smembers(self.keys.queues)
+        q: str
+        for q in sorted(members):
+            qk = self.keys.queue(q)
+            if include_delayed:
+                due: Any = self.redis.zrange(qk.sched, 0, -1)
+                if due:
+                    self.redis.zadd(qk.sched, dict.fromkeys(due, 0))
+            self._scripts.run(sc.promote_call(qk, 1000, s.events_maxlen))
+            for _ in range(2):
+                raw = self._scripts.run(
+                    sc.claim_call(qk, WORKER_ID, 1, s.events_maxlen, s.result_ttl_s)
+                )
+                batch = sc.parse_claim(q, raw)
+                if not batch.missing_streams:
+                    break
+                for stream in qk.streams:
+                    try:
+                        self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                    except Exception as exc:
+                        if "BUSYGROUP" not in str(exc):
+                            raise
+            if batch.runs:
+                return q, batch.runs[0]
+        return None
+
+    async def _run(self, queue: str, c: sc.Claimed) -> None:
+        s = self.settings
+        qk = self.keys.queue(queue)
+        item: sc.Success | sc.Failure
+        try:
+            result = await self._invoke(queue, c)
+            payload = codec.dumps(result, "the task's result")
+            if len(payload.encode()) > s.max_result_bytes:
+                raise SerializationError("result over DTQ_MAX_RESULT_BYTES")
+            item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
+        except SerializationError as exc:
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", -1)
+        except Retry as exc:
+            delay = 0 if exc.delay is None else int(exc.delay * 1000)
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Retry: {exc}", delay)
+        except Fail as exc:
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1)
+        except Exception as exc:
+            delay = int(s.retry_backoff_s * 1000 * 2**c.retries)
+            err = f"{type(exc).__name__}: {exc}"[:2000]
+            item = sc.Failure(c.tid, c.eid, c.attempt, err, delay)
+        if self.redis.hexists(qk.task(c.tid), "cancel") and isinstance(item, sc.Success):
+            item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
+        if isinstance(item, sc.Success):
+            call = sc.complete_call(qk, WORKER_ID, [item], s.events_maxlen, s.result_ttl_s)
+        else:
+            call = sc.fail_call(qk, WORKER_ID, [item], s.events_maxlen, s.dlq_ttl_s)
+        self._scripts.run(call)
+
+    async def _invoke(self, queue: str, c: sc.Claimed) -> Any:
+        task = self.app.tasks.get(c.name)
+        if task is None:
+            raise Fail(f"unknown task {c.name!r}: not registered on this app")
+        args = json.loads(c.args)
+        kwargs = json.loads(c.kwargs) if c.kwargs else {}
+        ctx = TaskContext(
+            id=make_task_id(queue, c.tid), name=c.name, queue=queue, attempt=c.attempt,
+            retries=c.retries, max_retries=c.max_retries, worker_id=WORKER_ID,
+            deadline=None if c.timeout is None else time.time() + c.timeout,
+            hooks=_Hooks(self, queue, c),
+        )  # fmt: skip
+        token = set_current(ctx)
+        try:
+            if task.is_async:
+                return await asyncio.wait_for(task.fn(*args, **kwargs), c.timeout)  # type: ignore[arg-type]
+            return task.fn(*args, **kwargs)
+        except TimeoutError:
+            raise TimeoutError(f"timed out after {c.timeout}s") from None
+        finally:
+            set_current(None)
+            del token
+
+    def _after_enqueue(self) -> None:
+        if self.eager and not getattr(self._draining, "on", False):
+            self.drain()
+
+    async def _aafter_enqueue(self) -> None:
+        if self.eager and not getattr(self._draining, "on", False):
+            await self.adrain()
+
+
+def _capture(coro: Any) -> tuple[bool, Any]:
+    try:
+        return True, asyncio.run(coro)
+    except BaseException as exc:
+        return False, exc
+
+
+def _unwrap(box: tuple[bool, Any]) -> Any:
+    ok, value = box
+    if ok:
+        return value
+    raise value
+
+
+class _TestClient(Client):
+    def __init__(self, tq: TestQueue, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._tq = tq
+
+    def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
+        out = super()._send(by_queue, n)
+        self._tq._after_enqueue()
+        return out
+
+
+class _TestAsyncClient(AsyncClient):
+    def __init__(self, tq: TestQueue, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._tq = tq
+
+    async def _send(
+        self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
+    ) -> list[TaskHandle]:
+        out = await super()._send(by_queue, n)
+        await self._tq._aafter_enqueue()
+        return out
