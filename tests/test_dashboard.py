@@ -1,0 +1,193 @@
+"""The dashboard clicked through in a real headless browser (Debian chromium via Playwright)
+against a running dtq-api and worker. A screenshot of each view is kept under build/screenshots/.
+
+Playwright never downloads a browser here: it drives /usr/bin/chromium, which the test installs
+with apt-get when missing (or skips, saying why).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dtq import Client, Settings
+from tests.api_proc import ApiProc
+from tests.apt_tools import ensure_apt
+from tests.conftest import ROOT, wait_until
+
+SHOTS = ROOT / "build" / "screenshots"
+TOKEN = "dash-token-123"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    path = ensure_apt("chromium", "chromium")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("playwright (Python) is not installed: pip install -e '.[dev]'")
+    return path
+
+
+@pytest.fixture
+def browser_page(chromium: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(20_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.mark.slow
+def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_page: Any) -> None:
+    from dtq.schedules import Schedule, add_schedule
+
+    spawn_worker("tests.apps.basic:app", settings, "--worker-id", "w-dash")
+    api = ApiProc(settings, DTQ_API_TOKEN=TOKEN)
+    page = browser_page
+    hdr = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        with Client(settings=settings) as c:
+            done = [c.enqueue("add", [i, 10]) for i in range(5)]
+            dead = [c.enqueue("fail_now") for _ in range(3)]
+            held = [c.enqueue("add", [0, 0], queue="held") for _ in range(4)]
+            later = c.enqueue("add", [7, 7], delay=3600)
+            add_schedule(c, Schedule(name="nightly", task="add", cron="0 3 * * *", args=[1, 2]))
+            for h in done:
+                c.result(h.id, timeout=30)
+            for h in dead:
+                with pytest.raises(Exception, match="failed"):
+                    c.result(h.id, timeout=30)
+
+            # --- token, overview -----------------------------------------------------------
+            page.goto(api.url + "/")
+            page.wait_for_selector("#token-dialog[open]")
+            page.fill("#token-input", "wrong")
+            page.click("#token-ok")
+            page.wait_for_selector("#token-error:not([hidden])")  # refused, asked again
+            page.fill("#token-input", TOKEN)
+            page.click("#token-ok")
+            page.wait_for_selector("[data-testid=stat-dlq]")
+            assert page.inner_text("[data-testid=stat-dlq] .num") == "3"
+            assert page.inner_text("[data-testid=stat-live] .num") == "1"
+            assert page.inner_text("[data-testid=stat-queued] .num") == "4"
+            page.wait_for_selector("[data-testid=throughput-chart] svg polyline")
+            page.wait_for_selector("#live.live")
+            # Live update: a task enqueued now shows up through the event stream.
+            fresh = c.enqueue("add", [100, 1])
+            page.wait_for_selector(f"[data-testid=events] li:has-text('{fresh.id}')")
+            shot(page, "overview")
+
+            # --- queues: pause / resume / purge with confirmation --------------------------
+            page.click("nav a[data-view=queues]")
+            row = "tr[data-queue=default]"
+            page.click(f"{row} button[data-act=pause]")
+            page.wait_for_selector(f"{row} .badge.paused")
+            assert httpx.get(api.url + "/api/v1/queues/default", headers=hdr).json()["paused"]
+            page.click(f"{row} button[data-act=resume]")
+            page.wait_for_selector(f"{row} button[data-act=pause]")
+            assert not httpx.get(api.url + "/api/v1/queues/default", headers=hdr).json()["paused"]
+            held_row = "tr[data-queue=held]"
+            page.click(f"{held_row} button[data-act=purge]")
+            page.wait_for_selector("#confirm-dialog[open]")
+            assert "held" in page.inner_text("#confirm-text")
+            page.click("#confirm-cancel")  # declined: nothing purged
+            assert c.get(held[0].id).status.value == "queued"
+            page.click(f"{held_row} button[data-act=purge]")
+            page.click("#confirm-ok")
+            page.wait_for_function(
+                "document.querySelector('tr[data-queue=held] td:nth-child(3)').innerText === '0'"
+            )
+            with pytest.raises(Exception, match="no task"):
+                c.get(held[0].id)
+            shot(page, "queues")
+
+            # --- tasks: filter, detail, cancel, retry ---------------------------------------
+            page.click("nav a[data-view=tasks]")
+            page.select_option("#task-filters select[name=status]", "succeeded")
+            page.click("#task-filters button[type=submit]")
+            page.wait_for_selector(f"tr[data-task='{done[0].id}']")
+            assert page.locator("[data-testid=tasks-table] tr[data-task]").count() == 6
+            assert page.locator("[data-testid=tasks-table] .badge.failed").count() == 0
+            shot(page, "tasks")
+            page.click(f"tr[data-task='{done[2].id}']")
+            page.wait_for_selector("[data-testid=task-fields]")
+            assert page.inner_text("[data-testid=task-result]").strip() == "12"
+            hist = page.inner_text("[data-testid=history]")
+            assert "enqueued" in hist and "started" in hist and "succeeded" in hist
+            shot(page, "task-detail")
+            page.goto(api.url + f"/#task/{later.id}")
+            page.wait_for_selector("button[data-act=cancel]")
+            page.click("button[data-act=cancel]")
+            page.click("#confirm-ok")
+            page.wait_for_selector("h2 .badge.cancelled")
+            assert c.get(later.id).status.value == "cancelled"
+            page.click("button[data-act=retry]")
+            page.wait_for_selector("h2 .badge.queued, h2 .badge.running, h2 .badge.succeeded")
+            wait_until(lambda: c.get(later.id).status.value == "succeeded", timeout=30)
+            assert c.get(later.id).result == 14
+
+            # --- dead letters: requeue, discard -------------------------------------------
+            page.click("nav a[data-view=dlq]")
+            page.wait_for_selector(f"tr[data-task='{dead[0].id}']")
+            assert "permanent problem" in page.inner_text("[data-testid=dlq-table]")
+            shot(page, "dead-letters")
+            page.click(f"tr[data-task='{dead[0].id}'] button[data-act=requeue]")
+            page.wait_for_selector("#flash:has-text('Requeued')")
+            # fail_now fails again on its second run (same id): back in the dead letters.
+            wait_until(lambda: c.get(dead[0].id).attempt == 2, timeout=30)
+            wait_until(lambda: c.get(dead[0].id).status.value == "failed", timeout=30)
+            page.click(f"tr[data-task='{dead[1].id}'] button[data-act=discard]")
+            page.click("#confirm-ok")
+            page.wait_for_selector(f"tr[data-task='{dead[1].id}']", state="detached")
+            with pytest.raises(Exception, match="no task"):
+                c.get(dead[1].id)
+
+            # --- workers, schedules -------------------------------------------------------
+            page.click("nav a[data-view=workers]")
+            page.wait_for_selector("tr[data-worker=w-dash] .badge.live")
+            assert "default" in page.inner_text("tr[data-worker=w-dash]")
+            shot(page, "workers")
+            c.enqueue("add", [1, 1], delay=1800)
+            page.click("nav a[data-view=schedules]")
+            page.wait_for_selector("[data-testid=periodic-table] td:has-text('nightly')")
+            assert "0 3 * * *" in page.inner_text("[data-testid=periodic-table]")
+            page.wait_for_selector("[data-testid=delayed-table] .badge.scheduled")
+            shot(page, "schedules")
+        for name in ("overview", "queues", "tasks", "task-detail", "dead-letters", "workers",
+                     "schedules"):  # fmt: skip
+            assert (SHOTS / f"{name}.png").stat().st_size > 5000
+    except Exception:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"failure-{int(time.time())}.png"), full_page=True)
+        print(api.output()[-3000:])
+        raise
+    finally:
+        api.close()
+
+
+def test_dashboard_is_served_without_a_build_step(settings: Settings) -> None:
+    api_dir = Path(__import__("dtq_api").__file__).parent / "static"
+    for f in ("index.html", "app.js", "style.css"):
+        assert (api_dir / f).stat().st_size > 500
+    html = (api_dir / "index.html").read_text()
+    assert "/static/app.js" in html and "http://" not in html and "https://" not in html
