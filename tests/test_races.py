@@ -71,6 +71,8 @@ def test_sigkilled_worker_task_is_reclaimed_by_another(
         a = spawn_worker(APP, s, "--worker-id", "victim")
         h = c.enqueue("sleep", [3.0])
         wait_until(lambda: c.get(h.id).status == TaskStatus.RUNNING, timeout=30)
+        # Killed once the task body has begun (its start is recorded), mid-sleep.
+        wait_until(lambda: len(starts(r, prefix)) == 1, timeout=30)
         assert c.get(h.id).worker_id == "victim"
         a.kill()
         killed_at = time.monotonic()
