@@ -16,8 +16,9 @@
 -- ARGV[1]      schedule name, ARGV[2] expected next fire (ms), ARGV[3] new next fire (ms),
 -- ARGV[4]      definition JSON as read by the caller, ARGV[5] fire: 1 enqueue, 0 skip (missed),
 -- ARGV[6]      overlap allowed: 1 | 0, ARGV[7] events maxlen, ARGV[8] fire time (ms, for events)
--- ARGV[9..17]  the task: tid, name, args(JSON), kwargs(JSON or ''), priority, max_retries,
---              timeout_s ('' = none), expires_ms (0 = never, relative to now), meta (JSON or '')
+-- ARGV[9..18]  the task: tid, name, args(JSON), kwargs(JSON or ''), priority, max_retries,
+--              timeout_s ('' = none), expires_ms (0 = never, relative to now), meta (JSON or ''),
+--              limit ('' = none, else "concurrency|rate count|rate window ms|key" as enqueue.lua)
 -- Returns      {outcome, tid}: outcome 'fired' | 'overlap' (skipped, previous run active) |
 --              'missed' (skipped, past the grace period) | 'stale' (someone else moved it)
 
@@ -55,6 +56,11 @@ if kwargs ~= '' then redis.call('HSET', rk, 'kwargs', kwargs) end
 if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
 if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
 if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
+local lim = ARGV[18]
+if lim and lim ~= '' then
+  local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  redis.call('HSET', rk, 'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw)
+end
 local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
 redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
 redis.call('HSET', KEYS[15], name, tid)

@@ -358,3 +358,23 @@ def test_many_workers_and_a_killed_leader_never_double_fire(
         fire_times = [c.get(i).metadata["fire_at"] for i in set(ids)]
     assert len(ids) == len(set(ids)), "a fire ran twice"
     assert len(fire_times) == len(set(fire_times)), "a fire time was enqueued twice"
+
+
+async def test_fired_task_keeps_the_task_limit(settings: Settings, r: redis.Redis) -> None:
+    from dtq import Limit
+
+    app = App()
+
+    @app.periodic(every=3600, name="limited", args=["acme"])
+    @app.task(name="per_tenant", limit=Limit(key=lambda tenant: tenant, concurrency=1))
+    async def per_tenant(tenant: str) -> None: ...
+
+    runner, ar = runner_for(app, settings)
+    try:
+        await runner.tick("default")  # stores the declaration
+        set_next(r, settings, "limited", server_ms(r) - 10)
+        await runner.tick("default")
+    finally:
+        await ar.aclose()
+    [key] = tasks_of(r, settings)
+    assert r.hget(key, "lc") == "1" and r.hget(key, "lk")

@@ -485,6 +485,7 @@ def fire_call(
             1 if s.overlap else 0, events_maxlen, fire_ms or expected_ms,
             task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
             "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
+            task.limit,
         ],
     )  # fmt: skip
 
