@@ -4,7 +4,9 @@
 -- with idle 0) only if the record still says this worker runs this attempt. Otherwise the run
 -- has lost its claim (it was reclaimed while this worker was frozen or cut off) and is reported,
 -- and the entry is left alone: the touch never takes an entry back from its new owner.
--- Runs whose task has a cancel request are reported too.
+-- Runs whose task has a cancel request are reported too. A run whose record still names this
+-- attempt and worker but is no longer running has stored its own outcome: neither touched nor
+-- reported (a reclaim removes the worker field, and a new claim raises the attempt).
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:t:
@@ -22,6 +24,8 @@ for i = 0, n - 1 do
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     redis.call('XCLAIM', KEYS[stream_index(r[4])], group, worker, 0, eid, 'JUSTID')
     if r[5] then cancel[#cancel + 1] = tid end
+  elseif r[2] == attempt and r[3] == worker then
+    -- Not lost: this run's own outcome (or hand-back) landed after the heartbeat listed it.
   else
     lost[#lost + 1] = tid
   end

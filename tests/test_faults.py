@@ -149,6 +149,9 @@ def test_touch_reports_loss_and_never_takes_back(r: redis.Redis, settings: Setti
         fresh = sc.Success(run_b.tid, run_b.eid, run_b.attempt, "succeeded", json.dumps("new"))
         assert sc.parse_complete(s.run(sc.complete_call(qk, "B", [fresh], 100, 60))) == [True]
         assert client.get(h.id).result == "new"
+        # A heartbeat that listed B's run just before its outcome landed: not a lost claim.
+        ref_b = sc.RunRef(run_b.tid, run_b.eid, run_b.attempt)
+        assert sc.parse_touch(s.run(sc.touch_call(qk, "B", [ref_b]))).lost == []
         assert r.hget(qk.stats, "stale_writes") == "3"
 
 

@@ -91,8 +91,12 @@ class Executor:
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
-        verdict = await w.outcomes.write(
-            Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
+        # Shielded: a stop arriving now (cancel, shutdown) must not abandon a finished run's
+        # write half way; the fence decides between this write and a hand-back.
+        verdict = await asyncio.shield(
+            w.outcomes.write(
+                Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
+            )
         )
         self._record(run, item, verdict, extra)
 

@@ -29,12 +29,23 @@ class Heartbeat:
     async def loop(self) -> None:
         w = self.w
         interval = w.settings.heartbeat_interval_s
+        failing_since: float | None = None
         while not w.finished:
+            began = time.monotonic()
             ok = await self.beat()
-            if not ok and time.monotonic() - self.last_ok > w.settings.effective_heartbeat_ttl_s:
+            # The TTL counts from the first failed attempt, not from the last success: a process
+            # that was frozen (SIGSTOP, VM pause) must not stop itself on one failed beat after
+            # it resumes; its touch then reports the claims it lost instead.
+            if ok:
+                failing_since = None
+            elif failing_since is None:
+                failing_since = began
+            if failing_since is not None and (
+                time.monotonic() - failing_since > w.settings.effective_heartbeat_ttl_s
+            ):
                 log.error(
                     "no heartbeat succeeded for %.1fs (heartbeat TTL): stopping this worker",
-                    time.monotonic() - self.last_ok,
+                    time.monotonic() - failing_since,
                 )
                 w.self_stop()
                 return

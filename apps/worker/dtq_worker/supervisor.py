@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 
 from dtq_worker.faults import is_transient
 
 log = logging.getLogger("dtq.supervisor")
+EPISODE_GAP_S = 10.0  # a loop that ran this long without error starts a new episode
 
 
 async def supervise(
@@ -17,7 +19,9 @@ async def supervise(
 ) -> None:
     """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises."""
     restarts = 0
+    in_episode = False  # transient errors are logged once per outage, not once per restart
     while True:
+        began = time.monotonic()
         try:
             await body()
             if stopping():
@@ -27,7 +31,11 @@ async def supervise(
         except Exception as exc:
             restarts += 1
             if is_transient(exc):
-                log.warning("loop %s: transient Redis error, restarting: %s", name, exc)
+                if in_episode and time.monotonic() - began < EPISODE_GAP_S:
+                    log.debug("loop %s: transient Redis error, restarting: %s", name, exc)
+                else:
+                    log.warning("loop %s: transient Redis error, restarting: %s", name, exc)
+                in_episode = True
             else:
                 log.exception("loop %s crashed (restart %d)", name, restarts)
             if stopping():

@@ -142,7 +142,7 @@ class Worker:
         try:
             await self.executor.execute(run)
         except asyncio.CancelledError:
-            if run.stop_reason is not StopReason.SHUTDOWN:
+            if run.stop_reason is None:
                 log.warning("run %s cancelled without a reason", run.task_id)
         except Exception:
             # e.g. a non-transient Redis error while writing the outcome: the entry stays

@@ -1,0 +1,338 @@
+"""The soak's verdict: what ran (journals), what Redis says (records), what the driver did (faults).
+
+Every check is computed from data the faults cannot erase, and each yields figures for the report.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+TERMINAL = ("succeeded", "failed", "cancelled", "expired")
+
+
+@dataclass
+class Fault:
+    kind: str  # kill | stop | redis | cut
+    start: float
+    end: float  # when the fault was lifted (kill: the kill itself)
+    worker: str = ""  # kill, stop: the victim
+
+
+@dataclass
+class WorkerLife:
+    wid: str
+    pid: int
+    started: float
+    ended: float | None = None
+    code: int | None = None
+    killed_at: float | None = None
+
+
+@dataclass
+class Run:
+    id: str
+    attempt: int
+    worker: str
+    pid: int
+    start: float
+    end: float | None = None
+    end_kind: str = "open"  # finish | cancelled | killed | exited | open
+    causes: list[str] = field(default_factory=list)
+
+
+def read_journals(directory: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in sorted(directory.glob("journal-*.jsonl")):
+        for line in p.read_text().splitlines():
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:  # a line torn by SIGKILL mid-write (never seen with O_APPEND)
+                    continue
+    return out
+
+
+def _subtract(a: float, b: float, holes: list[tuple[float, float]]) -> float:
+    """Length of [a, b] minus the union of ``holes``."""
+    if b <= a:
+        return 0.0
+    total = b - a
+    for s, e in sorted(holes):
+        lo, hi = max(a, s), min(b, e)
+        if hi > lo:
+            total -= hi - lo
+    return max(0.0, total)
+
+
+def analyze(
+    *,
+    ids: dict[int, str],
+    records: dict[str, dict[str, str]],
+    journal: list[dict[str, Any]],
+    faults: list[Fault],
+    workers: list[WorkerLife],
+    heartbeat_s: float,
+    visibility_s: float,
+    slack_s: float,
+    stats: dict[str, int],
+    claims_lost_logged: int,
+    stale_rejected_logged: int,
+) -> dict[str, Any]:
+    lives = {w.wid: w for w in workers}
+    frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for f in faults:
+        if f.kind == "stop":
+            frozen[f.worker].append((f.start, f.end))
+
+    # --- runs from the journals -------------------------------------------------------------
+    starts: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    ends: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for e in journal:
+        if e["ev"] == "start":
+            starts[(e["id"], e["attempt"])].append(e)
+        elif (e["id"], e["attempt"], e["pid"]) not in ends:
+            ends[(e["id"], e["attempt"], e["pid"])] = e
+    duplicate_starts = sum(len(v) - 1 for v in starts.values() if len(v) > 1)
+    runs_by_task: dict[str, list[Run]] = defaultdict(list)
+    for (tid, attempt), evs in starts.items():
+        for s in evs:
+            run = Run(tid, attempt, s["worker"], s["pid"], s["t"])
+            end = ends.get((tid, attempt, s["pid"]))
+            life = lives.get(s["worker"])
+            if end is not None:
+                run.end, run.end_kind = end["t"], end["ev"]
+            elif life is not None and life.ended is not None:
+                run.end = life.killed_at or life.ended
+                run.end_kind = "killed" if life.killed_at else "exited"
+            runs_by_task[tid].append(run)
+    for runs in runs_by_task.values():
+        runs.sort(key=lambda r: (r.attempt, r.start))
+
+    # --- 1. every task terminal, none lost ---------------------------------------------------
+    status_count: dict[str, int] = defaultdict(int)
+    lost = []
+    for idx, tid in ids.items():
+        st = records.get(tid, {}).get("status", "missing")
+        status_count[st] += 1
+        if st not in TERMINAL:
+            lost.append((idx, tid, st))
+
+    # --- 3. overlaps ------------------------------------------------------------------------
+    overlaps, bad_overlaps, latencies = 0, [], []
+    for tid, runs in runs_by_task.items():
+        for i, a in enumerate(runs):
+            for b in runs[i + 1 :]:
+                a_end = a.end if a.end is not None else float("inf")
+                if a_end <= b.start:
+                    continue
+                overlaps += 1
+                # Time the earlier run really executed alongside the later one: its frozen
+                # time does not count (a stopped process runs nothing).
+                live = _subtract(b.start, a_end, frozen.get(a.worker, []))
+                latencies.append(live)
+                if live > heartbeat_s + slack_s or a.end_kind not in ("cancelled", "finish"):
+                    bad_overlaps.append(
+                        {"task": tid, "earlier": asdict(a), "later": asdict(b), "live_s": live}
+                    )
+
+    # --- 4. stored result is the last attempt's ----------------------------------------------
+    wrong_results = []
+    for idx, tid in ids.items():
+        rec = records.get(tid, {})
+        runs = runs_by_task.get(tid, [])
+        if rec.get("status") != "succeeded":
+            continue
+        last = max(runs, key=lambda r: r.attempt) if runs else None
+        try:
+            res = json.loads(rec.get("result", "null"))
+        except ValueError:
+            res = None
+        ok = (
+            last is not None
+            and isinstance(res, dict)
+            and res.get("idx") == idx
+            and res.get("attempt") == last.attempt == int(rec.get("attempt", -1))
+            and res.get("worker") == last.worker
+            and last.end_kind == "finish"
+        )
+        if not ok:
+            wrong_results.append(
+                {"idx": idx, "task": tid, "record": rec, "last": last and asdict(last)}
+            )
+
+    # --- 5. re-executions == runs interrupted by a fault --------------------------------------
+    reexec = sum(len(r) - 1 for r in runs_by_task.values() if r)
+    interrupted, unexplained = 0, []
+    cause_count: dict[str, int] = defaultdict(int)
+    for runs in runs_by_task.values():
+        for run in runs[:-1]:
+            interrupted += 1
+            lo = run.start - 0.2
+            hi = (run.end if run.end is not None else run.start) + visibility_s + 1.0
+            for f in faults:
+                if f.end < lo or f.start > hi:
+                    continue
+                if f.kind in ("kill", "stop") and f.worker != run.worker:
+                    continue
+                run.causes.append(f.kind)
+            if not run.causes:
+                life = lives.get(run.worker)
+                if life is not None and life.code not in (None, 0) and not life.killed_at:
+                    run.causes.append(f"exit {life.code}")
+            if run.causes:
+                for c in sorted(set(run.causes)):
+                    cause_count[c] += 1
+            else:
+                unexplained.append(asdict(run))
+
+    # --- 6. recovery after each fault ----------------------------------------------------------
+    finishes = sorted(e["t"] for e in journal if e["ev"] == "finish")
+    recovery = []
+    for f in faults:
+        k = bisect.bisect_right(finishes, f.end)
+        first = finishes[k] - f.end if k < len(finishes) else None
+        # The interrupted runs' own recovery: when their tasks next started.
+        hit = [
+            r
+            for runs in runs_by_task.values()
+            for r in runs[:-1]
+            if f.kind in r.causes and (f.worker in ("", r.worker)) and r.start <= f.end + 0.5
+        ]
+        restarts = []
+        for r in hit:
+            nxt = [x.start for x in runs_by_task[r.id] if x.attempt > r.attempt]
+            if nxt and min(nxt) >= f.start:
+                restarts.append(min(nxt) - f.start)
+        recovery.append(
+            {
+                "kind": f.kind,
+                "worker": f.worker,
+                "at": round(f.start, 3),
+                "lasted_s": round(f.end - f.start, 3),
+                "first_finish_after_s": None if first is None else round(first, 3),
+                "interrupted_runs": len(hit),
+                "rerun_after_start_s_max": round(max(restarts), 3) if restarts else None,
+            }
+        )
+
+    codes: dict[str, int] = defaultdict(int)
+    for w in workers:
+        codes["killed" if w.killed_at else str(w.code)] += 1
+    unexpected_exits = [asdict(w) for w in workers if not w.killed_at and w.code not in (0, 1)]
+
+    checks = [
+        ("every task terminal, none lost", not lost, f"{len(lost)} not terminal"),
+        ("no (task, attempt) started twice", duplicate_starts == 0, f"{duplicate_starts} twice"),
+        (
+            "no overlap except a lost claim cancelled within one heartbeat",
+            not bad_overlaps,
+            f"{overlaps} overlaps, {len(bad_overlaps)} beyond {heartbeat_s}+{slack_s}s",
+        ),
+        (
+            "no stale outcome accepted; result is the last attempt's",
+            not wrong_results,
+            f"{len(wrong_results)} wrong",
+        ),
+        (
+            "re-executions == runs interrupted by a fault",
+            reexec == interrupted and not unexplained,
+            f"{reexec} re-executions, {interrupted} interrupted, {len(unexplained)} unexplained",
+        ),
+        ("workers exit only with 0 or 1 unless killed", not unexpected_exits, f"{codes}"),
+    ]
+    return {
+        "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks],
+        "ok": all(ok for _, ok, _ in checks),
+        "figures": {
+            "tasks": len(ids),
+            "status": dict(status_count),
+            "runs": sum(len(r) for r in runs_by_task.values()),
+            "reexecutions": reexec,
+            "interrupted_runs": interrupted,
+            "interrupted_by": dict(cause_count),
+            "duplicate_starts": duplicate_starts,
+            "overlaps": overlaps,
+            "overlap_live_s_max": round(max(latencies), 3) if latencies else 0.0,
+            "claims_lost_logged": claims_lost_logged,
+            "fence_rejections": stats.get("stale_writes", 0),
+            "stale_rejected_logged": stale_rejected_logged,
+            "duplicates_absorbed": stats.get("absorbed", 0),
+            "faults": dict(_count_kinds(faults)),
+            "worker_exits": dict(codes),
+            "recovery_first_finish_s_max": _max(r["first_finish_after_s"] for r in recovery),
+            "recovery_first_finish_s_median": _median(r["first_finish_after_s"] for r in recovery),
+            "rerun_after_fault_start_s_max": _max(r["rerun_after_start_s_max"] for r in recovery),
+        },
+        "recovery": recovery,
+        "problems": {
+            "lost": lost[:20],
+            "bad_overlaps": bad_overlaps[:20],
+            "wrong_results": wrong_results[:20],
+            "unexplained": unexplained[:20],
+            "unexpected_exits": unexpected_exits[:20],
+        },
+    }
+
+
+def _count_kinds(faults: list[Fault]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for f in faults:
+        out[f.kind] += 1
+    return out
+
+
+def _max(xs: Any) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return max(vals) if vals else None
+
+
+def _median(xs: Any) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return round(statistics.median(vals), 3) if vals else None
+
+
+def markdown(report: dict[str, Any]) -> str:
+    fig = report["figures"]
+    cfg = report["config"]
+    lines = [
+        "# dtq chaos soak",
+        "",
+        f"seed {cfg['seed']}, {cfg['seconds']:.0f} s of faults, {cfg['workers']} workers x "
+        f"{cfg['concurrency']} slots, heartbeat {cfg['heartbeat_s']} s, visibility "
+        f"{cfg['visibility_s']} s, Redis with AOF (fsync always); wall time "
+        f"{report['wall_s']:.0f} s. Verdict: **{'PASS' if report['ok'] else 'FAIL'}**.",
+        "",
+        "| check | result | figures |",
+        "|---|---|---|",
+    ]
+    for c in report["checks"]:
+        lines.append(f"| {c['name']} | {'pass' if c['ok'] else 'FAIL'} | {c['detail']} |")
+    lines += ["", "## Figures", "", "| figure | value |", "|---|---|"]
+    for k, v in fig.items():
+        lines.append(f"| {k} | {v} |")
+    lines += [
+        "",
+        "## Faults and recovery",
+        "",
+        "`first finish` = first task finished after the fault was lifted; `rerun` = when the "
+        "last run the fault interrupted was started again (seconds after the fault began).",
+        "",
+        "| # | fault | victim | lasted s | first finish s | interrupted runs | rerun s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(report["recovery"], 1):
+        lines.append(
+            f"| {i} | {r['kind']} | {r['worker'] or 'all'} | {r['lasted_s']} | "
+            f"{r['first_finish_after_s']} | {r['interrupted_runs']} | "
+            f"{r['rerun_after_start_s_max']} |"
+        )
+    if not report["ok"]:
+        lines += ["", "## Problems", "", "```", json.dumps(report["problems"], indent=1)[:20000]]
+        lines.append("```")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,338 @@
+"""The chaos soak: ``python -m tests.chaos.run --minutes N [--seed S] [--out build/chaos]``.
+
+Starts a redis-server with AOF, a TCP proxy in front of it, and several ``dtq-worker``
+subprocesses that reach Redis only through the proxy. Tasks of mixed length are enqueued while a
+seeded fault driver repeatedly SIGKILLs a worker (a supervisor starts a new one), SIGSTOPs one past
+the visibility timeout and resumes it, restarts Redis, and cuts and restores the proxy's links.
+After the faults stop, it waits for every task to end and checks the journals (tests/chaos/app.py)
+against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from dtq import Client
+from dtq.keys import Keys, split_task_id
+from dtq.settings import Settings
+from tests.chaos.check import Fault, WorkerLife, analyze, markdown, read_journals
+from tests.chaos.proxy import Proxy
+from tests.redis_server import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFIX = "chaos"
+KINDS = ("kill", "stop", "redis", "cut")
+
+
+@dataclass
+class Config:
+    seconds: float = 60.0
+    seed: int = 1
+    workers: int = 4
+    concurrency: int = 8
+    heartbeat_s: float = 0.5
+    visibility_s: float = 3.0
+    rate: float = 40.0  # tasks enqueued per second of the fault window
+    fault_gap_s: tuple[float, float] = (2.0, 4.0)
+    settle_s: float = 90.0
+    slack_s: float = 0.5  # scheduling slack on the one-heartbeat cancel bound (busy 2-core box)
+
+
+class Soak:
+    def __init__(self, cfg: Config, out: Path) -> None:
+        self.cfg = cfg
+        self.out = out
+        self.rng = random.Random(cfg.seed)
+        self.lock = threading.Lock()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.lives: dict[str, WorkerLife] = {}
+        self.faults: list[Fault] = []
+        self.ids: dict[int, str] = {}
+        self.n_spawned = 0
+        self.stop_supervisor = threading.Event()
+        self.paused: set[str] = set()
+
+    # --- processes -----------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        with self.lock:
+            self.n_spawned += 1
+            wid = f"w{self.n_spawned:03d}"
+        env = dict(os.environ)
+        env.update(
+            {
+                "DTQ_REDIS_URL": f"redis://127.0.0.1:{self.proxy_port}/0",
+                "DTQ_KEY_PREFIX": PREFIX,
+                "DTQ_WORKER_ID": wid,
+                "DTQ_HEARTBEAT_INTERVAL_S": str(self.cfg.heartbeat_s),
+                "DTQ_VISIBILITY_TIMEOUT_S": str(self.cfg.visibility_s),
+                "DTQ_DRAIN_TIMEOUT_S": "2",
+                "DTQ_HARD_EXIT_S": "5",
+                "DTQ_RETRY_BACKOFF_S": "0.1",
+                "DTQ_RETRY_BACKOFF_MAX_S": "1",
+                "DTQ_CHAOS_DIR": str(self.journal_dir),
+                "PYTHONPATH": str(ROOT),
+            }
+        )
+        log = (self.out / "logs" / f"{wid}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dtq_worker", "tests.chaos.app:app",
+             "--concurrency", str(self.cfg.concurrency)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        log.close()
+        with self.lock:
+            self.procs[wid] = proc
+            self.lives[wid] = WorkerLife(wid, proc.pid, time.time())
+
+    def supervise(self) -> None:
+        """Notice exits (self-stop, kills) and keep the worker count up."""
+        while not self.stop_supervisor.is_set():
+            with self.lock:
+                dead = [(w, p) for w, p in self.procs.items() if p.poll() is not None]
+                for wid, p in dead:
+                    del self.procs[wid]
+                    life = self.lives[wid]
+                    life.ended, life.code = time.time(), p.returncode
+            for _ in dead:
+                self.spawn()
+            time.sleep(0.1)
+
+    def live_workers(self) -> list[str]:
+        with self.lock:
+            return [w for w, p in self.procs.items() if p.poll() is None and w not in self.paused]
+
+    # --- enqueueing ------------------------------------------------------------------------------
+
+    def enqueue_all(self, until: float) -> None:
+        total = int(self.cfg.seconds * self.cfg.rate)
+        rng = random.Random(self.cfg.seed * 7919)
+        settings = Settings(redis_url=self.redis.url, key_prefix=PREFIX)
+        client = Client(settings=settings)
+        batch, start = 50, time.time()
+        for first in range(0, total, batch):
+            items = []
+            for idx in range(first, min(total, first + batch)):
+                roll = rng.random()
+                # Mostly short; a few outlast a SIGSTOP, so the frozen worker finds on resume
+                # that it lost their claims and must cancel them.
+                ms = (
+                    rng.randint(5, 50) if roll < 0.7
+                    else rng.randint(100, 500) if roll < 0.92
+                    else rng.randint(1000, 3000) if roll < 0.97
+                    else rng.randint(6000, 10000)
+                )  # fmt: skip
+                sync = rng.random() < 0.15 and ms <= 500
+                items.append(
+                    {
+                        "name": "chaos.sync" if sync else "chaos.async",
+                        "kwargs": {"idx": idx, "ms": ms},
+                        "priority": rng.randint(0, 9),
+                        "max_retries": 50,
+                        # Retried batches after a Redis restart must not enqueue twice.
+                        "idempotency_key": f"chaos-{self.cfg.seed}-{idx}",
+                    }
+                )
+            while True:
+                try:
+                    handles = client.enqueue_many(items)
+                    break
+                except Exception:  # Redis restarting: retry the same (idempotent) batch
+                    time.sleep(0.2)
+            for item, h in zip(items, handles, strict=True):
+                self.ids[item["kwargs"]["idx"]] = h.id
+            # Spread the work over the fault window.
+            due = start + (first + batch) / total * (until - start)
+            time.sleep(max(0.0, due - time.time()))
+        client.close()
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def fault(self, kind: str) -> None:
+        rng, cfg = self.rng, self.cfg
+        t0 = time.time()
+        victim = ""
+        if kind in ("kill", "stop"):
+            live = self.live_workers()
+            if not live:
+                return
+            victim = rng.choice(sorted(live))
+            with self.lock:
+                proc = self.procs.get(victim)
+            if proc is None:
+                return
+            if kind == "kill":
+                with self.lock:
+                    self.lives[victim].killed_at = time.time()
+                os.kill(proc.pid, signal.SIGKILL)
+                t0 = self.lives[victim].killed_at or t0
+                self.faults.append(Fault("kill", t0, t0, victim))
+                return
+            with self.lock:
+                self.paused.add(victim)
+            os.kill(proc.pid, signal.SIGSTOP)
+            time.sleep(cfg.visibility_s + rng.uniform(1.0, 2.5))
+            os.kill(proc.pid, signal.SIGCONT)
+            with self.lock:
+                self.paused.discard(victim)
+        elif kind == "redis":
+            self.redis.stop()
+            time.sleep(rng.uniform(0.2, 1.0))
+            self.redis.start()
+        elif kind == "cut":
+            self.proxy.cut()
+            time.sleep(rng.uniform(0.3, 3.0))
+            self.proxy.restore()
+        self.faults.append(Fault(kind, t0, time.time(), victim))
+
+    # --- the soak ------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        wall0 = time.time()
+        if self.out.exists():
+            shutil.rmtree(self.out)
+        self.journal_dir = self.out / "journals"
+        self.journal_dir.mkdir(parents=True)
+        (self.out / "logs").mkdir()
+        self.redis = RedisServer(aof=True).start()
+        self.proxy_port = free_port()
+        self.proxy = Proxy(self.proxy_port, self.redis.port).start()
+        sup = threading.Thread(target=self.supervise, daemon=True)
+        try:
+            for _ in range(cfg.workers):
+                self.spawn()
+            sup.start()
+            time.sleep(1.0)
+            until = time.time() + cfg.seconds
+            feeder = threading.Thread(target=self.enqueue_all, args=(until,), daemon=True)
+            feeder.start()
+            bag: list[str] = []
+            while time.time() < until:
+                time.sleep(self.rng.uniform(*cfg.fault_gap_s))
+                if time.time() >= until:
+                    break
+                if not bag:
+                    bag = list(KINDS)
+                    self.rng.shuffle(bag)
+                kind = bag.pop()
+                print(f"[chaos] {time.time() - wall0:6.1f}s fault {kind}", flush=True)
+                self.fault(kind)
+            feeder.join()
+            print(f"[chaos] faults over; {len(self.ids)} tasks; settling", flush=True)
+            self.settle()
+        finally:
+            self.stop_supervisor.set()
+            sup.join(5) if sup.is_alive() else None
+            self.stop_workers()
+            records, stats = self.collect()
+            self.proxy.stop()
+            self.redis.cleanup()
+        report = self.report(records, stats, time.time() - wall0)
+        return report
+
+    def settle(self) -> None:
+        deadline = time.time() + self.cfg.settle_s
+        r = self.redis.client()
+        while time.time() < deadline:
+            if not self.unfinished(r):
+                return
+            time.sleep(1.0)
+
+    def unfinished(self, r: redis.Redis) -> int:
+        keys = Keys(PREFIX)
+        pipe = r.pipeline(transaction=False)
+        for tid in self.ids.values():
+            q, t = split_task_id(tid)
+            pipe.hget(keys.queue(q).task(t), "status")
+        try:
+            statuses = pipe.execute()
+        except redis.RedisError:
+            return len(self.ids)
+        return sum(1 for s in statuses if s not in ("succeeded", "failed", "cancelled", "expired"))
+
+    def stop_workers(self) -> None:
+        with self.lock:
+            procs = dict(self.procs)
+        for p in procs.values():
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+        for wid, p in procs.items():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+            life = self.lives[wid]
+            life.ended, life.code = time.time(), p.returncode
+
+    def collect(self) -> tuple[dict[str, dict[str, str]], dict[str, int]]:
+        r = self.redis.client()
+        keys = Keys(PREFIX)
+        pipe = r.pipeline(transaction=False)
+        order = list(self.ids.values())
+        for tid in order:
+            q, t = split_task_id(tid)
+            pipe.hgetall(keys.queue(q).task(t))
+        records = dict(zip(order, pipe.execute(), strict=True))
+        raw = r.hgetall(keys.queue("default").stats)
+        stats = {k: int(v) for k, v in raw.items() if str(v).lstrip("-").isdigit()}
+        return records, stats
+
+    def report(
+        self, records: dict[str, dict[str, str]], stats: dict[str, int], wall: float
+    ) -> dict[str, Any]:
+        logs = [p.read_text(errors="replace") for p in (self.out / "logs").glob("*.log")]
+        claims_lost = sum(t.count("claim lost: ") for t in logs)
+        stale_logged = sum(t.count("stale outcome rejected") for t in logs)
+        result = analyze(
+            ids=self.ids,
+            records=records,
+            journal=read_journals(self.journal_dir),
+            faults=self.faults,
+            workers=list(self.lives.values()),
+            heartbeat_s=self.cfg.heartbeat_s,
+            visibility_s=self.cfg.visibility_s,
+            slack_s=self.cfg.slack_s,
+            stats=stats,
+            claims_lost_logged=claims_lost,
+            stale_rejected_logged=stale_logged,
+        )
+        cfg = asdict(self.cfg)
+        report = {"config": cfg, "wall_s": round(wall, 1), **result}
+        report["faults"] = [asdict(f) for f in self.faults]
+        (self.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+        (self.out / "report.md").write_text(markdown(report))
+        return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__)
+    p.add_argument("--minutes", type=float, default=1.0, help="length of the fault window")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--out", default=str(ROOT / "build" / "chaos"))
+    args = p.parse_args(argv)
+    cfg = Config(seconds=args.minutes * 60, seed=args.seed, workers=args.workers)
+    report = Soak(cfg, Path(args.out)).run()
+    print((Path(args.out) / "report.md").read_text())
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

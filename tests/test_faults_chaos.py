@@ -1,0 +1,25 @@
+"""The short seeded chaos soak, inside the normal test run (CI runs ``make test``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.check import markdown
+from tests.chaos.run import Config, Soak
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_chaos_soak_short_seeded(tmp_path: Path) -> None:
+    report = Soak(Config(seconds=40, seed=20261130), tmp_path / "chaos").run()
+    print(markdown(report))
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert not failed, json.dumps({"failed": failed, "problems": report["problems"]})[:5000]
+    fig = report["figures"]
+    # The soak must really have hurt: every fault kind happened and runs were interrupted.
+    assert set(fig["faults"]) == {"kill", "stop", "redis", "cut"}
+    assert fig["interrupted_runs"] > 0
+    assert fig["status"] == {"succeeded": fig["tasks"]}
