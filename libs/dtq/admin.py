@@ -514,7 +514,7 @@ class Admin:
         if not cursor:
             return "0", 0
         head, _, tail = cursor.partition(".")
-        if not head.isdigit() or (tail and not tail.isdigit()):
+        if not head.isdigit() or (tail and not tail.isdigit()) or int(head) >= 2**64:
             raise InvalidRequest(f"bad cursor {cursor!r}")
         return head, int(tail or 0)
 
@@ -990,8 +990,9 @@ class Admin:
 
         Bounded by the event streams' caps (``DTQ_EVENTS_MAXLEN`` per queue).
         """
-        if not 1 <= bucket_s <= window_s <= 86_400:
-            raise InvalidRequest("need 1 <= bucket_s <= window_s <= 86400")
+        if not (bucket_s >= 1 and 1 <= window_s <= 86_400):
+            raise InvalidRequest("need bucket_s >= 1 and 1 <= window_s <= 86400")
+        bucket_s = min(bucket_s, window_s)
         now_ms = int(time.time() * 1000)
         start = now_ms - window_s * 1000
         start -= start % (bucket_s * 1000)

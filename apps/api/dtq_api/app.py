@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -36,12 +37,18 @@ from dtq.errors import (
     UnknownTask,
 )
 from dtq.keys import BadTaskId
+from dtq.models import TaskStatus
 from dtq.settings import Settings, load_settings
 from dtq_api import metrics
 from dtq_api import schemas as s
 
 log = logging.getLogger("dtq.api")
 SSE_PING_S = 15.0
+QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
+CURSOR_RE = r"^[0-9]{1,19}(\.[0-9]{1,9})?$"
+TASK_ID_RE = s.TASK_ID_RE
+TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
+QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
 BODY_SLACK = 64 * 1024  # JSON framing around the arguments
 
 
@@ -135,14 +142,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @api.get("/tasks", response_model=s.TaskPage, tags=["tasks"])
     async def list_tasks(
         a: A,
-        queue: Annotated[str | None, Query(max_length=100)] = None,
-        status: Annotated[str | None, Query(max_length=20)] = None,
+        queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
+        status: TaskStatus | None = None,
         name: Annotated[str | None, Query(max_length=200)] = None,
-        cursor: Annotated[str | None, Query(max_length=100)] = None,
+        cursor: Annotated[str | None, Query(pattern=CURSOR_RE)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> Any:
         """Tasks matching all filters, with cursor pagination (a SCAN over task records)."""
-        page = await a.list_tasks(queue=queue, status=status, name=name, cursor=cursor, limit=limit)
+        st = status.value if status is not None else None
+        page = await a.list_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
         return {"items": page.items, "next_cursor": page.next_cursor}
 
     existing: dict[int | str, dict[str, Any]] = {
@@ -158,11 +166,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             str | None, Header(alias="Idempotency-Key", min_length=1, max_length=256)
         ] = None,
     ) -> Any:
-        """Enqueue a task. A repeated ``Idempotency-Key`` answers 200 with the original."""
+        """Enqueue a task. A repeated ``Idempotency-Key`` answers 200 with the original.
+
+        The key may come as the ``Idempotency-Key`` header or the body's ``idempotency_key``;
+        when both are given, the header wins.
+        """
         fields = body.model_dump(exclude_none=True)
-        if idempotency_key is not None:
-            if fields.get("idempotency_key", idempotency_key) != idempotency_key:
-                raise ApiError(400, "bad_request", "Idempotency-Key header and body disagree")
+        if idempotency_key is not None:  # the header wins over the body field
             fields["idempotency_key"] = idempotency_key
         name = fields.pop("name")
         h = await a.client.enqueue(name, fields.pop("args", None), fields.pop("kwargs", None),
@@ -177,12 +187,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return d
 
     @api.get("/tasks/{task_id}", response_model=s.Task, tags=["tasks"])
-    async def get_task(a: A, task_id: str, history: bool = True) -> Any:
+    async def get_task(a: A, task_id: TaskId, history: bool = True) -> Any:
         """One task: arguments, status, attempts, result or error, and its event history."""
         return await a.get_task(task_id, history=history)
 
     @api.post("/tasks/{task_id}/cancel", response_model=s.CancelOut, tags=["tasks"])
-    async def cancel_task(a: A, task_id: str) -> Any:
+    async def cancel_task(a: A, task_id: TaskId) -> Any:
         """Cancel a queued/scheduled task, or ask a running one to stop. 409 when finished."""
         d = await a.cancel(task_id)
         if d["outcome"] == "unchanged":
@@ -192,7 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @api.post("/tasks/{task_id}/retry", response_model=s.RetryOut, tags=["tasks"])
     async def retry_task(
-        a: A, task_id: str, body: Annotated[s.RetryRequest | None, Body()] = None
+        a: A, task_id: TaskId, body: Annotated[s.RetryRequest | None, Body()] = None
     ) -> Any:
         """Run a failed, cancelled or expired task again, same id, history kept."""
         d = await a.retry(task_id, max_retries=body.max_retries if body else None)
@@ -207,24 +217,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"items": [q.to_dict() for q in await a.list_queues()]}
 
     @api.get("/queues/{name}", response_model=s.Queue, tags=["queues"])
-    async def get_queue(a: A, name: str) -> Any:
+    async def get_queue(a: A, name: QueueName) -> Any:
         return (await a.get_queue(name)).to_dict()
 
     @api.post("/queues/{name}/pause", response_model=s.QueueChange, tags=["queues"])
-    async def pause_queue(a: A, name: str) -> Any:
+    async def pause_queue(a: A, name: QueueName) -> Any:
         """Workers stop taking from the queue; running tasks finish."""
         changed = await a.pause(name)
         log.info("queue %s paused", name, extra={"queue": name})
         return {**(await a.get_queue(name)).to_dict(), "changed": changed}
 
     @api.post("/queues/{name}/resume", response_model=s.QueueChange, tags=["queues"])
-    async def resume_queue(a: A, name: str) -> Any:
+    async def resume_queue(a: A, name: QueueName) -> Any:
         changed = await a.resume(name)
         log.info("queue %s resumed", name, extra={"queue": name})
         return {**(await a.get_queue(name)).to_dict(), "changed": changed}
 
     @api.post("/queues/{name}/purge", response_model=s.BulkOut, tags=["queues"])
-    async def purge_queue(a: A, name: str) -> Any:
+    async def purge_queue(a: A, name: QueueName) -> Any:
         """Delete every waiting (queued and scheduled) task of the queue, in bounded batches."""
         res = await a.purge(name)
         log.info("queue %s purged: %d tasks", name, res.done, extra={"queue": name})
@@ -238,9 +248,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"items": [w.to_dict() for w in await a.list_workers()]}
 
     @api.get("/schedules", response_model=s.Schedules, tags=["schedules"])
-    async def schedules(
-        a: A, queue: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.\-]{1,100}$")] = None
-    ) -> Any:
+    async def schedules(a: A, queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None) -> Any:
         """Periodic schedules with their next fire times, and delayed tasks and retries."""
         periodic = await a.list_schedules(queue)
         delayed = await a.list_scheduled(queue)
@@ -251,10 +259,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @api.get("/dlq", response_model=s.DeadLetterPage, tags=["dlq"])
     async def list_dlq(
         a: A,
-        queue: Annotated[str | None, Query(max_length=100)] = None,
+        queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
         name: Annotated[str | None, Query(max_length=200)] = None,
         error_contains: Annotated[str | None, Query(alias="error", max_length=200)] = None,
-        cursor: Annotated[str | None, Query(max_length=100)] = None,
+        cursor: Annotated[str | None, Query(pattern=CURSOR_RE)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> Any:
         """Failed tasks, newest failure first, with their last error."""
@@ -279,7 +287,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @api.post("/dlq/{task_id}/requeue", response_model=s.RetryOut, tags=["dlq"])
     async def requeue_one(
-        a: A, task_id: str, body: Annotated[s.RetryRequest | None, Body()] = None
+        a: A, task_id: TaskId, body: Annotated[s.RetryRequest | None, Body()] = None
     ) -> Any:
         """Requeue one dead letter (same id and history; optionally a new retry budget)."""
         await a.dlq_requeue_one(task_id, max_retries=body.max_retries if body else None)
@@ -287,7 +295,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"id": task_id, "status": "queued"}
 
     @api.delete("/dlq/{task_id}", response_model=s.DiscardOut, tags=["dlq"])
-    async def discard_one(a: A, task_id: str) -> Any:
+    async def discard_one(a: A, task_id: TaskId) -> Any:
         """Delete one dead letter for good."""
         await a.dlq_discard_one(task_id)
         log.info("discarded dead letter %s", task_id, extra={"task_id": task_id})
@@ -421,6 +429,10 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
     async def dtq_error(_: Request, exc: Exception) -> JSONResponse:
         return error(400, "bad_request", str(exc))
 
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error(500, "internal", f"internal error: {type(exc).__name__}")
+
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation)
@@ -435,3 +447,4 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
     app.add_exception_handler(redis.ConnectionError, unavailable)
     app.add_exception_handler(redis.TimeoutError, unavailable)
     app.add_exception_handler(DtqError, dtq_error)
+    app.add_exception_handler(Exception, internal)

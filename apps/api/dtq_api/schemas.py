@@ -5,11 +5,14 @@ Response models allow extra fields: the task view grows with the SDK's ``TaskInf
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from dtq.models import TaskStatus
+
+TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}$"
+Scalar = Annotated[str, Field(max_length=200)] | int | float | bool | None
 
 
 class ErrorDetail(BaseModel):
@@ -28,9 +31,14 @@ class Open(BaseModel):
 
 
 class EnqueueRequest(BaseModel):
-    """The SDK's enqueue fields. ``Idempotency-Key`` may also come as a header."""
+    """The SDK's enqueue fields. ``Idempotency-Key`` may also come as a header.
 
-    model_config = ConfigDict(extra="forbid")
+    ``delay`` and ``eta`` exclude each other.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"not": {"required": ["delay", "eta"]}}
+    )
 
     name: str = Field(min_length=1, max_length=200, description="Registered task name.")
     args: list[Any] | None = None
@@ -38,12 +46,14 @@ class EnqueueRequest(BaseModel):
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     priority: int | None = Field(None, ge=0, le=9, description="0-9, 9 served first.")
     delay: float | None = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
-    eta: str | None = Field(None, description="ISO 8601 time with a zone.")
+    eta: AwareDatetime | None = Field(None, description="ISO 8601 time with a zone.")
     max_retries: int | None = Field(None, ge=0, le=1_000_000)
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=256)
     expires: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
-    metadata: dict[str, Any] | None = None
+    metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
+        None, max_length=10, description="Small flat metadata: at most 10 scalar entries."
+    )
 
 
 class Event(Open):
@@ -167,7 +177,7 @@ class DlqBulkRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ids: list[str] | None = Field(None, max_length=10_000)
+    ids: list[Annotated[str, Field(pattern=TASK_ID_RE)]] | None = Field(None, max_length=10_000)
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     name: str | None = None
     error: str | None = None
