@@ -43,31 +43,35 @@ for i = 0, n - 1 do
     if redis.call('EXISTS', rk) == 1 then
       return redis.error_reply('DTQ_DUPLICATE_ID ' .. tid)
     end
-    redis.call('HSET', rk, 'name', name, 'args', args, 'prio', prio, 'maxr', maxr,
-      'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now)
-    if kwargs ~= '' then redis.call('HSET', rk, 'kwargs', kwargs) end
-    if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
-    if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
-    if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
+    -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
+    local h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr,
+      'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now}
+    if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
+    if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
+    if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
+    if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
     local lim = ARGV[o + 11]
     if lim and lim ~= '' then
       local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
-      redis.call('HSET', rk, 'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw)
+      for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end
     end
     if idem ~= '' then
-      redis.call('HSET', rk, 'idem', idem)
+      h[#h + 1] = 'idem'; h[#h + 1] = idem
       redis.call('SET', idem_base .. idem, tid)
     end
     local status
     if delay > 0 then
       status = 'scheduled'
-      redis.call('HSET', rk, 'status', status, 'due', now + delay)
+      h[#h + 1] = 'status'; h[#h + 1] = status
+      h[#h + 1] = 'due'; h[#h + 1] = now + delay
       redis.call('ZADD', KEYS[11], now + delay, tid)
     else
       status = 'queued'
       local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
-      redis.call('HSET', rk, 'status', status, 'eid', eid)
+      h[#h + 1] = 'status'; h[#h + 1] = status
+      h[#h + 1] = 'eid'; h[#h + 1] = eid
     end
+    redis.call('HSET', rk, unpack(h))
     emit(KEYS[12], maxlen, 'enqueued', tid, 0, '', status)
     out[#out + 1] = tid
     out[#out + 1] = status

@@ -51,6 +51,9 @@ class _Base:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.app = app
+        # Queues this client has added to the registry set (P:queues); later enqueues to them
+        # skip the SADD and so need no pipeline.
+        self._registered: set[str] = set()
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None:
@@ -186,11 +189,17 @@ class AsyncClient(_Base):
             return []
 
         async def go() -> list[Any]:
+            if len(by_queue) == 1 and not by_queue.keys() - self._registered:
+                # The common case in one round trip: a pipeline would add SCRIPT EXISTS.
+                ((q, tasks),) = by_queue.items()
+                return [1, await self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.sadd(self.keys.queues, *by_queue)
                 for q, tasks in by_queue.items():
                     await self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]), pipe)
-                return await pipe.execute()  # type: ignore[no-any-return]
+                res = await pipe.execute()
+            self._registered.update(by_queue)
+            return res  # type: ignore[no-any-return]
 
         replies = await self._io(go)
         for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
@@ -319,11 +328,17 @@ class Client(_Base):
             return []
 
         def go() -> list[Any]:
+            if len(by_queue) == 1 and not by_queue.keys() - self._registered:
+                # The common case in one round trip: a pipeline would add SCRIPT EXISTS.
+                ((q, tasks),) = by_queue.items()
+                return [1, self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
             with self.redis.pipeline(transaction=False) as pipe:
                 pipe.sadd(self.keys.queues, *by_queue)
                 for q, tasks in by_queue.items():
                     self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]), pipe)
-                return pipe.execute()
+                res = pipe.execute()
+            self._registered.update(by_queue)
+            return res
 
         replies = self._io(go)
         for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):

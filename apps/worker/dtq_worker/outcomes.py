@@ -62,23 +62,31 @@ class OutcomeWriter:
         for i, o in enumerate(batch):
             groups[(o.queue, "ok" if isinstance(o.item, sc.Success) else "fail")].append(i)
         verdicts: list[str] = [""] * len(batch)
-        async with w.redis.pipeline(transaction=False) as pipe:
-            order = []
-            for (queue, kind), idx in groups.items():
-                qk = w.keys.queue(queue)
-                if kind == "ok":
-                    call = sc.complete_call(
-                        qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                        s.events_maxlen, s.result_ttl_s,
-                    )  # fmt: skip
-                else:
-                    call = sc.fail_call(
-                        qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                        s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s),
-                    )  # fmt: skip
-                await w.scripts.run(call, pipe)
-                order.append((kind, idx))
-            replies = await pipe.execute()
+        order = []
+        calls = []
+        for (queue, kind), idx in groups.items():
+            qk = w.keys.queue(queue)
+            if kind == "ok":
+                call = sc.complete_call(
+                    qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
+                    s.events_maxlen, s.result_ttl_s,
+                )  # fmt: skip
+            else:
+                call = sc.fail_call(
+                    qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
+                    s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s),
+                )  # fmt: skip
+            calls.append(call)
+            order.append((kind, idx))
+        if len(calls) == 1:
+            # The usual flush is one script call: sent alone it is one round trip, where a
+            # pipeline would first ask SCRIPT EXISTS.
+            replies = [await w.scripts.run(calls[0])]
+        else:
+            async with w.redis.pipeline(transaction=False) as pipe:
+                for call in calls:
+                    await w.scripts.run(call, pipe)
+                replies = await pipe.execute()
         for (kind, idx), raw in zip(order, replies, strict=True):
             if kind == "ok":
                 for i, stored in zip(idx, sc.parse_complete(raw), strict=True):

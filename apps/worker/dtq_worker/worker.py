@@ -74,6 +74,8 @@ class Worker:
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
         self.inflight: dict[tuple[str, str], Run] = {}
+        # Read when scraped: no gauge update per task on the hot path.
+        self.metrics.inflight.set_function(lambda: len(self.inflight))
         self.inflight_per_queue: dict[str, int] = {}
         self.counters: dict[str, int] = {}
         self.detached_threads = 0
@@ -135,7 +137,6 @@ class Worker:
         self.inflight[run.key] = run
         q = claimed.queue
         self.inflight_per_queue[q] = self.inflight_per_queue.get(q, 0) + 1
-        self.metrics.inflight.set(len(self.inflight))
         run.task = asyncio.get_running_loop().create_task(self._run(run))
 
     async def _run(self, run: Run) -> None:
@@ -157,7 +158,6 @@ class Worker:
             del self.inflight[run.key]
             q = run.claimed.queue
             self.inflight_per_queue[q] -= 1
-            self.metrics.inflight.set(len(self.inflight))
             self.slot_freed.set()
 
     def thread_returned(self) -> None:

@@ -1,0 +1,70 @@
+"""The benchmark suite (dtq.benchmark): a tiny end-to-end run, and the report's arithmetic.
+
+No timing is asserted: the point is that `make bench` / `dtq bench` works and writes its files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtq.benchmark import main, report
+
+
+def test_median_record_ignores_failed_runs_and_keeps_ranges() -> None:
+    med = report.median_record(
+        [{"tasks_per_s": 10.0, "x": "a"}, {"tasks_per_s": 30.0, "x": "b"}, {"error": "boom"},
+         {"tasks_per_s": 20.0, "x": "c"}]
+    )  # fmt: skip
+    assert med["tasks_per_s"] == 20.0
+    assert med["tasks_per_s_range"] == [10.0, 30.0]
+    assert med["ok_runs"] == 3 and med["errors"] == ["boom"]
+    assert med["x"] == "a"
+
+
+def test_targets_compare_dtq_with_the_fastest_peer_and_the_ceiling() -> None:
+    med = {
+        "A": {"dtq": {"tasks_per_s": 9000.0}, "arq": {"tasks_per_s": 2000.0},
+              "dramatiq": {"tasks_per_s": 3500.0}},
+        "G": {"asyncio": {"tasks_per_s": 20000.0}, "xadd_single": {"tasks_per_s": 10000.0}},
+        "B": {"dtq": {"single_per_s": 9500.0, "bulk_per_s": 60000.0},
+              "rq": {"single_per_s": 3000.0, "bulk_per_s": 10000.0}},
+        "C": {"dtq": {"p50_ms": 0.8, "p99_ms": 2.0}, "taskiq": {"p50_ms": 1.2, "p99_ms": 1.9}},
+        "F": {"dtq": {"bytes_per_queued_task": 380.0}},
+    }  # fmt: skip
+    got = {t["id"]: t["met"] for t in report.targets(med)}
+    assert got["A-peers"] is False  # 9000 < 3 x 3500
+    assert got["A-ceiling"] is False  # 45% of 20000
+    assert got["B-bulk"] is True and got["B-single"] is True
+    assert got["C-abs"] is False and got["C-peers"] is False  # p99 2.0 > 1.9
+    assert got["F"] is True
+    rows = report.rows(med)
+    a_arq = next(r for r in rows if r["workload"] == "A" and r["lib"] == "arq")
+    assert a_arq["ratio_dtq_per_lib"] == 4.5
+
+
+@pytest.mark.slow
+def test_quick_suite_runs_every_workload_and_writes_results(tmp_path: Path) -> None:
+    argv = [
+        "--quick", "--peers", "none", "--out", str(tmp_path), "--reps", "1",
+        "--n-a", "300", "--n-b", "200", "--n-c", "20", "--n-d", "300", "--n-e", "200",
+        "--backlogs", "100,400", "--n-f", "500", "--n-g", "500",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    med = data["medians"]
+    assert set(med) == {"A", "A2", "B", "C", "D", "E", "F", "G"}
+    assert med["A"]["dtq"]["tasks_per_s"] > 0
+    assert med["A"]["dtq (bare body)"]["tasks_per_s"] > 0
+    assert med["A2"]["dtq"]["procs"] == 2
+    assert med["B"]["dtq"]["single_per_s"] > 0 and med["B"]["dtq"]["bulk_per_s"] > 0
+    assert 0 < med["C"]["dtq"]["p50_ms"] <= med["C"]["dtq"]["p99_ms"]
+    assert len(med["E"]) == 2
+    f = med["F"]["dtq"]
+    assert f["bytes_per_queued_task"] > 0 and f["commands_per_task"] > 1
+    assert {"xadd_single", "asyncio", "sync_batched"} <= set(med["G"])
+    assert {t["id"] for t in data["targets"]} >= {"A-ceiling", "B-single", "C-abs", "D", "E", "F"}
+    md = (tmp_path / "results.md").read_text()
+    assert "## Targets" in md and "not run (--peers none)" in md
