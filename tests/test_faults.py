@@ -451,3 +451,14 @@ def test_hung_sync_task_times_out_and_its_thread_is_left(
         info = client.get(h.id)
         assert info.status == "failed" and info.result is None  # its late result is discarded
     assert w.proc.poll() is None
+
+
+@pytest.mark.slow
+def test_wrong_schema_version_stops_the_worker_clearly(
+    redis_server: RedisServer, prefix: str, spawn_worker: Any
+) -> None:
+    settings = make_settings(redis_server.url, prefix)
+    redis_server.client().set(Keys(prefix).schema, "999")
+    w = spawn_worker(APP, settings)
+    assert w.wait(30) == 2
+    assert "schema version '999'" in w.output()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 
 import redis.exceptions as rex
 
@@ -29,6 +30,12 @@ def is_nogroup(exc: BaseException) -> bool:
     return isinstance(exc, rex.ResponseError) and "NOGROUP" in str(exc)
 
 
+# Many backoffs share a name (one per pending outcome write): the first of them to fail in an
+# outage logs it, the others stay quiet unless the name has been quiet for this long.
+_SAME_EPISODE_S = 2.0
+_last_warned: dict[str, float] = {}
+
+
 class Backoff:
     """Capped, jittered exponential backoff that logs once per episode."""
 
@@ -38,7 +45,10 @@ class Backoff:
 
     def failed(self, exc: BaseException) -> float:
         if self.failures == 0:
-            self.log.warning("%s: Redis error, retrying with backoff: %s", self.what, exc)
+            now = time.monotonic()
+            if now - _last_warned.get(self.what, -_SAME_EPISODE_S) >= _SAME_EPISODE_S:
+                self.log.warning("%s: Redis error, retrying with backoff: %s", self.what, exc)
+            _last_warned[self.what] = now
         self.failures += 1
         delay = min(self.cap, self.base * 2 ** min(self.failures, 16))
         return float(delay * random.uniform(0.5, 1.0))
