@@ -127,8 +127,8 @@ class AsyncClient(_Base):
         redis_client: aredis.Redis | None = None,
     ) -> None:
         super().__init__(url, settings, app)
-        self.redis: aredis.Redis = redis_client or aredis.Redis.from_url(
-            self.settings.redis_url, decode_responses=True
+        self.redis: aredis.Redis = redis_client or sc.hiredis_packing(
+            aredis.Redis.from_url(self.settings.redis_url, decode_responses=True)
         )
         self._scripts = sc.AsyncScripts(self.redis)
 

@@ -19,8 +19,14 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.client import Pipeline
 from redis.client import Redis as SyncRedis
+from redis.exceptions import DataError
 
 from dtq.keys import GROUP, QueueKeys
+
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
+    _hiredis_pack = None  # type: ignore[assignment]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -76,6 +82,36 @@ class AsyncScripts:
         if obj is None:
             obj = self._objs[call.script] = self._redis.register_script(source(call.script))
         return await obj(keys=call.keys, args=call.args, client=pipe)
+
+
+class _HiredisPacking:
+    """Connection mixin: pack commands with hiredis, as redis-py's sync connections already do.
+
+    redis-py's asyncio connections pack in Python and copy the growing buffer once per
+    argument: a batched claim/complete call (about 180 arguments) took ~130 us to pack, ~17 us
+    with hiredis, byte for byte the same output.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):
+            args = tuple(args[0].encode().split()) + args[1:]
+        elif b" " in args[0]:
+            args = tuple(args[0].split()) + args[1:]
+        try:
+            return [_hiredis_pack(args)]
+        except TypeError as exc:
+            raise DataError(str(exc)) from None
+
+
+def hiredis_packing(client: AsyncRedis) -> AsyncRedis:
+    """Make ``client``'s new connections pack with hiredis (no-op without hiredis)."""
+    if _hiredis_pack is None:  # pragma: no cover - hiredis comes with redis[hiredis]
+        return client
+    pool = client.connection_pool
+    base = pool.connection_class
+    if not issubclass(base, _HiredisPacking):
+        pool.connection_class = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
+    return client
 
 
 class SyncScripts:

@@ -68,6 +68,7 @@ class Worker:
             socket_timeout=timeout + 2,
             socket_connect_timeout=min(timeout, 5.0),
         )
+        sc.hiredis_packing(self.redis)  # the batched script calls are long: see scripts.py
         self.scripts = sc.AsyncScripts(self.redis)
         self.metrics = WorkerMetrics(self.worker_id)
         self.pool = ThreadPoolExecutor(
