@@ -110,6 +110,8 @@ def test_claim_loss_cancels_and_fences_the_old_run(
             time.sleep(1.0)
             assert client.result(h.id, timeout=5) == {"attempt": 2, "worker": "B"}
         assert "claim lost" in a.output()
+        evs = [f for _, f in rc.xrange(Keys(prefix).worker_events) if f["type"] == "claim_lost"]
+        assert [(f["worker"], f["detail"]) for f in evs] == [("A", f"{h.id}:1")]
         assert a.proc.poll() is None and b.proc.poll() is None
 
 
@@ -237,6 +239,29 @@ def test_self_stop_hands_back_when_redis_returns(
         assert client.result(h.id, timeout=30) == {"attempt": 2, "worker": "B"}
     rec = record(rc, settings, h.id)
     assert (rec["attempt"], rec["retries"]) == ("2", "0")  # no retry was spent
+
+
+@pytest.mark.slow
+def test_a_resumed_worker_does_not_stop_on_one_failed_beat(
+    aof_redis: RedisServer, prefix: str, spawn_worker: Any, jpath: str
+) -> None:
+    """Frozen past the heartbeat TTL, and Redis still down for a moment after it resumes: the
+    first beats fail, but the TTL counts from the first failed beat, not the last success."""
+    settings = make_settings(aof_redis.url, prefix, visibility_timeout_s=10.0)
+    a = spawn_worker(APP, settings, "--worker-id", "A", DTQ_HEARTBEAT_TTL_S="1.5")
+    with Client(settings=settings, app=app) as client:
+        h = client.enqueue("long_async", kwargs={"seconds": 5, "journal_path": jpath})
+        wait_until(lambda: len(events(jpath, "start")) == 1, 30)
+    a.signal(signal.SIGSTOP)
+    aof_redis.stop()
+    time.sleep(3.0)  # frozen well past the heartbeat TTL, within the visibility timeout
+    a.signal(signal.SIGCONT)
+    time.sleep(0.2)
+    aof_redis.start()  # back well within one TTL of the first failed beat
+    with Client(settings=settings, app=app) as client:
+        assert client.result(h.id, timeout=30) == {"attempt": 1, "worker": "A"}
+    assert a.proc.poll() is None
+    assert "stopping this worker" not in a.output()
 
 
 @pytest.mark.slow

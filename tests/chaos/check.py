@@ -175,18 +175,18 @@ def analyze(
             interrupted += 1
             lo = run.start - 0.2
             hi = (run.end if run.end is not None else run.start) + visibility_s + 1.0
-            for f in faults:
+            for n, f in enumerate(faults):
                 if f.end < lo or f.start > hi:
                     continue
                 if f.kind in ("kill", "stop") and f.worker != run.worker:
                     continue
-                run.causes.append(f.kind)
+                run.causes.append(f"{f.kind}#{n}")
             if not run.causes:
                 life = lives.get(run.worker)
                 if life is not None and life.code not in (None, 0) and not life.killed_at:
                     run.causes.append(f"exit {life.code}")
             if run.causes:
-                for c in sorted(set(run.causes)):
+                for c in sorted({c.split("#")[0] for c in run.causes}):
                     cause_count[c] += 1
             else:
                 unexplained.append(asdict(run))
@@ -194,15 +194,12 @@ def analyze(
     # --- 6. recovery after each fault ----------------------------------------------------------
     finishes = sorted(e["t"] for e in journal if e["ev"] == "finish")
     recovery = []
-    for f in faults:
+    for n, f in enumerate(faults):
         k = bisect.bisect_right(finishes, f.end)
         first = finishes[k] - f.end if k < len(finishes) else None
         # The interrupted runs' own recovery: when their tasks next started.
         hit = [
-            r
-            for runs in runs_by_task.values()
-            for r in runs[:-1]
-            if f.kind in r.causes and (f.worker in ("", r.worker)) and r.start <= f.end + 0.5
+            r for runs in runs_by_task.values() for r in runs[:-1] if f"{f.kind}#{n}" in r.causes
         ]
         restarts = []
         for r in hit:
@@ -217,6 +214,7 @@ def analyze(
                 "lasted_s": round(f.end - f.start, 3),
                 "first_finish_after_s": None if first is None else round(first, 3),
                 "interrupted_runs": len(hit),
+                "rerun_after_start_s_median": _median(restarts),
                 "rerun_after_start_s_max": round(max(restarts), 3) if restarts else None,
             }
         )
@@ -267,6 +265,9 @@ def analyze(
             "worker_exits": dict(codes),
             "recovery_first_finish_s_max": _max(r["first_finish_after_s"] for r in recovery),
             "recovery_first_finish_s_median": _median(r["first_finish_after_s"] for r in recovery),
+            "rerun_after_fault_start_s_median": _median(
+                r["rerun_after_start_s_median"] for r in recovery
+            ),
             "rerun_after_fault_start_s_max": _max(r["rerun_after_start_s_max"] for r in recovery),
         },
         "recovery": recovery,
@@ -321,16 +322,18 @@ def markdown(report: dict[str, Any]) -> str:
         "## Faults and recovery",
         "",
         "`first finish` = first task finished after the fault was lifted; `rerun` = when the "
-        "last run the fault interrupted was started again (seconds after the fault began).",
+        "runs the fault interrupted were started again (seconds after the fault began; a rerun "
+        "waits behind the backlog of its priority band).",
         "",
-        "| # | fault | victim | lasted s | first finish s | interrupted runs | rerun s |",
-        "|---|---|---|---|---|---|---|",
+        "| # | fault | victim | lasted s | first finish s | interrupted runs | rerun s median "
+        "| rerun s max |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(report["recovery"], 1):
         lines.append(
             f"| {i} | {r['kind']} | {r['worker'] or 'all'} | {r['lasted_s']} | "
             f"{r['first_finish_after_s']} | {r['interrupted_runs']} | "
-            f"{r['rerun_after_start_s_max']} |"
+            f"{r['rerun_after_start_s_median']} | {r['rerun_after_start_s_max']} |"
         )
     if not report["ok"]:
         lines += ["", "## Problems", "", "```", json.dumps(report["problems"], indent=1)[:20000]]

@@ -290,6 +290,7 @@ class Soak:
             q, t = split_task_id(tid)
             pipe.hgetall(keys.queue(q).task(t))
         records = dict(zip(order, pipe.execute(), strict=True))
+        (self.out / "records.json").write_text(json.dumps(records))
         raw = r.hgetall(keys.queue("default").stats)
         stats = {k: int(v) for k, v in raw.items() if str(v).lstrip("-").isdigit()}
         return records, stats
