@@ -138,7 +138,9 @@ async def test_tasks_listing_filters_and_pagination(http: httpx.AsyncClient) -> 
 
 
 async def test_queues_workers_dlq_schedules(http: httpx.AsyncClient, settings: Settings) -> None:
-    async with running_worker(tasks_app, settings):
+    # A slower heartbeat than the suite's 0.2 s: a loaded machine must not flip it to stale.
+    slow_hb = settings.model_copy(update={"heartbeat_interval_s": 1.0, "visibility_timeout_s": 10})
+    async with running_worker(tasks_app, slow_hb):
         for _ in range(2):
             await http.post("/api/v1/tasks", json={"name": "fail_now"})
         await http.post("/api/v1/tasks", json={"name": "add", "args": [1, 1], "delay": 300})

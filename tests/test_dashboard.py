@@ -61,6 +61,8 @@ def shot(page: Any, name: str) -> None:
 def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_page: Any) -> None:
     from dtq.schedules import Schedule, add_schedule
 
+    # A slower heartbeat than the suite's 0.2 s: a loaded machine must not flip it to stale.
+    settings = settings.model_copy(update={"heartbeat_interval_s": 1.0, "visibility_timeout_s": 10})
     spawn_worker("tests.apps.basic:app", settings, "--worker-id", "w-dash")
     api = ApiProc(settings, DTQ_API_TOKEN=TOKEN)
     page = browser_page
@@ -126,7 +128,10 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
             page.select_option("#task-filters select[name=status]", "succeeded")
             page.click("#task-filters button[type=submit]")
             page.wait_for_selector(f"tr[data-task='{done[0].id}']")
-            assert page.locator("[data-testid=tasks-table] tr[data-task]").count() == 6
+            # The unfiltered page may still be showing: wait for the filtered one (6 rows).
+            page.wait_for_function(
+                "document.querySelectorAll('[data-testid=tasks-table] tr[data-task]').length === 6"
+            )
             assert page.locator("[data-testid=tasks-table] .badge.failed").count() == 0
             shot(page, "tasks")
             page.click(f"tr[data-task='{done[2].id}']")

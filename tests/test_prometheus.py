@@ -60,6 +60,9 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 @pytest.fixture
 def fleet(settings: Settings, spawn_worker: Any) -> Iterator[dict[str, Any]]:
     """A worker subprocess serving /metrics and a dtq-api, after a known workload ran."""
+    # A slower heartbeat than the suite's 0.2 s, so a loaded CI machine does not make the
+    # worker look stale (3 missed intervals) in the middle of a liveness check.
+    settings = settings.model_copy(update={"heartbeat_interval_s": 1.0, "visibility_timeout_s": 10})
     port = free_port()
     worker = spawn_worker("tests.apps.basic:app", settings, "--worker-id", "w-metrics",
                           DTQ_METRICS_PORT=str(port))  # fmt: skip
@@ -206,7 +209,7 @@ def test_real_prometheus_scrapes_worker_and_api(
                        timeout=30, interval=0.5)  # fmt: skip
             assert answered('dtq_dlq_depth{job="dtq-api",queue="default"}', 2)
             assert answered('sum(dtq_queue_depth{queue="held"})', 3)
-            assert answered("dtq_workers_live", 1)
+            wait_until(lambda: answered("dtq_workers_live", 1), timeout=30, interval=0.5)
             up = query("up")
             assert {r["metric"]["job"]: r["value"][1] for r in up} == {
                 "dtq-api": "1", "dtq-worker": "1"
