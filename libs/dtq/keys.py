@@ -31,7 +31,8 @@ Global::
     P:queues               set of queue names seen
     P:workers              zset worker id -> last heartbeat (ms)
     P:worker:<id>          worker heartbeat hash, expires after 3 heartbeat intervals
-    P:lock:scheduler       scheduler leader lock (value: worker id)
+    P:lock:scheduler:<q>   scheduler leader lock of queue q (value: worker id)
+    P:lock:retention       retention pass lease (value: worker id)
     P:events:workers       capped stream of worker started/stopped events
 """
 
