@@ -140,6 +140,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         peers_note = "not run (--peers none)"
 
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    meta: dict[str, Any] = {}
+
+    def save() -> tuple[Path, Path]:
+        """Write the results so far (after every repetition, so a long run is never lost)."""
+        med = report.medians(runs)
+        data = {
+            "meta": meta,
+            "medians": med,
+            "rows": report.rows(med),
+            "targets": report.targets(med),
+            "runs": runs,
+        }
+        return report.write(out_dir, data)
+
+    def guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """One dtq measurement; a failure is recorded as that run's error, not the suite's end."""
+        try:
+            return fn()
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
 
     def record(w: str, lib: str, res: dict[str, Any]) -> None:
         runs.setdefault(w, {}).setdefault(lib, []).append(res)
@@ -147,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"{w} {lib}: {brief}")
 
     with BenchRedis() as srv:
-        meta: dict[str, Any] = {
+        meta |= {
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "machine": _machine(),
             "redis": srv.version(),
@@ -186,42 +206,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                     {"tasks_per_s": round(ceiling.sync_batched(srv.url, sz["G"]), 1)},
                 )
             if "A" in wanted:
-                record("A", "dtq", b.throughput(sz["A"]))
-                record("A", "dtq (bare body)", b.throughput(sz["A"], name="bare"))
-                record("A2", "dtq", b.throughput(sz["A"], procs=2))
+                record("A", "dtq", guard(lambda: b.throughput(sz["A"])))
+                record("A", "dtq (bare body)", guard(lambda: b.throughput(sz["A"], name="bare")))
+                record("A2", "dtq", guard(lambda: b.throughput(sz["A"], procs=2)))
                 for lib in libs:
                     peer("A", lib, n=sz["A"], concurrency=32, procs=1)
                     peer("A", lib, key="A2", n=sz["A"], concurrency=32, procs=2)
             if "B" in wanted:
-                record("B", "dtq", b.enqueue_rate(sz["B"]))
+                record("B", "dtq", guard(lambda: b.enqueue_rate(sz["B"])))
                 for lib in libs:
                     peer("B", lib, n=sz["B"])
             if "C" in wanted:
-                record("C", "dtq", b.pickup_latency(sz["C"]))
+                record("C", "dtq", guard(lambda: b.pickup_latency(sz["C"])))
                 for lib in libs:
                     peer("C", lib, n=sz["C"], interval_ms=5)
             if "D" in wanted:
-                record("D", "dtq", b.io_bound(sz["D"]))
+                record("D", "dtq", guard(lambda: b.io_bound(sz["D"])))
                 for lib in libs:
                     peer("D", lib, n=sz["D"], concurrency=100, sleep_ms=10)
+            meta["load_after"] = _load()
+            save()
         if "E" in wanted:
             say("--- E: backlog scaling (fills each backlog once, then one timed run per rep)")
             for res in b.backlog(sz["E_sizes"], sz["E"], reps):
                 record("E", f"dtq backlog={res['backlog']:,}", res)
         if "F" in wanted:
             say("--- F: resources")
-            record("F", "dtq", b.resources(sz["F"]))
+            record("F", "dtq", guard(lambda: b.resources(sz["F"])))
         meta["load_after"] = _load()
 
-    med = report.medians(runs)
-    data = {
-        "meta": meta,
-        "medians": med,
-        "rows": report.rows(med),
-        "targets": report.targets(med),
-        "runs": runs,
-    }
-    j, m = report.write(out_dir, data)
+    j, m = save()
     say(f"wrote {m} and {j}")
-    print(report.markdown(data))
+    print(m.read_text())
     return 0
