@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -85,12 +86,16 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logdir = Path(tempfile.mkdtemp(prefix="dtq-bench-peer-"))
         self._lock = threading.Lock()
+        # Put in every worker's environment: finds processes that left the
+        # process group (rq's work horses call setpgrp()).
+        self.run_id = uuid.uuid4().hex
 
     def start(self, argvs: Sequence[Sequence[str]], env: dict[str, str]) -> None:
         for i, argv in enumerate(argvs):
             log = open(self.logdir / f"worker{i}.log", "wb")
             proc = subprocess.Popen(
-                list(argv), cwd=PEERS_DIR, env=env, stdin=subprocess.DEVNULL,
+                list(argv), cwd=PEERS_DIR, env=env | {"BENCH_RUN_ID": self.run_id},
+                stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             log.close()
@@ -122,6 +127,25 @@ class Workers:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        for pid in self._tagged_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _tagged_pids(self) -> list[int]:
+        """Pids of live processes whose environment carries this run's id."""
+        tag = f"BENCH_RUN_ID={self.run_id}".encode()
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if tag in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+        return pids
 
     def log_tail(self, chars: int = 1500) -> str:
         text = ""
