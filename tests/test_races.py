@@ -112,6 +112,8 @@ def test_two_schedulers_promote_each_due_task_once(
     s = make_settings(redis_server.url, prefix, worker_concurrency=32)
     with Client(settings=s) as c:
         workers = [spawn_worker(APP, s, "--worker-id", f"s{i}") for i in range(2)]
+        # Both schedulers up (heartbeating) before the tasks fall due.
+        wait_until(lambda: r.zcard(Keys(prefix).workers) == 2, timeout=60)
         hs = c.enqueue_many(
             [{"name": "record", "args": [str(i)], "delay": 1.0} for i in range(600)]
         )

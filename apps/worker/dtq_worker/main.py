@@ -12,6 +12,7 @@ import asyncio
 import importlib
 import logging
 import os
+import signal
 import sys
 import threading
 from typing import Any
@@ -78,7 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_early_signals: list[int] = []
+
+
+def _remember_signal(sig: int, _frame: object) -> None:
+    _early_signals.append(sig)
+
+
 def main(argv: list[str] | None = None) -> None:
+    # A stop asked for while the app is still importing is honoured once the worker is up
+    # (it then stops at once, exit 0) instead of killing the process half-started.
+    signal.signal(signal.SIGTERM, _remember_signal)
+    signal.signal(signal.SIGINT, _remember_signal)
     args = build_parser().parse_args(argv)
     overrides: dict[str, Any] = {}
     if args.queues:
@@ -127,6 +139,8 @@ def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
     async def go() -> int:
         worker = Worker(app, app.settings, caps)
         worker.install_signals()
+        for sig in _early_signals:
+            worker.on_signal(sig)
         return await worker.run()
 
     try:
