@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -58,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backlogs", help="E: backlog sizes (default 1000,100000,1000000)")
     p.add_argument("--n-f", type=int, help="F: tasks queued to measure memory (default 100000)")
     p.add_argument("--n-g", type=int, help="G: tasks per ceiling loop (default 50000)")
+    p.add_argument(
+        "--peer-n",
+        default="rq:A=4000,rq:D=1000",
+        help="smaller task counts for slow peers, LIB:WORKLOAD=N,... (default rq:A=4000,rq:D=1000:"
+        " rq runs about 200 tasks/s here, so 20,000 would take minutes per run); 'none' for none",
+    )
     p.add_argument(
         "--log-level",
         default="WARNING",
@@ -113,6 +120,8 @@ def _load() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the private redis-server and the workers are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sz = _sizes(args)
     reps = sz["reps"]
     wanted = {c for c in args.workloads.upper() if c in ALL}
@@ -182,7 +191,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"redis-server {meta['redis']} on port {srv.port}; {meta['machine']}")
         b = DtqBench(srv, log_level=args.log_level)
 
+        caps: dict[tuple[str, str], int] = {}
+        for part in args.peer_n.split(","):
+            lw, sep, num = part.partition("=")
+            lib_name, sep2, work = lw.partition(":")
+            if sep and sep2 and num.strip().isdigit():
+                caps[(lib_name.strip(), work.strip().upper())] = int(num)
+        meta["peer_n"] = {f"{k[0]}:{k[1]}": v for k, v in caps.items()}
+
         def peer(w: str, lib: str, key: str | None = None, **opts: Any) -> None:
+            if (lib, w) in caps:
+                opts["n"] = min(int(opts.get("n") or caps[(lib, w)]), caps[(lib, w)])
             srv.flush()
             record(key or w, lib, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
 

@@ -249,6 +249,8 @@ def markdown(data: Rec) -> str:
             ratio = _fmt(round(d / v, 2)) if d is not None and v else "-"
             val = _fmt(v) if v is not None else "error: " + "; ".join(rec.get("errors", []))[:120]
             setting = str(rec.get("setting", ""))[:70]
+            if isinstance(rec.get("n"), int | float) and w in ("A", "A2", "D"):
+                setting += f" (n={int(rec['n']):,})"
             lines.append(f"| {lib} | {setting} | {val} | {rng_s} | {ratio} |")
         lines.append("")
     if med.get("E"):
