@@ -115,6 +115,42 @@ def test_claim_loss_cancels_and_fences_the_old_run(
         assert a.proc.poll() is None and b.proc.poll() is None
 
 
+@pytest.mark.slow
+def test_frozen_worker_that_claims_its_task_again_cancels_the_old_run(
+    redis_server: RedisServer, prefix: str, spawn_worker: Any, jpath: str
+) -> None:
+    """A is frozen, its run is reclaimed, and on resume A itself claims the next attempt (maybe
+    before its heartbeat notices the loss): the old run must still be cancelled at once."""
+    from dtq import scripts as sc
+
+    settings = make_settings(
+        redis_server.url, prefix, heartbeat_interval_s=0.5, visibility_timeout_s=2.0
+    )
+    rc = redis_server.client()
+    a = spawn_worker(APP, settings, "--worker-id", "A", "--concurrency", "2")
+    with Client(settings=settings, app=app) as client:
+        h = client.enqueue("long_async", kwargs={"seconds": 8, "journal_path": jpath})
+        wait_until(lambda: len(events(jpath, "start")) == 1, 30)
+        a.signal(signal.SIGSTOP)
+        # A reaper that claims nothing itself (this test), so A gets the task back.
+        call = sc.reclaim_call(
+            Keys(prefix).queue("default"), "R", min_idle_ms=2000, count=10,
+            events_maxlen=100, ttl_s=60,
+        )  # fmt: skip
+        s = sc.SyncScripts(rc)
+        wait_until(lambda: sc.parse_reclaim(s.run(call)).requeued == 1, 20, 0.2)
+        resumed = time.time()
+        a.signal(signal.SIGCONT)
+        wait_until(lambda: len(events(jpath, "start")) == 2, 20)
+        assert [(e["attempt"], e["worker"]) for e in events(jpath, "start")] == [(1, "A"), (2, "A")]
+        wait_until(lambda: len(events(jpath, "cancelled")) == 1, 10)
+        cancel = events(jpath, "cancelled")[0]
+        assert cancel["attempt"] == 1
+        assert cancel["t"] - resumed < settings.heartbeat_interval_s + 2.0
+        assert client.result(h.id, timeout=30) == {"attempt": 2, "worker": "A"}
+    assert events(jpath, "finish") == [e for e in events(jpath, "finish") if e["attempt"] == 2]
+
+
 def test_touch_reports_loss_and_never_takes_back(r: redis.Redis, settings: Settings) -> None:
     """touch.lua and the outcome fence, called directly with a stale attempt."""
     from dtq import scripts as sc

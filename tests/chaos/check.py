@@ -175,11 +175,20 @@ def analyze(
             interrupted += 1
             lo = run.start - 0.2
             hi = (run.end if run.end is not None else run.start) + visibility_s + 1.0
+            # One cause per run: a kill or stop of its own worker if any, else the outage
+            # (Redis restart or cut) that began nearest to the run's end.
+            mine, shared = [], []
             for n, f in enumerate(faults):
                 if f.end < lo or f.start > hi:
                     continue
-                if f.kind in ("kill", "stop") and f.worker != run.worker:
-                    continue
+                if f.kind in ("kill", "stop"):
+                    if f.worker == run.worker:
+                        mine.append((n, f))
+                else:
+                    shared.append((n, f))
+            pick = mine or sorted(shared, key=lambda nf: abs(nf[1].start - (hi - visibility_s)))
+            if pick:
+                n, f = pick[0]
                 run.causes.append(f"{f.kind}#{n}")
             if not run.causes:
                 life = lives.get(run.worker)

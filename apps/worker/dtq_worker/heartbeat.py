@@ -118,12 +118,15 @@ class Heartbeat:
             run = by_tid.get(tid)
             if run is None or run.stop_reason is not None or w.inflight.get(run.key) is not run:
                 continue
-            w.metrics.claims_lost.inc()
-            log.warning(
-                "claim lost: %s:%s attempt %d was reclaimed by another worker; cancelling",
-                queue, tid, run.claimed.attempt,
-            )  # fmt: skip
-            w.emit_worker_event("claim_lost", f"{queue}:{tid}:{run.claimed.attempt}")
-            run.stop(StopReason.CLAIM_LOST)
+            self.lose(run, "was reclaimed by another worker")
         for tid in res.cancel_requested:
             w.request_cancel(queue, tid)
+
+    def lose(self, run: Run, why: str) -> None:
+        """Count, log and announce a lost claim; stop the run (an async run is cancelled)."""
+        w = self.w
+        w.metrics.claims_lost.inc()
+        log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
+                    why)  # fmt: skip
+        w.emit_worker_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
+        run.stop(StopReason.CLAIM_LOST)

@@ -135,6 +135,14 @@ class Worker:
 
     def launch(self, claimed: sc.Claimed) -> None:
         run = Run(claimed)
+        old = self.inflight.get(run.key)
+        if old is not None:
+            # An older attempt of this task still runs here (this worker was frozen, its run
+            # was reclaimed, and it has now claimed the task again): claim.lua starts a new
+            # attempt only after the old one was reclaimed, so the old run's claim is lost.
+            self._forget(old)
+            if old.stop_reason is None:
+                self.heartbeat.lose(old, "was reclaimed and its task claimed again here")
         self.inflight[run.key] = run
         q = claimed.queue
         self.inflight_per_queue[q] = self.inflight_per_queue.get(q, 0) + 1
