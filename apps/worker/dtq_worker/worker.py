@@ -283,6 +283,12 @@ class Worker:
         if s.metrics_port:
             self.metrics.serve(s.metrics_port)
         self.healthy.set()
+        if s.effective_heartbeat_ttl_s >= s.visibility_timeout_s:
+            log.warning(
+                "heartbeat TTL (%.1fs) >= visibility timeout (%.1fs): a worker cut off from "
+                "Redis keeps running tasks that others may already have reclaimed",
+                s.effective_heartbeat_ttl_s, s.visibility_timeout_s,
+            )  # fmt: skip
         self.emit_worker_event("worker_started", ",".join(self.queues))
         log.info("worker %s started: queues=%s concurrency=%d tasks=%d", self.worker_id,
                  ",".join(self.queues), s.worker_concurrency, len(self.app.tasks))  # fmt: skip
