@@ -22,6 +22,8 @@ local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = tonumber(ARGV[6])
 local base = KEYS[15]
 local now = now_ms()
+local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS[16],
+  maxlen = maxlen, ttl = ttl, done_prefix = done_prefix, now = now, worker = worker}
 local out = {}
 for i = 0, n - 1 do
   local o = 7 + i * 5
@@ -32,20 +34,7 @@ for i = 0, n - 1 do
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
-    local retries = tonumber(r[5]) + 1
-    redis.call('HSET', rk, 'retries', retries, 'error', err)
-    if delay >= 0 and retries <= tonumber(r[6]) then
-      redis.call('HSET', rk, 'status', 'scheduled', 'due', now + delay)
-      redis.call('HDEL', rk, 'eid')
-      redis.call('ZADD', KEYS[11], now + delay, tid)
-      emit(KEYS[13], maxlen, 'retried', tid, attempt, worker, err)
-      out[#out + 1] = 'scheduled'
-    else
-      redis.call('ZADD', KEYS[12], now, tid)
-      finish(rk, 'failed', now, ttl, done_prefix .. tid, KEYS[16])
-      emit(KEYS[13], maxlen, 'failed', tid, attempt, worker, err)
-      out[#out + 1] = 'failed'
-    end
+    out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay >= 0, delay, err)
   else
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'

@@ -22,6 +22,8 @@ local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local max_intr, delay, n = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local base = KEYS[15]
 local now = now_ms()
+local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS[16],
+  maxlen = maxlen, ttl = ttl, done_prefix = done_prefix, now = now, worker = worker}
 local out = {}
 for i = 0, n - 1 do
   local o = 9 + i * 3
@@ -41,21 +43,8 @@ for i = 0, n - 1 do
       emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker, 'interrupted')
       out[#out + 1] = 'queued'
     else
-      local retries = tonumber(r[5]) + 1
       local err = 'interrupted by worker shutdown ' .. intr .. ' times'
-      redis.call('HSET', rk, 'retries', retries, 'error', err)
-      if retries <= tonumber(r[6]) then
-        redis.call('HSET', rk, 'status', 'scheduled', 'due', now + delay)
-        redis.call('HDEL', rk, 'eid')
-        redis.call('ZADD', KEYS[11], now + delay, tid)
-        emit(KEYS[13], maxlen, 'retried', tid, attempt, worker, err)
-        out[#out + 1] = 'scheduled'
-      else
-        redis.call('ZADD', KEYS[12], now, tid)
-        finish(rk, 'failed', now, ttl, done_prefix .. tid, KEYS[16])
-        emit(KEYS[13], maxlen, 'failed', tid, attempt, worker, err)
-        out[#out + 1] = 'failed'
-      end
+      out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], true, delay, err)
     end
   else
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
