@@ -247,7 +247,13 @@ def markdown(data: Rec) -> str:
             rng = rec.get(metric + "_range")
             rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
             ratio = _fmt(round(d / v, 2)) if d is not None and v else "-"
-            val = _fmt(v) if v is not None else "error: " + "; ".join(rec.get("errors", []))[:120]
+            errors = "; ".join(rec.get("errors", []))[:120]
+            if v is not None:
+                val = _fmt(v)
+            elif errors:
+                val = "error: " + errors
+            else:
+                val = "no such call" if metric == "bulk_per_s" else "-"
             setting = str(rec.get("setting", ""))[:70]
             if isinstance(rec.get("n"), int | float) and w in ("A", "A2", "D"):
                 setting += f" (n={int(rec['n']):,})"

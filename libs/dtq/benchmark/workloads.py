@@ -237,6 +237,7 @@ class DtqBench:
         secs = end - t0
         return {
             "n": n,
+            "setting": f"{procs} process(es) x concurrency {concurrency}; uvloop, hiredis",
             "body": name,
             "procs": procs,
             "concurrency": concurrency,
@@ -272,6 +273,7 @@ class DtqBench:
             "single_per_s": round(n / single, 1),
             "bulk_per_s": round(n / bulk, 1),
             "bulk_api": f"Client.enqueue_many, chunks of {CHUNK}",
+            "setting": f"Client.enqueue / Client.enqueue_many (chunks of {CHUNK:,})",
         }
 
     # --- C: pickup latency -----------------------------------------------------------------
@@ -304,6 +306,7 @@ class DtqBench:
             "p99_ms": pct(lat, 99),
             "max_ms": round(lat[-1], 3),
             "interval_ms": interval_ms,
+            "setting": "1 process(es) x concurrency 32; uvloop, hiredis",
         }
 
     # --- D: I/O-bound ----------------------------------------------------------------------
