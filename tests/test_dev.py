@@ -29,6 +29,7 @@ def check(p: subprocess.CompletedProcess[str]) -> None:
     assert "reject: dtq.Fail -> DLQ      failed" in out
     assert out.count("  succeeded  ") == 13
     assert "stopped the worker and Redis" in out
+    assert "dashboard and API on http://127.0.0.1:" in out
 
 
 def test_dev_with_private_redis_server() -> None:

@@ -533,7 +533,7 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_
 @cli.command(context_settings=PASS_THROUGH, add_help_option=False)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def dev(argv: tuple[str, ...]) -> None:
-    """Run Redis, a worker, the API and demo tasks on this machine (see `dtq dev --help`)."""
+    """Run Redis, a worker, the API/dashboard and demo tasks here (see `dtq dev --help`)."""
     from dtq.dev import main as dev_main
 
     dev_main(list(argv))
@@ -543,9 +543,9 @@ def dev(argv: tuple[str, ...]) -> None:
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def bench(argv: tuple[str, ...]) -> None:
     """Run the benchmarks (see `dtq bench --help`)."""
-    from dtq.benchmark import main as bench_main  # type: ignore[attr-defined]
+    from dtq.benchmark import main as bench_main
 
-    bench_main(list(argv))
+    sys.exit(bench_main(list(argv)))
 
 
 def main(argv: list[str] | None = None) -> None:

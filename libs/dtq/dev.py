@@ -2,8 +2,9 @@
 
 Starts a private ``redis-server`` on a free port when one is installed, or an in-process
 fakeredis server otherwise (saying so); with ``DTQ_REDIS_URL`` set it uses that Redis instead.
-Then it starts a worker process running the example tasks shipped in :mod:`dtq.examples`,
-enqueues a mix of work, shows what happened to each task, and stops everything it started.
+Then it starts a worker process running the example tasks shipped in :mod:`dtq.examples` and,
+when the ``api`` extra is installed, ``dtq-api`` with the dashboard; enqueues a mix of work, shows
+what happened to each task, and stops everything it started (``--keep`` keeps it all running).
 """
 
 from __future__ import annotations
@@ -119,7 +120,35 @@ def _table(c: Client, handles: list[tuple[str, TaskHandle]]) -> str:
     return "\n".join(lines)
 
 
-def run(keep: bool = False, timeout: float = 60.0) -> int:
+def _start_api(env: dict[str, str], port: int | None, say: Any) -> subprocess.Popen[bytes] | None:
+    """Start ``dtq-api`` (dashboard at /) when its extra is installed; None otherwise."""
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn", "dtq_api")):
+        say("dtq-api not installed (pip install 'dtq[api]'): running without the dashboard")
+        return None
+    port = port or _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dtq_api", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 15
+    import urllib.request
+
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
+            say(f"dashboard and API on http://127.0.0.1:{port}/")
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    say("dtq-api did not come up: running without the dashboard")
+    if proc.poll() is None:
+        proc.kill()
+    return None
+
+
+def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) -> int:
     def say(msg: str) -> None:
         print(f"dtq dev: {msg}", flush=True)
 
@@ -136,6 +165,7 @@ def run(keep: bool = False, timeout: float = 60.0) -> int:
             env=env,
         )
         say(f"started a worker (pid {worker.pid}) running dtq.examples")
+        api = _start_api(env, api_port, say)
         try:
             settings = load_settings(redis_url=url)
             with Client(settings=settings) as c:
@@ -156,6 +186,12 @@ def run(keep: bool = False, timeout: float = 60.0) -> int:
                         pass
             return 0 if ok else 1
         finally:
+            if api is not None and api.poll() is None:
+                api.terminate()
+                try:
+                    api.wait(10)
+                except subprocess.TimeoutExpired:
+                    api.kill()
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
                 try:
@@ -166,12 +202,15 @@ def run(keep: bool = False, timeout: float = 60.0) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="dtq dev", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="dtq dev", description="Run the whole system on one machine with no setup."
+    )
     p.add_argument("--keep", action="store_true", help="keep Redis and the worker running")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the tasks")
+    p.add_argument("--api-port", type=int, help="port of dtq-api (default: a free port)")
     args = p.parse_args(argv)
     try:
-        sys.exit(run(keep=args.keep, timeout=args.timeout))
+        sys.exit(run(keep=args.keep, timeout=args.timeout, api_port=args.api_port))
     except DtqError as exc:
         print(f"dtq dev: {exc}", file=sys.stderr)
         sys.exit(1)
