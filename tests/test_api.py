@@ -260,3 +260,38 @@ def test_sse_streams_lifecycle_events_from_a_real_server(
         assert any(x.get("task_id") == t["id"] for x in logged)
     finally:
         api.close()
+
+
+async def test_api_with_the_tasks_app_applies_declared_defaults(settings: Settings) -> None:
+    from tests.apps.limited import app as limited_app
+
+    limited_app.configure(settings)
+    app = create_app(settings, limited_app)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as c,
+    ):
+        r = await c.post("/api/v1/tasks", json={"name": "slow_job", "args": [0]})
+        assert r.status_code == 201, r.text
+        assert r.json()["queue"] == "slow"  # declared with @app.task(queue="slow")
+    plain = create_app(settings)
+    async with (
+        plain.router.lifespan_context(plain),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://t") as c,
+    ):
+        r = await c.post("/api/v1/tasks", json={"name": "slow_job", "args": [0]})
+        assert r.json()["queue"] == "default"  # without the app, only the request's fields
+
+
+def test_api_refuses_an_unimportable_app() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    p = subprocess.run(
+        [sys.executable, "-m", "dtq_api", "--app", "tests.apps.nope:app"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 2 and "cannot import 'tests.apps.nope'" in p.stderr

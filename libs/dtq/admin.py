@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aredis
@@ -36,6 +36,9 @@ from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
+
+if TYPE_CHECKING:
+    from dtq.app import App
 
 BATCH = 500
 """Tasks handled per script call by purge and bulk dead-letter operations."""
@@ -268,7 +271,11 @@ class Admin:
     """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""
 
     def __init__(
-        self, settings: Settings | None = None, *, redis_client: aredis.Redis | None = None
+        self,
+        settings: Settings | None = None,
+        *,
+        redis_client: aredis.Redis | None = None,
+        app: App | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         self.keys = Keys(self.settings.key_prefix)
@@ -277,7 +284,8 @@ class Admin:
         )
         # redis-py's command stubs are unions of bytes/str; this client decodes to str.
         self._r: Any = self.redis
-        self.client = AsyncClient(settings=self.settings, redis_client=self.redis)
+        # With the app, enqueues get each task's declared defaults (queue, priority, limits).
+        self.client = AsyncClient(settings=self.settings, redis_client=self.redis, app=app)
         self.scripts = sc.AsyncScripts(self.redis)
 
     async def __aenter__(self) -> Admin:

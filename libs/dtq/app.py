@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from dtq.errors import InvalidRequest
+from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.models import TaskHandle
 from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults
@@ -208,3 +211,20 @@ class App:
         if loop not in self._aclients:
             self._aclients[loop] = AsyncClient(app=self)
         return self._aclients[loop]
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` naming a :class:`dtq.App`."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"APP must be 'module:attribute', got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{spec!r} is not a dtq.App (found {type(app).__name__})")
+    return app

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dtq import __version__
 from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.app import App
 from dtq.errors import (
     DtqError,
     InvalidRequest,
@@ -95,13 +96,17 @@ def _static_dir() -> Path:
     return Path(str(resources.files("dtq_api") / "static"))
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the application; one Redis connection pool for its lifetime."""
+def create_app(settings: Settings | None = None, tasks_app: App | None = None) -> FastAPI:
+    """Build the application; one Redis connection pool for its lifetime.
+
+    With ``tasks_app`` (the user's ``dtq.App``), enqueues over HTTP get each task's declared
+    defaults: queue, priority, retries, timeout, uniqueness and fleet limits.
+    """
     settings = settings or load_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.admin = Admin(settings)
+        app.state.admin = Admin(settings, app=tasks_app)
         try:
             yield
         finally:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import uvicorn
 
 from dtq import logs
+from dtq.app import load_app
 from dtq.errors import ConfigError
 from dtq.settings import load_settings
 from dtq_api.app import create_app
@@ -29,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--app",
+        help="module:attribute naming your dtq.App (or DTQ_APP): HTTP enqueues then get each "
+        "task's declared defaults and limits",
+    )
     return p
 
 
@@ -36,6 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings()
+        spec = args.app or os.environ.get("DTQ_APP")
+        tasks_app = load_app(spec) if spec else None
+        if tasks_app is not None:
+            tasks_app.configure(settings)
     except ConfigError as exc:
         print(f"dtq-api: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -46,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", args.host, args.port,
              settings.key_prefix, "on" if settings.api_token else "off")  # fmt: skip
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, tasks_app),
         host=args.host,
         port=args.port,
         log_config=None,

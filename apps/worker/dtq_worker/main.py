@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import signal
@@ -18,29 +17,12 @@ import threading
 from typing import Any
 
 from dtq import logs
-from dtq.app import App
+from dtq.app import App, load_app
 from dtq.errors import ConfigError, DtqError
 from dtq.settings import load_settings
 from dtq_worker.worker import EXIT_CONFIG, EXIT_REDIS_LOST, Worker
 
 log = logging.getLogger("dtq.worker")
-
-
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` naming a :class:`dtq.App`."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"APP must be 'module:attribute', got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    app = getattr(module, attr, None)
-    if not isinstance(app, App):
-        raise ConfigError(f"{spec!r} is not a dtq.App (found {type(app).__name__})")
-    return app
 
 
 def parse_caps(text: str | None) -> dict[str, int]:
