@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dtq.consumer")
 MAX_SEQ = 18446744073709551615
 IDLE_BLOCK_MS = 1000
+IDLE_WAIT_TIMEOUT_S = 2.0
 
 
 class Consumer:
@@ -43,7 +44,7 @@ class Consumer:
                 await w.wait_or_stop(w.slot_freed.wait(), 1.0)
                 continue
             try:
-                claimed, now_ms = await self.claim_once()
+                claimed, now_ms, drained = await self.claim_once()
                 self.backoff.ok()
             except Exception as exc:
                 if is_nogroup(exc):
@@ -54,18 +55,27 @@ class Consumer:
                 w.metrics.redis_errors.labels("poll").inc()
                 await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
-            if claimed == 0 and not self.more and not w.stopping:
+            if (claimed == 0 or drained) and not self.more and not w.stopping:
+                # Nothing left to take (a claim that got fewer runs than it asked for emptied
+                # every band): block at once rather than spend a round trip on an empty claim
+                # (that claim would also delay the start of the runs just launched).
                 await self.wait_for_work(now_ms)
 
-    async def claim_once(self) -> tuple[int, int]:
-        """One claim pass over the queues in order; returns (runs started, server ms)."""
+    async def claim_once(self) -> tuple[int, int, bool]:
+        """One claim pass over the queues in order.
+
+        Returns (runs started, server ms, drained): drained is true when every queue was asked
+        and each gave fewer runs than free slots, i.e. its bands held nothing more to start.
+        """
         w = self.w
         s = w.settings
         total, now_ms = 0, 0
+        drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
         for queue in w.queues:
             free = self.free_slots(queue)
             if free <= 0 or w.stopping:
+                drained = False
                 continue
             t0 = time.perf_counter()
             raw = await w.scripts.run(
@@ -83,6 +93,7 @@ class Consumer:
             now_ms = batch.now_ms
             if batch.missing_streams:
                 await w.ensure_groups()
+                drained = False
                 continue
             if batch.absorbed:
                 w.metrics.absorbed.inc(batch.absorbed)
@@ -90,7 +101,9 @@ class Consumer:
             for c in batch.runs:
                 w.launch(c)
             total += len(batch.runs)
-        return total, now_ms
+            if len(batch.runs) >= free:
+                drained = False
+        return total, now_ms, drained
 
     async def wait_for_work(self, now_ms: int) -> None:
         """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes).
@@ -102,7 +115,13 @@ class Consumer:
         after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
         streams: dict[Any, Any] = {s: after for q in w.queues for s in w.keys.queue(q).streams}
         try:
-            await w.wait_or_stop(w.blocking.xread(streams, count=1, block=IDLE_BLOCK_MS), 2.0)
+            # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
+            # block bounds how long shutdown leaves it waiting (the loop is then cancelled);
+            # the timeout bounds a hung connection.
+            async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
+                await w.blocking.xread(streams, count=1, block=IDLE_BLOCK_MS)
+        except TimeoutError:
+            return
         except Exception as exc:
             if not is_transient(exc):
                 raise
