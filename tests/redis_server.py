@@ -28,6 +28,7 @@ class RedisServer:
         self.aof = aof
         self.dir = Path(tempfile.mkdtemp(prefix="dtq-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_args: list[str] = []
 
     @property
     def url(self) -> str:
@@ -39,6 +40,7 @@ class RedisServer:
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always",
             "--logfile", str(self.dir / "redis.log"), "--maxclients", "2000",
+            *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10

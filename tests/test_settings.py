@@ -34,6 +34,8 @@ def test_defaults_match_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"DTQ_WORKER_CONCURRENCY": "0"}, "DTQ_WORKER_CONCURRENCY"),
         ({"DTQ_WORKER_CONCURRENCY": "many"}, "DTQ_WORKER_CONCURRENCY"),
         ({"DTQ_REDIS_URL": "http://x"}, "DTQ_REDIS_URL: must start with redis://"),
+        ({"DTQ_REDIS_URL": "redis+sentinel://h:26379"}, "DTQ_REDIS_URL: names no service"),
+        ({"DTQ_REDIS_URL": "redis+sentinel://h/mymaster"}, "must be host:port"),
         ({"DTQ_REDIS_URL": "redis://host:port"}, "DTQ_REDIS_URL: bad port"),
         ({"DTQ_QUEUES": "a,,b b"}, "DTQ_QUEUES"),
         ({"DTQ_KEY_PREFIX": "a{b}"}, "DTQ_KEY_PREFIX"),

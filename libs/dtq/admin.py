@@ -32,6 +32,7 @@ import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
+from dtq.connection import async_redis
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus
@@ -279,7 +280,7 @@ class Admin:
     ) -> None:
         self.settings = settings or load_settings()
         self.keys = Keys(self.settings.key_prefix)
-        self.redis: aredis.Redis = redis_client or aredis.Redis.from_url(
+        self.redis: aredis.Redis = redis_client or async_redis(
             self.settings.redis_url, decode_responses=True
         )
         # redis-py's command stubs are unions of bytes/str; this client decodes to str.

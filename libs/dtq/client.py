@@ -19,6 +19,7 @@ import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
+from dtq.connection import async_redis, sync_redis
 from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
 from dtq.keys import Keys, make_task_id, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
@@ -128,7 +129,7 @@ class AsyncClient(_Base):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: aredis.Redis = redis_client or sc.hiredis_packing(
-            aredis.Redis.from_url(self.settings.redis_url, decode_responses=True)
+            async_redis(self.settings.redis_url, decode_responses=True)
         )
         self._scripts = sc.AsyncScripts(self.redis)
 
@@ -272,7 +273,7 @@ class Client(_Base):
         redis_client: redis.Redis | None = None,
     ) -> None:
         super().__init__(url, settings, app)
-        self.redis: redis.Redis = redis_client or redis.Redis.from_url(
+        self.redis: redis.Redis = redis_client or sync_redis(
             self.settings.redis_url, decode_responses=True
         )
         self._scripts = sc.SyncScripts(self.redis)

@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DTQ_", extra="ignore", frozen=True)
 
     redis_url: str = "redis://localhost:6379/0"
-    """Where Redis is: ``redis://``, ``rediss://`` (TLS) or ``unix://``."""
+    """Where Redis is: ``redis://``, ``rediss://`` (TLS), ``unix://``, or
+    ``redis+sentinel://host:port[,host:port]/service[/db]`` (see the README)."""
     key_prefix: str = "dtq"
     """Namespace of every key; two prefixes on one Redis never see each other."""
     queues: Annotated[tuple[str, ...], NoDecode] = ("default",)
@@ -123,8 +124,13 @@ class Settings(BaseSettings):
     @classmethod
     def _check_url(cls, value: str) -> str:
         parsed = urlparse(value)
+        if parsed.scheme == "redis+sentinel":
+            from dtq.connection import parse_sentinel_url
+
+            parse_sentinel_url(value)
+            return value
         if parsed.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("must start with redis://, rediss:// or unix://")
+            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
         if parsed.scheme != "unix" and not parsed.hostname:
             raise ValueError("has no host")
         try:

@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import redis.asyncio as aredis
 import redis.exceptions as rex
 
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
+from dtq.connection import async_redis
 from dtq.errors import SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
@@ -55,14 +55,14 @@ class Worker:
         self.keys = Keys(settings.key_prefix)
         self.pid = os.getpid()
         timeout = max(5.0, settings.heartbeat_interval_s * 2)
-        self.redis = aredis.Redis.from_url(
+        self.redis = async_redis(
             settings.redis_url,
             decode_responses=True,
             socket_timeout=timeout,
             socket_connect_timeout=min(timeout, 5.0),
         )
         # Blocking reads get their own connection so they never hold up the others.
-        self.blocking = aredis.Redis.from_url(
+        self.blocking = async_redis(
             settings.redis_url,
             decode_responses=True,
             socket_timeout=timeout + 2,

@@ -1,0 +1,80 @@
+"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, or through Sentinel.
+
+``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``. A Sentinel deployment
+is written ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: dtq asks the
+sentinels for the current primary of ``service`` and follows failovers (a failover shows up as
+transient READONLY / connection errors, which the worker retries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import redis
+import redis.asyncio as aredis
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.sentinel import Sentinel
+
+SENTINEL_SCHEME = "redis+sentinel"
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelUrl:
+    hosts: list[tuple[str, int]]
+    service: str
+    db: int
+    password: str | None
+    username: str | None
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """Split a ``redis+sentinel://`` URL; raise ValueError saying what is wrong."""
+    parsed = urlparse(url)
+    if parsed.scheme != SENTINEL_SCHEME:
+        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL")
+    netloc = parsed.netloc.rpartition("@")[2]
+    hosts = []
+    for part in netloc.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"sentinel address {part!r} must be host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    path = [p for p in parsed.path.split("/") if p]
+    if not path:
+        raise ValueError("names no service: redis+sentinel://host:port/<service>[/db]")
+    db = path[1] if len(path) > 1 else "0"
+    if not db.isdigit():
+        raise ValueError(f"bad database number {db!r}")
+    return SentinelUrl(
+        hosts=hosts,
+        service=path[0],
+        db=int(db),
+        password=unquote(parsed.password) if parsed.password else None,
+        username=unquote(parsed.username) if parsed.username else None,
+    )
+
+
+def sync_redis(url: str, **kwargs: Any) -> redis.Redis:
+    """A blocking client for ``url`` (any form dtq accepts)."""
+    if url.startswith(SENTINEL_SCHEME + "://"):
+        s = parse_sentinel_url(url)
+        sentinel = Sentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
+        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            s.service, db=s.db, password=s.password, username=s.username, **kwargs
+        )
+        return client
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def async_redis(url: str, **kwargs: Any) -> aredis.Redis:
+    """An asyncio client for ``url`` (any form dtq accepts)."""
+    if url.startswith(SENTINEL_SCHEME + "://"):
+        s = parse_sentinel_url(url)
+        sentinel = AsyncSentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
+        aclient: aredis.Redis = sentinel.master_for(
+            s.service, db=s.db, password=s.password, username=s.username, **kwargs
+        )
+        return aclient
+    return aredis.Redis.from_url(url, **kwargs)
