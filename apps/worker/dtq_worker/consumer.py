@@ -25,6 +25,19 @@ class Consumer:
         self.backoff = Backoff(log, "poll")
         self.more = False
 
+    async def wait_slot(self, timeout: float) -> None:
+        """Until a run ends (or shutdown starts), at most ``timeout`` seconds.
+
+        No wrapper tasks (this runs once per claim cycle when every slot is busy).
+        """
+        ev = self.w.slot_freed
+        ev.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                await ev.wait()
+        except TimeoutError:
+            pass
+
     def free_slots(self, queue: str) -> int:
         w = self.w
         free = w.settings.worker_concurrency - len(w.inflight)
@@ -39,9 +52,9 @@ class Consumer:
             if not w.healthy.is_set():
                 await w.wait_or_stop(w.healthy.wait(), 1.0)
                 continue
-            if w.settings.worker_concurrency - len(w.inflight) <= 0:
-                w.slot_freed.clear()
-                await w.wait_or_stop(w.slot_freed.wait(), 1.0)
+            free = w.settings.worker_concurrency - len(w.inflight)
+            if free <= 0:
+                await self.wait_slot(1.0)  # shutdown sets slot_freed too
                 continue
             try:
                 claimed, now_ms, drained = await self.claim_once()

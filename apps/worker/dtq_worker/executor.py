@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import logging
@@ -36,6 +37,48 @@ def retry_delay_ms(w: Worker, retries_so_far: int, asked: float | None = None) -
         return max(0, int(asked * 1000))
     delay = min(s.retry_backoff_max_s, s.retry_backoff_s * (2**retries_so_far))
     return int(min(s.retry_backoff_max_s, delay * random.uniform(0.5, 1.5)) * 1000)
+
+
+class _Hooks:
+    """A run's :class:`dtq.progress.RunHooks`; the progress writer is made on first use.
+
+    Most tasks never report progress, so the writer (and its flush after the body) is skipped
+    for them. Reports from other threads create it on the event loop.
+    """
+
+    __slots__ = ("_loop", "_run", "_w", "writer")
+
+    def __init__(self, w: Worker, run: Run) -> None:
+        self._w = w
+        self._run = run
+        self._loop = asyncio.get_running_loop()
+        self.writer: ProgressWriter | None = None
+
+    def start(self) -> ProgressWriter:
+        if self.writer is None:
+            w, c, run = self._w, self._run.claimed, self._run
+            self.writer = ProgressWriter(
+                w.scripts, w.keys.queue(c.queue), c.tid, c.attempt, w.worker_id,
+                w.settings.events_maxlen, lambda: run.stop_reason is not None,
+            )  # fmt: skip
+        return self.writer
+
+    def stop_requested(self) -> bool:
+        return self._run.stop_reason is not None
+
+    def report_progress(self, payload: str) -> None:
+        if self.writer is not None:
+            self.writer.report_progress(payload)
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self.start().report_progress(payload)
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
+                self._loop.call_soon_threadsafe(self.report_progress, payload)
 
 
 class Executor:
@@ -103,13 +146,15 @@ class Executor:
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
-        # Shielded: a stop arriving now (cancel, shutdown) must not abandon a finished run's
-        # write half way; the fence decides between this write and a hand-back.
-        verdict = await asyncio.shield(
-            w.outcomes.write(
-                Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
-            )
+        # A stop arriving from now on (cancel, claim loss, shutdown) is recorded but does not
+        # cancel this task (Run.stop): a finished run's write is never abandoned half way, and
+        # the fence decides between it and a hand-back. (Cheaper than asyncio.shield, which
+        # wraps the write in a task of its own.)
+        run.writing = True
+        verdict = await w.outcomes.write(
+            Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
         )
+        run.answered = verdict is not None
         self._record(run, item, verdict, extra)
 
     def _record(
@@ -156,20 +201,24 @@ class Executor:
             max_retries=c.max_retries,
             worker_id=w.worker_id,
             deadline=None if timeout is None else time.time() + timeout,
-            hooks=(writer := ProgressWriter(
-                w.scripts, w.keys.queue(c.queue), c.tid, c.attempt, w.worker_id,
-                w.settings.events_maxlen, lambda: run.stop_reason is not None,
-            )),
+            hooks=(hooks := _Hooks(w, run)),
         )  # fmt: skip
         set_current(ctx)
         if task.is_async:
             coro = task.fn(*args, **kwargs)
             try:
-                return await writer.after(asyncio.wait_for(coro, timeout))  # type: ignore[arg-type]
+                if timeout is None:
+                    result = await coro  # no wait_for layer: one coroutine fewer per resume
+                else:
+                    result = await asyncio.wait_for(coro, timeout)
             except TimeoutError:
                 if run.stop_reason is not None:
                     raise asyncio.CancelledError() from None
                 raise TaskTimeout(f"timed out after {timeout}s") from None
+            if hooks.writer is not None:
+                await hooks.writer.flush()  # the last progress report lands before the outcome
+            return result
+        writer = hooks.start()  # a sync task reports from its thread: the writer must exist
         cv = contextvars.copy_context()
         fut = asyncio.get_running_loop().run_in_executor(
             w.pool, lambda: cv.run(task.fn, *args, **kwargs)

@@ -23,6 +23,8 @@ class Run:
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
     cancel_detail: str = ""
+    writing: bool = False  # the outcome write began: a stop no longer cancels the task
+    answered: bool = False  # the fence answered the outcome write (stored or stale)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -42,5 +44,5 @@ class Run:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.cancel_detail = detail
-        if self.task is not None and not self.task.done():
+        if self.task is not None and not self.task.done() and not self.writing:
             self.task.cancel()

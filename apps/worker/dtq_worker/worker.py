@@ -159,7 +159,9 @@ class Worker:
             # pending and is reclaimed after the visibility timeout.
             log.exception("run %s could not store its outcome", run.task_id)
         finally:
-            if run.stop_reason is not StopReason.SHUTDOWN:
+            # A run stopped for shutdown is handed back (and forgotten) by shutdown(), unless
+            # its outcome write had already begun and was answered by the fence.
+            if run.stop_reason is not StopReason.SHUTDOWN or run.answered:
                 self._forget(run)
 
     def _forget(self, run: Run) -> None:
@@ -350,7 +352,11 @@ class Worker:
                 r.stop(StopReason.SHUTDOWN)
             tasks = [r.task for r in leftovers if r.task is not None]
             await asyncio.wait(tasks, timeout=2.0)
-            await self._hand_back(leftovers)
+            # Runs already writing their outcome were not cancelled (Run.stop): once the
+            # fence has answered them there is nothing to hand back.
+            leftovers = [r for r in leftovers if not r.answered]
+            if leftovers:
+                await self._hand_back(leftovers)
         # Runs stopped for another reason (cancel, claim loss) finish their own writes.
         others = [r.task for r in self.inflight.values() if r.task and not r.task.done()]
         if others:
