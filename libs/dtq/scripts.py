@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -164,7 +164,27 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
             "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
             t.idempotency_key, t.meta, t.limit,
         ]  # fmt: skip
-    return Call("enqueue", [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base], args)
+    return Call("enqueue", list(_enqueue_keys(qk)), args)
+
+
+# Key lists of the hot-path scripts, built once per queue (each is ~15-18 formatted strings;
+# QueueKeys is frozen, hence hashable; bounded for clients that use many queue names).
+@lru_cache(maxsize=512)
+def _enqueue_keys(qk: QueueKeys) -> tuple[str, ...]:
+    return (*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base)
+
+
+@lru_cache(maxsize=512)
+def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
+    return (
+        *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
+        qk.lim_base, qk.fair,
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=512)
+def _complete_keys(qk: QueueKeys) -> tuple[str, ...]:
+    return (*qk.streams, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base)
 
 
 def parse_enqueue(raw: list[Any]) -> list[Enqueued]:
@@ -218,12 +238,9 @@ def claim_call(
 ) -> Call:
     return Call(
         "claim",
-        [
-            *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
-            qk.lim_base, qk.fair,
-        ],
+        list(_claim_keys(qk)),
         [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base, 1 if fair else 0],
-    )  # fmt: skip
+    )
 
 
 def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
@@ -278,11 +295,7 @@ def complete_call(
     args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes)]
     for o in outcomes:
         args += [o.tid, o.eid, o.attempt, o.status, o.payload]
-    return Call(
-        "complete",
-        [*qk.streams, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
-        args,
-    )
+    return Call("complete", list(_complete_keys(qk)), args)
 
 
 def parse_complete(raw: list[Any]) -> list[bool]:

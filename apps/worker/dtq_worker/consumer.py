@@ -24,6 +24,7 @@ class Consumer:
         self.w = worker
         self.backoff = Backoff(log, "poll")
         self.more = False
+        self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
 
     async def wait_slot(self, timeout: float) -> None:
         """Until a run ends (or shutdown starts), at most ``timeout`` seconds.
@@ -72,6 +73,12 @@ class Consumer:
                 # Nothing left to take (a claim that got fewer runs than it asked for emptied
                 # every band): block at once rather than spend a round trip on an empty claim
                 # (that claim would also delay the start of the runs just launched).
+                if claimed:
+                    # Let the runs just launched start before the XREAD is sent: sending it
+                    # wakes Redis, which on a small machine competes for the CPU they need.
+                    await asyncio.sleep(0)
+                    if w.stopping:
+                        break
                 await self.wait_for_work(now_ms)
 
     async def claim_once(self) -> tuple[int, int, bool]:
@@ -126,7 +133,9 @@ class Consumer:
         """
         w = self.w
         after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
-        streams: dict[Any, Any] = {s: after for q in w.queues for s in w.keys.queue(q).streams}
+        if self._streams is None:
+            self._streams = [s for q in w.queues for s in w.keys.queue(q).streams]
+        streams: dict[Any, Any] = dict.fromkeys(self._streams, after)
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long shutdown leaves it waiting (the loop is then cancelled);
