@@ -39,6 +39,12 @@ def retry_delay_ms(w: Worker, retries_so_far: int, asked: float | None = None) -
     return int(min(s.retry_backoff_max_s, delay * random.uniform(0.5, 1.5)) * 1000)
 
 
+def _extra(run: Run) -> dict[str, Any]:
+    """Structured log fields of a run (built only when a line is actually logged)."""
+    c = run.claimed
+    return {"task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name}
+
+
 class _Hooks:
     """A run's :class:`dtq.progress.RunHooks`; the progress writer is made on first use.
 
@@ -98,11 +104,12 @@ class Executor:
         """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
         w = self.w
         c = run.claimed
-        extra = {"task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name}
         # Per-task start/success lines are DEBUG: at INFO they cost about a third of the worker's
         # CPU per no-op task (docs/performance.md). Every transition is still recorded in the
         # queue's event stream; failures, retries, cancels and fence rejections log at INFO+.
-        log.debug("started %s %s attempt %d", c.name, run.task_id, c.attempt, extra=extra)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("started %s %s attempt %d", c.name, run.task_id, c.attempt,
+                      extra=_extra(run))  # fmt: skip
         if c.attempt == 1:
             self._metric(w.metrics.wait, c.queue).observe(
                 max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
@@ -126,7 +133,7 @@ class Executor:
                 item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
             elif reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
-                            extra=extra)  # fmt: skip
+                            extra=_extra(run))  # fmt: skip
                 return
             else:
                 raise  # shutdown: the worker hands the task back
@@ -155,11 +162,9 @@ class Executor:
             Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
         )
         run.answered = verdict is not None
-        self._record(run, item, verdict, extra)
+        self._record(run, item, verdict)
 
-    def _record(
-        self, run: Run, item: sc.Success | sc.Failure, verdict: str | None, extra: dict[str, Any]
-    ) -> None:
+    def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         w, c = self.w, run.claimed
         elapsed = time.monotonic() - run.started_mono
         self._metric(w.metrics.duration, c.queue, c.name).observe(elapsed)
@@ -168,18 +173,19 @@ class Executor:
         if verdict == "stale":
             w.metrics.stale_writes.inc()
             log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
-                        extra=extra)  # fmt: skip
+                        extra=_extra(run))  # fmt: skip
             return
         outcome = {"scheduled": "retried"}.get(verdict, verdict)
         self._metric(w.metrics.tasks, w.worker_id, c.queue, c.name, outcome).inc()
         w.counters[outcome] = w.counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,
-                     c.attempt, elapsed, item.error, extra=extra)  # fmt: skip
+                     c.attempt, elapsed, item.error, extra=_extra(run))  # fmt: skip
         else:
             level = logging.DEBUG if outcome == "succeeded" else logging.INFO
-            log.log(level, "%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
-                    c.attempt, elapsed, extra=extra)  # fmt: skip
+            if log.isEnabledFor(level):
+                log.log(level, "%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
+                        c.attempt, elapsed, extra=_extra(run))  # fmt: skip
 
     async def _invoke(self, run: Run) -> Any:
         w, c = self.w, run.claimed
