@@ -39,10 +39,13 @@ def retry_delay_ms(w: Worker, retries_so_far: int, asked: float | None = None) -
     return int(min(s.retry_backoff_max_s, delay * random.uniform(0.5, 1.5)) * 1000)
 
 
-def _extra(run: Run) -> dict[str, Any]:
+def _extra(run: Run, worker_id: str) -> dict[str, Any]:
     """Structured log fields of a run (built only when a line is actually logged)."""
     c = run.claimed
-    return {"task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name}
+    return {
+        "task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name,
+        "worker": worker_id,
+    }  # fmt: skip
 
 
 class _Hooks:
@@ -104,12 +107,12 @@ class Executor:
         """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
         w = self.w
         c = run.claimed
-        # Per-task start/success lines are DEBUG: at INFO they cost about a third of the worker's
-        # CPU per no-op task (docs/performance.md). Every transition is still recorded in the
-        # queue's event stream; failures, retries, cancels and fence rejections log at INFO+.
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("started %s %s attempt %d", c.name, run.task_id, c.attempt,
-                      extra=_extra(run))  # fmt: skip
+        # One INFO line per lifecycle event. Formatting them costs about a third of the worker's
+        # CPU per no-op task (docs/performance.md): DTQ_LOG_LEVEL=WARNING skips them (the guard
+        # makes that free); the queue's event stream records every transition either way.
+        if log.isEnabledFor(logging.INFO):
+            log.info("started %s %s attempt %d", c.name, run.task_id, c.attempt,
+                     extra=_extra(run, w.worker_id))  # fmt: skip
         if c.attempt == 1:
             self._metric(w.metrics.wait, c.queue).observe(
                 max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
@@ -133,7 +136,7 @@ class Executor:
                 item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
             elif reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
-                            extra=_extra(run))  # fmt: skip
+                            extra=_extra(run, w.worker_id))  # fmt: skip
                 return
             else:
                 raise  # shutdown: the worker hands the task back
@@ -173,19 +176,18 @@ class Executor:
         if verdict == "stale":
             w.metrics.stale_writes.inc()
             log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
-                        extra=_extra(run))  # fmt: skip
+                        extra=_extra(run, w.worker_id))  # fmt: skip
             return
         outcome = {"scheduled": "retried"}.get(verdict, verdict)
         self._metric(w.metrics.tasks, w.worker_id, c.queue, c.name, outcome).inc()
         w.counters[outcome] = w.counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,
-                     c.attempt, elapsed, item.error, extra=_extra(run))  # fmt: skip
+                     c.attempt, elapsed, item.error, extra=_extra(run, w.worker_id))  # fmt: skip
         else:
-            level = logging.DEBUG if outcome == "succeeded" else logging.INFO
-            if log.isEnabledFor(level):
-                log.log(level, "%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
-                        c.attempt, elapsed, extra=_extra(run))  # fmt: skip
+            if log.isEnabledFor(logging.INFO):
+                log.info("%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
+                         c.attempt, elapsed, extra=_extra(run, w.worker_id))  # fmt: skip
 
     async def _invoke(self, run: Run) -> Any:
         w, c = self.w, run.claimed
