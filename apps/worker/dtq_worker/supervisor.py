@@ -15,9 +15,15 @@ EPISODE_GAP_S = 10.0  # a loop that ran this long without error starts a new epi
 
 
 async def supervise(
-    name: str, body: Callable[[], Awaitable[None]], stopping: Callable[[], bool]
+    name: str,
+    body: Callable[[], Awaitable[None]],
+    stopping: Callable[[], bool],
+    on_restart: Callable[[str, BaseException], None] | None = None,
 ) -> None:
-    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises."""
+    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises.
+
+    ``on_restart(name, exc)`` is told of each restart (the worker counts them in metrics).
+    """
     restarts = 0
     in_episode = False  # transient errors are logged once per outage, not once per restart
     while True:
@@ -30,6 +36,8 @@ async def supervise(
             raise
         except Exception as exc:
             restarts += 1
+            if on_restart is not None:
+                on_restart(name, exc)
             if is_transient(exc):
                 if in_episode and time.monotonic() - began < EPISODE_GAP_S:
                     log.debug("loop %s: transient Redis error, restarting: %s", name, exc)

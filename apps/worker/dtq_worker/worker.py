@@ -296,11 +296,13 @@ class Worker:
                  ",".join(self.queues), s.worker_concurrency, len(self.app.tasks))  # fmt: skip
         stopping = lambda: self.stopping  # noqa: E731
         loops = [
-            self.spawn(supervise("poll", self.consumer.loop, stopping)),
-            self.spawn(supervise("reaper", self.reaper.loop, stopping)),
-            self.spawn(supervise("scheduler", self.scheduler.loop, stopping)),
-            self.spawn(supervise("heartbeat", self.heartbeat.loop, lambda: self.finished)),
-            self.spawn(supervise("cancels", self._cancel_listener, stopping)),
+            self.spawn(supervise("poll", self.consumer.loop, stopping, self._restarted)),
+            self.spawn(supervise("reaper", self.reaper.loop, stopping, self._restarted)),
+            self.spawn(supervise("scheduler", self.scheduler.loop, stopping, self._restarted)),
+            self.spawn(
+                supervise("heartbeat", self.heartbeat.loop, lambda: self.finished, self._restarted)
+            ),
+            self.spawn(supervise("cancels", self._cancel_listener, stopping, self._restarted)),
         ]
         await self._stop.wait()
         code = await self.shutdown()
@@ -313,6 +315,11 @@ class Worker:
         if timer is not None:
             timer.cancel()  # stopped in time; an in-process worker must not end its host later
         return code
+
+    def _restarted(self, loop: str, exc: BaseException) -> None:
+        self.metrics.loop_restarts.labels(loop).inc()
+        if is_transient(exc):
+            self.metrics.redis_errors.labels(loop).inc()
 
     async def _cancel_listener(self) -> None:
         ps = self.blocking.pubsub()
