@@ -207,8 +207,11 @@ def test_real_prometheus_scrapes_worker_and_api(
             wait_until(lambda: answered(q_ok, 4), timeout=90, interval=0.5)
             wait_until(lambda: answered('sum(dtq_worker_tasks_total{outcome="failed"})', 2),
                        timeout=30, interval=0.5)  # fmt: skip
-            assert answered('dtq_dlq_depth{job="dtq-api",queue="default"}', 2)
-            assert answered('sum(dtq_queue_depth{queue="held"})', 3)
+            # The API is its own scrape target: its gauges may land a scrape after the worker's.
+            wait_until(lambda: answered('dtq_dlq_depth{job="dtq-api",queue="default"}', 2),
+                       timeout=30, interval=0.5)  # fmt: skip
+            wait_until(lambda: answered('sum(dtq_queue_depth{queue="held"})', 3),
+                       timeout=30, interval=0.5)  # fmt: skip
             wait_until(lambda: answered("dtq_workers_live", 1), timeout=30, interval=0.5)
             up = query("up")
             assert {r["metric"]["job"]: r["value"][1] for r in up} == {
