@@ -123,16 +123,19 @@ def test_purge_races_claimers_each_task_either_started_or_purged(
     started: list[str] = []
     purged = [0]
     stop = threading.Event()
+    go = threading.Barrier(3)  # all three start together, so purge and claims really race
 
     def claimer(name: str) -> None:
         cl = redis_server.client()
         rn = sc.SyncScripts(cl).run
+        go.wait(30)
         while not stop.is_set():
-            started.extend(x.tid for x in claim(rn, qk, count=3, worker=name))
+            started.extend(x.tid for x in claim(rn, qk, count=1, worker=name))
 
     def purger() -> None:
         cl = redis_server.client()
         rn = sc.SyncScripts(cl).run
+        go.wait(30)
         while True:
             b = admin.parse_purge(rn(admin.purge_call(qk, 7, 1000)))
             purged[0] += b.queued + b.scheduled
