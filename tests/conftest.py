@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from dtq import App
+from dtq.keys import GROUP, QueueKeys
 from dtq.settings import Settings
 from tests.redis_server import RedisServer
 
@@ -165,3 +166,12 @@ def wait_until(pred: Any, timeout: float = 20.0, interval: float = 0.02) -> None
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(interval)
+
+
+def create_groups(r: redis.Redis, qk: QueueKeys) -> None:
+    """Create the consumer group on every priority stream of a queue (idempotent)."""
+    for stream in qk.streams:
+        try:
+            r.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            assert "BUSYGROUP" in str(exc)

@@ -15,6 +15,7 @@ import redis
 from dtq import admin
 from dtq import scripts as sc
 from dtq.keys import GROUP, Keys, QueueKeys, new_tid
+from tests.conftest import create_groups
 
 Q = "ops"
 
@@ -29,12 +30,7 @@ def run(r: redis.Redis) -> Any:
     return sc.SyncScripts(r).run
 
 
-def groups(r: redis.Redis, qk: QueueKeys) -> None:
-    for s in qk.streams:
-        try:
-            r.xgroup_create(s, GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            assert "BUSYGROUP" in str(exc)
+groups = create_groups
 
 
 def new_task(prio: int = 5, delay_ms: int = 0, idem: str = "", max_retries: int = 0) -> sc.NewTask:

@@ -11,6 +11,7 @@ import redis
 
 from dtq import scripts as sc
 from dtq.keys import GROUP, Keys, QueueKeys, new_tid
+from tests.conftest import create_groups
 
 Q = "q1"
 
@@ -26,12 +27,7 @@ def run(r: redis.Redis) -> Any:
     return runner.run
 
 
-def groups(r: redis.Redis, qk: QueueKeys) -> None:
-    for s in qk.streams:
-        try:
-            r.xgroup_create(s, GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            assert "BUSYGROUP" in str(exc)
+groups = create_groups
 
 
 def task(

@@ -69,7 +69,7 @@ def cancel_many(
     _check(queue, name)
     found: Any = [queue] if queue else client.redis.smembers(client.keys.queues)
     total = CancelSummary()
-    scripts = sc.SyncScripts(client.redis)
+    scripts = client._scripts  # the client's runner: scripts already registered
     for q in sorted(found):
         base = client.keys.queue(q).task_base
         cursor = 0
@@ -103,7 +103,7 @@ async def acancel_many(
     _check(queue, name)
     found: Any = [queue] if queue else await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
     total = CancelSummary()
-    scripts = sc.AsyncScripts(client.redis)
+    scripts = client._scripts
     for q in sorted(found):
         base = client.keys.queue(q).task_base
         cursor = 0

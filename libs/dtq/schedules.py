@@ -415,7 +415,7 @@ def add_schedule(client: Client, schedule: Schedule) -> ScheduleInfo:
     now = _server_ms(client.redis.time())  # type: ignore[arg-type]
     nxt = s.next_after(now)
     client.redis.sadd(client.keys.queues, s.queue)
-    sc.SyncScripts(client.redis).run(_put_call(qk, s, nxt))
+    client._scripts.run(_put_call(qk, s, nxt))
     return ScheduleInfo(s, _dt(nxt), None)
 
 
@@ -426,7 +426,7 @@ async def aadd_schedule(client: AsyncClient, schedule: Schedule) -> ScheduleInfo
     now = _server_ms(await client.redis.time())
     nxt = s.next_after(now)
     await client.redis.sadd(client.keys.queues, s.queue)  # type: ignore[misc]
-    await sc.AsyncScripts(client.redis).run(_put_call(qk, s, nxt))
+    await client._scripts.run(_put_call(qk, s, nxt))
     return ScheduleInfo(s, _dt(nxt), None)
 
 
