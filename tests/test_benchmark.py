@@ -57,7 +57,6 @@ def test_quick_suite_runs_every_workload_and_writes_results(tmp_path: Path) -> N
     med = data["medians"]
     assert set(med) == {"A", "A2", "B", "C", "D", "E", "F", "G"}
     assert med["A"]["dtq"]["tasks_per_s"] > 0
-    assert med["A"]["dtq (bare body)"]["tasks_per_s"] > 0
     assert med["A2"]["dtq"]["procs"] == 2
     assert med["B"]["dtq"]["single_per_s"] > 0 and med["B"]["dtq"]["bulk_per_s"] > 0
     assert 0 < med["C"]["dtq"]["p50_ms"] <= med["C"]["dtq"]["p99_ms"]

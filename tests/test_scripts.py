@@ -176,6 +176,42 @@ def test_complete_is_fenced(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", [good], 100, 60))) == [False]
 
 
+def test_complete_then_claims_in_the_same_call(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    c = started(run, r, qk)
+    waiting = [task(prio=1), task(prio=8), task(prio=1)]
+    enqueue(run, qk, *waiting)
+    done = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
+    stored, batch = sc.parse_complete_claim(
+        Q, run(sc.complete_call(qk, "w1", [done], 100, 60, claim=2))
+    )
+    assert stored == [True] and batch is not None
+    # Priority order, COUNT respected, each started (attempt 1, owned by w1).
+    assert [x.tid for x in batch.runs] == [waiting[1].tid, waiting[0].tid]
+    for x in batch.runs:
+        rec = r.hgetall(qk.task(x.tid))
+        assert (rec["status"], rec["attempt"], rec["worker"]) == ("running", "1", "w1")
+    assert r.hget(qk.task(c.tid), "status") == "succeeded"
+    assert r.hget(qk.task(waiting[2].tid), "status") == "queued"
+    # A stale outcome still claims (the slot is free either way); a paused queue claims nothing
+    # but the outcome is stored.
+    stale = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
+    stored, batch = sc.parse_complete_claim(
+        Q, run(sc.complete_call(qk, "w1", [stale], 100, 60, claim=5))
+    )
+    assert stored == [False] and batch is not None
+    assert [x.tid for x in batch.runs] == [waiting[2].tid]
+    r.set(qk.paused, "1")
+    first = batch.runs[0]
+    ok = sc.Success(first.tid, first.eid, first.attempt, "succeeded", "2")
+    stored, batch = sc.parse_complete_claim(
+        Q, run(sc.complete_call(qk, "w1", [ok], 100, 60, claim=5))
+    )
+    assert stored == [True] and batch is not None and batch.paused and not batch.runs
+    # Without a claim count the reply is the verdicts alone (as before).
+    stored, batch = sc.parse_complete_claim(Q, run(sc.complete_call(qk, "w1", [ok], 100, 60)))
+    assert stored == [False] and batch is None
+
+
 def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk, task(max_retries=1))
     f = sc.Failure(c.tid, c.eid, c.attempt, "ValueError: x", 0)

@@ -8,6 +8,7 @@ process, no fork).
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import redis
@@ -21,15 +22,15 @@ from common import (
     WORKER_LOG_LEVEL,
     BenchConfig,
     Peer,
-    sync_noop,
-    sync_sleep,
+    incr_done,
     sync_stamp,
     venv_bin,
 )
 
 
+# rq's default Worker forks a work horse per job; a counting thread would die with it.
 def noop() -> None:
-    sync_noop()
+    incr_done()
 
 
 def stamp(enqueued_at: float) -> None:
@@ -37,7 +38,8 @@ def stamp(enqueued_at: float) -> None:
 
 
 def sleep(seconds: float) -> None:
-    sync_sleep(seconds)
+    time.sleep(seconds)
+    incr_done()
 
 
 FUNCS = {NOOP: noop, STAMP: stamp, SLEEP: sleep}

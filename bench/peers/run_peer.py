@@ -235,7 +235,7 @@ class Run:
             completed=count,
             prefill_s=round(enqueue_s, 3),
             prefill=how,
-            done_detection=f"task INCRs {DONE_KEY} (plain redis connection); runner polls GET every {POLL_S * 1000:g} ms",
+            done_detection=f"task counts itself in-process; a thread INCRBYs {DONE_KEY} every 1 ms (rq: INCR per job); runner polls GET every {POLL_S * 1000:g} ms",
         )
 
     async def enqueue_rate(self) -> None:

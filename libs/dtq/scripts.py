@@ -53,9 +53,18 @@ def _lua_dir() -> Path:
 
 @cache
 def source(name: str) -> str:
-    """The full text of a script as sent to Redis: the shared helpers, then the script."""
+    """The full text of a script as sent to Redis: the shared helpers, then the script.
+
+    A script line ``-- include: _part`` prepends ``lua/_part.lua`` too (after ``_common.lua``):
+    claim.lua and complete.lua share the claim transition that way.
+    """
     d = _lua_dir()
-    return (d / "_common.lua").read_text() + "\n" + (d / f"{name}.lua").read_text()
+    text = (d / f"{name}.lua").read_text()
+    parts = [(d / "_common.lua").read_text()]
+    for line in text.splitlines():
+        if line.startswith("-- include: "):
+            parts.append((d / f"{line.removeprefix('-- include: ').strip()}.lua").read_text())
+    return "\n".join([*parts, text])
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +191,6 @@ def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-@lru_cache(maxsize=512)
-def _complete_keys(qk: QueueKeys) -> tuple[str, ...]:
-    return (*qk.streams, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base)
-
-
 def parse_enqueue(raw: list[Any]) -> list[Enqueued]:
     return [
         Enqueued(_s(raw[i]), _s(raw[i + 1]), int(raw[i + 2]) == 1) for i in range(0, len(raw), 3)
@@ -244,6 +248,7 @@ def claim_call(
 
 
 def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
+    """claim.lua's reply (also the last element of complete.lua's when it claimed)."""
     now = int(raw[0])
     if int(raw[1]) == -1:
         return ClaimBatch(now, [], paused=True)
@@ -280,16 +285,34 @@ class Success:
 
 
 def complete_call(
-    qk: QueueKeys, worker_id: str, outcomes: Sequence[Success], events_maxlen: int, ttl_s: int
+    qk: QueueKeys,
+    worker_id: str,
+    outcomes: Sequence[Success],
+    events_maxlen: int,
+    ttl_s: int,
+    claim: int = 0,
+    fair: bool = False,
 ) -> Call:
-    args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes)]
+    """Store ``outcomes``; then, when ``claim`` > 0, claim up to that many runs (as claim.lua)."""
+    args: list[Any] = [
+        GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes), claim,
+        1 if fair else 0,
+    ]  # fmt: skip
     for o in outcomes:
         args += [o.tid, o.eid, o.attempt, o.status, o.payload]
-    return Call("complete", list(_complete_keys(qk)), args)
+    return Call("complete", list(_claim_keys(qk)), args)
 
 
 def parse_complete(raw: list[Any]) -> list[bool]:
-    return [int(x) == 1 for x in raw]
+    """The fence's verdict per outcome (a claim reply that follows them is left out)."""
+    return [int(x) == 1 for x in raw if not isinstance(x, list)]
+
+
+def parse_complete_claim(queue: str, raw: list[Any]) -> tuple[list[bool], ClaimBatch | None]:
+    """complete.lua's reply: verdicts, and the claim batch when the call claimed."""
+    if raw and isinstance(raw[-1], list):
+        return parse_complete(raw[:-1]), parse_claim(queue, raw[-1])
+    return parse_complete(raw), None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,10 +86,19 @@ async def slow() -> None:
     await asyncio.sleep(10)
 
 
+# Bodies of "sleep" running right now in this process, and the most seen at once.
+SLEEPING = {"now": 0, "peak": 0}
+
+
 @app.task(name="sleep")
 async def sleep(seconds: float) -> float:
     record_start("sleep")
-    await asyncio.sleep(seconds)
+    SLEEPING["now"] += 1
+    SLEEPING["peak"] = max(SLEEPING["peak"], SLEEPING["now"])
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        SLEEPING["now"] -= 1
     return seconds
 
 

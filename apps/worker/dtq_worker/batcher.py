@@ -11,25 +11,42 @@ O = TypeVar("O")  # noqa: E741
 
 
 class Batcher(Generic[I, O]):
-    """``submit`` returns the item's own result; ``flush`` sends a whole batch in one call."""
+    """``submit`` returns the item's own result; ``flush`` sends a whole batch in one call.
 
-    def __init__(self, flush: Callable[[Sequence[I]], Awaitable[Sequence[O]]]) -> None:
+    Up to ``flights`` flushes are in flight at once, each of at most ``max_batch`` items (0: no
+    limit). With two in flight the worker runs one batch's refilled runs while Redis works on
+    the other's write (see OutcomeWriter._refill).
+    """
+
+    def __init__(
+        self,
+        flush: Callable[[Sequence[I]], Awaitable[Sequence[O]]],
+        *,
+        max_batch: int = 0,
+        flights: int = 1,
+    ) -> None:
         self._flush = flush
         self._pending: list[tuple[I, asyncio.Future[O]]] = []
-        self._busy = False
+        self._max_batch = max_batch
+        self._flights = flights
+        self._busy = 0
 
     async def submit(self, item: I) -> O:
         fut: asyncio.Future[O] = asyncio.get_running_loop().create_future()
         self._pending.append((item, fut))
-        if not self._busy:
-            self._busy = True
+        if self._busy < self._flights:
+            self._busy += 1
             asyncio.get_running_loop().create_task(self._drain())
         return await fut
 
     async def _drain(self) -> None:
         try:
             while self._pending:
-                batch, self._pending = self._pending, []
+                mb = self._max_batch
+                if mb and len(self._pending) > mb:
+                    batch, self._pending = self._pending[:mb], self._pending[mb:]
+                else:
+                    batch, self._pending = self._pending, []
                 try:
                     results = await self._flush([i for i, _ in batch])
                 except BaseException as exc:
@@ -43,4 +60,4 @@ class Batcher(Generic[I, O]):
                     if not f.done():
                         f.set_result(r)
         finally:
-            self._busy = False
+            self._busy -= 1

@@ -24,6 +24,7 @@ class Consumer:
         self.w = worker
         self.backoff = Backoff(log, "poll")
         self.more = False
+        self.waiting = False  # blocked in wait_for_work: the queues were empty
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
 
     async def wait_slot(self, timeout: float) -> None:
@@ -39,21 +40,13 @@ class Consumer:
         except TimeoutError:
             pass
 
-    def free_slots(self, queue: str) -> int:
-        w = self.w
-        free = w.settings.worker_concurrency - len(w.inflight)
-        cap = w.queue_caps.get(queue)
-        if cap is not None:
-            free = min(free, cap - w.inflight_per_queue.get(queue, 0))
-        return free
-
     async def loop(self) -> None:
         w = self.w
         while not w.stopping:
             if not w.healthy.is_set():
                 await w.wait_or_stop(w.healthy.wait(), 1.0)
                 continue
-            free = w.settings.worker_concurrency - len(w.inflight)
+            free = w.settings.worker_concurrency - w.active - w.claiming
             if free <= 0:
                 await self.wait_slot(1.0)  # shutdown sets slot_freed too
                 continue
@@ -93,21 +86,21 @@ class Consumer:
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
         for queue in w.queues:
-            free = self.free_slots(queue)
+            free = w.free_slots(queue)
             if free <= 0 or w.stopping:
                 drained = False
                 continue
             t0 = time.perf_counter()
-            raw = await w.scripts.run(
-                sc.claim_call(
-                    w.keys.queue(queue),
-                    w.worker_id,
-                    free,
-                    s.events_maxlen,
-                    s.result_ttl_s,
-                    s.fair,
-                )
-            )
+            w.reserve(queue, free)
+            try:
+                raw = await w.scripts.run(
+                    sc.claim_call(
+                        w.keys.queue(queue), w.worker_id, free, s.events_maxlen, s.result_ttl_s,
+                        s.fair,
+                    )
+                )  # fmt: skip
+            finally:
+                w.reserve(queue, -free)
             w.metrics.claim_latency.observe(time.perf_counter() - t0)
             batch = sc.parse_claim(queue, raw)
             now_ms = batch.now_ms
@@ -115,15 +108,20 @@ class Consumer:
                 await w.ensure_groups()
                 drained = False
                 continue
-            if batch.absorbed:
-                w.metrics.absorbed.inc(batch.absorbed)
-            self.more = self.more or batch.more
-            for c in batch.runs:
-                w.launch(c)
+            self.took(batch)
             total += len(batch.runs)
             if len(batch.runs) >= free:
                 drained = False
         return total, now_ms, drained
+
+    def took(self, batch: sc.ClaimBatch) -> None:
+        """Start the runs of a claim (this loop's, or the one an outcome write made)."""
+        w = self.w
+        if batch.absorbed:
+            w.metrics.absorbed.inc(batch.absorbed)
+        self.more = self.more or batch.more
+        for c in batch.runs:
+            w.launch(c)
 
     async def wait_for_work(self, now_ms: int) -> None:
         """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes).
@@ -136,6 +134,7 @@ class Consumer:
         if self._streams is None:
             self._streams = [s for q in w.queues for s in w.keys.queue(q).streams]
         streams: dict[Any, Any] = dict.fromkeys(self._streams, after)
+        self.waiting = True
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long shutdown leaves it waiting (the loop is then cancelled);
@@ -148,3 +147,5 @@ class Consumer:
             if not is_transient(exc):
                 raise
             await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
+        finally:
+            self.waiting = False

@@ -161,6 +161,7 @@ class Executor:
         # the fence decides between it and a hand-back. (Cheaper than asyncio.shield, which
         # wraps the write in a task of its own.)
         run.writing = True
+        w.release_slot(run)
         verdict = await w.outcomes.write(
             Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
         )

@@ -34,7 +34,11 @@ class OutcomeWriter:
 
     def __init__(self, worker: Worker) -> None:
         self.w = worker
-        self._batcher: Batcher[Outcome, str] = Batcher(self._flush)
+        # Two writes in flight of at most half the slots each: the batches alternate between
+        # Redis and the worker (see _refill).
+        self._batcher: Batcher[Outcome, str] = Batcher(
+            self._flush, max_batch=max(1, (worker.settings.worker_concurrency + 1) // 2), flights=2
+        )
 
     async def write(self, outcome: Outcome, still_owned: Any) -> str | None:
         """Store ``outcome``, retrying transient errors while ``still_owned()`` is true.
@@ -55,6 +59,20 @@ class OutcomeWriter:
                     return None
                 await asyncio.sleep(backoff.failed(exc))
 
+    def _refill(self, queue: str, freed: int) -> int:
+        """How many runs the complete call of ``freed`` runs of ``queue`` should claim.
+
+        The slots those runs freed are refilled in the same round trip, while the worker's
+        other runs go on: with several writes in flight, Redis and the worker then work at
+        the same time instead of in turns. Only for the first queue (claiming another would
+        jump the queue order the poll loop keeps) and not while the poll loop waits for work
+        (the queue was empty: it wakes on new entries itself).
+        """
+        w = self.w
+        if queue != w.queues[0] or w.stopping or w.consumer.waiting or not w.healthy.is_set():
+            return 0
+        return max(0, min(freed, w.free_slots(queue)))
+
     async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
         w = self.w
         s = w.settings
@@ -64,12 +82,17 @@ class OutcomeWriter:
         verdicts: list[str] = [""] * len(batch)
         order = []
         calls = []
+        refill: tuple[str, int] | None = None
         for (queue, kind), idx in groups.items():
             qk = w.keys.queue(queue)
             if kind == "ok":
+                claim = self._refill(queue, len(idx))
+                if claim:
+                    refill = (queue, claim)
+                    w.reserve(queue, claim)
                 call = sc.complete_call(
                     qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                    s.events_maxlen, s.result_ttl_s,
+                    s.events_maxlen, s.result_ttl_s, claim, s.fair,
                 )  # fmt: skip
             else:
                 call = sc.fail_call(
@@ -78,18 +101,25 @@ class OutcomeWriter:
                 )  # fmt: skip
             calls.append(call)
             order.append((kind, idx))
-        if len(calls) == 1:
-            # The usual flush is one script call: sent alone it is one round trip, where a
-            # pipeline would first ask SCRIPT EXISTS.
-            replies = [await w.scripts.run(calls[0])]
-        else:
-            async with w.redis.pipeline(transaction=False) as pipe:
-                for call in calls:
-                    await w.scripts.run(call, pipe)
-                replies = await pipe.execute()
+        try:
+            if len(calls) == 1:
+                # The usual flush is one script call: sent alone it is one round trip, where a
+                # pipeline would first ask SCRIPT EXISTS.
+                replies = [await w.scripts.run(calls[0])]
+            else:
+                async with w.redis.pipeline(transaction=False) as pipe:
+                    for call in calls:
+                        await w.scripts.run(call, pipe)
+                    replies = await pipe.execute()
+        finally:
+            if refill is not None:
+                w.reserve(refill[0], -refill[1])
         for (kind, idx), raw in zip(order, replies, strict=True):
             if kind == "ok":
-                for i, stored in zip(idx, sc.parse_complete(raw), strict=True):
+                stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)
+                if claimed is not None and not claimed.missing_streams:
+                    w.consumer.took(claimed)
+                for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)
                     verdicts[i] = item.status if stored else "stale"

@@ -24,6 +24,7 @@ class Run:
     stop_reason: StopReason | None = None
     cancel_detail: str = ""
     writing: bool = False  # the outcome write began: a stop no longer cancels the task
+    holds_slot: bool = False  # counted in Worker.active (its body runs): see Worker.release_slot
     answered: bool = False  # the fence answered the outcome write (stored or stale)
 
     @property

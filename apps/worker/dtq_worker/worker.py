@@ -77,7 +77,12 @@ class Worker:
         self.inflight: dict[tuple[str, str], Run] = {}
         # Read when scraped: no gauge update per task on the hot path.
         self.metrics.inflight.set_function(lambda: len(self.inflight))
-        self.inflight_per_queue: dict[str, int] = {}
+        # Slots: a run holds one while its body runs (launch until its outcome write begins).
+        # ``claiming`` counts slots reserved by claims in flight (consumer.py, outcomes.py).
+        self.active = 0
+        self.active_per_queue: dict[str, int] = {}
+        self.claiming = 0
+        self.claiming_per_queue: dict[str, int] = {}
         self.counters: dict[str, int] = {}
         self.detached_threads = 0
         self.healthy = asyncio.Event()
@@ -145,8 +150,35 @@ class Worker:
                 self.heartbeat.lose(old, "was reclaimed and its task claimed again here")
         self.inflight[run.key] = run
         q = claimed.queue
-        self.inflight_per_queue[q] = self.inflight_per_queue.get(q, 0) + 1
+        self.active += 1
+        self.active_per_queue[q] = self.active_per_queue.get(q, 0) + 1
+        run.holds_slot = True
         run.task = asyncio.get_running_loop().create_task(self._run(run))
+
+    def release_slot(self, run: Run) -> None:
+        """The run's body is over (its outcome is being written): its slot can be refilled.
+
+        Does not wake the poll loop: the outcome write itself refills the slot (complete.lua
+        claims), and _forget wakes the poll loop for whatever that left free.
+        """
+        if run.holds_slot:
+            run.holds_slot = False
+            self.active -= 1
+            self.active_per_queue[run.claimed.queue] -= 1
+
+    def free_slots(self, queue: str) -> int:
+        """Slots free for new runs of ``queue`` (worker concurrency and the queue's cap)."""
+        free = self.settings.worker_concurrency - self.active - self.claiming
+        cap = self.queue_caps.get(queue)
+        if cap is not None:
+            taken = self.active_per_queue.get(queue, 0) + self.claiming_per_queue.get(queue, 0)
+            free = min(free, cap - taken)
+        return free
+
+    def reserve(self, queue: str, n: int) -> None:
+        """Hold ``n`` slots for a claim in flight (``n`` < 0 gives them back)."""
+        self.claiming += n
+        self.claiming_per_queue[queue] = self.claiming_per_queue.get(queue, 0) + n
 
     async def _run(self, run: Run) -> None:
         try:
@@ -167,8 +199,7 @@ class Worker:
     def _forget(self, run: Run) -> None:
         if self.inflight.get(run.key) is run:
             del self.inflight[run.key]
-            q = run.claimed.queue
-            self.inflight_per_queue[q] -= 1
+            self.release_slot(run)
             self.slot_freed.set()
 
     def thread_returned(self) -> None:

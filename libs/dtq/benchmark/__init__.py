@@ -226,7 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             if "A" in wanted:
                 record("A", "dtq", guard(lambda: b.throughput(sz["A"])))
-                record("A", "dtq (bare body)", guard(lambda: b.throughput(sz["A"], name="bare")))
                 record("A2", "dtq", guard(lambda: b.throughput(sz["A"], procs=2)))
                 for lib in libs:
                     peer("A", lib, n=sz["A"], concurrency=32, procs=1)

@@ -1,0 +1,211 @@
+-- _claim.lua: the claim transition as a function, shared by claim.lua and complete.lua.
+-- Not a script of its own: a script that starts with "-- include: _claim" gets it prepended
+-- (after _common.lua, see dtq/scripts.py). Both callers pass the same KEYS layout:
+--
+-- KEYS[1..10]  priority streams p9..p0
+-- KEYS[11]     P:{q}:paused  (while it exists nothing is claimed)
+-- KEYS[12]     P:{q}:events
+-- KEYS[13]     P:{q}:stats
+-- KEYS[14]     P:{q}:t:      (task record key prefix)
+-- KEYS[15]     P:{q}:idem:
+-- KEYS[16]     P:{q}:sched   (rate-limited tasks wait there until their window has room)
+-- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py)
+-- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
+--
+-- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair) returns the claim reply
+-- documented in claim.lua.
+
+local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix, fair)
+  local base = KEYS[14]
+  local sched, lim_base = KEYS[16], KEYS[17]
+  local now = now_ms()
+  if redis.call('EXISTS', KEYS[11]) == 1 then
+    return {now, -1}
+  end
+  if redis.call('EXISTS', unpack(KEYS, 1, 10)) < 10 then
+    return {now, -2}
+  end
+  local started = {}
+  local absorbed, expired, held = 0, 0, 0
+  -- Bounds the work of one call when many entries are parked or absorbed in a row.
+  local scanned, budget = 0, math.max(200, remaining * 4)
+
+  -- New entries of band i (at most count), or nil.
+  local function read(i, count)
+    local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT', count,
+      'STREAMS', KEYS[i], '>')
+    -- res[1][2] on Redis; fakeredis (dtq.testing) answers {} for nil and flattens the reply.
+    if res and res[1] then
+      local entries = res[1][2] or res[2]
+      if entries and #entries > 0 then return entries end
+    end
+    return nil
+  end
+
+  -- Whether the limits of task tid (record fields r[15..18]) let it start now; parks it if not.
+  local function admit(i, eid, tid, rk, r)
+    local lk = r[15]
+    if not lk then return true end
+    local lb = lim_base .. lk
+    local lc = tonumber(r[16] or '0')
+    if lc > 0 then
+      local run = lb .. ':run'
+      local n = redis.call('ZCARD', run)
+      if n >= lc then
+        -- A run that ended without releasing (its record purged) must not hold a place.
+        local m = redis.call('ZRANGE', run, 0, -1, 'WITHSCORES')
+        for j = 1, #m, 2 do
+          local s = redis.call('HMGET', base .. m[j], 'status', 'attempt')
+          if s[1] ~= 'running' or tonumber(s[2]) ~= tonumber(m[j + 1]) then
+            redis.call('ZREM', run, m[j])
+            n = n - 1
+          end
+        end
+      end
+      if n >= lc then
+        drop_entry(KEYS[i], group, eid)
+        redis.call('HDEL', rk, 'eid')
+        redis.call('RPUSH', lb .. ':held', tid)
+        emit(KEYS[12], maxlen, 'held', tid, r[4], worker, 'concurrency ' .. lk)
+        return false
+      end
+    end
+    local lrn = tonumber(r[17] or '0')
+    if lrn > 0 then
+      local lrw = tonumber(r[18])
+      local log = lb .. ':rate'
+      redis.call('ZREMRANGEBYSCORE', log, '-inf', now - lrw)
+      if redis.call('ZCARD', log) >= lrn then
+        local oldest = tonumber(redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')[2])
+        -- Spread a backlog over later windows so they do not all wake at once (the check
+        -- above is what enforces the rate; this only saves futile wake-ups).
+        local wait = lb .. ':rwait'
+        local c = redis.call('INCR', wait)
+        local due = oldest + lrw + math.floor((c - 1) / lrn) * lrw
+        redis.call('PEXPIRE', wait, due - now + lrw)
+        drop_entry(KEYS[i], group, eid)
+        redis.call('HSET', rk, 'status', 'scheduled', 'due', due)
+        redis.call('HDEL', rk, 'eid')
+        redis.call('ZADD', sched, due, tid)
+        emit(KEYS[12], maxlen, 'throttled', tid, r[4], worker, 'rate ' .. lk)
+        return false
+      end
+    end
+    return true
+  end
+
+  -- Handle one delivered entry of band i; returns true when a run started.
+  local function take(i, entry)
+    scanned = scanned + 1
+    local eid, fields = entry[1], entry[2]
+    local tid = fields[2]
+    local rk = base .. tid
+    local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
+      'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
+      'lrw')
+    if r[1] == 'queued' and r[2] == eid then
+      if r[3] and tonumber(r[3]) <= now then
+        drop_entry(KEYS[i], group, eid)
+        redis.call('HSET', rk, 'error', 'expired before it started')
+        finish(rk, 'expired', now, ttl, done_prefix .. tid, KEYS[15])
+        emit(KEYS[12], maxlen, 'expired', tid, r[4], worker, '')
+        expired = expired + 1
+        return false
+      end
+      if not admit(i, eid, tid, rk, r) then
+        held = held + 1
+        return false
+      end
+      local attempt = tonumber(r[4]) + 1
+      redis.call('HSET', rk, 'status', 'running', 'attempt', attempt, 'worker', worker,
+        'started', now)
+      if r[15] then
+        local lb = lim_base .. r[15]
+        if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
+        if tonumber(r[17] or '0') > 0 then
+          redis.call('ZADD', lb .. ':rate', now, tid .. ':' .. attempt)
+          redis.call('PEXPIRE', lb .. ':rate', tonumber(r[18]))
+        end
+      end
+      emit(KEYS[12], maxlen, 'started', tid, attempt, worker, '')
+      local o = #started
+      started[o + 1] = tid
+      started[o + 2] = eid
+      started[o + 3] = attempt
+      started[o + 4] = r[5]
+      started[o + 5] = r[6]
+      started[o + 6] = r[7] or ''
+      started[o + 7] = r[8]
+      started[o + 8] = r[9] or ''
+      started[o + 9] = r[10]
+      started[o + 10] = r[11]
+      started[o + 11] = r[12]
+      started[o + 12] = r[13]
+      started[o + 13] = r[14] or ''
+      remaining = remaining - 1
+      return true
+    end
+    -- A duplicate (or an entry whose task is gone): acknowledged, never run.
+    drop_entry(KEYS[i], group, eid)
+    redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
+    emit(KEYS[12], maxlen, 'absorbed', tid, r[4], worker, eid)
+    absorbed = absorbed + 1
+    return false
+  end
+
+  if not fair then
+    -- Strict priority: drain a band (re-reading past parked or absorbed entries) before the next.
+    for i = 1, 10 do
+      while remaining > 0 and scanned < budget do
+        local entries = read(i, remaining)
+        if not entries then break end
+        for _, entry in ipairs(entries) do take(i, entry) end
+      end
+      if remaining <= 0 or scanned >= budget then break end
+    end
+  else
+    -- Smooth weighted round-robin over the bands that have entries: each pick adds every
+    -- eligible band's weight to its credit, takes the band with the most credit and charges it
+    -- the total. Band p (KEYS index 10 - p) weighs p + 1, so p9 gets 10 picks to p0's 1.
+    local raw = redis.call('HMGET', KEYS[18], 'b1', 'b2', 'b3', 'b4', 'b5', 'b6', 'b7', 'b8',
+      'b9', 'b10')
+    local credit, eligible = {}, {}
+    for i = 1, 10 do
+      credit[i] = tonumber(raw[i] or '0')
+      eligible[#eligible + 1] = i
+    end
+    while remaining > 0 and scanned < budget and #eligible > 0 do
+      local total, best, best_pos = 0, nil, nil
+      for pos, i in ipairs(eligible) do
+        credit[i] = credit[i] + (11 - i)
+        total = total + (11 - i)
+        if best == nil or credit[i] > credit[best] then best, best_pos = i, pos end
+      end
+      credit[best] = credit[best] - total
+      local entries = read(best, 1)
+      if entries then
+        take(best, entries[1])
+      else
+        -- An empty band banks no credit: it would burst when it fills again.
+        credit[best] = 0
+        table.remove(eligible, best_pos)
+      end
+    end
+    local save = {}
+    for i = 1, 10 do
+      -- Bounded so a band emptied with credit owed never drifts far.
+      local c = math.max(-55, math.min(55, credit[i]))
+      save[#save + 1] = 'b' .. i
+      save[#save + 1] = c
+    end
+    redis.call('HSET', KEYS[18], unpack(save))
+  end
+
+  local out = {now, absorbed, expired, #started / 13}
+  for _, v in ipairs(started) do out[#out + 1] = v end
+  out[#out + 1] = held
+  local more = 0
+  if remaining > 0 and scanned >= budget then more = 1 end
+  out[#out + 1] = more
+  return out
+end
