@@ -1,0 +1,128 @@
+"""The scripts' fast lane (dtq/scripts.py): one kept connection, and every way it falls back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+from dtq import AsyncClient, Client
+from dtq import scripts as sc
+from dtq.settings import Settings
+from tests.conftest import make_settings
+from tests.redis_server import RedisServer
+
+# Busy for about 0.3 s inside Redis, then answers its ARGV[1]: a call that can be cut mid-reply.
+SPIN = """
+local t0 = redis.call('TIME')
+local start = tonumber(t0[1]) * 1000000 + tonumber(t0[2])
+while true do
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000000 + tonumber(t[2]) - start > 300000 then break end
+end
+return ARGV[1]
+"""
+ECHO = "return ARGV[1]"
+
+
+def _with(scripts: Any, client: Any) -> Any:
+    scripts._objs["spin"] = client.register_script(SPIN)
+    scripts._objs["echo"] = client.register_script(ECHO)
+    return scripts
+
+
+def test_sync_lane_survives_script_flush_and_restart(fresh_redis: RedisServer) -> None:
+    r = redis.Redis.from_url(fresh_redis.url, decode_responses=True)
+    s = _with(sc.SyncScripts(r), r)
+    drops = []
+    real_drop = s._drop_lane
+    s._drop_lane = lambda: (drops.append(1), real_drop())
+    assert s.run(sc.Call("echo", [], ["a"])) == "a"
+    assert s._lane is not None  # the call went through the lane
+    r.script_flush()  # NOSCRIPT on the lane: redis-py loads the script, nothing ran twice
+    assert s.run(sc.Call("echo", [], ["b"])) == "b"
+    fresh_redis.restart()  # the lane's socket is dead: dropped, the usual path reconnects
+    assert s.run(sc.Call("echo", [], ["c"])) == "c"
+    assert s.run(sc.Call("echo", [], ["d"])) == "d"
+    assert drops == [1] and s._lane is not None  # dropped once, then a working lane again
+    r.close()
+
+
+def test_sync_lane_is_thread_safe(redis_server: RedisServer, prefix: str) -> None:
+    """Eight threads share one Client: every enqueue gets its own answer, none is lost."""
+    settings = make_settings(redis_server.url, prefix)
+    ids: list[str] = []
+    lock = threading.Lock()
+    with Client(settings=settings) as c:
+
+        def work() -> None:
+            mine = [c.enqueue("noop").id for _ in range(150)]
+            with lock:
+                ids.extend(mine)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(ids)) == 1200
+        # Each handle names a task that exists with that id: no reply went to the wrong caller.
+        assert all(c.get(i).id == i for i in ids[::37])
+        qk = c.keys.queue("default")
+        assert sum(c.redis.xlen(st) for st in qk.streams) == 1200
+
+
+def test_sync_lane_in_a_forked_child(redis_server: RedisServer) -> None:
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    s = _with(sc.SyncScripts(r), r)
+    assert s.run(sc.Call("echo", [], ["parent"])) == "parent"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        ok = s.run(sc.Call("echo", [], ["child"])) == "child"
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert s.run(sc.Call("echo", [], ["parent again"])) == "parent again"
+    r.close()
+
+
+async def test_async_lane_cancelled_mid_reply_never_mixes_replies(
+    redis_server: RedisServer,
+) -> None:
+    r = aredis.Redis.from_url(redis_server.url, decode_responses=True)
+    s = _with(sc.AsyncScripts(r), r)
+    assert await s.run(sc.Call("echo", [], ["warm"])) == "warm"
+    await r.script_load(SPIN)  # so the spin call is not a NOSCRIPT that goes the usual way
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(s.run(sc.Call("spin", [], ["late"])), 0.05)
+    assert s._lane is None  # the half-read connection was dropped
+    # The late reply of the cancelled call must not be read as this call's answer.
+    assert await s.run(sc.Call("echo", [], ["next"])) == "next"
+    assert await s.run(sc.Call("echo", [], ["after"])) == "after"
+    await r.aclose()
+
+
+async def test_async_lane_busy_falls_back_and_restart(fresh_redis: RedisServer) -> None:
+    r = aredis.Redis.from_url(fresh_redis.url, decode_responses=True)
+    s = _with(sc.AsyncScripts(r), r)
+    # Two calls at once: one takes the lane, the other the pool; both get their own answers.
+    got = await asyncio.gather(
+        s.run(sc.Call("spin", [], ["slow"])), s.run(sc.Call("echo", [], ["fast"]))
+    )
+    assert got == ["slow", "fast"]
+    fresh_redis.restart()
+    assert await s.run(sc.Call("echo", [], ["back"])) == "back"
+    await r.aclose()
+
+
+async def test_async_client_enqueue_through_the_lane(settings: Settings) -> None:
+    async with AsyncClient(settings=settings) as c:
+        hs = [await c.enqueue("noop") for _ in range(50)]
+        assert c._scripts._lane is not None
+        assert len({h.id for h in hs}) == 50
+        assert [(await c.get(h.id)).id for h in hs[::7]] == [h.id for h in hs[::7]]
