@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from enum import IntEnum
 
 import pytest
 
@@ -84,9 +85,28 @@ def test_bad_input_is_refused_before_sending(settings: Settings) -> None:
             c.get("no-queue-part")
         with pytest.raises(UnknownTask):
             c.get("default:0000")
+        with pytest.raises(InvalidRequest, match="priority"):
+            c.enqueue("add", [], priority=True)  # a bool is not a priority
+        with pytest.raises(InvalidRequest, match="max_retries"):
+            c.enqueue("add", [], max_retries=False)
+        with pytest.raises(InvalidRequest, match="each task needs a 'name'"):
+            c.enqueue_many([{"name": "add"}, {"args": [1]}])
+        with pytest.raises(SerializationError, match="args must be a list"):
+            c.enqueue("add", "ab")
+        # Nothing of the refused calls reached Redis.
+        assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == 0
+
+        class Level(IntEnum):
+            HIGH = 9
+
+        assert c.get(c.enqueue("add", [], priority=Level.HIGH).id).priority == 9
     tiny = settings.model_copy(update={"max_payload_bytes": 20})
     with Client(settings=tiny) as c, pytest.raises(PayloadTooLarge, match="DTQ_MAX_PAYLOAD_BYTES"):
         c.enqueue("add", ["x" * 100])
+    with Client(settings=tiny) as c:
+        c.enqueue("add", ["é" * 8])  # 12 characters, 20 bytes of JSON: fits
+        with pytest.raises(PayloadTooLarge):
+            c.enqueue("add", ["é" * 9])  # 13 characters but 22 bytes: the limit is in bytes
 
 
 def test_unreachable_redis_is_one_clear_error(prefix: str) -> None:

@@ -8,7 +8,6 @@ scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
@@ -21,9 +20,9 @@ import redis.asyncio as aredis
 from dtq import scripts as sc
 from dtq.connection import async_redis, sync_redis
 from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
-from dtq.keys import Keys, make_task_id, split_task_id
+from dtq.keys import Keys, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
-from dtq.requests import TaskDefaults, build_task, check_fields
+from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from dtq.cancellation import CancelSummary
 
 T = TypeVar("T")
+_STATUS = {s.value: s for s in TaskStatus}
 CANCEL_REASON = "cancelled by request"
 
 
@@ -64,29 +64,32 @@ class _Base:
     def _group(
         self, items: Iterable[Mapping[str, Any]]
     ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
-        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = defaultdict(list)
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
+        settings = self.settings
         n = 0
         for i, item in enumerate(items):
-            check_fields(item)
-            fields = dict(item)
-            name = fields.pop("name")
-            q, task = build_task(
-                self.settings,
-                name,
-                fields.pop("args", None),
-                fields.pop("kwargs", None),
-                defaults=self._defaults(name),
-                **fields,
-            )
-            by_queue[q].append((i, task))
+            if "name" not in item or not item.keys() <= ENQUEUE_FIELDS:
+                check_fields(item)  # says which field is wrong
+            # An item's fields are build_task's keyword arguments (checked just above).
+            q, task = build_task(settings, defaults=self._defaults(item["name"]), **item)
+            group = by_queue.get(q)
+            if group is None:
+                group = by_queue[q] = []
+            group.append((i, task))
             n = i + 1
         return by_queue, n
 
-    def _handles(self, queue: str, res: list[sc.Enqueued]) -> list[TaskHandle]:
-        return [
-            TaskHandle(make_task_id(queue, e.tid), queue, TaskStatus(e.status), e.created)
-            for e in res
-        ]
+    @staticmethod
+    def _place(
+        out: list[TaskHandle | None], queue: str, tasks: list[tuple[int, sc.NewTask]], raw: Any
+    ) -> None:
+        """Put the handles of enqueue.lua's reply (3 fields per task) at their items' places."""
+        for j, (i, _) in enumerate(tasks):
+            b = 3 * j
+            tid, status = raw[b], raw[b + 1]
+            if type(tid) is not str:
+                tid, status = tid.decode(), status.decode()
+            out[i] = TaskHandle(f"{queue}:{tid}", queue, _STATUS[status], int(raw[b + 2]) == 1)
 
     def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
         return sc.enqueue_call(self.keys.queue(queue), tasks, self.settings.events_maxlen)
@@ -204,8 +207,7 @@ class AsyncClient(_Base):
 
         replies = await self._io(go)
         for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
-            for (i, _), h in zip(tasks, self._handles(q, sc.parse_enqueue(raw)), strict=True):
-                out[i] = h
+            self._place(out, q, tasks, raw)
         return [h for h in out if h is not None]
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -343,8 +345,7 @@ class Client(_Base):
 
         replies = self._io(go)
         for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
-            for (i, _), h in zip(tasks, self._handles(q, sc.parse_enqueue(raw)), strict=True):
-                out[i] = h
+            self._place(out, q, tasks, raw)
         return [h for h in out if h is not None]
 
     def get(self, task_id: str) -> TaskInfo:

@@ -64,6 +64,14 @@ def _until(value: float | timedelta | datetime | str | None, what: str) -> float
     return _seconds(value, what)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_DEFAULTS = TaskDefaults()
+_queue_ok: set[str] = set()  # queue names already checked (bounded below)
+
+
 def build_task(
     settings: Settings,
     name: str,
@@ -82,56 +90,68 @@ def build_task(
     metadata: Mapping[str, Any] | None = None,
     unique: bool | None = None,
 ) -> tuple[str, NewTask]:
-    """Check one enqueue request; return its queue and the encoded task."""
-    d = defaults or TaskDefaults()
+    """Check one enqueue request; return its queue and the encoded task.
+
+    On the enqueue hot path (one call per task, bulk included): options left out cost nothing
+    beyond an ``is None`` test.
+    """
+    d = defaults or _DEFAULTS
     if not isinstance(name, str) or not name or len(name) > 200:
         raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
     q = queue or d.queue
-    if not isinstance(q, str) or not QUEUE_NAME_RE.match(q):
-        raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+    if q not in _queue_ok:
+        if not isinstance(q, str) or not QUEUE_NAME_RE.match(q):
+            raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+        if len(_queue_ok) < 1024:
+            _queue_ok.add(q)
     prio = d.priority if priority is None else priority
-    if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 9:
+    if type(prio) is not int:
+        if not _is_int(prio):
+            raise InvalidRequest("priority must be an integer from 0 to 9")
+        prio = int(prio)  # an IntEnum, say: hiredis packs plain ints only
+    if not 0 <= prio <= 9:
         raise InvalidRequest("priority must be an integer from 0 to 9")
     mr = d.max_retries if max_retries is None else max_retries
-    if isinstance(mr, bool) or not isinstance(mr, int) or mr < 0:
+    if type(mr) is not int:
+        if not _is_int(mr):
+            raise InvalidRequest("max_retries must be a non-negative integer")
+        mr = int(mr)
+    if mr < 0:
         raise InvalidRequest("max_retries must be a non-negative integer")
-    to = _seconds(timeout, "timeout") if timeout is not None else d.timeout
+    to = d.timeout
+    if timeout is not None:
+        to = _seconds(timeout, "timeout")
     if to is not None and to <= 0:
         raise InvalidRequest("timeout must be positive")
-    if delay is not None and eta is not None:
-        raise InvalidRequest("give delay or eta, not both")
-    wait = _until(eta, "eta") if eta is not None else _seconds(delay, "delay")
-    delay_ms = max(0, math.ceil((wait or 0) * 1000))
-    exp = _until(expires, "expires")
-    if exp is not None and exp <= 0:
-        raise InvalidRequest("expires is already in the past")
-    expires_ms = 0 if exp is None else max(1, math.ceil(exp * 1000))
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 256
-    ):
-        raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
-    if idempotency_key is not None and idempotency_key.startswith(UNIQUE_PREFIX):
-        raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
+    delay_ms = 0
+    if delay is not None or eta is not None:
+        if delay is not None and eta is not None:
+            raise InvalidRequest("give delay or eta, not both")
+        wait = _until(eta, "eta") if eta is not None else _seconds(delay, "delay")
+        delay_ms = max(0, math.ceil((wait or 0) * 1000))
+    expires_ms = 0
+    if expires is not None:
+        exp = _until(expires, "expires")
+        if exp is not None and exp <= 0:
+            raise InvalidRequest("expires is already in the past")
+        expires_ms = 0 if exp is None else max(1, math.ceil(exp * 1000))
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 256:
+            raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
+        if idempotency_key.startswith(UNIQUE_PREFIX):
+            raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
     a, k = codec.encode_args(args, kwargs, settings.max_payload_bytes)
     if idempotency_key is None and (d.unique if unique is None else unique):
         idempotency_key = unique_key(name, a, kwargs)
-    meta = codec.dumps(dict(metadata), "metadata") if metadata else ""
-    if len(meta) > 4096:
-        raise SerializationError("metadata must encode to at most 4096 bytes")
+    meta = ""
+    if metadata:
+        meta = codec.dumps(dict(metadata), "metadata")
+        if len(meta) > 4096:
+            raise SerializationError("metadata must encode to at most 4096 bytes")
     return q, NewTask(
-        tid=new_tid(),
-        name=name,
-        args=a,
-        kwargs=k,
-        priority=prio,
-        max_retries=mr,
-        timeout=to,
-        delay_ms=delay_ms,
-        expires_ms=expires_ms,
-        idempotency_key=idempotency_key or "",
-        meta=meta,
-        limit=d.limit.encode(name, args, kwargs) if d.limit is not None else "",
-    )
+        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
+        d.limit.encode(name, args, kwargs) if d.limit is not None else "",
+    )  # fmt: skip
 
 
 UNIQUE_PREFIX = "~u:"

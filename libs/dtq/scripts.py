@@ -228,9 +228,10 @@ class SyncScripts:
 # --- enqueue ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewTask:
-    """One task to create, already validated and encoded."""
+    """One task to create, already validated and encoded (not frozen: made once per enqueue,
+    and a frozen dataclass's __init__ costs three times as much)."""
 
     tid: str
     name: str
