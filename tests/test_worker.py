@@ -111,6 +111,15 @@ async def test_priority_order_with_concurrency_one(redis_server: object, prefix:
         assert tags[:3] == ["p9-0", "p9-1", "p9-2"]
 
 
+async def test_current_task_is_made_once_per_run(settings: Settings) -> None:
+    """The worker makes the context on first use; a child task and the task share it."""
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue("child_context")
+        assert await c.result(h.id, timeout=15) == [True, 1, h.id]
+        info = await c.get(h.id)
+        assert info.progress is not None and info.progress["message"] == "from the task"
+
+
 async def test_concurrency_bounds_inflight(redis_server: object, prefix: str) -> None:
     s = make_settings(redis_server.url, prefix, worker_concurrency=3)  # type: ignore[attr-defined]
     SLEEPING["peak"] = 0

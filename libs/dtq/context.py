@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -55,7 +56,11 @@ class TaskContext:
         return self.hooks is not None and self.hooks.stop_requested()
 
 
-_current: ContextVar[TaskContext | None] = ContextVar("dtq_current_task", default=None)
+# A runner sets either the context or a function making it: most tasks never ask, so the worker
+# makes it on the first current_task() of a run (then kept for the rest of the run).
+_current: ContextVar[TaskContext | Callable[[], TaskContext] | None] = ContextVar(
+    "dtq_current_task", default=None
+)
 
 
 def current_task() -> TaskContext:
@@ -63,8 +68,11 @@ def current_task() -> TaskContext:
     ctx = _current.get()
     if ctx is None:
         raise DtqError("current_task() called outside a running dtq task")
+    if not isinstance(ctx, TaskContext):
+        ctx = ctx()
+        _current.set(ctx)
     return ctx
 
 
-def set_current(ctx: TaskContext | None) -> object:
+def set_current(ctx: TaskContext | Callable[[], TaskContext] | None) -> object:
     return _current.set(ctx)

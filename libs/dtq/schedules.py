@@ -32,9 +32,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterBadCronError, CroniterBadDateError
-
+# croniter is imported where a cron expression is used: a worker without cron schedules (and
+# every process that only enqueues) starts without it.
 from dtq import codec
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
@@ -87,6 +86,8 @@ def _instants(wall: datetime, tz: ZoneInfo, every_hour: bool) -> list[datetime]:
 
 def cron_next(expr: str, tz: ZoneInfo, after: datetime) -> datetime:
     """The first fire time of ``expr`` (wall clock in ``tz``) strictly after ``after`` (UTC)."""
+    from croniter import croniter
+
     every_hour = croniter(expr).expanded[1] in (["*"], list(range(24)))
     wall_after = after.astimezone(tz).replace(tzinfo=None)
     it = croniter(expr, wall_after - _DST_MARGIN)
@@ -165,6 +166,9 @@ class Schedule:
                 len(self.cron.split()) != 5 and not self.cron.startswith("@")
             ):
                 raise InvalidRequest(f"cron must have 5 fields: {self.cron!r}")
+            from croniter import croniter
+            from croniter.croniter import CroniterBadCronError
+
             try:
                 croniter(self.cron)
             except (CroniterBadCronError, ValueError, KeyError) as exc:
@@ -183,6 +187,8 @@ class Schedule:
         codec.dumps(dict(self.kwargs), "schedule kwargs")
         codec.dumps(dict(self.metadata), "schedule metadata")
         if self.cron is not None:
+            from croniter.croniter import CroniterBadDateError
+
             try:
                 self.next_after(_ms(datetime.now(UTC)))
             except CroniterBadDateError:

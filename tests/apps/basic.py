@@ -8,7 +8,7 @@ import time
 
 import redis
 
-from dtq import App, Fail, Retry, current_task
+from dtq import App, Fail, Retry, TaskContext, current_task
 
 app = App()
 
@@ -28,6 +28,21 @@ def record_start(tag: str = "") -> None:
 @app.task(name="add")
 async def add(a: int, b: int) -> int:
     return a + b
+
+
+@app.task(name="child_context")
+async def child_context() -> list[object]:
+    """A child task asks for the context first, then the task itself: one and the same."""
+    child = await asyncio.create_task(_ask())
+    mine = current_task()
+    mine.progress(1, 2, "from the task")
+    return [child is mine, mine.attempt, mine.id]
+
+
+async def _ask() -> TaskContext:
+    ctx = current_task()
+    ctx.progress(1, 2, "from a child task")
+    return ctx
 
 
 @app.task(name="sync_mul")

@@ -57,10 +57,10 @@ class _Hooks:
 
     __slots__ = ("_loop", "_run", "_w", "writer")
 
-    def __init__(self, w: Worker, run: Run) -> None:
+    def __init__(self, w: Worker, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         self._w = w
         self._run = run
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
         self.writer: ProgressWriter | None = None
 
     def start(self) -> ProgressWriter:
@@ -121,12 +121,15 @@ class Executor:
         try:
             result = await self._invoke(run)
             try:
-                payload = "null" if result is None else codec.dumps(result, "the task's result")
-                if len(payload.encode()) > w.settings.max_result_bytes:
-                    raise SerializationError(
-                        f"result is {len(payload.encode())} bytes, over "
-                        f"DTQ_MAX_RESULT_BYTES={w.settings.max_result_bytes}"
-                    )
+                payload = "null"
+                if result is not None:
+                    payload = codec.dumps(result, "the task's result")
+                    size = len(payload.encode())
+                    if size > w.settings.max_result_bytes:
+                        raise SerializationError(
+                            f"result is {size} bytes, over "
+                            f"DTQ_MAX_RESULT_BYTES={w.settings.max_result_bytes}"
+                        )
                 item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
             except SerializationError as exc:
                 item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", NO_RETRY)
@@ -201,19 +204,25 @@ class Executor:
         except ValueError as exc:
             raise Fail(f"arguments are not valid JSON: {exc}") from None
         timeout = c.timeout
-        ctx = TaskContext(
-            id=run.task_id,
-            name=c.name,
-            queue=c.queue,
-            attempt=c.attempt,
-            retries=c.retries,
-            max_retries=c.max_retries,
-            worker_id=w.worker_id,
-            deadline=None if timeout is None else time.time() + timeout,
-            hooks=(hooks := _Hooks(w, run)),
-        )  # fmt: skip
-        set_current(ctx)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else time.time() + timeout
+        made: list[_Hooks] = []  # at most one: a child task asking later gets the same
+        ctx: TaskContext | None = None
+
+        def context() -> TaskContext:
+            nonlocal ctx
+            if ctx is None:
+                made.append(hooks := _Hooks(w, run, loop))
+                ctx = TaskContext(
+                    id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt,
+                    retries=c.retries, max_retries=c.max_retries, worker_id=w.worker_id,
+                    deadline=deadline, hooks=hooks,
+                )  # fmt: skip
+            return ctx
+
         if task.is_async:
+            # Made on the task's first current_task() (most never ask).
+            set_current(context)
             coro = task.fn(*args, **kwargs)
             try:
                 if timeout is None:
@@ -224,9 +233,11 @@ class Executor:
                 if run.stop_reason is not None:
                     raise asyncio.CancelledError() from None
                 raise TaskTimeout(f"timed out after {timeout}s") from None
-            if hooks.writer is not None:
-                await hooks.writer.flush()  # the last progress report lands before the outcome
+            if made and made[0].writer is not None:
+                await made[0].writer.flush()  # the last progress report lands before the outcome
             return result
+        set_current(context())
+        hooks = made[0]
         writer = hooks.start()  # a sync task reports from its thread: the writer must exist
         cv = contextvars.copy_context()
         fut = asyncio.get_running_loop().run_in_executor(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
+
 
 class WorkerMetrics:
     def __init__(self, worker_id: str) -> None:
@@ -13,17 +15,18 @@ class WorkerMetrics:
         self.inflight = Gauge(
             "dtq_worker_inflight", "Tasks running on this worker", ["worker_id"], registry=r
         ).labels(worker_id)
-        self.tasks = Counter(
+        # Updated by every run: lock-free (hotmetrics.py), same names, labels and buckets.
+        self.tasks = HotCounterFamily(
             "dtq_worker_tasks_total",
             "Runs finished by this worker, by outcome",
             ["worker_id", "queue", "task", "outcome"],
-            registry=r,
+            r,
         )
-        self.duration = Histogram(
-            "dtq_task_duration_seconds", "Run time of tasks", ["queue", "task"], registry=r
+        self.duration = HotHistogramFamily(
+            "dtq_task_duration_seconds", "Run time of tasks", ["queue", "task"], r
         )
-        self.wait = Histogram(
-            "dtq_task_wait_seconds", "Time from enqueue to first start", ["queue"], registry=r
+        self.wait = HotHistogramFamily(
+            "dtq_task_wait_seconds", "Time from enqueue to first start", ["queue"], r
         )
         self.reclaimed = Counter(
             "dtq_tasks_reclaimed_total", "Runs of lost workers put back by this reaper", registry=r
