@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("dtq.outcomes")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     queue: str
     item: sc.Success | sc.Failure
+    # The run's slot is reserved for the claim this outcome's write makes (see _can_refill): held
+    # from the moment the body ended, so the poll loop does not take it meanwhile.
+    held: bool = False
 
 
 class OutcomeWriter:
@@ -35,7 +38,7 @@ class OutcomeWriter:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         # Two writes in flight of at most half the slots each: the batches alternate between
-        # Redis and the worker (see _refill).
+        # Redis and the worker (see _can_refill).
         self._batcher: Batcher[Outcome, str] = Batcher(
             self._flush, max_batch=max(1, (worker.settings.worker_concurrency + 1) // 2), flights=2
         )
@@ -45,6 +48,9 @@ class OutcomeWriter:
 
         Returns the verdict, or None when the run lost its claim or the worker gave up.
         """
+        if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
+            outcome.held = True
+            self.w.reserve(outcome.queue, 1)
         backoff = Backoff(log, "outcome write")
         while True:
             try:
@@ -59,19 +65,22 @@ class OutcomeWriter:
                     return None
                 await asyncio.sleep(backoff.failed(exc))
 
-    def _refill(self, queue: str, freed: int) -> int:
-        """How many runs the complete call of ``freed`` runs of ``queue`` should claim.
+    def _can_refill(self, queue: str) -> bool:
+        """Whether a successful run's write should claim the run that takes its slot.
 
-        The slots those runs freed are refilled in the same round trip, while the worker's
-        other runs go on: with several writes in flight, Redis and the worker then work at
-        the same time instead of in turns. Only for the first queue (claiming another would
-        jump the queue order the poll loop keeps) and not while the poll loop waits for work
-        (the queue was empty: it wakes on new entries itself).
+        The slots a batch of runs freed are refilled in the same round trip, while the
+        worker's other runs go on: with several writes in flight, Redis and the worker then
+        work at the same time instead of in turns. Only for the first queue (claiming another
+        would jump the queue order the poll loop keeps) and not while the poll loop waits for
+        work (the queue was empty: it wakes on new entries itself).
         """
         w = self.w
-        if queue != w.queues[0] or w.stopping or w.consumer.waiting or not w.healthy.is_set():
-            return 0
-        return max(0, min(freed, w.free_slots(queue)))
+        return (
+            queue == w.queues[0]
+            and not w.stopping
+            and not w.consumer.waiting
+            and w.healthy.is_set()
+        )
 
     async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
         w = self.w
@@ -86,10 +95,19 @@ class OutcomeWriter:
         for (queue, kind), idx in groups.items():
             qk = w.keys.queue(queue)
             if kind == "ok":
-                claim = self._refill(queue, len(idx))
-                if claim:
-                    refill = (queue, claim)
-                    w.reserve(queue, claim)
+                # The slots held for this batch go to its claim (or back, if it cannot claim).
+                held = 0
+                for i in idx:
+                    if batch[i].held:
+                        batch[i].held = False
+                        held += 1
+                claim = held if held and self._can_refill(queue) else 0
+                if held:
+                    refill = (queue, held)
+                    if not claim:
+                        w.reserve(queue, -held)
+                        refill = None
+                        w.slot_freed.set()
                 call = sc.complete_call(
                     qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                     s.events_maxlen, s.result_ttl_s, claim, s.fair,
