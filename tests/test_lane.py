@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from dtq import AsyncClient, Client
+from dtq import AsyncClient, Client, InvalidRequest
 from dtq import scripts as sc
 from dtq.settings import Settings
 from tests.conftest import make_settings
@@ -126,3 +126,42 @@ async def test_async_client_enqueue_through_the_lane(settings: Settings) -> None
         assert c._scripts._lane is not None
         assert len({h.id for h in hs}) == 50
         assert [(await c.get(h.id)).id for h in hs[::7]] == [h.id for h in hs[::7]]
+
+
+def test_run_many_streams_calls_and_keeps_the_connection_in_step(
+    redis_server: RedisServer,
+) -> None:
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    s = _with(sc.SyncScripts(r), r)
+    s._objs["boom"] = r.register_script("return redis.error_reply('BOOM ' .. ARGV[1])")
+    assert s.run_many(sc.Call("echo", [], [str(i)]) for i in range(5)) == ["0", "1", "2", "3", "4"]
+    r.script_flush()  # every call of the stream answers NOSCRIPT: each is run the usual way
+    assert s.run_many(sc.Call("echo", [], [str(i)]) for i in range(3)) == ["0", "1", "2"]
+    with pytest.raises(redis.ResponseError, match="BOOM x"):
+        s.run(sc.Call("boom", [], ["x"]))
+    calls = [sc.Call("echo", [], ["a"]), sc.Call("boom", [], ["y"]), sc.Call("echo", [], ["b"])]
+    with pytest.raises(redis.ResponseError, match="BOOM y"):
+        s.run_many(iter(calls))
+    # Every reply of the failed stream was read: the next call gets its own answer.
+    assert s.run(sc.Call("echo", [], ["next"])) == "next"
+    r.close()
+
+
+def test_bulk_enqueue_in_parts(settings: Settings) -> None:
+    from dtq.client import BULK_PART
+
+    n = BULK_PART * 4 + 17
+    with Client(settings=settings) as c:
+        c.enqueue("noop")  # registers the queue: the big batch takes the streamed path
+        c.redis.script_flush()
+        hs = c.enqueue_many([{"name": "noop", "args": [i]} for i in range(n)])
+        assert len({h.id for h in hs}) == n and all(h.created for h in hs)
+        # Handles come back in item order, each naming its own task.
+        for i in (0, BULK_PART - 1, BULK_PART, n - 1):
+            assert c.get(hs[i].id).args == [i]
+        assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == n + 1
+        # One bad item anywhere: nothing is sent.
+        items = [{"name": "noop"}] * (BULK_PART * 2) + [{"name": "noop", "priority": 10}]
+        with pytest.raises(InvalidRequest):
+            c.enqueue_many(items)
+        assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == n + 1

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _STATUS = {s.value: s for s in TaskStatus}
+# Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts.
+BULK_PART = 250
 CANCEL_REASON = "cancelled by request"
 
 
@@ -334,7 +336,15 @@ class Client(_Base):
             if len(by_queue) == 1 and not by_queue.keys() - self._registered:
                 # The common case in one round trip: a pipeline would add SCRIPT EXISTS.
                 ((q, tasks),) = by_queue.items()
-                return [1, self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
+                if len(tasks) <= BULK_PART:
+                    return [1, self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
+                # A big batch goes in parts, each sent as soon as it is encoded: Redis runs one
+                # part while the next is encoded (every item was validated before any is sent).
+                parts = (
+                    self._enqueue_call(q, [t for _, t in tasks[i : i + BULK_PART]])
+                    for i in range(0, len(tasks), BULK_PART)
+                )
+                return [1, [x for r in self._scripts.run_many(parts) for x in r]]
             with self.redis.pipeline(transaction=False) as pipe:
                 pipe.sadd(self.keys.queues, *by_queue)
                 for q, tasks in by_queue.items():

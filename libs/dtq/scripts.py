@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -200,11 +200,64 @@ class SyncScripts:
                 return res
         return obj(keys=call.keys, args=call.args, client=pipe)
 
-    def _lane_call(self, sha: str, call: Call) -> Any:
+    def run_many(self, calls: Iterable[Call]) -> list[Any]:
+        """Run ``calls`` in order; the replies in order (a script's error is raised).
+
+        Over the lane each call is sent as soon as it is built, so a generator building call
+        k + 1 works while Redis runs call k (a bulk enqueue overlaps its encoding with the
+        scripts). Nothing is resent that may have run: a connection lost after the first
+        send raises.
+        """
+        if not self._lane_lock.acquire(blocking=False):
+            return [self.run(c) for c in calls]
+        try:
+            conn = self._lane_conn()
+            sent: list[Call] = []
+            try:
+                for call in calls:
+                    sha = self._obj(call.script).sha
+                    conn.send_packed_command(conn.pack_command(*_evalsha_args(sha, call)), False)
+                    sent.append(call)
+                replies: list[Any] = []
+                error: ResponseError | None = None
+                for _ in sent:  # every reply is read, so the connection stays in step
+                    try:
+                        replies.append(conn.read_response())
+                    except NoScriptError:
+                        replies.append(_MISS)
+                    except ResponseError as exc:
+                        replies.append(None)
+                        error = error or exc
+            except ConnectionError:
+                self._drop_lane()
+                if sent:
+                    raise
+                return [self.run(c) for c in calls]
+            except BaseException:
+                self._drop_lane()
+                raise
+        finally:
+            self._lane_lock.release()
+        if error is not None:
+            raise error
+        # NOSCRIPT: that call did not run; the usual path loads the script and runs it.
+        return [self.run(c) if r is _MISS else r for c, r in zip(sent, replies, strict=True)]
+
+    def _obj(self, name: str) -> Any:
+        obj = self._objs.get(name)
+        if obj is None:
+            obj = self._objs[name] = self._redis.register_script(source(name))
+        return obj
+
+    def _lane_conn(self) -> Any:
         conn = self._lane
         if conn is None or self._lane_pid != os.getpid():  # a forked child gets its own
             conn = self._lane = self._redis.connection_pool.get_connection()
             self._lane_pid = os.getpid()
+        return conn
+
+    def _lane_call(self, sha: str, call: Call) -> Any:
+        conn = self._lane_conn()
         try:
             conn.send_packed_command(conn.pack_command(*_evalsha_args(sha, call)), False)
             return conn.read_response()

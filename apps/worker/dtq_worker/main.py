@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    # Everything made so far (modules, the app, settings) lives for the whole process: keep it
+    # out of the collector's generations, so collections scan only what runs create.
+    gc.freeze()
     code = run_worker(app, caps)
     logging.shutdown()
     sys.stdout.flush()
