@@ -120,6 +120,22 @@ async def test_current_task_is_made_once_per_run(settings: Settings) -> None:
         assert info.progress is not None and info.progress["message"] == "from the task"
 
 
+async def test_outcome_writes_claim_the_next_runs(redis_server: object, prefix: str) -> None:
+    """Under steady load the slots a batch frees are refilled by its own write (complete.lua
+    claims), not by separate claims of the poll loop; every task still runs exactly once."""
+    s = make_settings(redis_server.url, prefix, worker_concurrency=8)  # type: ignore[attr-defined]
+    async with AsyncClient(settings=s, app=app) as c:
+        hs = await c.enqueue_many([{"name": "add", "args": [i, 1]} for i in range(400)])
+        async with running_worker(app, s) as w:
+            for i, h in enumerate(hs):
+                assert await c.result(h.id, timeout=30) == i + 1
+            polls = w.metrics.registry.get_sample_value("dtq_claim_seconds_count")
+        # The first claim, then a few when the queue ran dry: not one per batch (400 / 8 = 50).
+        assert polls is not None and polls <= 10, polls
+        starts = [(await c.get(h.id)).attempt for h in hs]
+        assert starts == [1] * 400
+
+
 async def test_concurrency_bounds_inflight(redis_server: object, prefix: str) -> None:
     s = make_settings(redis_server.url, prefix, worker_concurrency=3)  # type: ignore[attr-defined]
     SLEEPING["peak"] = 0

@@ -94,6 +94,19 @@ def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
     return ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
 
 
+def _packed(conn: Any, sha: str, call: Call) -> Any:
+    """The EVALSHA of ``call`` as bytes for ``conn``: hiredis directly where it is there (a
+    blocking connection's pack_command checks every argument in Python first: 6.9 against
+    2.4 us for an enqueue)."""
+    args = _evalsha_args(sha, call)
+    if _hiredis_pack is None:  # pragma: no cover - hiredis comes with redis[hiredis]
+        return conn.pack_command(*args)
+    try:
+        return [_hiredis_pack(args)]
+    except TypeError as exc:
+        raise DataError(str(exc)) from None
+
+
 class AsyncScripts:
     """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
 
@@ -216,7 +229,7 @@ class SyncScripts:
             try:
                 for call in calls:
                     sha = self._obj(call.script).sha
-                    conn.send_packed_command(conn.pack_command(*_evalsha_args(sha, call)), False)
+                    conn.send_packed_command(_packed(conn, sha, call), False)
                     sent.append(call)
                 replies: list[Any] = []
                 error: ResponseError | None = None
@@ -259,7 +272,7 @@ class SyncScripts:
     def _lane_call(self, sha: str, call: Call) -> Any:
         conn = self._lane_conn()
         try:
-            conn.send_packed_command(conn.pack_command(*_evalsha_args(sha, call)), False)
+            conn.send_packed_command(_packed(conn, sha, call), False)
             return conn.read_response()
         except NoScriptError:
             return _MISS

@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     queues: Annotated[tuple[str, ...], NoDecode] = ("default",)
     """Queues a worker consumes, comma separated, in order of preference."""
     worker_concurrency: int = Field(16, gt=0, le=10_000)
-    """Tasks in flight per worker process."""
+    """Task bodies running at once per worker process (a run writing its outcome holds none)."""
     queue_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     """Per-queue caps on one worker's slots, e.g. ``bulk=4,critical=12`` (each 1 to
     DTQ_WORKER_CONCURRENCY), so a slow queue cannot take every slot."""

@@ -48,7 +48,8 @@ class WorkerMetrics:
         )
         self.claim_latency = Histogram(
             "dtq_claim_seconds",
-            "Round-trip time of one claim call",
+            "Round-trip time of one claim call of the poll loop (claims made by outcome writes "
+            "ride on those and are not timed)",
             registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
         )

@@ -91,35 +91,34 @@ class OutcomeWriter:
         verdicts: list[str] = [""] * len(batch)
         order = []
         calls = []
-        refill: tuple[str, int] | None = None
-        for (queue, kind), idx in groups.items():
-            qk = w.keys.queue(queue)
-            if kind == "ok":
-                # The slots held for this batch go to its claim (or back, if it cannot claim).
-                held = 0
-                for i in idx:
-                    if batch[i].held:
-                        batch[i].held = False
-                        held += 1
-                claim = held if held and self._can_refill(queue) else 0
-                if held:
-                    refill = (queue, held)
-                    if not claim:
-                        w.reserve(queue, -held)
-                        refill = None
-                        w.slot_freed.set()
-                call = sc.complete_call(
-                    qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                    s.events_maxlen, s.result_ttl_s, claim, s.fair,
-                )  # fmt: skip
-            else:
-                call = sc.fail_call(
-                    qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                    s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s),
-                )  # fmt: skip
-            calls.append(call)
-            order.append((kind, idx))
+        refill: tuple[str, int] | None = None  # slots reserved for this flush's claim
         try:
+            for (queue, kind), idx in groups.items():
+                qk = w.keys.queue(queue)
+                if kind == "ok":
+                    # The slots held for this batch go to its claim (or back, if it cannot).
+                    held = 0
+                    for i in idx:
+                        if batch[i].held:
+                            batch[i].held = False
+                            held += 1
+                    claim = held if held and self._can_refill(queue) else 0
+                    if claim:
+                        refill = (queue, held)
+                    elif held:
+                        w.reserve(queue, -held)
+                        w.slot_freed.set()  # the poll loop takes them
+                    call = sc.complete_call(
+                        qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
+                        s.events_maxlen, s.result_ttl_s, claim, s.fair,
+                    )  # fmt: skip
+                else:
+                    call = sc.fail_call(
+                        qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
+                        s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s),
+                    )  # fmt: skip
+                calls.append(call)
+                order.append((kind, idx))
             if len(calls) == 1:
                 # The usual flush is one script call: sent alone it is one round trip, where a
                 # pipeline would first ask SCRIPT EXISTS.

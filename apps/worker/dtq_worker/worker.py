@@ -69,6 +69,7 @@ class Worker:
             socket_connect_timeout=min(timeout, 5.0),
         )
         sc.hiredis_packing(self.redis)  # the batched script calls are long: see scripts.py
+        sc.hiredis_packing(self.blocking)  # the idle XREAD names every band of every queue
         self.scripts = sc.AsyncScripts(self.redis)
         self.metrics = WorkerMetrics(self.worker_id)
         self.pool = ThreadPoolExecutor(
