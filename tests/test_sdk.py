@@ -93,6 +93,10 @@ def test_bad_input_is_refused_before_sending(settings: Settings) -> None:
             c.enqueue_many([{"name": "add"}, {"args": [1]}])
         with pytest.raises(SerializationError, match="args must be a list"):
             c.enqueue("add", "ab")
+        with pytest.raises(InvalidRequest, match="bad queue name"):
+            c.enqueue_many([{"name": "add", "queue": ["not", "hashable"]}])
+        with pytest.raises(InvalidRequest, match="task name"):
+            c.enqueue_many([{"name": ["add"]}])
         # Nothing of the refused calls reached Redis.
         assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == 0
 

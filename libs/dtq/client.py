@@ -59,7 +59,7 @@ class _Base:
         self._registered: set[str] = set()
 
     def _defaults(self, name: str) -> TaskDefaults | None:
-        if self.app is None:
+        if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
             return None
         return self.app.defaults_for(name)
 

@@ -99,7 +99,7 @@ def build_task(
     if not isinstance(name, str) or not name or len(name) > 200:
         raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
     q = queue or d.queue
-    if q not in _queue_ok:
+    if type(q) is not str or q not in _queue_ok:
         if not isinstance(q, str) or not QUEUE_NAME_RE.match(q):
             raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
         if len(_queue_ok) < 1024:
