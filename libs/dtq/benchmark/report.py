@@ -145,11 +145,13 @@ def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
     else:
         add("B-bulk", ">= 5x the fastest peer's bulk enqueue", "no peer results", None)
     single = _get(med, "B", DTQ, "single_per_s")
-    xadd = _get(med, "G", "xadd_single", "tasks_per_s")
+    # The raw XADD loop run interleaved with the single enqueues in B (same moments of the
+    # machine); G's separate loop only for results written before B measured it.
+    xadd = _get(med, "B", DTQ, "raw_xadd_per_s") or _get(med, "G", "xadd_single", "tasks_per_s")
     if single is not None and xadd:
         add(
             "B-single",
-            ">= 90% of an unpipelined raw XADD loop",
+            ">= 90% of an unpipelined raw XADD loop (interleaved with it in B)",
             f"{single:,.0f}/s vs {xadd:,.0f}/s = {100 * single / xadd:.0f}%",
             single >= 0.9 * xadd,
         )

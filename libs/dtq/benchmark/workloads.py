@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from dtq.benchmark.server import BenchRedis
 from dtq.benchmark.tasks import DONE_KEY, LAT_KEY
 from dtq.client import Client
@@ -26,6 +28,7 @@ from dtq.settings import Settings
 
 APP = "dtq.benchmark.tasks:app"
 PREFIX = "bench"
+RAW_STREAM = "bench:raw-xadd"
 QUEUE = "bench"
 CHUNK = 1000
 POLL_S = 0.002
@@ -257,20 +260,33 @@ class DtqBench:
 
     # --- B: enqueue ------------------------------------------------------------------------
 
-    def enqueue_rate(self, n: int) -> Result:
+    def enqueue_rate(self, n: int, blocks: int = 4) -> Result:
+        """Single enqueues, and the raw XADD loop of G interleaved with them in ``blocks``
+        blocks each (G runs minutes earlier, when the machine may be faster or slower: the
+        B-single target compares the two from here); then bulk."""
         self.server.flush()
-        with self.client() as c:
+        single = raw = 0.0
+        with self.client() as c, redis.Redis.from_url(self.server.url) as r:
             c.enqueue("noop", queue=QUEUE)  # first call loads the script
-            t0 = time.perf_counter()
-            for _ in range(n):
-                c.enqueue("noop", queue=QUEUE)
-            single = time.perf_counter() - t0
+            r.xadd(RAW_STREAM, {"t": "warm"})
+            per = max(1, n // blocks)
+            for _ in range(blocks):
+                t0 = time.perf_counter()
+                for _ in range(per):
+                    c.enqueue("noop", queue=QUEUE)
+                single += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                for i in range(per):
+                    r.xadd(RAW_STREAM, {"t": str(i)})  # as ceiling.xadd_single
+                raw += time.perf_counter() - t0
             self.server.flush()
             bulk = self.fill(c, "noop", n)
         self.server.flush()
+        done = per * blocks
         return {
             "n": n,
-            "single_per_s": round(n / single, 1),
+            "single_per_s": round(done / single, 1),
+            "raw_xadd_per_s": round(done / raw, 1),
             "bulk_per_s": round(n / bulk, 1),
             "bulk_api": f"Client.enqueue_many, chunks of {CHUNK}",
             "setting": f"Client.enqueue / Client.enqueue_many (chunks of {CHUNK:,})",
