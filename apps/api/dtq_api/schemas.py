@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from dtq.models import TaskStatus
 
@@ -28,6 +28,14 @@ class ErrorBody(BaseModel):
 
 class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+def _number(value: Any) -> Any:
+    """JSON true/false and strings are not numbers here (pydantic would read them as 1, 0 or 3);
+    6.0 for an integer is, as JSON Schema says."""
+    if isinstance(value, bool | str):
+        raise ValueError("must be a number")
+    return value
 
 
 class EnqueueRequest(BaseModel):
@@ -54,6 +62,12 @@ class EnqueueRequest(BaseModel):
     metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
         None, max_length=10, description="Small flat metadata: at most 10 scalar entries."
     )
+
+    # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
+    @field_validator("priority", "delay", "max_retries", "timeout", "expires", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return _number(value)
 
 
 class Event(Open):
@@ -108,6 +122,12 @@ class RetryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_retries: int | None = Field(None, ge=0, le=1_000_000, description="New retry budget.")
+
+    # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
+    @field_validator("max_retries", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return _number(value)
 
 
 class RetryOut(BaseModel):
@@ -182,6 +202,12 @@ class DlqBulkRequest(BaseModel):
     name: str | None = None
     error: str | None = None
     max_retries: int | None = Field(None, ge=0, le=1_000_000)
+
+    # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
+    @field_validator("max_retries", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return _number(value)
 
 
 class DiscardOut(BaseModel):
