@@ -201,9 +201,7 @@ class SyncScripts:
         self._lane_lock = threading.Lock()
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
-        obj = self._objs.get(call.script)
-        if obj is None:
-            obj = self._objs[call.script] = self._redis.register_script(source(call.script))
+        obj = self._obj(call.script)
         if pipe is None and self._lane_lock.acquire(blocking=False):
             try:
                 res = self._lane_call(obj.sha, call)
