@@ -107,6 +107,35 @@ def _packed(conn: Any, sha: str, call: Call) -> Any:
         raise DataError(str(exc)) from None
 
 
+class AsyncLane:
+    """One connection of an asyncio client's pool, kept and written to directly (see above).
+
+    ``call`` raises whatever the command raised. A Redis error reply leaves the connection in
+    step; anything else (a broken connection, a timeout, a cancel mid-reply) drops it, so no
+    later call can read a reply meant for this one. ``busy`` is for callers sharing a lane.
+    """
+
+    def __init__(self, client: AsyncRedis) -> None:
+        self._client = client
+        self._conn: Any = None
+        self.busy = False
+
+    async def call(self, args: Sequence[Any]) -> Any:
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            return await conn.read_response()
+        except ResponseError:
+            raise
+        except BaseException:
+            self._conn = None
+            await conn.disconnect(nowait=True)
+            await self._client.connection_pool.release(conn)
+            raise
+
+
 class AsyncScripts:
     """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
 
@@ -116,48 +145,22 @@ class AsyncScripts:
     def __init__(self, redis: AsyncRedis) -> None:
         self._redis = redis
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
-        self._lane: Any = None
-        self._lane_busy = False
+        self._lane = AsyncLane(redis)
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._objs.get(call.script)
         if obj is None:
             obj = self._objs[call.script] = self._redis.register_script(source(call.script))
-        if pipe is None and not self._lane_busy:
-            self._lane_busy = True
+        lane = self._lane
+        if pipe is None and not lane.busy:
+            lane.busy = True
             try:
-                res = await self._lane_call(obj.sha, call)
+                return await lane.call(_evalsha_args(obj.sha, call))
+            except (NoScriptError, ConnectionError):
+                pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
             finally:
-                self._lane_busy = False
-            if res is not _MISS:
-                return res
+                lane.busy = False
         return await obj(keys=call.keys, args=call.args, client=pipe)
-
-    async def _lane_call(self, sha: str, call: Call) -> Any:
-        conn = self._lane
-        if conn is None:
-            conn = self._lane = await self._redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-        try:
-            await conn.send_packed_command(
-                conn.pack_command(*_evalsha_args(sha, call)), check_health=False
-            )
-            return await conn.read_response()
-        except NoScriptError:
-            return _MISS
-        except ResponseError:
-            raise  # the script's own error: the connection is fine
-        except ConnectionError:
-            await self._drop_lane()
-            return _MISS
-        except BaseException:
-            await self._drop_lane()  # a timeout or a cancel mid-reply: the stream is unusable
-            raise
-
-    async def _drop_lane(self) -> None:
-        conn, self._lane = self._lane, None
-        if conn is not None:
-            await conn.disconnect(nowait=True)
-            await self._redis.connection_pool.release(conn)
 
 
 class _HiredisPacking:

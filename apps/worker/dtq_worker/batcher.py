@@ -15,7 +15,7 @@ class Batcher(Generic[I, O]):
 
     Up to ``flights`` flushes are in flight at once, each of at most ``max_batch`` items (0: no
     limit). With two in flight the worker runs one batch's refilled runs while Redis works on
-    the other's write (see OutcomeWriter._refill).
+    the other's write (see OutcomeWriter._can_refill).
     """
 
     def __init__(

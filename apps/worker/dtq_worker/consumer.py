@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
@@ -19,33 +19,6 @@ IDLE_BLOCK_MS = 1000
 IDLE_WAIT_TIMEOUT_S = 2.0
 
 
-class _WakeLine:
-    """One connection of the blocking client kept for the idle XREAD and written to directly.
-
-    The pickup path is this XREAD's reply and then a claim: redis-py's command layer (pool
-    checkout with its readiness check, retry wrapper, reply parsing) added ~40 us to it. The
-    reply itself is not needed, only the wake-up. Any error, timeout or cancel drops the
-    connection: a blocked XREAD may still answer later, and nothing may read that reply.
-    """
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._conn: Any = None
-
-    async def xread(self, args: tuple[Any, ...]) -> None:
-        conn = self._conn
-        if conn is None:
-            conn = self._conn = await self._client.connection_pool.get_connection()
-        try:
-            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
-            await conn.read_response()
-        except BaseException:
-            self._conn = None
-            await conn.disconnect(nowait=True)
-            await self._client.connection_pool.release(conn)
-            raise
-
-
 class Consumer:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
@@ -53,7 +26,9 @@ class Consumer:
         self.more = False
         self.waiting = False  # blocked in wait_for_work: the queues were empty
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
-        self._wake = _WakeLine(worker.blocking)
+        # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
+        # layer on the pickup path; its reply is not needed, only the wake-up).
+        self._wake = sc.AsyncLane(worker.blocking)
 
     async def wait_slot(self, timeout: float) -> None:
         """Until a run ends (or shutdown starts), at most ``timeout`` seconds.
@@ -172,7 +147,7 @@ class Consumer:
             # block bounds how long shutdown leaves it waiting (the loop is then cancelled);
             # the timeout bounds a hung connection.
             async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
-                await self._wake.xread(args)
+                await self._wake.call(args)
         except TimeoutError:
             return
         except Exception as exc:

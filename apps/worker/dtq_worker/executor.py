@@ -206,13 +206,12 @@ class Executor:
         timeout = c.timeout
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.time() + timeout
-        made: list[_Hooks] = []  # at most one: a child task asking later gets the same
+        hooks = _Hooks(w, run, loop)
         ctx: TaskContext | None = None
 
-        def context() -> TaskContext:
+        def context() -> TaskContext:  # made once: a child task asking later gets the same
             nonlocal ctx
             if ctx is None:
-                made.append(hooks := _Hooks(w, run, loop))
                 ctx = TaskContext(
                     id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt,
                     retries=c.retries, max_retries=c.max_retries, worker_id=w.worker_id,
@@ -233,11 +232,10 @@ class Executor:
                 if run.stop_reason is not None:
                     raise asyncio.CancelledError() from None
                 raise TaskTimeout(f"timed out after {timeout}s") from None
-            if made and made[0].writer is not None:
-                await made[0].writer.flush()  # the last progress report lands before the outcome
+            if hooks.writer is not None:
+                await hooks.writer.flush()  # the last progress report lands before the outcome
             return result
         set_current(context())
-        hooks = made[0]
         writer = hooks.start()  # a sync task reports from its thread: the writer must exist
         cv = contextvars.copy_context()
         fut = asyncio.get_running_loop().run_in_executor(
