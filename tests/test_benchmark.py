@@ -45,6 +45,22 @@ def test_targets_compare_dtq_with_the_fastest_peer_and_the_ceiling() -> None:
     assert a_arq["ratio_dtq_per_lib"] == 4.5
 
 
+def test_backlog_target_falls_back_to_total_rate_when_a_size_has_no_steady_rate() -> None:
+    e = {
+        "dtq backlog=1,000": {"backlog": 1000, "tasks_per_s": 10000.0,
+                              "steady_tasks_per_s": 20000.0},
+        "dtq backlog=1,000,000": {"backlog": 1000000, "tasks_per_s": 9500.0,
+                                  "steady_tasks_per_s": 17000.0},
+    }  # fmt: skip
+    got = {t["id"]: t for t in report.targets({"E": e})}
+    assert got["E"]["met"] is False  # steady: 17000 < 0.9 x 20000
+    # A run that ended between two polls has no steady rate: compare the totals of every size.
+    e["dtq backlog=1,000,000"]["steady_tasks_per_s"] = None
+    got = {t["id"]: t for t in report.targets({"E": e})}
+    assert got["E"]["met"] is True  # 9500 >= 0.9 x 10000
+    assert "tasks_per_s" in got["E"]["target"]
+
+
 @pytest.mark.slow
 def test_quick_suite_runs_every_workload_and_writes_results(tmp_path: Path) -> None:
     argv = [
