@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 
 import pytest
 import redis
 
 from dtq import AsyncClient, Settings, TaskFailed
 from dtq import keys as keys_module
-from dtq.keys import Keys
+from dtq.keys import Keys, new_tid
 from tests.apps.basic import app
 from tests.conftest import running_worker
 
@@ -64,3 +66,32 @@ async def test_every_key_a_workload_creates_is_documented(
         assert not undocumented, f"keys missing from dtq/keys.py's layout: {undocumented}"
         # The test saw the main kinds of key (it is not vacuous).
         assert len(found) >= 15
+
+
+def test_task_ids_are_unique_across_threads_and_a_fork() -> None:
+    got: list[list[str]] = [[] for _ in range(8)]
+
+    def make(out: list[str]) -> None:
+        out.extend(new_tid() for _ in range(2000))
+
+    threads = [threading.Thread(target=make, args=(g,)) for g in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for g in got for i in g]
+    assert len(set(ids)) == len(ids) == 16000
+    assert all(len(i) == 28 and int(i, 16) >= 0 for i in ids)
+    # A child forked with part of the pool left must not hand out the parent's next parts.
+    new_tid()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(w, ",".join(new_tid()[12:] for _ in range(100)).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r) as fh:
+        child = set(fh.read().split(","))
+    parent = {new_tid()[12:] for _ in range(100)}
+    assert len(child) == 100 and not child & parent
