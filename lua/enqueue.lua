@@ -1,10 +1,12 @@
 -- enqueue.lua: create one or more tasks (bulk enqueue is one call).
 --
--- KEYS[1..10]  priority streams p9..p0 of the queue
--- KEYS[11]     P:{q}:sched   (zset of scheduled tasks, score = due ms)
--- KEYS[12]     P:{q}:events
--- KEYS[13]     P:{q}:t:      (task record key prefix; names the slot)
--- KEYS[14]     P:{q}:idem:   (idempotency key prefix)
+-- KEYS[1]      P:{q}:sched   (zset of scheduled tasks, score = due ms)
+-- KEYS[2]      P:{q}:events
+-- KEYS[3]      P:{q}:t:      (task record key prefix; names the slot)
+-- KEYS[4]      P:{q}:idem:   (idempotency key prefix)
+-- KEYS[5..]    the priority streams P:{q}:p<band> of the bands this call's tasks go to (only
+--              those: a single enqueue names one stream, not ten; each is found by its band
+--              digit, the key's last character)
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks
 -- ARGV[3..]    per task, 12 fields: tid, name, args(JSON), kwargs(JSON or ''), priority(0-9),
@@ -13,14 +15,25 @@
 --              limit ('' = none, else "concurrency|rate count|rate window ms|key", dtq/limits.py)
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
+--
+-- The call's time ("enq", and what delays and expiry count from) is read once: from the first
+-- stream entry's id (its milliseconds are the server's clock), or by TIME when a scheduled task
+-- comes first (TIME is a call of its own: a tenth of a single enqueue's cost).
 
 local maxlen = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
-local base = KEYS[13]
-local idem_base = KEYS[14]
-local now = now_ms()
-local out = {}
+local sched, events, base, idem_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local streams = {}
+for i = 5, #KEYS do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
 local F = 12
+for i = 0, n - 1 do  -- before anything is written
+  local prio = ARGV[3 + i * F + 4]
+  if not streams[prio] then
+    return redis.error_reply('DTQ_BAD_CALL no stream key for priority ' .. tostring(prio))
+  end
+end
+local now = nil
+local out = {}
 for i = 0, n - 1 do
   local o = 3 + i * F
   local tid, name, args, kwargs = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
@@ -43,9 +56,24 @@ for i = 0, n - 1 do
     if redis.call('EXISTS', rk) == 1 then
       return redis.error_reply('DTQ_DUPLICATE_ID ' .. tid)
     end
+    local status, eid
+    if delay > 0 then
+      status = 'scheduled'
+      if not now then now = now_ms() end
+    else
+      status = 'queued'
+      eid = redis.call('XADD', streams[prio], '*', 't', tid)
+      if not now then now = tonumber(string.match(eid, '^%d+')) end
+    end
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
     local h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr,
-      'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now}
+      'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now, 'status', status}
+    if eid then
+      h[#h + 1] = 'eid'; h[#h + 1] = eid
+    else
+      h[#h + 1] = 'due'; h[#h + 1] = now + delay
+      redis.call('ZADD', sched, now + delay, tid)
+    end
     if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
     if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
     if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
@@ -59,20 +87,8 @@ for i = 0, n - 1 do
       h[#h + 1] = 'idem'; h[#h + 1] = idem
       redis.call('SET', idem_base .. idem, tid)
     end
-    local status
-    if delay > 0 then
-      status = 'scheduled'
-      h[#h + 1] = 'status'; h[#h + 1] = status
-      h[#h + 1] = 'due'; h[#h + 1] = now + delay
-      redis.call('ZADD', KEYS[11], now + delay, tid)
-    else
-      status = 'queued'
-      local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
-      h[#h + 1] = 'status'; h[#h + 1] = status
-      h[#h + 1] = 'eid'; h[#h + 1] = eid
-    end
     redis.call('HSET', rk, unpack(h))
-    emit(KEYS[12], maxlen, 'enqueued', tid, 0, '', status)
+    emit(events, maxlen, 'enqueued', tid, 0, '', status)
     out[#out + 1] = tid
     out[#out + 1] = status
     out[#out + 1] = 1

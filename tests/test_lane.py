@@ -144,6 +144,15 @@ def test_run_many_streams_calls_and_keeps_the_connection_in_step(
         s.run_many(iter(calls))
     # Every reply of the failed stream was read: the next call gets its own answer.
     assert s.run(sc.Call("echo", [], ["next"])) == "next"
+    # Each reply is handed over as it is read (a NOSCRIPT one after its rerun), every one once.
+    seen: list[tuple[int, str]] = []
+    calls4 = (sc.Call("echo", [], [str(i)]) for i in range(4))
+    assert s.run_many(calls4, lambda k, v: seen.append((k, v))) == ["0", "1", "2", "3"]
+    assert seen == [(0, "0"), (1, "1"), (2, "2"), (3, "3")]
+    r.script_flush()
+    seen.clear()
+    s.run_many((sc.Call("echo", [], [str(i)]) for i in range(3)), lambda k, v: seen.append((k, v)))
+    assert sorted(seen) == [(0, "0"), (1, "1"), (2, "2")]
     r.close()
 
 

@@ -62,6 +62,30 @@ def test_enqueue_single_and_bulk(r: redis.Redis, run: Any, qk: QueueKeys) -> Non
     # Replaying the same tid is refused, not silently merged.
     with pytest.raises(redis.ResponseError, match="DTQ_DUPLICATE_ID"):
         enqueue(run, qk, a)
+    # The call's time is the first entry's id (no TIME call); a scheduled task counts from it.
+    eid_ms = int(rec["eid"].split("-")[0])
+    assert int(rec["enq"]) == eid_ms
+    assert int(r.hget(qk.task(c.tid), "due")) == int(r.hget(qk.task(c.tid), "enq")) + 60_000
+
+
+def test_enqueue_refuses_a_call_without_the_stream_of_a_tasks_band(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    good, bad = task(prio=5), task(prio=3)
+    call = sc.enqueue_call(qk, [good, bad], 100)
+    call = sc.Call(call.script, [k for k in call.keys if not k.endswith(":p3")], call.args)
+    with pytest.raises(redis.ResponseError, match="DTQ_BAD_CALL"):
+        run(call)
+    assert not r.exists(qk.task(good.tid)) and r.xlen(qk.stream(5)) == 0  # nothing written
+
+
+def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    later, now = task(delay_ms=5_000), task(prio=2)
+    enqueue(run, qk, later, now)
+    server_ms = int(r.time()[0]) * 1000
+    enq = int(r.hget(qk.task(later.tid), "enq"))
+    assert abs(enq - server_ms) < 5_000
+    assert r.hget(qk.task(now.tid), "enq") == str(enq)  # one time per call
 
 
 def test_enqueue_idempotency_key_returns_original(r: redis.Redis, run: Any, qk: QueueKeys) -> None:

@@ -339,12 +339,18 @@ class Client(_Base):
                 if len(tasks) <= BULK_PART:
                     return [1, self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
                 # A big batch goes in parts, each sent as soon as it is encoded: Redis runs one
-                # part while the next is encoded (every item was validated before any is sent).
+                # part while the next is encoded and the one before gets its handles (every
+                # item was validated before any is sent).
                 parts = (
                     self._enqueue_call(q, [t for _, t in tasks[i : i + BULK_PART]])
                     for i in range(0, len(tasks), BULK_PART)
                 )
-                return [1, [x for r in self._scripts.run_many(parts) for x in r]]
+
+                def place(k: int, raw: Any) -> None:
+                    self._place(out, q, tasks[k * BULK_PART : (k + 1) * BULK_PART], raw)
+
+                self._scripts.run_many(parts, place)
+                return []
             with self.redis.pipeline(transaction=False) as pipe:
                 pipe.sadd(self.keys.queues, *by_queue)
                 for q, tasks in by_queue.items():
@@ -354,8 +360,9 @@ class Client(_Base):
             return res
 
         replies = self._io(go)
-        for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
-            self._place(out, q, tasks, raw)
+        if replies:  # (else the handles were placed as the parts' replies came)
+            for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
+                self._place(out, q, tasks, raw)
         return [h for h in out if h is not None]
 
     def get(self, task_id: str) -> TaskInfo:

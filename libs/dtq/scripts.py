@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -214,39 +214,54 @@ class SyncScripts:
                 return res
         return obj(keys=call.keys, args=call.args, client=pipe)
 
-    def run_many(self, calls: Iterable[Call]) -> list[Any]:
+    def run_many(
+        self, calls: Iterable[Call], each: Callable[[int, Any], None] | None = None
+    ) -> list[Any]:
         """Run ``calls`` in order; the replies in order (a script's error is raised).
 
-        Over the lane each call is sent as soon as it is built, so a generator building call
-        k + 1 works while Redis runs call k (a bulk enqueue overlaps its encoding with the
-        scripts). Nothing is resent that may have run: a connection lost after the first
-        send raises.
+        Over the lane each call is sent as soon as it is built, and the reply of call k is read
+        (and handed to ``each(k, reply)``) only after call k + 1 was sent: Redis runs one call
+        while the client builds the next and handles the one before (a bulk enqueue overlaps
+        its encoding and its handles with the scripts). ``each`` sees every reply that is not
+        an error, in order. Nothing is resent that may have run: a connection lost after the
+        first send raises.
         """
         if not self._lane_lock.acquire(blocking=False):
-            return [self.run(c) for c in calls]
+            return self._each([self.run(c) for c in calls], each)
         try:
             conn = self._lane_conn()
             sent: list[Call] = []
+            replies: list[Any] = []
+            error: ResponseError | None = None
+
+            def read_one() -> None:
+                nonlocal error
+                try:
+                    reply = conn.read_response()
+                except NoScriptError:
+                    reply = _MISS
+                except ResponseError as exc:
+                    replies.append(None)
+                    error = error or exc
+                    return
+                replies.append(reply)
+                if each is not None and reply is not _MISS and error is None:
+                    each(len(replies) - 1, reply)
+
             try:
                 for call in calls:
                     sha = self._obj(call.script).sha
                     conn.send_packed_command(_packed(conn, sha, call), False)
                     sent.append(call)
-                replies: list[Any] = []
-                error: ResponseError | None = None
-                for _ in sent:  # every reply is read, so the connection stays in step
-                    try:
-                        replies.append(conn.read_response())
-                    except NoScriptError:
-                        replies.append(_MISS)
-                    except ResponseError as exc:
-                        replies.append(None)
-                        error = error or exc
+                    if len(sent) - len(replies) > 1:
+                        read_one()
+                while len(replies) < len(sent):  # every reply is read: the lane stays in step
+                    read_one()
             except ConnectionError:
                 self._drop_lane()
                 if sent:
                     raise
-                return [self.run(c) for c in calls]
+                return self._each([self.run(c) for c in calls], each)
             except BaseException:
                 self._drop_lane()
                 raise
@@ -255,7 +270,19 @@ class SyncScripts:
         if error is not None:
             raise error
         # NOSCRIPT: that call did not run; the usual path loads the script and runs it.
-        return [self.run(c) if r is _MISS else r for c, r in zip(sent, replies, strict=True)]
+        for k, (c, r) in enumerate(zip(sent, replies, strict=True)):
+            if r is _MISS:
+                replies[k] = self.run(c)
+                if each is not None:
+                    each(k, replies[k])
+        return replies
+
+    @staticmethod
+    def _each(replies: list[Any], each: Callable[[int, Any], None] | None) -> list[Any]:
+        if each is not None:
+            for k, r in enumerate(replies):
+                each(k, r)
+        return replies
 
     def _obj(self, name: str) -> Any:
         obj = self._objs.get(name)
@@ -330,14 +357,19 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
             "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
             t.idempotency_key, t.meta, t.limit,
         ]  # fmt: skip
-    return Call("enqueue", list(_enqueue_keys(qk)), args)
+    head, streams = _enqueue_keys(qk)
+    if len(tasks) == 1:
+        return Call("enqueue", [*head, streams[tasks[0].priority]], args)
+    # Only the bands used: enqueue.lua finds each stream by its last character.
+    return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
 
 
 # Key lists of the hot-path scripts, built once per queue (each is ~15-18 formatted strings;
 # QueueKeys is frozen, hence hashable; bounded for clients that use many queue names).
 @lru_cache(maxsize=512)
-def _enqueue_keys(qk: QueueKeys) -> tuple[str, ...]:
-    return (*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base)
+def _enqueue_keys(qk: QueueKeys) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """enqueue.lua's fixed keys, and the stream of each band indexed by priority."""
+    return (qk.sched, qk.events, qk.task_base, qk.idem_base), tuple(map(qk.stream, range(10)))
 
 
 @lru_cache(maxsize=512)
