@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 from typing import Any
@@ -100,21 +101,25 @@ async def test_async_lane_cancelled_mid_reply_never_mixes_replies(
     await r.script_load(SPIN)  # so the spin call is not a NOSCRIPT that goes the usual way
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(s.run(sc.Call("spin", [], ["late"])), 0.05)
-    assert s._lane._conn is None  # the half-read connection was dropped
+    assert [lane._conn for lane in s._lanes] == [None]  # the half-read connection was dropped
     # The late reply of the cancelled call must not be read as this call's answer.
     assert await s.run(sc.Call("echo", [], ["next"])) == "next"
     assert await s.run(sc.Call("echo", [], ["after"])) == "after"
     await r.aclose()
 
 
-async def test_async_lane_busy_falls_back_and_restart(fresh_redis: RedisServer) -> None:
+async def test_async_lanes_busy_fall_back_and_restart(fresh_redis: RedisServer) -> None:
     r = aredis.Redis.from_url(fresh_redis.url, decode_responses=True)
     s = _with(sc.AsyncScripts(r), r)
-    # Two calls at once: one takes the lane, the other the pool; both get their own answers.
-    got = await asyncio.gather(
-        s.run(sc.Call("spin", [], ["slow"])), s.run(sc.Call("echo", [], ["fast"]))
-    )
-    assert got == ["slow", "fast"]
+    await r.script_load(SPIN)
+    # More calls at once than lanes: each lane takes one, the rest go the usual way; every
+    # call gets its own answer.
+    n = sc.MAX_ASYNC_LANES + 2
+    calls = [s.run(sc.Call("spin", [], [f"slow{i}"])) for i in range(n)]
+    got = await asyncio.gather(*calls, s.run(sc.Call("echo", [], ["fast"])))
+    assert got == [f"slow{i}" for i in range(n)] + ["fast"]
+    assert len(s._lanes) == sc.MAX_ASYNC_LANES
+    assert all(lane._conn is not None and not lane.busy for lane in s._lanes)
     fresh_redis.restart()
     assert await s.run(sc.Call("echo", [], ["back"])) == "back"
     await r.aclose()
@@ -123,7 +128,7 @@ async def test_async_lane_busy_falls_back_and_restart(fresh_redis: RedisServer) 
 async def test_async_client_enqueue_through_the_lane(settings: Settings) -> None:
     async with AsyncClient(settings=settings) as c:
         hs = [await c.enqueue("noop") for _ in range(50)]
-        assert c._scripts._lane._conn is not None
+        assert [lane._conn is not None for lane in c._scripts._lanes] == [True]
         assert len({h.id for h in hs}) == 50
         assert [(await c.get(h.id)).id for h in hs[::7]] == [h.id for h in hs[::7]]
 
@@ -157,16 +162,19 @@ def test_run_many_streams_calls_and_keeps_the_connection_in_step(
 
 
 def test_bulk_enqueue_in_parts(settings: Settings) -> None:
-    from dtq.client import BULK_PART
+    from dtq.client import BULK_FIRST, BULK_PART, _bulk_parts
 
     n = BULK_PART * 4 + 17
+    bounds = _bulk_parts(n)
+    assert bounds[0] == (0, BULK_FIRST) and bounds[-1][1] == n
+    assert all(a == b for (_, a), (b, _) in itertools.pairwise(bounds))  # contiguous, in order
     with Client(settings=settings) as c:
         c.enqueue("noop")  # registers the queue: the big batch takes the streamed path
         c.redis.script_flush()
         hs = c.enqueue_many([{"name": "noop", "args": [i]} for i in range(n)])
         assert len({h.id for h in hs}) == n and all(h.created for h in hs)
         # Handles come back in item order, each naming its own task.
-        for i in (0, BULK_PART - 1, BULK_PART, n - 1):
+        for i in (0, BULK_FIRST - 1, BULK_FIRST, BULK_PART, BULK_FIRST + BULK_PART, n - 1):
             assert c.get(hs[i].id).args == [i]
         assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == n + 1
         # One bad item anywhere: nothing is sent.

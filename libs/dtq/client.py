@@ -31,8 +31,18 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _STATUS = {s.value: s for s in TaskStatus}
-# Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts.
+# Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts. The first
+# part is small, so Redis starts while the client still encodes (it idles until a part is sent).
 BULK_PART = 250
+BULK_FIRST = 32
+
+
+def _bulk_parts(n: int) -> list[tuple[int, int]]:
+    """(start, end) of each part of an ``n``-task bulk enqueue."""
+    first = min(n, BULK_FIRST)
+    return [(0, first)] + [(i, min(n, i + BULK_PART)) for i in range(first, n, BULK_PART)]
+
+
 CANCEL_REASON = "cancelled by request"
 
 
@@ -341,13 +351,12 @@ class Client(_Base):
                 # A big batch goes in parts, each sent as soon as it is encoded: Redis runs one
                 # part while the next is encoded and the one before gets its handles (every
                 # item was validated before any is sent).
-                parts = (
-                    self._enqueue_call(q, [t for _, t in tasks[i : i + BULK_PART]])
-                    for i in range(0, len(tasks), BULK_PART)
-                )
+                bounds = _bulk_parts(len(tasks))
+                parts = (self._enqueue_call(q, [t for _, t in tasks[a:b]]) for a, b in bounds)
 
                 def place(k: int, raw: Any) -> None:
-                    self._place(out, q, tasks[k * BULK_PART : (k + 1) * BULK_PART], raw)
+                    a, b = bounds[k]
+                    self._place(out, q, tasks[a:b], raw)
 
                 self._scripts.run_many(parts, place)
                 return []

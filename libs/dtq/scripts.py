@@ -88,6 +88,7 @@ class Call:
 # second thread or task), a broken connection (dropped; the usual path reconnects and retries,
 # as redis-py does). A timeout is raised as is: the call may have run, so it is not resent here.
 _MISS: Any = object()
+MAX_ASYNC_LANES = 4  # per AsyncScripts: calls in flight at once beyond this take the usual path
 
 
 def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
@@ -145,22 +146,35 @@ class AsyncScripts:
     def __init__(self, redis: AsyncRedis) -> None:
         self._redis = redis
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
-        self._lane = AsyncLane(redis)
+        # Several lanes: calls of one process overlap (a worker has two outcome writes in
+        # flight, a heartbeat, a claim), and each would otherwise take the slow path.
+        self._lanes: list[AsyncLane] = []
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._objs.get(call.script)
         if obj is None:
             obj = self._objs[call.script] = self._redis.register_script(source(call.script))
-        lane = self._lane
-        if pipe is None and not lane.busy:
-            lane.busy = True
-            try:
-                return await lane.call(_evalsha_args(obj.sha, call))
-            except (NoScriptError, ConnectionError):
-                pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
-            finally:
-                lane.busy = False
+        if pipe is None:
+            lane = self._free_lane()
+            if lane is not None:
+                lane.busy = True
+                try:
+                    return await lane.call(_evalsha_args(obj.sha, call))
+                except (NoScriptError, ConnectionError):
+                    pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
+                finally:
+                    lane.busy = False
         return await obj(keys=call.keys, args=call.args, client=pipe)
+
+    def _free_lane(self) -> AsyncLane | None:
+        for lane in self._lanes:
+            if not lane.busy:
+                return lane
+        if len(self._lanes) < MAX_ASYNC_LANES:
+            lane = AsyncLane(self._redis)
+            self._lanes.append(lane)
+            return lane
+        return None
 
 
 class _HiredisPacking:
