@@ -161,6 +161,36 @@ async def test_graceful_stop_finishes_running_tasks(settings: Settings) -> None:
         assert info.status == TaskStatus.SUCCEEDED and info.attempt == 1
 
 
+async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Settings) -> None:
+    """The stop arrives between a claim's work in Redis and its reply: the run it started must
+    still run inside the drain (it was neither handed back nor left "running")."""
+    from dtq import scripts as sc
+
+    gate = asyncio.Event()
+    async with AsyncClient(settings=settings, app=app) as c:
+        async with running_worker(app, settings) as w:
+            real = w.scripts.run
+
+            async def slow_claim_reply(call: sc.Call, pipe: object = None) -> object:
+                reply = await real(call, pipe)  # type: ignore[arg-type]
+                if call.script == "claim":
+                    await gate.wait()
+                return reply
+
+            w.scripts.run = slow_claim_reply  # type: ignore[method-assign]
+            h = await c.enqueue("sleep", [0.1])
+            for _ in range(300):
+                if (await c.get(h.id)).status == TaskStatus.RUNNING:
+                    break
+                await asyncio.sleep(0.01)
+            assert (await c.get(h.id)).status == TaskStatus.RUNNING
+            assert not w.inflight and w.claiming  # started in Redis, its reply not read yet
+            # running_worker stops the worker on exit; the reply comes once the drain began.
+            asyncio.get_running_loop().call_later(0.3, gate.set)
+        info = await c.get(h.id)
+        assert info.status == TaskStatus.SUCCEEDED and info.attempt == 1
+
+
 async def test_events_are_recorded(settings: Settings, r: redis.Redis) -> None:
     async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
         h = await c.enqueue("flaky", [1])

@@ -177,9 +177,15 @@ class Worker:
         return free
 
     def reserve(self, queue: str, n: int) -> None:
-        """Hold ``n`` slots for a claim in flight (``n`` < 0 gives them back)."""
+        """Hold ``n`` slots for a claim in flight (``n`` < 0 gives them back).
+
+        The claim's runs are launched right after their slots are given back (no await in
+        between), so a drain woken here sees them in ``inflight``.
+        """
         self.claiming += n
         self.claiming_per_queue[queue] = self.claiming_per_queue.get(queue, 0) + n
+        if n < 0 and self.stopping:
+            self.slot_freed.set()
 
     async def _run(self, run: Run) -> None:
         try:
@@ -201,7 +207,10 @@ class Worker:
         if self.inflight.get(run.key) is run:
             del self.inflight[run.key]
             self.release_slot(run)
-            self.slot_freed.set()
+            # Wakes the poll loop only for a slot no claim holds (a refilled slot went to the
+            # outcome write's claim: waking it would only send it back to wait), and the drain.
+            if self.stopping or self.settings.worker_concurrency - self.active - self.claiming > 0:
+                self.slot_freed.set()
 
     def thread_returned(self) -> None:
         self.detached_threads -= 1
@@ -368,7 +377,10 @@ class Worker:
         s = self.settings
         drain = 0.0 if self._skip_drain.is_set() else s.drain_timeout_s
         deadline = time.monotonic() + drain
-        while self.inflight and not self._skip_drain.is_set():
+        # A claim sent before the stop (the poll loop's, or an outcome write's refill) may still
+        # be in flight: its runs were started in Redis and are launched when its reply comes,
+        # so the drain waits for it too (reserve() wakes it).
+        while (self.inflight or self.claiming) and not self._skip_drain.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 break
