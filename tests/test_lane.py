@@ -182,3 +182,34 @@ def test_bulk_enqueue_in_parts(settings: Settings) -> None:
         with pytest.raises(InvalidRequest):
             c.enqueue_many(items)
         assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == n + 1
+
+
+def test_bulk_after_a_restart_loses_no_part(fresh_redis: RedisServer, prefix: str) -> None:
+    """The lane's socket died with the old server: found before the first part is sent, and
+    every part goes the usual way; a send that fails outright loses no part either."""
+    settings = make_settings(fresh_redis.url, prefix)
+    n = 700
+
+    def queued(c: Client) -> int:
+        return sum(c.redis.xlen(st) for st in c.keys.queue("default").streams)
+
+    with Client(settings=settings) as c:
+        c.enqueue("noop")  # registers the queue: bulk batches take the streamed path
+        assert len(c.enqueue_many([{"name": "noop"}] * n)) == n
+        assert c._scripts._lane is not None  # the streamed bulk went over the lane
+        fresh_redis.restart()  # no persistence: an empty server, and the lane's socket is dead
+        hs = c.enqueue_many([{"name": "noop", "args": [i]} for i in range(n)])
+        assert len(hs) == n and len({h.id for h in hs}) == n and queued(c) == n
+        assert [c.get(hs[i].id).args for i in (0, 31, 32, n - 1)] == [[0], [31], [32], [n - 1]]
+        # The first send itself fails (nothing reached Redis): that part runs too.
+        lane = c._scripts._lane_conn()
+        real_send = lane.send_packed_command
+
+        def broken(*a: Any, **k: Any) -> None:
+            lane.send_packed_command = real_send
+            raise redis.ConnectionError("send failed")
+
+        lane.send_packed_command = broken
+        hs = c.enqueue_many([{"name": "noop", "args": [i]} for i in range(n)])
+        assert len(hs) == n and queued(c) == 2 * n
+        assert c.get(hs[0].id).args == [0]

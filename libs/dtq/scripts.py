@@ -8,6 +8,7 @@ a small frozen dataclass, so the sync client, the async client and the worker sh
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -240,13 +241,16 @@ class SyncScripts:
         an error, in order. Nothing is resent that may have run: a connection lost after the
         first send raises.
         """
+        calls = iter(calls)
         if not self._lane_lock.acquire(blocking=False):
             return self._each([self.run(c) for c in calls], each)
+        sent: list[Call] = []
+        replies: list[Any] = []
+        error: ResponseError | None = None
+        unsent: Call | None = None  # taken from ``calls``, its send failed: not sent at all
+        fallback = False
         try:
             conn = self._lane_conn()
-            sent: list[Call] = []
-            replies: list[Any] = []
-            error: ResponseError | None = None
 
             def read_one() -> None:
                 nonlocal error
@@ -263,9 +267,15 @@ class SyncScripts:
                     each(len(replies) - 1, reply)
 
             try:
+                # A lane the server closed meanwhile (a restart, an idle timeout) reads as EOF:
+                # find out before the first send, when the usual path can still run it all.
+                if conn.can_read():
+                    raise ConnectionError("the lane has unread data")
                 for call in calls:
+                    unsent = call
                     sha = self._obj(call.script).sha
                     conn.send_packed_command(_packed(conn, sha, call), False)
+                    unsent = None
                     sent.append(call)
                     if len(sent) - len(replies) > 1:
                         read_one()
@@ -275,12 +285,15 @@ class SyncScripts:
                 self._drop_lane()
                 if sent:
                     raise
-                return self._each([self.run(c) for c in calls], each)
+                fallback = True
             except BaseException:
                 self._drop_lane()
                 raise
         finally:
             self._lane_lock.release()
+        if fallback:  # nothing was sent: every call goes the usual way, the failed one first
+            rest = calls if unsent is None else itertools.chain([unsent], calls)
+            return self._each([self.run(c) for c in rest], each)
         if error is not None:
             raise error
         # NOSCRIPT: that call did not run; the usual path loads the script and runs it.
