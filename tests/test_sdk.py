@@ -54,19 +54,46 @@ async def test_async_client_matches_sync(settings: Settings) -> None:
 def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> None:
     with Client(settings=settings) as c:
         items = [{"name": "add", "args": [i, i], "queue": "a" if i % 2 else "b"} for i in range(50)]
-        sent = []
-        orig = c.redis.pipeline
+        c.enqueue_many(items)  # registers both queues (one SADD, once per client)
+        conn = c._scripts._lane_conn()
+        order: list[str] = []
+        send, read = conn.send_packed_command, conn.read_response
 
-        def counting_pipeline(*a, **k):  # type: ignore[no-untyped-def]
-            p = orig(*a, **k)
-            sent.append(p)
-            return p
+        def sending(*a, **k):  # type: ignore[no-untyped-def]
+            order.append("send")
+            return send(*a, **k)
 
-        c.redis.pipeline = counting_pipeline  # type: ignore[method-assign]
+        def reading(*a, **k):  # type: ignore[no-untyped-def]
+            order.append("read")
+            return read(*a, **k)
+
+        conn.send_packed_command, conn.read_response = sending, reading
         hs = c.enqueue_many(items)
-        assert len(sent) == 1
+        # One script call per queue, both written before the first reply is read: pipelined.
+        assert order == ["send", "send", "read", "read"]
         assert [h.queue for h in hs] == [("a" if i % 2 else "b") for i in range(50)]
         assert [c.get(h.id).args for h in hs] == [[i, i] for i in range(50)]
+
+
+async def test_async_enqueue_many_streams_big_batches_in_order(settings: Settings) -> None:
+    from dtq.client import BULK_PART
+
+    n = BULK_PART * 3 + 5
+    async with AsyncClient(settings=settings) as c:
+        items = [{"name": "add", "args": [i, i], "queue": "a" if i % 3 else "b"} for i in range(n)]
+        hs = await c.enqueue_many(items)
+        assert len(hs) == n and len({h.id for h in hs}) == n
+        assert [h.queue for h in hs] == [("a" if i % 3 else "b") for i in range(n)]
+        for i in (0, 1, BULK_PART, n - 1):
+            assert (await c.get(hs[i].id)).args == [i, i]
+        qa, qb = c.keys.queue("a"), c.keys.queue("b")
+        total = sum([await c.redis.xlen(st) for st in qa.streams + qb.streams])
+        assert total == n
+        assert {"a", "b"} <= set(await c.redis.smembers(c.keys.queues))
+        # A Redis script flush: every part answers NOSCRIPT and is run the usual way.
+        await c.redis.script_flush()
+        hs = await c.enqueue_many(items)
+        assert len(hs) == n and (await c.get(hs[-1].id)).args == [n - 1, n - 1]
 
 
 def test_bad_input_is_refused_before_sending(settings: Settings) -> None:

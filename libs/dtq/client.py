@@ -103,6 +103,23 @@ class _Base:
                 tid, status = tid.decode(), status.decode()
             out[i] = TaskHandle(f"{queue}:{tid}", queue, _STATUS[status], int(raw[b + 2]) == 1)
 
+    @staticmethod
+    def _plan(
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]],
+    ) -> list[tuple[str, list[tuple[int, sc.NewTask]]]]:
+        """The enqueue.lua calls of a batch: per queue, its tasks in parts (one when small)."""
+        plan = []
+        for q, tasks in by_queue.items():
+            if len(tasks) <= BULK_PART:
+                plan.append((q, tasks))
+            else:
+                plan.extend((q, tasks[a:b]) for a, b in _bulk_parts(len(tasks)))
+        return plan
+
+    @staticmethod
+    def _part(p: tuple[str, list[tuple[int, sc.NewTask]]]) -> tuple[str, list[sc.NewTask]]:
+        return p[0], [t for _, t in p[1]]
+
     def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
         return sc.enqueue_call(self.keys.queue(queue), tasks, self.settings.events_maxlen)
 
@@ -189,10 +206,12 @@ class AsyncClient(_Base):
         return (await self._send({q: [(0, task)]}, 1))[0]
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
-        """Enqueue many tasks in one round trip (one script call per queue, pipelined).
+        """Enqueue many tasks: one script call per queue, or parts of ``BULK_PART`` streamed
+        over one connection for a bigger batch (Redis runs one part while the next is encoded).
 
         Each item is a dict of :meth:`enqueue`'s fields. Either every item is valid and all
-        are sent, or a bad item raises before anything is sent.
+        are sent, or a bad item raises before anything is sent. A connection lost in
+        mid-stream raises :class:`dtq.RedisUnavailable`; parts Redis already ran stay enqueued.
         """
         by_queue, n = self._group(items)
         return await self._send(by_queue, n)
@@ -203,23 +222,24 @@ class AsyncClient(_Base):
         out: list[TaskHandle | None] = [None] * n
         if not by_queue:
             return []
+        plan = self._plan(by_queue)
 
-        async def go() -> list[Any]:
-            if len(by_queue) == 1 and not by_queue.keys() - self._registered:
-                # The common case in one round trip: a pipeline would add SCRIPT EXISTS.
-                ((q, tasks),) = by_queue.items()
-                return [1, await self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.sadd(self.keys.queues, *by_queue)
-                for q, tasks in by_queue.items():
-                    await self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]), pipe)
-                res = await pipe.execute()
-            self._registered.update(by_queue)
-            return res  # type: ignore[no-any-return]
+        def place(k: int, raw: Any) -> None:
+            self._place(out, plan[k][0], plan[k][1], raw)
 
-        replies = await self._io(go)
-        for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
-            self._place(out, q, tasks, raw)
+        async def go() -> None:
+            new = by_queue.keys() - self._registered
+            if new:  # once per queue and client: the registry lists the queues for operators
+                await self.redis.sadd(self.keys.queues, *new)
+                self._registered.update(new)
+            if len(plan) == 1:  # one round trip
+                place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
+            else:  # streamed: Redis runs one part while the next is encoded
+                await self._scripts.run_many(
+                    (self._enqueue_call(*self._part(p)) for p in plan), place
+                )
+
+        await self._io(go)
         return [h for h in out if h is not None]
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -333,7 +353,7 @@ class Client(_Base):
         return self._send({q: [(0, task)]}, 1)[0]
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
-        """Enqueue many tasks in one round trip; see :meth:`AsyncClient.enqueue_many`."""
+        """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""
         by_queue, n = self._group(items)
         return self._send(by_queue, n)
 
@@ -341,37 +361,24 @@ class Client(_Base):
         out: list[TaskHandle | None] = [None] * n
         if not by_queue:
             return []
+        plan = self._plan(by_queue)
 
-        def go() -> list[Any]:
-            if len(by_queue) == 1 and not by_queue.keys() - self._registered:
-                # The common case in one round trip: a pipeline would add SCRIPT EXISTS.
-                ((q, tasks),) = by_queue.items()
-                if len(tasks) <= BULK_PART:
-                    return [1, self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]))]
-                # A big batch goes in parts, each sent as soon as it is encoded: Redis runs one
-                # part while the next is encoded and the one before gets its handles (every
-                # item was validated before any is sent).
-                bounds = _bulk_parts(len(tasks))
-                parts = (self._enqueue_call(q, [t for _, t in tasks[a:b]]) for a, b in bounds)
+        def place(k: int, raw: Any) -> None:
+            self._place(out, plan[k][0], plan[k][1], raw)
 
-                def place(k: int, raw: Any) -> None:
-                    a, b = bounds[k]
-                    self._place(out, q, tasks[a:b], raw)
+        def go() -> None:
+            new = by_queue.keys() - self._registered
+            if new:  # once per queue and client: the registry lists the queues for operators
+                self.redis.sadd(self.keys.queues, *new)
+                self._registered.update(new)
+            if len(plan) == 1:  # one round trip
+                place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
+            else:
+                # Streamed over the lane: Redis runs one part while the client encodes the next
+                # and makes the handles of the one before (every item was validated first).
+                self._scripts.run_many((self._enqueue_call(*self._part(p)) for p in plan), place)
 
-                self._scripts.run_many(parts, place)
-                return []
-            with self.redis.pipeline(transaction=False) as pipe:
-                pipe.sadd(self.keys.queues, *by_queue)
-                for q, tasks in by_queue.items():
-                    self._scripts.run(self._enqueue_call(q, [t for _, t in tasks]), pipe)
-                res = pipe.execute()
-            self._registered.update(by_queue)
-            return res
-
-        replies = self._io(go)
-        if replies:  # (else the handles were placed as the parts' replies came)
-            for (q, tasks), raw in zip(by_queue.items(), replies[1:], strict=True):
-                self._place(out, q, tasks, raw)
+        self._io(go)
         return [h for h in out if h is not None]
 
     def get(self, task_id: str) -> TaskInfo:

@@ -109,6 +109,14 @@ def _packed(conn: Any, sha: str, call: Call) -> Any:
         raise DataError(str(exc)) from None
 
 
+def _each(replies: list[Any], each: Callable[[int, Any], None] | None) -> list[Any]:
+    """Hand ``replies`` to ``each`` in order (run_many's fallback); returns them."""
+    if each is not None:
+        for k, r in enumerate(replies):
+            each(k, r)
+    return replies
+
+
 class AsyncLane:
     """One connection of an asyncio client's pool, kept and written to directly (see above).
 
@@ -122,19 +130,26 @@ class AsyncLane:
         self._conn: Any = None
         self.busy = False
 
+    async def connection(self) -> Any:
+        if self._conn is None:
+            self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+        return self._conn
+
+    async def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.disconnect(nowait=True)
+            await self._client.connection_pool.release(conn)
+
     async def call(self, args: Sequence[Any]) -> Any:
-        conn = self._conn
-        if conn is None:
-            conn = self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+        conn = await self.connection()
         try:
             await conn.send_packed_command(conn.pack_command(*args), check_health=False)
             return await conn.read_response()
         except ResponseError:
             raise
         except BaseException:
-            self._conn = None
-            await conn.disconnect(nowait=True)
-            await self._client.connection_pool.release(conn)
+            await self.drop()
             raise
 
 
@@ -151,10 +166,14 @@ class AsyncScripts:
         # flight, a heartbeat, a claim), and each would otherwise take the slow path.
         self._lanes: list[AsyncLane] = []
 
-    async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
-        obj = self._objs.get(call.script)
+    def _obj(self, name: str) -> Any:
+        obj = self._objs.get(name)
         if obj is None:
-            obj = self._objs[call.script] = self._redis.register_script(source(call.script))
+            obj = self._objs[name] = self._redis.register_script(source(name))
+        return obj
+
+    async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
+        obj = self._obj(call.script)
         if pipe is None:
             lane = self._free_lane()
             if lane is not None:
@@ -166,6 +185,73 @@ class AsyncScripts:
                 finally:
                     lane.busy = False
         return await obj(keys=call.keys, args=call.args, client=pipe)
+
+    async def run_many(
+        self, calls: Iterable[Call], each: Callable[[int, Any], None] | None = None
+    ) -> list[Any]:
+        """:meth:`SyncScripts.run_many` for asyncio: streamed over one lane, reply k read (and
+        handed to ``each``) after call k + 1 was sent; the same rules for errors."""
+        calls = iter(calls)
+        lane = self._free_lane()
+        if lane is None:
+            return _each([await self.run(c) for c in calls], each)
+        sent: list[Call] = []
+        replies: list[Any] = []
+        error: ResponseError | None = None
+        unsent: Call | None = None  # taken from ``calls``, its send failed: not sent at all
+        fallback = False
+        lane.busy = True
+        try:
+            conn = await lane.connection()
+
+            async def read_one() -> None:
+                nonlocal error
+                try:
+                    reply = await conn.read_response()
+                except NoScriptError:
+                    reply = _MISS
+                except ResponseError as exc:
+                    replies.append(None)
+                    error = error or exc
+                    return
+                replies.append(reply)
+                if each is not None and reply is not _MISS and error is None:
+                    each(len(replies) - 1, reply)
+
+            try:
+                if await conn.can_read():  # EOF: the server closed the lane meanwhile
+                    raise ConnectionError("the lane has unread data")
+                for call in calls:
+                    unsent = call
+                    args = _evalsha_args(self._obj(call.script).sha, call)
+                    await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+                    unsent = None
+                    sent.append(call)
+                    if len(sent) - len(replies) > 1:
+                        await read_one()
+                while len(replies) < len(sent):  # every reply is read: the lane stays in step
+                    await read_one()
+            except ConnectionError:
+                await lane.drop()
+                if sent:
+                    raise
+                fallback = True
+            except BaseException:
+                await lane.drop()
+                raise
+        finally:
+            lane.busy = False
+        if fallback:  # nothing was sent: every call goes the usual way, the failed one first
+            rest = calls if unsent is None else itertools.chain([unsent], calls)
+            return _each([await self.run(c) for c in rest], each)
+        if error is not None:
+            raise error
+        for k, (c, r) in enumerate(zip(sent, replies, strict=True)):
+            if r is _MISS:  # NOSCRIPT: that call did not run
+                replies[k] = await self.run(c)
+                if each is not None:
+                    each(k, replies[k])
+        return replies
 
     def _free_lane(self) -> AsyncLane | None:
         for lane in self._lanes:
@@ -243,7 +329,7 @@ class SyncScripts:
         """
         calls = iter(calls)
         if not self._lane_lock.acquire(blocking=False):
-            return self._each([self.run(c) for c in calls], each)
+            return _each([self.run(c) for c in calls], each)
         sent: list[Call] = []
         replies: list[Any] = []
         error: ResponseError | None = None
@@ -293,7 +379,7 @@ class SyncScripts:
             self._lane_lock.release()
         if fallback:  # nothing was sent: every call goes the usual way, the failed one first
             rest = calls if unsent is None else itertools.chain([unsent], calls)
-            return self._each([self.run(c) for c in rest], each)
+            return _each([self.run(c) for c in rest], each)
         if error is not None:
             raise error
         # NOSCRIPT: that call did not run; the usual path loads the script and runs it.
@@ -302,13 +388,6 @@ class SyncScripts:
                 replies[k] = self.run(c)
                 if each is not None:
                     each(k, replies[k])
-        return replies
-
-    @staticmethod
-    def _each(replies: list[Any], each: Callable[[int, Any], None] | None) -> list[Any]:
-        if each is not None:
-            for k, r in enumerate(replies):
-                each(k, r)
         return replies
 
     def _obj(self, name: str) -> Any:
