@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -117,6 +117,52 @@ def _each(replies: list[Any], each: Callable[[int, Any], None] | None) -> list[A
     return replies
 
 
+class _Stream:
+    """The bookkeeping of one streamed run_many (the sync and async ones share it)."""
+
+    __slots__ = ("each", "error", "replies", "sent", "unsent")
+
+    def __init__(self, each: Callable[[int, Any], None] | None) -> None:
+        self.each = each
+        self.sent: list[Call] = []
+        self.replies: list[Any] = []
+        self.error: ResponseError | None = None
+        self.unsent: Call | None = None  # taken from the calls, its send failed: not sent at all
+
+    def read(self, reply: Any) -> None:
+        """Record a reply (a :class:`ResponseError` instance for an error reply)."""
+        if isinstance(reply, NoScriptError):
+            reply = _MISS
+        elif isinstance(reply, ResponseError):
+            self.replies.append(None)
+            self.error = self.error or reply
+            return
+        self.replies.append(reply)
+        if self.each is not None and reply is not _MISS and self.error is None:
+            self.each(len(self.replies) - 1, reply)
+
+    @property
+    def behind(self) -> int:
+        """Calls sent whose reply was not read yet."""
+        return len(self.sent) - len(self.replies)
+
+    def rest(self, calls: Iterator[Call]) -> Iterator[Call]:
+        """For the fallback (nothing was sent): every call, the one whose send failed first."""
+        return calls if self.unsent is None else itertools.chain([self.unsent], calls)
+
+    def misses(self) -> list[tuple[int, Call]]:
+        """Raise the first error reply; else the calls that answered NOSCRIPT (did not run)."""
+        if self.error is not None:
+            raise self.error
+        return [(k, c) for k, (c, r) in enumerate(zip(self.sent, self.replies, strict=True))
+                if r is _MISS]  # fmt: skip
+
+    def rerun(self, k: int, reply: Any) -> None:
+        self.replies[k] = reply
+        if self.each is not None:
+            self.each(k, reply)
+
+
 class AsyncLane:
     """One connection of an asyncio client's pool, kept and written to directly (see above).
 
@@ -195,45 +241,34 @@ class AsyncScripts:
         lane = self._free_lane()
         if lane is None:
             return _each([await self.run(c) for c in calls], each)
-        sent: list[Call] = []
-        replies: list[Any] = []
-        error: ResponseError | None = None
-        unsent: Call | None = None  # taken from ``calls``, its send failed: not sent at all
+        st = _Stream(each)
         fallback = False
         lane.busy = True
         try:
             conn = await lane.connection()
 
             async def read_one() -> None:
-                nonlocal error
                 try:
-                    reply = await conn.read_response()
-                except NoScriptError:
-                    reply = _MISS
+                    st.read(await conn.read_response())
                 except ResponseError as exc:
-                    replies.append(None)
-                    error = error or exc
-                    return
-                replies.append(reply)
-                if each is not None and reply is not _MISS and error is None:
-                    each(len(replies) - 1, reply)
+                    st.read(exc)
 
             try:
                 if await conn.can_read():  # EOF: the server closed the lane meanwhile
                     raise ConnectionError("the lane has unread data")
                 for call in calls:
-                    unsent = call
+                    st.unsent = call
                     args = _evalsha_args(self._obj(call.script).sha, call)
                     await conn.send_packed_command(conn.pack_command(*args), check_health=False)
-                    unsent = None
-                    sent.append(call)
-                    if len(sent) - len(replies) > 1:
+                    st.unsent = None
+                    st.sent.append(call)
+                    if st.behind > 1:
                         await read_one()
-                while len(replies) < len(sent):  # every reply is read: the lane stays in step
+                while st.behind:  # every reply is read: the lane stays in step
                     await read_one()
             except ConnectionError:
                 await lane.drop()
-                if sent:
+                if st.sent:
                     raise
                 fallback = True
             except BaseException:
@@ -241,17 +276,11 @@ class AsyncScripts:
                 raise
         finally:
             lane.busy = False
-        if fallback:  # nothing was sent: every call goes the usual way, the failed one first
-            rest = calls if unsent is None else itertools.chain([unsent], calls)
-            return _each([await self.run(c) for c in rest], each)
-        if error is not None:
-            raise error
-        for k, (c, r) in enumerate(zip(sent, replies, strict=True)):
-            if r is _MISS:  # NOSCRIPT: that call did not run
-                replies[k] = await self.run(c)
-                if each is not None:
-                    each(k, replies[k])
-        return replies
+        if fallback:  # nothing was sent: every call goes the usual way
+            return _each([await self.run(c) for c in st.rest(calls)], each)
+        for k, c in st.misses():  # NOSCRIPT: that call did not run
+            st.rerun(k, await self.run(c))
+        return st.replies
 
     def _free_lane(self) -> AsyncLane | None:
         for lane in self._lanes:
@@ -330,27 +359,16 @@ class SyncScripts:
         calls = iter(calls)
         if not self._lane_lock.acquire(blocking=False):
             return _each([self.run(c) for c in calls], each)
-        sent: list[Call] = []
-        replies: list[Any] = []
-        error: ResponseError | None = None
-        unsent: Call | None = None  # taken from ``calls``, its send failed: not sent at all
+        st = _Stream(each)
         fallback = False
         try:
             conn = self._lane_conn()
 
             def read_one() -> None:
-                nonlocal error
                 try:
-                    reply = conn.read_response()
-                except NoScriptError:
-                    reply = _MISS
+                    st.read(conn.read_response())
                 except ResponseError as exc:
-                    replies.append(None)
-                    error = error or exc
-                    return
-                replies.append(reply)
-                if each is not None and reply is not _MISS and error is None:
-                    each(len(replies) - 1, reply)
+                    st.read(exc)
 
             try:
                 # A lane the server closed meanwhile (a restart, an idle timeout) reads as EOF:
@@ -358,18 +376,18 @@ class SyncScripts:
                 if conn.can_read():
                     raise ConnectionError("the lane has unread data")
                 for call in calls:
-                    unsent = call
+                    st.unsent = call
                     sha = self._obj(call.script).sha
                     conn.send_packed_command(_packed(conn, sha, call), False)
-                    unsent = None
-                    sent.append(call)
-                    if len(sent) - len(replies) > 1:
+                    st.unsent = None
+                    st.sent.append(call)
+                    if st.behind > 1:
                         read_one()
-                while len(replies) < len(sent):  # every reply is read: the lane stays in step
+                while st.behind:  # every reply is read: the lane stays in step
                     read_one()
             except ConnectionError:
                 self._drop_lane()
-                if sent:
+                if st.sent:
                     raise
                 fallback = True
             except BaseException:
@@ -377,18 +395,11 @@ class SyncScripts:
                 raise
         finally:
             self._lane_lock.release()
-        if fallback:  # nothing was sent: every call goes the usual way, the failed one first
-            rest = calls if unsent is None else itertools.chain([unsent], calls)
-            return _each([self.run(c) for c in rest], each)
-        if error is not None:
-            raise error
-        # NOSCRIPT: that call did not run; the usual path loads the script and runs it.
-        for k, (c, r) in enumerate(zip(sent, replies, strict=True)):
-            if r is _MISS:
-                replies[k] = self.run(c)
-                if each is not None:
-                    each(k, replies[k])
-        return replies
+        if fallback:  # nothing was sent: every call goes the usual way
+            return _each([self.run(c) for c in st.rest(calls)], each)
+        for k, c in st.misses():  # NOSCRIPT: that call did not run
+            st.rerun(k, self.run(c))
+        return st.replies
 
     def _obj(self, name: str) -> Any:
         obj = self._objs.get(name)
