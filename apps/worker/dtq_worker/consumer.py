@@ -49,8 +49,7 @@ class Consumer:
             if not w.healthy.is_set():
                 await w.wait_or_stop(w.healthy.wait(), 1.0)
                 continue
-            free = w.settings.worker_concurrency - w.active - w.claiming
-            if free <= 0:
+            if w.unheld_slots <= 0:
                 await self.wait_slot(1.0)  # shutdown sets slot_freed too
                 continue
             try:

@@ -167,9 +167,14 @@ class Worker:
             self.active -= 1
             self.active_per_queue[run.claimed.queue] -= 1
 
+    @property
+    def unheld_slots(self) -> int:
+        """Slots neither running a body nor held for a claim in flight (any queue)."""
+        return self.settings.worker_concurrency - self.active - self.claiming
+
     def free_slots(self, queue: str) -> int:
         """Slots free for new runs of ``queue`` (worker concurrency and the queue's cap)."""
-        free = self.settings.worker_concurrency - self.active - self.claiming
+        free = self.unheld_slots
         cap = self.queue_caps.get(queue)
         if cap is not None:
             taken = self.active_per_queue.get(queue, 0) + self.claiming_per_queue.get(queue, 0)
@@ -209,7 +214,7 @@ class Worker:
             self.release_slot(run)
             # Wakes the poll loop only for a slot no claim holds (a refilled slot went to the
             # outcome write's claim: waking it would only send it back to wait), and the drain.
-            if self.stopping or self.settings.worker_concurrency - self.active - self.claiming > 0:
+            if self.stopping or self.unheld_slots > 0:
                 self.slot_freed.set()
 
     def thread_returned(self) -> None:
