@@ -18,7 +18,7 @@
 local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix, fair)
   local base = KEYS[14]
   local sched, lim_base = KEYS[16], KEYS[17]
-  local now = now_ms()
+  local now, nows = now_ms()
   if redis.call('EXISTS', KEYS[11]) == 1 then
     return {now, -1}
   end
@@ -117,8 +117,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         return false
       end
       local attempt = tonumber(r[4]) + 1
-      redis.call('HSET', rk, 'status', 'running', 'attempt', attempt, 'worker', worker,
-        'started', now)
+      local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
+      redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
+        'started', nows)
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
@@ -127,7 +128,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           redis.call('PEXPIRE', lb .. ':rate', tonumber(r[18]))
         end
       end
-      emit(KEYS[12], maxlen, 'started', tid, attempt, worker, '')
+      emit(KEYS[12], maxlen, 'started', tid, attempt_s, worker, '')
       local o = #started
       started[o + 1] = tid
       started[o + 2] = eid

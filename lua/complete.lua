@@ -21,11 +21,11 @@
 -- include: _claim
 
 local group, worker = ARGV[1], ARGV[2]
-local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local maxlen, ttl_s, done_prefix = tonumber(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
 local n = tonumber(ARGV[6])
 local claim_count = tonumber(ARGV[7])
 local base = KEYS[14]
-local now = now_ms()
+local _, nows = now_ms()
 local out = {}
 local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per stream, at the end
 for i = 0, n - 1 do
@@ -44,17 +44,17 @@ for i = 0, n - 1 do
       if r[7] then redis.call('HDEL', rk, 'error') end
       if r[5] then
         redis.call('HSET', rk, 'result', payload)
-        finish(rk, status, now, ttl, done_prefix .. tid, KEYS[15])
+        finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
       else
         -- finish() for a task without an idempotency key, in one HSET instead of three calls.
-        redis.call('HSET', rk, 'result', payload, 'status', status, 'finished', now)
-        redis.call('EXPIRE', rk, ttl)
+        redis.call('HSET', rk, 'result', payload, 'status', status, 'finished', nows)
+        redis.call('EXPIRE', rk, ttl_s)
         redis.call('PUBLISH', done_prefix .. tid, status)
       end
     else
       -- The canceller's reason (the durable cancel flag) wins over the worker's generic one.
       redis.call('HSET', rk, 'error', r[8] or payload)
-      finish(rk, status, now, ttl, done_prefix .. tid, KEYS[15])
+      finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
     end
     emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
     out[#out + 1] = 1

@@ -32,7 +32,7 @@ for i = 0, n - 1 do  -- before anything is written
     return redis.error_reply('DTQ_BAD_CALL no stream key for priority ' .. tostring(prio))
   end
 end
-local now = nil
+local now, nows = nil, nil  -- the call's time: number, and its text for the record
 local out = {}
 for i = 0, n - 1 do
   local o = 3 + i * F
@@ -59,15 +59,18 @@ for i = 0, n - 1 do
     local status, eid
     if delay > 0 then
       status = 'scheduled'
-      if not now then now = now_ms() end
+      if not now then now, nows = now_ms() end
     else
       status = 'queued'
       eid = redis.call('XADD', streams[prio], '*', 't', tid)
-      if not now then now = tonumber(string.match(eid, '^%d+')) end
+      if not now then
+        nows = string.match(eid, '^%d+')
+        now = tonumber(nows)
+      end
     end
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
     local h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr,
-      'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now, 'status', status}
+      'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status}
     if eid then
       h[#h + 1] = 'eid'; h[#h + 1] = eid
     else
@@ -88,7 +91,7 @@ for i = 0, n - 1 do
       redis.call('SET', idem_base .. idem, tid)
     end
     redis.call('HSET', rk, unpack(h))
-    emit(events, maxlen, 'enqueued', tid, 0, '', status)
+    emit(events, maxlen, 'enqueued', tid, '0', '', status)
     out[#out + 1] = tid
     out[#out + 1] = status
     out[#out + 1] = 1

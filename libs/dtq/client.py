@@ -97,11 +97,27 @@ class _Base:
     ) -> None:
         """Put the handles of enqueue.lua's reply (3 fields per task) at their items' places."""
         for j, (i, _) in enumerate(tasks):
-            b = 3 * j
-            tid, status = raw[b], raw[b + 1]
-            if type(tid) is not str:
-                tid, status = tid.decode(), status.decode()
-            out[i] = TaskHandle(f"{queue}:{tid}", queue, _STATUS[status], int(raw[b + 2]) == 1)
+            out[i] = _Base._handle(queue, raw, 3 * j)
+
+    def _one(
+        self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
+    ) -> tuple[str, sc.Call] | None:
+        """The queue and script call of a one-task enqueue to a queue this client registered
+        already (the single enqueue's short path), else None."""
+        if n != 1:
+            return None
+        ((q, ((_, task),)),) = by_queue.items()
+        if q not in self._registered:
+            return None
+        return q, sc.enqueue_one_call(self.keys.prefix, q, task, self.settings.events_maxlen)
+
+    @staticmethod
+    def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
+        """The handle of the task whose 3 fields of enqueue.lua's reply start at ``raw[b]``."""
+        tid, status = raw[b], raw[b + 1]
+        if type(tid) is not str:
+            tid, status = tid.decode(), status.decode()
+        return TaskHandle(f"{queue}:{tid}", queue, _STATUS[status], int(raw[b + 2]) == 1)
 
     @staticmethod
     def _plan(
@@ -219,6 +235,12 @@ class AsyncClient(_Base):
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
     ) -> list[TaskHandle]:
+        one = self._one(by_queue, n)
+        if one is not None:  # see Client._send
+            try:
+                return [self._handle(one[0], await self._scripts.run(one[1]))]
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise _unavailable(exc) from None
         out: list[TaskHandle | None] = [None] * n
         if not by_queue:
             return []
@@ -358,6 +380,14 @@ class Client(_Base):
         return self._send(by_queue, n)
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
+        one = self._one(by_queue, n)
+        if one is not None:
+            # A single enqueue: one script call, without the batch plan, closures and handle
+            # list below (a sixth of a single enqueue's client time).
+            try:
+                return [self._handle(one[0], self._scripts.run(one[1]))]
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise _unavailable(exc) from None
         out: list[TaskHandle | None] = [None] * n
         if not by_queue:
             return []

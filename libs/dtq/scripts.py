@@ -467,6 +467,8 @@ class Enqueued:
 
 
 def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) -> Call:
+    if len(tasks) == 1:
+        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen)
     args: list[Any] = [events_maxlen, len(tasks)]
     for t in tasks:
         args += [
@@ -474,18 +476,32 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
             "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
             t.idempotency_key, t.meta, t.limit,
         ]  # fmt: skip
-    head, streams = _enqueue_keys(qk)
-    if len(tasks) == 1:
-        return Call("enqueue", [*head, streams[tasks[0].priority]], args)
+    head, streams = _enqueue_keys(qk.prefix, qk.queue)
     # Only the bands used: enqueue.lua finds each stream by its last character.
     return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
 
 
+def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) -> Call:
+    """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
+    enqueue's path: no QueueKeys is made, and the keys are looked up by two strings)."""
+    head, streams = _enqueue_keys(prefix, queue)
+    return Call(
+        "enqueue",
+        [*head, streams[t.priority]],
+        [
+            events_maxlen, 1, t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
+            "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
+            t.idempotency_key, t.meta, t.limit,
+        ],
+    )  # fmt: skip
+
+
 # Key lists of the hot-path scripts, built once per queue (each is ~15-18 formatted strings;
-# QueueKeys is frozen, hence hashable; bounded for clients that use many queue names).
+# bounded for clients that use many queue names).
 @lru_cache(maxsize=512)
-def _enqueue_keys(qk: QueueKeys) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """enqueue.lua's fixed keys, and the stream of each band indexed by priority."""
+    qk = QueueKeys(prefix, queue)
     return (qk.sched, qk.events, qk.task_base, qk.idem_base), tuple(map(qk.stream, range(10)))
 
 
