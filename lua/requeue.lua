@@ -1,7 +1,9 @@
 -- requeue.lua: hand running tasks back to their queue (shutdown, self-stop), fenced by attempt.
 --
 -- A hand-back spends no retry while the task's interruptions stay within the budget; past it,
--- the interruption counts as a failed attempt (retry with the given delay, or "failed").
+-- the interruption counts as a failed attempt (retry with the given delay, or "failed"). Runs
+-- whose body never started (claimed ahead, see DTQ_WORKER_PREFETCH) go back with no
+-- interruption counted: ARGV[9] = 0.
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:sched
@@ -14,19 +16,21 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
 -- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
--- ARGV[9..]    per run, 3 fields: tid, eid, attempt
+-- ARGV[9]      1: the runs' bodies started (count an interruption); 0: they never did
+-- ARGV[10..]   per run, 3 fields: tid, eid, attempt
 -- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'stale'
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local max_intr, delay, n = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local interrupted = ARGV[9] == '1'
 local base = KEYS[15]
 local now = now_ms()
 local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS[16],
   maxlen = maxlen, ttl = ttl, done_prefix = done_prefix, now = now, worker = worker}
 local out = {}
 for i = 0, n - 1 do
-  local o = 9 + i * 3
+  local o = 10 + i * 3
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
@@ -35,12 +39,16 @@ for i = 0, n - 1 do
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
-    local intr = tonumber(r[7]) + 1
-    redis.call('HSET', rk, 'intr', intr)
+    local intr = tonumber(r[7] or '0')
+    if interrupted then
+      intr = intr + 1
+      redis.call('HSET', rk, 'intr', intr)
+    end
     if intr <= max_intr then
       local neid = redis.call('XADD', s, '*', 't', tid)
       redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
-      emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker, 'interrupted')
+      emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker,
+        interrupted and 'interrupted' or 'not started')
       out[#out + 1] = 'queued'
     else
       local err = 'interrupted by worker shutdown ' .. intr .. ' times'

@@ -23,3 +23,18 @@ def test_chaos_soak_short_seeded(tmp_path: Path) -> None:
     assert set(fig["faults"]) == {"kill", "stop", "redis", "cut"}
     assert fig["interrupted_runs"] > 0
     assert fig["status"] == {"succeeded": fig["tasks"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_chaos_soak_with_runs_claimed_ahead(tmp_path: Path) -> None:
+    """The same soak with DTQ_WORKER_PREFETCH=4: runs waiting for a slot are killed, frozen,
+    cut off and reclaimed too, and still no task is lost and no attempt starts twice."""
+    report = Soak(Config(seconds=40, seed=20261201, prefetch=4), tmp_path / "chaos").run()
+    print(markdown(report))
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert not failed, json.dumps({"failed": failed, "problems": report["problems"]})[:5000]
+    fig = report["figures"]
+    assert set(fig["faults"]) == {"kill", "stop", "redis", "cut"}
+    assert fig["interrupted_runs"] > 0
+    assert fig["status"] == {"succeeded": fig["tasks"]}

@@ -684,10 +684,13 @@ def requeue_call(
     ttl_s: int,
     max_interruptions: int,
     retry_delay_ms: int,
+    started: bool = True,
 ) -> Call:
+    """Hand ``runs`` back; ``started=False`` for runs whose body never began (no interruption
+    is counted for them)."""
     args: list[Any] = [
         GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions,
-        retry_delay_ms, len(runs),
+        retry_delay_ms, len(runs), 1 if started else 0,
     ]  # fmt: skip
     for r in runs:
         args += [r.tid, r.eid, r.attempt]

@@ -36,6 +36,11 @@ class Settings(BaseSettings):
     """Queues a worker consumes, comma separated, in order of preference."""
     worker_concurrency: int = Field(16, gt=0, le=10_000)
     """Task bodies running at once per worker process (a run writing its outcome holds none)."""
+    worker_prefetch: int = Field(0, ge=0, le=10_000)
+    """Runs a worker claims ahead, beyond its concurrency, to start the moment a body ends (no
+    claim round trip between two runs). While they wait they count as running (leased by the
+    heartbeat); a stop hands them back with no interruption counted. For short tasks; keep 0
+    for long ones (see docs/lifecycle.md)."""
     queue_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     """Per-queue caps on one worker's slots, e.g. ``bulk=4,critical=12`` (each 1 to
     DTQ_WORKER_CONCURRENCY), so a slow queue cannot take every slot."""

@@ -44,6 +44,7 @@ class Config:
     seed: int = 1
     workers: int = 4
     concurrency: int = 8
+    prefetch: int = 0  # DTQ_WORKER_PREFETCH: runs each worker claims ahead of free slots
     heartbeat_s: float = 0.5
     visibility_s: float = 3.0
     rate: float = 40.0  # tasks enqueued per second of the fault window
@@ -81,6 +82,7 @@ class Soak:
                 "DTQ_HEARTBEAT_INTERVAL_S": str(self.cfg.heartbeat_s),
                 "DTQ_VISIBILITY_TIMEOUT_S": str(self.cfg.visibility_s),
                 "DTQ_DRAIN_TIMEOUT_S": "2",
+                "DTQ_WORKER_PREFETCH": str(self.cfg.prefetch),
                 "DTQ_HARD_EXIT_S": "5",
                 "DTQ_RETRY_BACKOFF_S": "0.1",
                 "DTQ_RETRY_BACKOFF_MAX_S": "1",
@@ -327,9 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=1.0, help="length of the fault window")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--prefetch", type=int, default=0, help="DTQ_WORKER_PREFETCH of each worker")
     p.add_argument("--out", default=str(ROOT / "build" / "chaos"))
     args = p.parse_args(argv)
-    cfg = Config(seconds=args.minutes * 60, seed=args.seed, workers=args.workers)
+    cfg = Config(
+        seconds=args.minutes * 60, seed=args.seed, workers=args.workers, prefetch=args.prefetch
+    )
     report = Soak(cfg, Path(args.out)).run()
     print((Path(args.out) / "report.md").read_text())
     return 0 if report["ok"] else 1

@@ -93,6 +93,7 @@ class Consumer:
                 drained = False
                 continue
             t0 = time.perf_counter()
+            sent = time.monotonic()
             w.reserve(queue, free)
             try:
                 raw = await w.scripts.run(
@@ -110,20 +111,21 @@ class Consumer:
                 await w.ensure_groups()
                 drained = False
                 continue
-            self.took(batch)
+            self.took(batch, sent)
             total += len(batch.runs)
             if len(batch.runs) >= free:
                 drained = False
         return total, now_ms, drained
 
-    def took(self, batch: sc.ClaimBatch) -> None:
-        """Start the runs of a claim (this loop's, or the one an outcome write made)."""
+    def took(self, batch: sc.ClaimBatch, sent: float) -> None:
+        """Start the runs of a claim (this loop's, or the one an outcome write made) that was
+        sent at ``sent`` (monotonic: the runs' leases count from no later than that)."""
         w = self.w
         if batch.absorbed:
             w.metrics.absorbed.inc(batch.absorbed)
         self.more = self.more or batch.more
         for c in batch.runs:
-            w.launch(c)
+            w.launch(c, sent)
 
     async def wait_for_work(self, now_ms: int) -> None:
         """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes).

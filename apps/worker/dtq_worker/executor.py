@@ -119,6 +119,9 @@ class Executor:
             )
         item: sc.Success | sc.Failure
         try:
+            if run.stop_reason is not None:
+                # Stopped while it waited for a slot (claimed ahead): its body never runs.
+                raise asyncio.CancelledError
             result = await self._invoke(run)
             try:
                 payload = "null"

@@ -61,6 +61,7 @@ class Heartbeat:
     async def beat(self, status: str | None = None) -> bool:
         """One heartbeat; True when Redis took it."""
         w = self.w
+        sent = time.monotonic()
         runs = list(w.inflight.values())
         by_queue: dict[str, list[Run]] = defaultdict(list)
         for r in runs:
@@ -107,8 +108,12 @@ class Heartbeat:
         self.last_ok = time.monotonic()
         w.metrics.heartbeat_age.set(0)
         w.healthy.set()
+        for r in runs:
+            r.leased_mono = sent  # renewed by this beat (a lost one is dropped just below)
         for q, raw in zip(queues, replies[3:], strict=True):
             self.apply_touch(q, sc.parse_touch(raw), by_queue[q])
+        if w.ready:
+            w.fill_slots()  # runs claimed ahead whose lease was too old to start
         return True
 
     def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:
@@ -129,4 +134,4 @@ class Heartbeat:
         log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
                     why)  # fmt: skip
         w.emit_worker_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
-        run.stop(StopReason.CLAIM_LOST)
+        w.stop_run(run, StopReason.CLAIM_LOST)

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("app", nargs="?", help="module:attribute naming a dtq.App (or DTQ_APP)")
     p.add_argument("--queues", help="comma-separated queues, in order (DTQ_QUEUES)")
     p.add_argument("--concurrency", type=int, help="tasks in flight (DTQ_WORKER_CONCURRENCY)")
+    p.add_argument(
+        "--prefetch", type=int, help="runs claimed ahead of free slots (DTQ_WORKER_PREFETCH)"
+    )
     p.add_argument("--worker-id", help="consumer name (DTQ_WORKER_ID)")
     p.add_argument(
         "--queue-concurrency",
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         overrides["queues"] = args.queues
     if args.concurrency is not None:
         overrides["worker_concurrency"] = args.concurrency
+    if args.prefetch is not None:
+        overrides["worker_prefetch"] = args.prefetch
     if args.worker_id:
         overrides["worker_id"] = args.worker_id
     if args.queue_concurrency:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ class OutcomeWriter:
                     )  # fmt: skip
                 calls.append(call)
                 order.append((kind, idx))
+            sent = time.monotonic()
             if len(calls) == 1:
                 # The usual flush is one script call: sent alone it is one round trip, where a
                 # pipeline would first ask SCRIPT EXISTS.
@@ -135,7 +137,7 @@ class OutcomeWriter:
             if kind == "ok":
                 stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)
                 if claimed is not None and not claimed.missing_streams:
-                    w.consumer.took(claimed)
+                    w.consumer.took(claimed, sent)
                 for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)

@@ -19,13 +19,17 @@ class StopReason(Enum):
 @dataclass(eq=False)
 class Run:
     claimed: Claimed
-    started_mono: float = field(default_factory=time.monotonic)
+    started_mono: float = field(default_factory=time.monotonic)  # reset when its body starts
+    # Its lease is held from no earlier than this (monotonic): when its claim was sent, then
+    # when a heartbeat that renewed it was sent (Worker.fill_slots).
+    leased_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
     cancel_detail: str = ""
     writing: bool = False  # the outcome write began: a stop no longer cancels the task
     holds_slot: bool = False  # counted in Worker.active (its body runs): see Worker.release_slot
     answered: bool = False  # the fence answered the outcome write (stored or stale)
+    waiting: bool = False  # claimed ahead (prefetch): in Worker.ready, its body not started
 
     @property
     def key(self) -> tuple[str, str]:

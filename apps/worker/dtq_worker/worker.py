@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -78,9 +79,12 @@ class Worker:
         self.inflight: dict[tuple[str, str], Run] = {}
         # Read when scraped: no gauge update per task on the hot path.
         self.metrics.inflight.set_function(lambda: len(self.inflight))
-        # Slots: a run holds one while its body runs (launch until its outcome write begins).
+        # Slots: a run holds one from launch until its outcome write begins: while its body
+        # runs, or while it waits in ``ready`` (claimed ahead: DTQ_WORKER_PREFETCH) for a body
+        # to end. At most worker_concurrency bodies run; active - len(ready) of them do.
         # ``claiming`` counts slots reserved by claims in flight (consumer.py, outcomes.py).
         self.active = 0
+        self.ready: deque[Run] = deque()
         self.active_per_queue: dict[str, int] = {}
         self.claiming = 0
         self.claiming_per_queue: dict[str, int] = {}
@@ -139,8 +143,13 @@ class Worker:
 
     # --- runs ----------------------------------------------------------------------------
 
-    def launch(self, claimed: sc.Claimed) -> None:
+    def launch(self, claimed: sc.Claimed, sent: float | None = None) -> None:
+        """Take a claimed run: start its body, or keep it in ``ready`` while every slot runs
+        one (claimed ahead) or while its lease may have lapsed (see fill_slots). ``sent``: when
+        the claim was sent (monotonic; default now)."""
         run = Run(claimed)
+        if sent is not None:
+            run.leased_mono = sent
         old = self.inflight.get(run.key)
         if old is not None:
             # An older attempt of this task still runs here (this worker was frozen, its run
@@ -154,23 +163,61 @@ class Worker:
         self.active += 1
         self.active_per_queue[q] = self.active_per_queue.get(q, 0) + 1
         run.holds_slot = True
+        if self.active - len(self.ready) <= self.settings.worker_concurrency and self._fresh(run):
+            self._start(run)  # (also while stopping: the drain lets a claim in flight run)
+        else:
+            run.waiting = True
+            self.ready.append(run)
+            if self.stopping:
+                self.slot_freed.set()  # the drain hands it back
+
+    def _start(self, run: Run) -> None:
+        run.waiting = False
+        run.started_mono = time.monotonic()
         run.task = asyncio.get_running_loop().create_task(self._run(run))
 
     def release_slot(self, run: Run) -> None:
         """The run's body is over (its outcome is being written): its slot can be refilled.
 
-        Does not wake the poll loop: the outcome write itself refills the slot (complete.lua
-        claims), and _forget wakes the poll loop for whatever that left free.
+        A run claimed ahead takes the slot at once. Does not wake the poll loop: the outcome
+        write itself refills the slot (complete.lua claims), and _forget wakes the poll loop
+        for whatever that left free.
         """
         if run.holds_slot:
             run.holds_slot = False
             self.active -= 1
             self.active_per_queue[run.claimed.queue] -= 1
+            if self.ready:
+                self.fill_slots()
+
+    def fill_slots(self) -> None:
+        """Start runs claimed ahead while fewer bodies than the concurrency run.
+
+        Only while the run's lease is surely still held (claimed, or touched by a heartbeat,
+        less than the visibility timeout minus one heartbeat interval ago): after a freeze its
+        entry may have been reclaimed, and the next heartbeat says so (Heartbeat.apply_touch)
+        before it starts here, or renews it and starts it (Heartbeat.beat calls this).
+        """
+        ready, limit = self.ready, self.settings.worker_concurrency
+        while ready and not self.stopping and self.active - len(ready) < limit:
+            if not self._fresh(ready[0]):
+                break
+            self._start(ready.popleft())
+
+    def _fresh(self, run: Run) -> bool:
+        """Whether the run's lease is surely still held: its claim was sent, or a heartbeat
+        renewed it, less than the visibility timeout minus one heartbeat interval ago."""
+        s = self.settings
+        return run.leased_mono >= time.monotonic() - (
+            s.visibility_timeout_s - s.heartbeat_interval_s
+        )
 
     @property
     def unheld_slots(self) -> int:
-        """Slots neither running a body nor held for a claim in flight (any queue)."""
-        return self.settings.worker_concurrency - self.active - self.claiming
+        """Places for new runs: the concurrency plus the prefetch, less the runs held (running
+        or claimed ahead) and the slots reserved for claims in flight (any queue)."""
+        s = self.settings
+        return s.worker_concurrency + s.worker_prefetch - self.active - self.claiming
 
     def free_slots(self, queue: str) -> int:
         """Slots free for new runs of ``queue`` (worker concurrency and the queue's cap)."""
@@ -211,6 +258,9 @@ class Worker:
     def _forget(self, run: Run) -> None:
         if self.inflight.get(run.key) is run:
             del self.inflight[run.key]
+            if run.waiting:  # its body never started
+                self.ready.remove(run)
+                run.waiting = False
             self.release_slot(run)
             # Wakes the poll loop only for a slot no claim holds (a refilled slot went to the
             # outcome write's claim: waking it would only send it back to wait), and the drain.
@@ -225,7 +275,20 @@ class Worker:
             same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
             if same and run.stop_reason is None:
                 log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
-                run.stop(StopReason.CANCELLED, "cancelled by request")
+                self.stop_run(run, StopReason.CANCELLED, "cancelled by request")
+
+    def stop_run(self, run: Run, reason: StopReason, detail: str = "") -> None:
+        """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
+        body to cancel: a lost claim is dropped, a cancelled one starts at once and writes
+        "cancelled" without running its body (Executor.execute); a shutdown hands it back."""
+        run.stop(reason, detail)
+        if not run.waiting or run.stop_reason is StopReason.SHUTDOWN:
+            return
+        if run.stop_reason is StopReason.CLAIM_LOST:
+            self._forget(run)
+        else:
+            self.ready.remove(run)
+            self._start(run)
 
     def emit_worker_event(self, etype: str, detail: str = "") -> None:
         async def go() -> None:
@@ -386,6 +449,9 @@ class Worker:
         # be in flight: its runs were started in Redis and are launched when its reply comes,
         # so the drain waits for it too (reserve() wakes it).
         while (self.inflight or self.claiming) and not self._skip_drain.is_set():
+            if self.ready:
+                await self._hand_back_unstarted()
+                continue
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -401,13 +467,15 @@ class Worker:
                 )  # fmt: skip
             except TimeoutError:
                 break
+        await self._hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
             log.warning("handing back %d unfinished runs", len(leftovers))
             for r in leftovers:
                 r.stop(StopReason.SHUTDOWN)
             tasks = [r.task for r in leftovers if r.task is not None]
-            await asyncio.wait(tasks, timeout=2.0)
+            if tasks:
+                await asyncio.wait(tasks, timeout=2.0)
             # Runs already writing their outcome were not cancelled (Run.stop): once the
             # fence has answered them there is nothing to hand back.
             leftovers = [r for r in leftovers if not r.answered]
@@ -420,8 +488,23 @@ class Worker:
         await self._farewell()
         return EXIT_REDIS_LOST if self.self_stopping else EXIT_OK
 
-    async def _hand_back(self, runs: list[Run]) -> None:
-        """requeue.lua for every leftover run; retried while Redis is away, up to the deadline."""
+    async def _hand_back_unstarted(self) -> None:
+        """Runs claimed ahead never started their body: back to the queue at once (no
+        interruption counted), for other workers, instead of waiting here for a slot."""
+        unstarted = list(self.ready)
+        if not unstarted:
+            return
+        for r in unstarted:
+            r.stop(StopReason.SHUTDOWN)
+        await self._hand_back(unstarted, started=False)
+        for r in unstarted:  # not handed back (Redis stayed away): reclaimed after the timeout
+            self._forget(r)
+
+    async def _hand_back(self, runs: list[Run], started: bool = True) -> None:
+        """requeue.lua for every leftover run; retried while Redis is away, up to the deadline.
+
+        ``started=False``: runs whose body never began (no interruption is counted).
+        """
         s = self.settings
         by_queue: dict[str, list[Run]] = {}
         for r in runs:
@@ -437,6 +520,7 @@ class Worker:
                 ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
                 max_interruptions=s.max_interruptions,
                 retry_delay_ms=retry_delay_ms(self, 0),
+                started=started,
             )
             while True:
                 try:
