@@ -48,12 +48,21 @@ class Workers:
         self.logdir = Path(tempfile.mkdtemp(prefix="dtq-bench-w-"))
         self.procs: list[subprocess.Popen[bytes]] = []
         env = dict(os.environ)
+        # Runs claimed ahead of free slots (DTQ_WORKER_PREFETCH, default 0 in dtq): half the
+        # concurrency here, as the peers prefetch by default (dramatiq, celery); reported in
+        # each row's setting. DTQ_WORKER_PREFETCH in the environment overrides it.
+        self.prefetch = int(env.get("DTQ_WORKER_PREFETCH") or concurrency // 2)
+        self.setting = (
+            f"{procs} process(es) x concurrency {concurrency}, prefetch {self.prefetch}; "
+            "uvloop, hiredis"
+        )
         env.update(
             DTQ_REDIS_URL=url,
             BENCH_REDIS_URL=url,
             DTQ_KEY_PREFIX=PREFIX,
             DTQ_QUEUES=QUEUE,
             DTQ_WORKER_CONCURRENCY=str(concurrency),
+            DTQ_WORKER_PREFETCH=str(self.prefetch),
             DTQ_LOG_LEVEL=log_level,
         )
         self.env = env
@@ -240,7 +249,7 @@ class DtqBench:
         secs = end - t0
         return {
             "n": n,
-            "setting": f"{procs} process(es) x concurrency {concurrency}; uvloop, hiredis",
+            "setting": w.setting,
             "body": name,
             "procs": procs,
             "concurrency": concurrency,
@@ -322,7 +331,7 @@ class DtqBench:
             "p99_ms": pct(lat, 99),
             "max_ms": round(lat[-1], 3),
             "interval_ms": interval_ms,
-            "setting": "1 process(es) x concurrency 32; uvloop, hiredis",
+            "setting": w.setting,
         }
 
     # --- D: I/O-bound ----------------------------------------------------------------------
