@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     """Runs a worker claims ahead, beyond its concurrency, to start the moment a body ends (no
     claim round trip between two runs). While they wait they count as running (leased by the
     heartbeat); a stop hands them back with no interruption counted. For short tasks; keep 0
-    for long ones (see docs/lifecycle.md)."""
+    for long ones (docs/design.md, "Claiming ahead")."""
     queue_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     """Per-queue caps on one worker's slots, e.g. ``bulk=4,critical=12`` (each 1 to
     DTQ_WORKER_CONCURRENCY), so a slow queue cannot take every slot."""
