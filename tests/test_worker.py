@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -163,7 +164,8 @@ async def test_graceful_stop_finishes_running_tasks(settings: Settings) -> None:
 
 async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Settings) -> None:
     """The stop arrives between a claim's work in Redis and its reply: the run it started must
-    still run inside the drain (it was neither handed back nor left "running")."""
+    still run inside the drain (it was neither handed back nor left "running"). The claim of an
+    idle worker rides behind its XREAD (Consumer.wait_for_work); a busy one's goes alone."""
     from dtq import scripts as sc
 
     gate = asyncio.Event()
@@ -178,6 +180,15 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Se
                 return reply
 
             w.scripts.run = slow_claim_reply  # type: ignore[method-assign]
+            lane = w.consumer._wake
+            real_pair = lane.call_pair
+
+            async def slow_pair_reply(first: Any, then: Any) -> tuple[Any, Any]:
+                replies = await real_pair(first, then)
+                await gate.wait()
+                return replies
+
+            lane.call_pair = slow_pair_reply  # type: ignore[method-assign]
             h = await c.enqueue("sleep", [0.1])
             for _ in range(300):
                 if (await c.get(h.id)).status == TaskStatus.RUNNING:

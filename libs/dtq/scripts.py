@@ -198,6 +198,29 @@ class AsyncLane:
             await self.drop()
             raise
 
+    async def call_pair(self, first: Sequence[Any], then: Sequence[Any]) -> tuple[Any, Any]:
+        """Send two commands in one write and read both replies (an error reply is returned
+        as its :class:`ResponseError`, not raised, so the lane stays in step).
+
+        Redis runs ``then`` as soon as ``first`` has been served on this connection, a blocking
+        ``first`` included: no round trip through this process between the two.
+        """
+        conn = await self.connection()
+        try:
+            await conn.send_packed_command(
+                [*conn.pack_command(*first), *conn.pack_command(*then)], check_health=False
+            )
+            replies: list[Any] = []
+            for _ in range(2):
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies[0], replies[1]
+        except BaseException:
+            await self.drop()
+            raise
+
 
 class AsyncScripts:
     """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
@@ -217,6 +240,11 @@ class AsyncScripts:
         if obj is None:
             obj = self._objs[name] = self._redis.register_script(source(name))
         return obj
+
+    def evalsha(self, call: Call) -> tuple[Any, ...]:
+        """The EVALSHA command of ``call``, to send on a connection of one's own (a NOSCRIPT
+        reply means it did not run; :meth:`run` loads the script)."""
+        return _evalsha_args(self._obj(call.script).sha, call)
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)

@@ -1,11 +1,18 @@
-"""The poll loop: claim up to the free slots, highest priority first; block while idle."""
+"""The poll loop: claim up to the free slots, highest priority first; block while idle.
+
+While idle it blocks in XREAD on every band with the claim pipelined behind it on the same
+connection: Redis runs the claim the moment the XREAD is served, so a task enqueued to an idle
+worker is started without a round trip through the worker in between.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import NoScriptError, ResponseError
 
 from dtq import scripts as sc
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
@@ -29,6 +36,8 @@ class Consumer:
         # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
         # layer on the pickup path; its reply is not needed, only the wake-up).
         self._wake = sc.AsyncLane(worker.blocking)
+        self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
+        self._wake_id: int | None = None
 
     async def wait_slot(self, timeout: float) -> None:
         """Until a run ends (or shutdown starts), at most ``timeout`` seconds.
@@ -45,15 +54,21 @@ class Consumer:
 
     async def loop(self) -> None:
         w = self.w
+        woke: tuple[int, int, bool] | None = None  # the claim pipelined behind the idle XREAD
         while not w.stopping:
             if not w.healthy.is_set():
+                woke = None
                 await w.wait_or_stop(w.healthy.wait(), 1.0)
                 continue
             if w.unheld_slots <= 0:
+                woke = None
                 await self.wait_slot(1.0)  # shutdown sets slot_freed too
                 continue
             try:
-                claimed, now_ms, drained = await self.claim_once()
+                if woke is None:
+                    claimed, now_ms, drained = await self.claim_once()
+                else:
+                    (claimed, now_ms, drained), woke = woke, None
                 self.backoff.ok()
             except Exception as exc:
                 if is_nogroup(exc):
@@ -74,7 +89,7 @@ class Consumer:
                     await asyncio.sleep(0)
                     if w.stopping:
                         break
-                await self.wait_for_work(now_ms)
+                woke = await self.wait_for_work(now_ms)
 
     async def claim_once(self) -> tuple[int, int, bool]:
         """One claim pass over the queues in order.
@@ -83,7 +98,6 @@ class Consumer:
         and each gave fewer runs than free slots, i.e. its bands held nothing more to start.
         """
         w = self.w
-        s = w.settings
         total, now_ms = 0, 0
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
@@ -96,12 +110,7 @@ class Consumer:
             sent = time.monotonic()
             w.reserve(queue, free)
             try:
-                raw = await w.scripts.run(
-                    sc.claim_call(
-                        w.keys.queue(queue), w.worker_id, free, s.events_maxlen, s.result_ttl_s,
-                        s.fair,
-                    )
-                )  # fmt: skip
+                raw = await w.scripts.run(self._claim_call(queue, free))
             finally:
                 w.reserve(queue, -free)
             w.metrics.claim_latency.observe(time.perf_counter() - t0)
@@ -117,6 +126,12 @@ class Consumer:
                 drained = False
         return total, now_ms, drained
 
+    def _claim_call(self, queue: str, free: int) -> sc.Call:
+        w, s = self.w, self.w.settings
+        return sc.claim_call(
+            w.keys.queue(queue), w.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair
+        )
+
     def took(self, batch: sc.ClaimBatch, sent: float) -> None:
         """Start the runs of a claim (this loop's, or the one an outcome write made) that was
         sent at ``sent`` (monotonic: the runs' leases count from no later than that)."""
@@ -127,11 +142,14 @@ class Consumer:
         for c in batch.runs:
             w.launch(c, sent)
 
-    async def wait_for_work(self, now_ms: int) -> None:
-        """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes).
+    async def wait_for_work(self, now_ms: int) -> tuple[int, int, bool] | None:
+        """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes); return
+        what the claim pipelined behind the wait took, as claim_once does, or None.
 
-        XREAD (not XREADGROUP) only watches: the claim script does the taking. Entries added
-        after the claim have ids above ``now_ms - 1``, so none is missed between the two calls.
+        XREAD (not XREADGROUP) only watches: the claim script does the taking, sent in the same
+        write for the first queue's free slots (held meanwhile, so a drain waits for it; the stop
+        unblocks the XREAD at once, see interrupt()). Entries added after the last claim have
+        ids above ``now_ms - 1``, so none is missed between the two calls.
         """
         w = self.w
         after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
@@ -142,18 +160,69 @@ class Consumer:
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
             *([after] * len(streams)),
         )  # fmt: skip
+        queue = w.queues[0]
+        free = w.free_slots(queue)
         self.waiting = True
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
-            # block bounds how long shutdown leaves it waiting (the loop is then cancelled);
-            # the timeout bounds a hung connection.
+            # block bounds how long it waits; the timeout bounds a hung connection.
             async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
-                await self._wake.call(args)
+                if free <= 0 or w.stopping:
+                    await self._wake.call(args)
+                    return None
+                return await self._wake_and_claim(args, queue, free)
         except TimeoutError:
-            return
+            return None
         except Exception as exc:
             if not is_transient(exc):
                 raise
             await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
+            return None
         finally:
             self.waiting = False
+
+    async def _wake_and_claim(
+        self, xread: tuple[Any, ...], queue: str, free: int
+    ) -> tuple[int, int, bool] | None:
+        w = self.w
+        conn = await self._wake.connection()
+        if conn is not self._wake_conn:  # a new connection: learn its id for CLIENT UNBLOCK
+            self._wake_conn, self._wake_id = None, None
+            self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
+            self._wake_conn = conn
+        claim = w.scripts.evalsha(self._claim_call(queue, free))
+        if w.stopping:  # the stop came during the awaits above: no claim now (the loop ends)
+            return None
+        # From here to the write (call_pair) nothing yields: a stop that comes later finds
+        # ``waiting`` set and the id known, and unblocks the XREAD.
+        sent = time.monotonic()
+        w.reserve(queue, free)
+        try:
+            _, raw = await self._wake.call_pair(xread, claim)
+        finally:
+            w.reserve(queue, -free)
+        if isinstance(raw, NoScriptError):
+            return None  # it did not run; claim_once loads the script
+        if isinstance(raw, ResponseError):
+            raise raw
+        batch = sc.parse_claim(queue, raw)
+        if batch.missing_streams:
+            await w.ensure_groups()
+            return None
+        self.more = False
+        self.took(batch, sent)
+        # Drained when the only queue had fewer runs than free slots (as claim_once says).
+        drained = len(w.queues) == 1 and len(batch.runs) < free
+        return len(batch.runs), batch.now_ms, drained
+
+    def interrupt(self) -> None:
+        """Shutdown: end the idle XREAD now (CLIENT UNBLOCK), so the claim behind it runs and
+        its reply comes at once instead of after the block."""
+        if self.waiting and self._wake_id is not None:
+            self.w.spawn(self._unblock(self._wake_id))
+
+    async def _unblock(self, client_id: int) -> None:
+        try:
+            await self.w.redis.client_unblock(client_id)
+        except Exception as exc:  # the block ends by itself within IDLE_BLOCK_MS
+            log.debug("could not unblock the idle wait: %s", exc)

@@ -28,7 +28,7 @@ from dtq.connection import async_redis
 from dtq.errors import SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
-from dtq_worker.consumer import Consumer
+from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.heartbeat import Heartbeat
@@ -368,6 +368,7 @@ class Worker:
         if not self._stop.is_set():
             self._stop.set()
             self.slot_freed.set()
+            self.consumer.interrupt()
             self._arm_hard_exit()
 
     def _arm_hard_exit(self) -> None:
@@ -467,6 +468,12 @@ class Worker:
                 )  # fmt: skip
             except TimeoutError:
                 break
+        # A claim still in flight (the idle wait's, were CLIENT UNBLOCK not to reach it) ends
+        # within its block: wait for it, or it could take the runs handed back below.
+        settle = time.monotonic() + IDLE_WAIT_TIMEOUT_S + 1
+        while self.claiming and time.monotonic() < settle:
+            self.consumer.interrupt()
+            await asyncio.sleep(0.05)
         await self._hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
