@@ -160,6 +160,16 @@ def spawn_worker() -> Iterator[Any]:
         p.close()
 
 
+def body_starts(r: redis.Redis, prefix: str) -> list[tuple[str, int, str]]:
+    """(task id, attempt, worker) of every task body that began, in order (the test apps'
+    record_start appends them with RPUSH, which no fault can erase)."""
+    out = []
+    for line in r.lrange(f"{prefix}:test:starts", 0, -1):
+        tid, attempt, worker, _ = line.split("|")
+        out.append((tid, int(attempt), worker))
+    return out
+
+
 def wait_until(pred: Any, timeout: float = 20.0, interval: float = 0.02) -> None:
     deadline = time.monotonic() + timeout
     while not pred():

@@ -22,18 +22,10 @@ import redis
 from dtq import AsyncClient, Client, Settings, TaskStatus
 from dtq.keys import Keys, split_task_id
 from tests.apps.basic import SLEEPING, app
+from tests.conftest import body_starts as starts
 from tests.conftest import make_settings, running_worker, wait_until
 
 APP = "tests.apps.basic:app"
-
-
-def starts(r: redis.Redis, prefix: str) -> list[tuple[str, int, str]]:
-    """(task id, attempt, worker) of every body that began, in order (tests/apps/basic.py)."""
-    out = []
-    for line in r.lrange(f"{prefix}:test:starts", 0, -1):
-        tid, attempt, worker, _ = line.split("|")
-        out.append((tid, int(attempt), worker))
-    return out
 
 
 async def wait_status(c: AsyncClient, ids: list[str], status: TaskStatus, timeout: float) -> None:
@@ -93,15 +85,22 @@ async def test_stop_hands_back_runs_claimed_ahead_without_an_interruption(
         assert len(starts(r, s.key_prefix)) == 3  # each body ran once
 
 
+async def one_running_one_waiting(w: Any, c: AsyncClient, body_s: float) -> tuple[Any, Any]:
+    """On a worker of one slot and one run claimed ahead: a body of ``body_s`` seconds running,
+    and a second task claimed behind it, waiting. Returns both handles."""
+    first = await c.enqueue("sleep", [body_s])
+    second = await c.enqueue("sleep", [0.0])
+    await wait_status(c, [first.id, second.id], TaskStatus.RUNNING, 10)
+    assert [run.task_id for run in w.ready] == [second.id]
+    return first, second
+
+
 async def test_cancel_of_a_waiting_run_ends_it_without_its_body(
     settings: Settings, r: redis.Redis
 ) -> None:
     s = settings_with(settings, worker_concurrency=1, worker_prefetch=1)
     async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
-        first = await c.enqueue("sleep", [1.5])
-        second = await c.enqueue("sleep", [0.0])
-        await wait_status(c, [first.id, second.id], TaskStatus.RUNNING, 10)
-        assert [run.task_id for run in w.ready] == [second.id]
+        first, second = await one_running_one_waiting(w, c, 1.5)
         t0 = time.monotonic()
         assert await c.cancel(second.id)
         await wait_status(c, [second.id], TaskStatus.CANCELLED, 5)
@@ -116,9 +115,7 @@ async def test_a_lost_claim_of_a_waiting_run_is_dropped_then_reclaimed(
 ) -> None:
     s = settings_with(settings, worker_concurrency=1, worker_prefetch=1)
     async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
-        first = await c.enqueue("sleep", [0.8])
-        second = await c.enqueue("sleep", [0.0])
-        await wait_status(c, [first.id, second.id], TaskStatus.RUNNING, 10)
+        first, second = await one_running_one_waiting(w, c, 0.8)
         [waiting] = list(w.ready)
         w.heartbeat.lose(waiting, "test")  # as when a touch reports the entry reclaimed
         assert not w.ready and waiting.key not in w.inflight

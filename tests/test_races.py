@@ -12,18 +12,11 @@ import redis
 
 from dtq import Client, Settings, TaskStatus
 from dtq.keys import Keys
+from tests.conftest import body_starts as starts
 from tests.conftest import make_settings, wait_until
 
 pytestmark = pytest.mark.slow
 APP = "tests.apps.basic:app"
-
-
-def starts(r: redis.Redis, prefix: str) -> list[tuple[str, int, str]]:
-    out = []
-    for line in r.lrange(f"{prefix}:test:starts", 0, -1):
-        tid, attempt, worker, _ = line.split("|")
-        out.append((tid, int(attempt), worker))
-    return out
 
 
 def all_done(c: Client, ids: list[str]) -> bool:
