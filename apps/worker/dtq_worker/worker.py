@@ -472,8 +472,7 @@ class Worker:
         # within its block: wait for it, or it could take the runs handed back below.
         settle = time.monotonic() + IDLE_WAIT_TIMEOUT_S + 1
         while self.claiming and time.monotonic() < settle:
-            self.consumer.interrupt()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
         await self._hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
