@@ -499,11 +499,7 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
         return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen)
     args: list[Any] = [events_maxlen, len(tasks)]
     for t in tasks:
-        args += [
-            t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
-            "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
-            t.idempotency_key, t.meta, t.limit,
-        ]  # fmt: skip
+        args += _task_args(t)
     head, streams = _enqueue_keys(qk.prefix, qk.queue)
     # Only the bands used: enqueue.lua finds each stream by its last character.
     return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
@@ -513,15 +509,16 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings)."""
     head, streams = _enqueue_keys(prefix, queue)
-    return Call(
-        "enqueue",
-        [*head, streams[t.priority]],
-        [
-            events_maxlen, 1, t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
-            "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
-            t.idempotency_key, t.meta, t.limit,
-        ],
-    )  # fmt: skip
+    return Call("enqueue", [*head, streams[t.priority]], [events_maxlen, 1, *_task_args(t)])
+
+
+def _task_args(t: NewTask) -> list[Any]:
+    """enqueue.lua's 12 fields of one task."""
+    return [
+        t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
+        "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
+        t.idempotency_key, t.meta, t.limit,
+    ]  # fmt: skip
 
 
 # Key lists of the hot-path scripts, built once per queue (each is ~15-18 formatted strings;

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -107,24 +109,37 @@ class Consumer:
                 drained = False
                 continue
             t0 = time.perf_counter()
-            sent = time.monotonic()
-            w.reserve(queue, free)
-            try:
-                raw = await w.scripts.run(self._claim_call(queue, free))
-            finally:
-                w.reserve(queue, -free)
+            call = self._claim_call(queue, free)
+            batch = await self._claim(queue, free, partial(w.scripts.run, call))
             w.metrics.claim_latency.observe(time.perf_counter() - t0)
-            batch = sc.parse_claim(queue, raw)
             now_ms = batch.now_ms
             if batch.missing_streams:
-                await w.ensure_groups()
                 drained = False
                 continue
-            self.took(batch, sent)
             total += len(batch.runs)
             if len(batch.runs) >= free:
                 drained = False
         return total, now_ms, drained
+
+    async def _claim(
+        self, queue: str, free: int, send: Callable[[], Awaitable[Any]]
+    ) -> sc.ClaimBatch:
+        """A claim of ``free`` slots of ``queue``, sent by ``send()`` (its reply): the slots are
+        held until the reply, then its runs are launched (or the groups recreated, when its
+        streams were missing)."""
+        w = self.w
+        sent = time.monotonic()
+        w.reserve(queue, free)
+        try:
+            raw = await send()
+        finally:
+            w.reserve(queue, -free)
+        batch = sc.parse_claim(queue, raw)
+        if batch.missing_streams:
+            await w.ensure_groups()
+        else:
+            self.took(batch, sent)
+        return batch
 
     def _claim_call(self, queue: str, free: int) -> sc.Call:
         w, s = self.w, self.w.settings
@@ -195,22 +210,20 @@ class Consumer:
             return None
         # From here to the write (call_pair) nothing yields: a stop that comes later finds
         # ``waiting`` set and the id known, and unblocks the XREAD.
-        sent = time.monotonic()
-        w.reserve(queue, free)
-        try:
+
+        async def send() -> Any:
             _, raw = await self._wake.call_pair(xread, claim)
-        finally:
-            w.reserve(queue, -free)
-        if isinstance(raw, NoScriptError):
-            return None  # it did not run; claim_once loads the script
-        if isinstance(raw, ResponseError):
-            raise raw
-        batch = sc.parse_claim(queue, raw)
-        if batch.missing_streams:
-            await w.ensure_groups()
-            return None
+            if isinstance(raw, ResponseError):
+                raise raw
+            return raw
+
         self.more = False
-        self.took(batch, sent)
+        try:
+            batch = await self._claim(queue, free, send)
+        except NoScriptError:
+            return None  # it did not run; claim_once loads the script
+        if batch.missing_streams:
+            return None
         # Drained when the only queue had fewer runs than free slots (as claim_once says).
         drained = len(w.queues) == 1 and len(batch.runs) < free
         return len(batch.runs), batch.now_ms, drained
