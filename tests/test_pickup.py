@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from dtq import AsyncClient, Settings, TaskStatus
+from dtq import AsyncClient, Client, Settings, TaskStatus
 from dtq import scripts as sc
 from dtq_worker import consumer
 from tests.apps.basic import app
-from tests.conftest import running_worker
+from tests.conftest import make_settings, running_worker
 
 
 async def idle(w: Any) -> None:
@@ -40,9 +40,9 @@ async def test_an_idle_worker_starts_a_new_task_with_the_claim_behind_its_wait(
                 claims_alone.append(call)
             return await real_run(call, pipe)  # type: ignore[arg-type]
 
-        async def pair(first: Any, then: Any) -> tuple[Any, Any]:
+        async def pair(first: Any, then: Any, timeout: float) -> tuple[Any, Any]:
             pairs.append((first[0], then[0]))
-            return await real_pair(first, then)
+            return await real_pair(first, then, timeout)
 
         w.scripts.run = run  # type: ignore[method-assign]
         lane.call_pair = pair  # type: ignore[method-assign]
@@ -95,3 +95,28 @@ async def test_a_task_enqueued_as_an_idle_worker_stops_is_run_or_left_queued(
                 assert info.attempt == 1 and await c.result(h.id) == i + 1
             else:
                 assert info.attempt == 0
+
+
+async def test_a_worker_frozen_past_its_wait_still_starts_what_the_claim_behind_it_took(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker frozen (here: its event loop blocked) while the claim behind its XREAD takes a
+    task resumes after the wait's hung-connection deadline: the replies already in its socket
+    are still read, so the run starts now, attempt 1, instead of being lost until the
+    visibility timeout reclaims it (attempt 2)."""
+    # A long block, so the XREAD is surely still waiting when the entry lands; a short
+    # deadline, so the freeze below outlasts it.
+    monkeypatch.setattr(consumer, "IDLE_BLOCK_MS", 10_000)
+    monkeypatch.setattr(consumer, "IDLE_WAIT_TIMEOUT_S", 1.0)
+    s = make_settings(settings.redis_url, settings.key_prefix, visibility_timeout_s=60.0)
+    async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
+        await idle(w)
+        await asyncio.sleep(0.05)  # the XREAD and the claim behind it are sent
+        with Client(settings=s, app=app) as sync:
+            h = sync.enqueue("add", [2, 3])
+            time.sleep(1.5)  # frozen: nothing of the worker runs
+            # The claim ran in Redis meanwhile: the task is the worker's, attempt 1.
+            frozen = sync.get(h.id)
+        assert frozen.status == TaskStatus.RUNNING and frozen.attempt == 1
+        assert await c.result(h.id, timeout=10) == 5
+        assert (await c.get(h.id)).attempt == 1

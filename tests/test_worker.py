@@ -162,18 +162,11 @@ async def test_graceful_stop_finishes_running_tasks(settings: Settings) -> None:
         assert info.status == TaskStatus.SUCCEEDED and info.attempt == 1
 
 
-async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Settings) -> None:
     """The stop arrives between a claim's work in Redis and its reply: the run it started must
     still run inside the drain (it was neither handed back nor left "running"). The claim of an
     idle worker rides behind its XREAD (Consumer.wait_for_work); a busy one's goes alone."""
     from dtq import scripts as sc
-    from dtq_worker import consumer
-
-    # The reply held back below counts against the idle wait's hung-connection timeout (2 s
-    # from the XREAD's send, which may be up to its 1 s block before the enqueue): not under test.
-    monkeypatch.setattr(consumer, "IDLE_WAIT_TIMEOUT_S", 30.0)
 
     gate = asyncio.Event()
     async with AsyncClient(settings=settings, app=app) as c:
@@ -190,8 +183,8 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(
             lane = w.consumer._wake
             real_pair = lane.call_pair
 
-            async def slow_pair_reply(first: Any, then: Any) -> tuple[Any, Any]:
-                replies = await real_pair(first, then)
+            async def slow_pair_reply(first: Any, then: Any, timeout: float) -> tuple[Any, Any]:
+                replies = await real_pair(first, then, timeout)
                 await gate.wait()
                 return replies
 

@@ -8,6 +8,7 @@ a small frozen dataclass, so the sync client, the async client and the worker sh
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import threading
@@ -89,6 +90,8 @@ class Call:
 # second thread or task), a broken connection (dropped; the usual path reconnects and retries,
 # as redis-py does). A timeout is raised as is: the call may have run, so it is not resent here.
 _MISS: Any = object()
+# How long a reply of a pair is still read for once its deadline has passed (AsyncLane.call_pair).
+LATE_REPLY_S = 0.5
 MAX_ASYNC_LANES = 4  # per AsyncScripts: calls in flight at once beyond this take the usual path
 
 
@@ -198,28 +201,48 @@ class AsyncLane:
             await self.drop()
             raise
 
-    async def call_pair(self, first: Sequence[Any], then: Sequence[Any]) -> tuple[Any, Any]:
+    async def call_pair(
+        self, first: Sequence[Any], then: Sequence[Any], timeout: float
+    ) -> tuple[Any, Any]:
         """Send two commands in one write and read both replies (an error reply is returned
         as its :class:`ResponseError`, not raised, so the lane stays in step).
 
         Redis runs ``then`` as soon as ``first`` has been served on this connection, a blocking
         ``first`` included: no round trip through this process between the two.
+
+        ``timeout`` (from the send) bounds a hung connection: past it the lane is dropped and
+        :class:`TimeoutError` raised. A process frozen past it (SIGSTOP, a VM pause) resumes
+        with the deadline already gone and the replies already in its socket: those are still
+        read (for up to :data:`LATE_REPLY_S`), not thrown away with the connection, which would
+        lose what ``then`` did.
         """
         conn = await self.connection()
         try:
             await conn.send_packed_command(
                 [*conn.pack_command(*first), *conn.pack_command(*then)], check_health=False
             )
-            replies: list[Any] = []
-            for _ in range(2):
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies[0], replies[1]
+            deadline = asyncio.get_running_loop().time() + timeout
+            one = await _read_by(conn, deadline)
+            return one, await _read_by(conn, deadline)
         except BaseException:
             await self.drop()
             raise
+
+
+async def _read_by(conn: Any, deadline: float) -> Any:
+    """One reply of a pair (see :meth:`AsyncLane.call_pair`); an error reply is returned."""
+    try:
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await conn.read_response(disconnect_on_error=False)
+        except TimeoutError:
+            pass
+        # The parser keeps what it had read: a cancelled read loses nothing, so a second one
+        # picks up where it stopped.
+        async with asyncio.timeout(LATE_REPLY_S):
+            return await conn.read_response(disconnect_on_error=False)
+    except ResponseError as exc:
+        return exc
 
 
 class AsyncScripts:

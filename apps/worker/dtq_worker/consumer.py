@@ -181,11 +181,11 @@ class Consumer:
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long it waits; the timeout bounds a hung connection.
-            async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
-                if free <= 0 or w.stopping:
+            if free <= 0 or w.stopping:
+                async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
                     await self._wake.call(args)
-                    return None
-                return await self._wake_and_claim(args, queue, free)
+                return None
+            return await self._wake_and_claim(args, queue, free)
         except TimeoutError:
             return None
         except Exception as exc:
@@ -200,11 +200,12 @@ class Consumer:
         self, xread: tuple[Any, ...], queue: str, free: int
     ) -> tuple[int, int, bool] | None:
         w = self.w
-        conn = await self._wake.connection()
-        if conn is not self._wake_conn:  # a new connection: learn its id for CLIENT UNBLOCK
-            self._wake_conn, self._wake_id = None, None
-            self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
-            self._wake_conn = conn
+        async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
+            conn = await self._wake.connection()
+            if conn is not self._wake_conn:  # a new connection: learn its id for CLIENT UNBLOCK
+                self._wake_conn, self._wake_id = None, None
+                self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
+                self._wake_conn = conn
         claim = w.scripts.evalsha(self._claim_call(queue, free))
         if w.stopping:  # the stop came during the awaits above: no claim now (the loop ends)
             return None
@@ -212,7 +213,9 @@ class Consumer:
         # ``waiting`` set and the id known, and unblocks the XREAD.
 
         async def send() -> Any:
-            _, raw = await self._wake.call_pair(xread, claim)
+            # The pair's own deadline: replies that came while this process was frozen past
+            # it are still read (call_pair), so the runs the claim took are not lost.
+            _, raw = await self._wake.call_pair(xread, claim, IDLE_WAIT_TIMEOUT_S)
             if isinstance(raw, ResponseError):
                 raise raw
             return raw
