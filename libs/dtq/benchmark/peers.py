@@ -53,15 +53,23 @@ class Peers:
         for k, v in opts.items():
             if v is not None:
                 cmd += [f"--{k.replace('_', '-')}", str(v)]
+        proc = subprocess.Popen(
+            cmd, cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
-            proc = subprocess.run(
-                cmd, cwd=self.root, capture_output=True, text=True, timeout=timeout + 60
-            )
+            out, err = proc.communicate(timeout=timeout + 60)
         except subprocess.TimeoutExpired:
+            _stop(proc)
             return {"lib": lib, "workload": workload, "error": f"no answer in {timeout + 60:g}s"}
-        lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("{")]
+        except BaseException:
+            # The suite was interrupted (Ctrl-C, SIGTERM): a SIGTERM lets the runner kill its
+            # workers' process groups, where subprocess.run's SIGKILL would orphan them (and
+            # they would load the machine for whatever runs next).
+            _stop(proc)
+            raise
+        lines = [ln for ln in out.splitlines() if ln.strip().startswith("{")]
         if not lines:
-            tail = (proc.stderr or proc.stdout)[-500:]
+            tail = (err or out)[-500:]
             return {"lib": lib, "workload": workload, "error": f"no JSON output: {tail}"}
         try:
             res: dict[str, Any] = json.loads(lines[-1])
@@ -69,6 +77,16 @@ class Peers:
             return {"lib": lib, "workload": workload, "error": f"bad JSON output: {exc}"}
         res.pop("worker_log_tail", None) if "error" not in res else None
         return res
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the runner (it kills its workers on the way out), SIGKILL if it lingers."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
 
 
 def python_version() -> str:
