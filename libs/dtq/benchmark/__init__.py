@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-c", type=int, help="C: tasks 5 ms apart (default 1000)")
     p.add_argument("--n-d", type=int, help="D: 10 ms tasks (default 5000)")
     p.add_argument("--n-e", type=int, help="E: tasks timed per backlog size (default 20000)")
+    p.add_argument(
+        "--e-runs", type=int, help="E: timed runs per size and repetition, median kept (default 3)"
+    )
     p.add_argument("--backlogs", help="E: backlog sizes (default 1000,100000,1000000)")
     p.add_argument("--n-f", type=int, help="F: tasks queued to measure memory (default 100000)")
     p.add_argument("--n-g", type=int, help="G: tasks per ceiling loop (default 50000)")
@@ -87,6 +90,7 @@ def _sizes(args: argparse.Namespace) -> dict[str, Any]:
         "D": pick(args.n_d, 5_000, 500),
         "E": pick(args.n_e, 20_000, 2_000),
         "E_sizes": [int(x) for x in backlogs.split(",") if x.strip()],
+        "E_runs": pick(args.e_runs, 3, 1),
         "F": pick(args.n_f, 100_000, 10_000),
         "G": pick(args.n_g, 50_000, 5_000),
         "reps": args.reps or (1 if q else 3),
@@ -245,9 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             meta["load_after"] = _load()
             save()
         if "E" in wanted:
-            say("--- E: backlog scaling (fills each backlog once, then one timed run per rep)")
-            for res in b.backlog(sz["E_sizes"], sz["E"], reps):
-                record("E", f"dtq backlog={res['backlog']:,}", res)
+            say(f"--- E: backlog scaling (per repetition every size, {sz['E_runs']} runs each)")
+            for rep in range(reps):
+                for res in b.backlog(sz["E_sizes"], sz["E"], sz["E_runs"]):
+                    record("E", f"dtq backlog={res['backlog']:,}", res | {"rep": rep})
         if "F" in wanted:
             say("--- F: resources")
             record("F", "dtq", guard(lambda: b.resources(sz["F"])))

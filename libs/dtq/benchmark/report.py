@@ -47,7 +47,8 @@ def median_record(runs: Sequence[Rec]) -> Rec:
             if len(nums) > 1 and key.endswith(("_per_s", "_ms")):
                 out[key + "_range"] = [min(nums), max(nums)]
         else:
-            out[key] = vals[0]
+            # A list (E's timed runs) is kept for every run; text (the setting) from the first.
+            out[key] = vals if any(isinstance(v, list) for v in vals) else vals[0]
     return out
 
 
@@ -212,6 +213,14 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _runs(v: Any) -> str:
+    """E's timed runs: one list per repetition (or one list when there was one repetition)."""
+    if not isinstance(v, list) or not v:
+        return ""
+    reps = v if isinstance(v[0], list) else [v]
+    return "; ".join(", ".join(_fmt(x) for x in rep) for rep in reps)
+
+
 def markdown(data: Rec) -> str:
     med: dict[str, dict[str, Rec]] = data["medians"]
     meta = data["meta"]
@@ -263,15 +272,19 @@ def markdown(data: Rec) -> str:
         lines += [
             "## E: backlog scaling (dtq)",
             "",
-            "| backlog queued | tasks/s (worker start to done) | steady tasks/s | range |",
-            "|---:|---:|---:|---|",
+            "Per repetition, every size in turn; per size the median of several timed runs "
+            "(all listed, steady tasks/s), then the median over the repetitions.",
+            "",
+            "| backlog queued | tasks/s (worker start to done) | steady tasks/s | range | runs |",
+            "|---:|---:|---:|---|---|",
         ]
         for lib, rec in med["E"].items():
             rng = rec.get("steady_tasks_per_s_range")
             rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
             lines.append(
                 f"| {lib} | {_fmt(rec.get('tasks_per_s'))} | "
-                f"{_fmt(rec.get('steady_tasks_per_s'))} | {rng_s} |"
+                f"{_fmt(rec.get('steady_tasks_per_s'))} | {rng_s} | "
+                f"{_runs(rec.get('runs_steady_tasks_per_s'))} |"
             )
         lines.append("")
     f = med.get("F", {}).get(DTQ)
