@@ -13,8 +13,14 @@ local function now_ms()
 end
 
 -- Append a lifecycle event to the queue's capped event stream (maxlen 0 disables events).
--- maxlen is a number; its text is made once per script call.
+-- maxlen is a number; its text is made once per script call, unless events_maxlen gave it.
 local maxlen_n, maxlen_s = nil, nil
+-- The events maxlen of this call from its ARGV text (returns the number): emit then sends the
+-- text as it came instead of formatting the number again.
+local function events_maxlen(text)
+  maxlen_n, maxlen_s = tonumber(text), text
+  return maxlen_n
+end
 local function emit(events_key, maxlen, etype, tid, attempt, worker, detail)
   if maxlen > 0 then
     if maxlen ~= maxlen_n then maxlen_n, maxlen_s = maxlen, string.format('%d', maxlen) end

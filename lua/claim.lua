@@ -43,5 +43,5 @@
 -- refill the slots its runs free (one round trip per batch on the hot path).
 -- include: _claim
 
-return claim_entries(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
+return claim_entries(ARGV[1], ARGV[2], tonumber(ARGV[3]), events_maxlen(ARGV[4]),
   tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1')

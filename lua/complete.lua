@@ -21,7 +21,7 @@
 -- include: _claim
 
 local group, worker = ARGV[1], ARGV[2]
-local maxlen, ttl_s, done_prefix = tonumber(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
+local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
 local n = tonumber(ARGV[6])
 local claim_count = tonumber(ARGV[7])
 local base = KEYS[14]

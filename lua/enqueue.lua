@@ -20,7 +20,7 @@
 -- stream entry's id (its milliseconds are the server's clock), or by TIME when a scheduled task
 -- comes first (TIME is a call of its own: a tenth of a single enqueue's cost).
 
-local maxlen = tonumber(ARGV[1])
+local maxlen = events_maxlen(ARGV[1])
 local n = tonumber(ARGV[2])
 local sched, events, base, idem_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local streams = {}
@@ -63,18 +63,20 @@ for i = 0, n - 1 do
     else
       status = 'queued'
       eid = redis.call('XADD', streams[prio], '*', 't', tid)
-      if not now then
-        nows = string.match(eid, '^%d+')
+      if not now then  -- the id's milliseconds (a plain find: cheaper than a pattern)
+        nows = string.sub(eid, 1, string.find(eid, '-', 1, true) - 1)
         now = tonumber(nows)
       end
     end
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
-    local h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr,
-      'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status}
+    -- (Built whole by one constructor: appending to it would grow the table once more.)
+    local h
     if eid then
-      h[#h + 1] = 'eid'; h[#h + 1] = eid
+      h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr, 'attempt', '0',
+        'retries', '0', 'intr', '0', 'enq', nows, 'status', status, 'eid', eid}
     else
-      h[#h + 1] = 'due'; h[#h + 1] = now + delay
+      h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr, 'attempt', '0',
+        'retries', '0', 'intr', '0', 'enq', nows, 'status', status, 'due', now + delay}
       redis.call('ZADD', sched, now + delay, tid)
     end
     if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
