@@ -78,6 +78,17 @@ def test_sync_lane_is_thread_safe(redis_server: RedisServer, prefix: str) -> Non
         assert sum(c.redis.xlen(st) for st in qk.streams) == 1200
 
 
+def test_sync_lane_sends_a_call_bigger_than_one_write(redis_server: RedisServer) -> None:
+    """The lane writes a call with one ``write`` (no poll first); what the socket buffer did not
+    take goes after it, so a big call arrives whole and the connection stays in step."""
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    s = _with(sc.SyncScripts(r), r)
+    big = "x" * (16 << 20)  # more than a loopback socket buffers at once
+    assert s.run(sc.Call("echo", [], [big])) == big
+    assert s.run(sc.Call("echo", [], ["after"])) == "after"
+    r.close()
+
+
 def test_sync_lane_in_a_forked_child(redis_server: RedisServer) -> None:
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
     s = _with(sc.SyncScripts(r), r)

@@ -107,9 +107,14 @@ class _Base:
         if n != 1:
             return None
         ((q, ((_, task),)),) = by_queue.items()
-        if q not in self._registered:
+        call = self._single(q, task)
+        return None if call is None else (q, call)
+
+    def _single(self, queue: str, task: sc.NewTask) -> sc.Call | None:
+        """The script call enqueueing ``task`` alone, if this client registered ``queue``."""
+        if queue not in self._registered:
             return None
-        return q, sc.enqueue_one_call(self.keys.prefix, q, task, self.settings.events_maxlen)
+        return sc.enqueue_one_call(self.keys.prefix, queue, task, self.settings.events_maxlen)
 
     @staticmethod
     def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
@@ -219,7 +224,13 @@ class AsyncClient(_Base):
             priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
             idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
         )  # fmt: skip
-        return (await self._send({q: [(0, task)]}, 1))[0]
+        call = self._single(q, task)
+        if call is None:  # the queue's first enqueue by this client registers it
+            return (await self._send({q: [(0, task)]}, 1))[0]
+        try:  # the short path (see Client.enqueue)
+            return self._handle(q, await self._scripts.run(call))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _unavailable(exc) from None
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks: one script call per queue, or parts of ``BULK_PART`` streamed
@@ -372,7 +383,13 @@ class Client(_Base):
             priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
             idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
         )  # fmt: skip
-        return self._send({q: [(0, task)]}, 1)[0]
+        call = self._single(q, task)
+        if call is None:  # the queue's first enqueue by this client registers it
+            return self._send({q: [(0, task)]}, 1)[0]
+        try:  # the short path: one script call, no batch built around one task
+            return self._handle(q, self._scripts.run(call))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _unavailable(exc) from None
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""

@@ -410,6 +410,42 @@ def hiredis_packing(client: AsyncRedis) -> AsyncRedis:
     return client
 
 
+# Forks of this process so far, counted in the child (os.getpid per call is a system call).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
+def _send(conn: Any, chunks: list[bytes]) -> None:
+    """Send a packed command on a blocking connection: one ``write`` for a plain socket.
+
+    A socket with a timeout (redis-py's default is 5 s) makes Python ``poll`` before every
+    send; a request of a few hundred bytes always fits the send buffer, so that poll is a
+    system call for nothing. What the write did not take (a large call) and any other socket
+    (TLS) go the usual way, which waits with the timeout.
+    """
+    sock = conn._sock
+    if type(sock) is not socket.socket or len(chunks) != 1:
+        conn.send_packed_command(chunks, False)
+        return
+    data = chunks[0]
+    try:
+        n = os.write(sock.fileno(), data)
+    except BlockingIOError:
+        n = 0
+    except OSError as exc:
+        conn.disconnect()
+        raise ConnectionError(f"Error while writing to socket: {exc}") from None
+    if n < len(data):
+        conn.send_packed_command([memoryview(data)[n:]], False)
+
+
 class SyncScripts:
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
 
@@ -417,7 +453,7 @@ class SyncScripts:
         self._redis = redis
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         self._lane: Any = None
-        self._lane_pid = 0
+        self._lane_forks = -1
         self._lane_lock = threading.Lock()
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
@@ -496,15 +532,15 @@ class SyncScripts:
 
     def _lane_conn(self) -> Any:
         conn = self._lane
-        if conn is None or self._lane_pid != os.getpid():  # a forked child gets its own
+        if conn is None or self._lane_forks != _forks:  # a forked child gets its own
             conn = self._lane = self._redis.connection_pool.get_connection()
-            self._lane_pid = os.getpid()
+            self._lane_forks = _forks
         return conn
 
     def _lane_call(self, sha: str, call: Call) -> Any:
         conn = self._lane_conn()
         try:
-            conn.send_packed_command(_packed(conn, sha, call), False)
+            _send(conn, _packed(conn, sha, call))
             return conn.read_response()
         except NoScriptError:
             return _MISS

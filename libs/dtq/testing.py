@@ -327,6 +327,9 @@ class _TestClient(Client):
         super().__init__(**kw)
         self._tq = tq
 
+    def _single(self, queue: str, task: sc.NewTask) -> None:
+        return None  # every enqueue goes through _send, where eager mode runs it
+
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
         out = super()._send(by_queue, n)
         self._tq._after_enqueue()
@@ -337,6 +340,9 @@ class _TestAsyncClient(AsyncClient):
     def __init__(self, tq: TestQueue, **kw: Any) -> None:
         super().__init__(**kw)
         self._tq = tq
+
+    def _single(self, queue: str, task: sc.NewTask) -> None:
+        return None  # as _TestClient._single
 
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
