@@ -169,13 +169,18 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Se
     from dtq import scripts as sc
 
     gate = asyncio.Event()
+    hooked_wait = asyncio.Event()
+
+    def took_runs(claim_reply: Any) -> bool:  # claim.lua: {now_ms, absorbed, expired, n, ...}
+        return isinstance(claim_reply, list) and len(claim_reply) > 3 and int(claim_reply[3]) > 0
+
     async with AsyncClient(settings=settings, app=app) as c:
         async with running_worker(app, settings) as w:
             real = w.scripts.run
 
             async def slow_claim_reply(call: sc.Call, pipe: object = None) -> object:
                 reply = await real(call, pipe)  # type: ignore[arg-type]
-                if call.script == "claim":
+                if call.script == "claim" and took_runs(reply):
                     await gate.wait()
                 return reply
 
@@ -184,11 +189,16 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Se
             real_pair = lane.call_pair
 
             async def slow_pair_reply(first: Any, then: Any, timeout: float) -> tuple[Any, Any]:
+                hooked_wait.set()
                 replies = await real_pair(first, then, timeout)
-                await gate.wait()
+                if took_runs(replies[1]):
+                    await gate.wait()
                 return replies
 
             lane.call_pair = slow_pair_reply  # type: ignore[method-assign]
+            # An idle wait sent before the hooks would take the task unhooked: enqueue once
+            # the one in flight is hooked (the one before ends within its 1 s block).
+            await asyncio.wait_for(hooked_wait.wait(), 5)
             h = await c.enqueue("sleep", [0.1])
             for _ in range(300):
                 if (await c.get(h.id)).status == TaskStatus.RUNNING:
