@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import os
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -86,6 +87,19 @@ def test_sync_lane_sends_a_call_bigger_than_one_write(redis_server: RedisServer)
     big = "x" * (16 << 20)  # more than a loopback socket buffers at once
     assert s.run(sc.Call("echo", [], [big])) == big
     assert s.run(sc.Call("echo", [], ["after"])) == "after"
+    r.close()
+
+
+def test_sync_lane_read_timeout_drops_the_connection(redis_server: RedisServer) -> None:
+    """The lane reads replies itself: a reply later than the socket timeout raises redis-py's
+    TimeoutError and drops the connection, so the late reply can never answer the next call."""
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=0.1)
+    s = _with(sc.SyncScripts(r), r)
+    assert s.run(sc.Call("echo", [], ["warm"])) == "warm"
+    with pytest.raises(redis.TimeoutError):
+        s.run(sc.Call("spin", [], ["late"]))  # busy 0.3 s in Redis
+    time.sleep(0.4)  # the late reply has come, to the dropped connection
+    assert s.run(sc.Call("echo", [], ["next"])) == "next"
     r.close()
 
 

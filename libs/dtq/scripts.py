@@ -25,6 +25,12 @@ from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.client import Pipeline
 from redis.client import Redis as SyncRedis
 from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+try:  # the hiredis reader's "no whole reply yet" (redis-py's hiredis parser, 5.x-8.x)
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+except ImportError:  # pragma: no cover - another redis-py: the lane reads the usual way
+    _NOT_ENOUGH_DATA = None
 
 from dtq.keys import GROUP, QueueKeys
 
@@ -446,6 +452,41 @@ def _send(conn: Any, chunks: list[bytes]) -> None:
         conn.send_packed_command([memoryview(data)[n:]], False)
 
 
+def _read(conn: Any) -> Any:
+    """The next reply on a blocking connection, read by its hiredis reader directly.
+
+    ``Connection.read_response`` wraps each read in layers the lane does not need (the host's
+    name formatted for a message, health-check bookkeeping, RESP3 push handling); what it
+    guarantees is kept: a timeout or a socket error drops the connection and raises redis-py's
+    TimeoutError / ConnectionError, an error reply raises. Other parsers go the usual way.
+    """
+    parser = conn._parser
+    reader = getattr(parser, "_reader", None)
+    sock = conn._sock
+    if _NOT_ENOUGH_DATA is None or reader is None or sock is None:
+        return conn.read_response()
+    reply = reader.gets()
+    try:
+        while reply is _NOT_ENOUGH_DATA:
+            n = sock.recv_into(parser._buffer)
+            if n == 0:
+                raise ConnectionError("Connection closed by server.")
+            reader.feed(parser._buffer, 0, n)
+            reply = reader.gets()
+    except TimeoutError:  # socket.timeout
+        conn.disconnect()
+        raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
+    except OSError as exc:
+        conn.disconnect()
+        raise ConnectionError(f"Error while reading from {conn._host_error()}: {exc}") from None
+    except BaseException:
+        conn.disconnect()
+        raise
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
+
+
 class SyncScripts:
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
 
@@ -541,7 +582,7 @@ class SyncScripts:
         conn = self._lane_conn()
         try:
             _send(conn, _packed(conn, sha, call))
-            return conn.read_response()
+            return _read(conn)
         except NoScriptError:
             return _MISS
         except ResponseError:
