@@ -458,13 +458,14 @@ def _read(conn: Any) -> Any:
     ``Connection.read_response`` wraps each read in layers the lane does not need (the host's
     name formatted for a message, health-check bookkeeping, RESP3 push handling); what it
     guarantees is kept: a timeout or a socket error drops the connection and raises redis-py's
-    TimeoutError / ConnectionError, an error reply raises. Other parsers go the usual way.
+    TimeoutError / ConnectionError, an error reply raises. Other parsers and sockets go the
+    usual way.
     """
     parser = conn._parser
     reader = getattr(parser, "_reader", None)
     sock = conn._sock
-    if _NOT_ENOUGH_DATA is None or reader is None or sock is None:
-        return conn.read_response()
+    if _NOT_ENOUGH_DATA is None or reader is None or type(sock) is not socket.socket:
+        return conn.read_response()  # (TLS, a test double's socket, not connected)
     reply = reader.gets()
     try:
         while reply is _NOT_ENOUGH_DATA:
