@@ -99,17 +99,6 @@ class _Base:
         for j, (i, _) in enumerate(tasks):
             out[i] = _Base._handle(queue, raw, 3 * j)
 
-    def _one(
-        self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
-    ) -> tuple[str, sc.Call] | None:
-        """The queue and script call of a one-task enqueue to a queue this client registered
-        already (the single enqueue's short path), else None."""
-        if n != 1:
-            return None
-        ((q, ((_, task),)),) = by_queue.items()
-        call = self._single(q, task)
-        return None if call is None else (q, call)
-
     def _single(self, queue: str, task: sc.NewTask) -> sc.Call | None:
         """The script call enqueueing ``task`` alone, if this client registered ``queue``."""
         if queue not in self._registered:
@@ -246,12 +235,6 @@ class AsyncClient(_Base):
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
     ) -> list[TaskHandle]:
-        one = self._one(by_queue, n)
-        if one is not None:  # see Client._send
-            try:
-                return [self._handle(one[0], await self._scripts.run(one[1]))]
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                raise _unavailable(exc) from None
         out: list[TaskHandle | None] = [None] * n
         if not by_queue:
             return []
@@ -386,7 +369,8 @@ class Client(_Base):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
-        try:  # the short path: one script call, no batch built around one task
+        try:  # the short path: one script call, without the batch plan, closures and handle
+            # list of _send (a sixth of a single enqueue's client time)
             return self._handle(q, self._scripts.run(call))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
@@ -397,14 +381,6 @@ class Client(_Base):
         return self._send(by_queue, n)
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
-        one = self._one(by_queue, n)
-        if one is not None:
-            # A single enqueue: one script call, without the batch plan, closures and handle
-            # list below (a sixth of a single enqueue's client time).
-            try:
-                return [self._handle(one[0], self._scripts.run(one[1]))]
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                raise _unavailable(exc) from None
         out: list[TaskHandle | None] = [None] * n
         if not by_queue:
             return []
