@@ -9,94 +9,114 @@
 --              digit, the key's last character)
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks
--- ARGV[3..]    per task, 12 fields: tid, name, args(JSON), kwargs(JSON or ''), priority(0-9),
---              max_retries, timeout_s('' = none), delay_ms(0 = now), expires_ms(0 = never,
---              relative to now), idempotency key ('' = none), meta(JSON or ''),
---              limit ('' = none, else "concurrency|rate count|rate window ms|key", dtq/limits.py)
+-- ARGV[3..]    per task, 12 fields: 5 always given: tid, name, args(JSON), priority(0-9),
+--              max_retries; then 7 options: kwargs(JSON or ''), timeout_s('' = none),
+--              delay_ms(0 = now), expires_ms(0 = never, relative to now), idempotency key
+--              ('' = none), meta(JSON or ''), limit ('' = none, else
+--              "concurrency|rate count|rate window ms|key", dtq/limits.py).
+--              The last task may stop after its 5 fields when its 7 options are all empty
+--              (a single enqueue of a plain task sends 7 arguments, not 14: each costs Redis
+--              a Lua string).
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
 --
 -- The call's time ("enq", and what delays and expiry count from) is read once: from the first
 -- stream entry's id (its milliseconds are the server's clock), or by TIME when a scheduled task
 -- comes first (TIME is a call of its own: a tenth of a single enqueue's cost).
+--
+-- A single enqueue is the hot path (docs/performance.md, B): it builds no table but its reply,
+-- and a plain task's record is written by the one HSET below with nothing unpacked after it.
 
 local maxlen = events_maxlen(ARGV[1])
 local n = tonumber(ARGV[2])
-local sched, events, base, idem_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local streams = {}
-for i = 5, #KEYS do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
 local F = 12
-for i = 0, n - 1 do  -- before anything is written
-  local prio = ARGV[3 + i * F + 4]
-  if not streams[prio] then
-    return redis.error_reply('DTQ_BAD_CALL no stream key for priority ' .. tostring(prio))
+-- Before anything is written: every task's band has its stream among the keys.
+local stream, streams = KEYS[5], nil  -- the one band's stream; or band digit -> stream
+local bad = nil
+if #KEYS == 5 then
+  local band = string.sub(stream, -1)
+  for i = 0, n - 1 do
+    if ARGV[6 + i * F] ~= band then bad = ARGV[6 + i * F]; break end
+  end
+else
+  streams = {}
+  for i = 5, #KEYS do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
+  for i = 0, n - 1 do
+    if not streams[ARGV[6 + i * F]] then bad = ARGV[6 + i * F]; break end
   end
 end
+if bad or not stream then
+  return redis.error_reply('DTQ_BAD_CALL no stream key for priority ' .. tostring(bad))
+end
+
+local NONE = {}
 local now, nows = nil, nil  -- the call's time: number, and its text for the record
-local out = {}
+local out = nil
 for i = 0, n - 1 do
   local o = 3 + i * F
-  local tid, name, args, kwargs = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
-  local prio, maxr, timeout = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
-  local delay, expires, idem, meta = tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), ARGV[o + 9], ARGV[o + 10]
-  local existing = nil
+  local tid, prio = ARGV[o], ARGV[o + 3]
+  local opts = ARGV[o + 5] ~= nil  -- the 7 options were sent
+  local delay, idem = 0, ''
+  if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
+  local prev_st = nil  -- an idempotency key naming a live task: that task's status
   if idem ~= '' then
-    local prev = redis.call('GET', idem_base .. idem)
+    local prev = redis.call('GET', KEYS[4] .. idem)
     if prev then
-      local st = redis.call('HGET', base .. prev, 'status')
-      if st then existing = {prev, st} end
+      prev_st = redis.call('HGET', KEYS[3] .. prev, 'status')
+      if prev_st then tid = prev end
     end
   end
-  if existing then
-    out[#out + 1] = existing[1]
-    out[#out + 1] = existing[2]
-    out[#out + 1] = 0
+  local status
+  if prev_st then
+    status = prev_st
   else
-    local rk = base .. tid
+    local rk = KEYS[3] .. tid
     if redis.call('EXISTS', rk) == 1 then
       return redis.error_reply('DTQ_DUPLICATE_ID ' .. tid)
     end
-    local status, eid
+    local wk, wv  -- where the task waits: its stream entry's id, or its due time
     if delay > 0 then
       status = 'scheduled'
       if not now then now, nows = now_ms() end
+      wk, wv = 'due', now + delay
+      redis.call('ZADD', KEYS[1], wv, tid)
     else
       status = 'queued'
-      eid = redis.call('XADD', streams[prio], '*', 't', tid)
+      wk, wv = 'eid', redis.call('XADD', streams and streams[prio] or stream, '*', 't', tid)
       if not now then  -- the id's milliseconds (a plain find: cheaper than a pattern)
-        nows = string.sub(eid, 1, string.find(eid, '-', 1, true) - 1)
+        nows = string.sub(wv, 1, string.find(wv, '-', 1, true) - 1)
         now = tonumber(nows)
       end
     end
+    local h = NONE  -- the record's optional fields
+    if opts then
+      h = {}
+      local kwargs, timeout, expires = ARGV[o + 5], ARGV[o + 6], tonumber(ARGV[o + 8])
+      local meta, lim = ARGV[o + 10], ARGV[o + 11]
+      if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
+      if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
+      if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
+      if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
+      if lim ~= '' then
+        local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
+        for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end
+      end
+      if idem ~= '' then
+        h[#h + 1] = 'idem'; h[#h + 1] = idem
+        redis.call('SET', KEYS[4] .. idem, tid)
+      end
+    end
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
-    -- (Built whole by one constructor: appending to it would grow the table once more.)
-    local h
-    if eid then
-      h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr, 'attempt', '0',
-        'retries', '0', 'intr', '0', 'enq', nows, 'status', status, 'eid', eid}
-    else
-      h = {'name', name, 'args', args, 'prio', prio, 'maxr', maxr, 'attempt', '0',
-        'retries', '0', 'intr', '0', 'enq', nows, 'status', status, 'due', now + delay}
-      redis.call('ZADD', sched, now + delay, tid)
-    end
-    if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
-    if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
-    if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
-    if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
-    local lim = ARGV[o + 11]
-    if lim and lim ~= '' then
-      local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
-      for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end
-    end
-    if idem ~= '' then
-      h[#h + 1] = 'idem'; h[#h + 1] = idem
-      redis.call('SET', idem_base .. idem, tid)
-    end
-    redis.call('HSET', rk, unpack(h))
-    emit(events, maxlen, 'enqueued', tid, '0', '', status)
-    out[#out + 1] = tid
-    out[#out + 1] = status
-    out[#out + 1] = 1
+    redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'prio', prio,
+      'maxr', ARGV[o + 4], 'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows,
+      'status', status, wk, wv, unpack(h))
+    emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
   end
+  local created = prev_st and 0 or 1
+  if n == 1 then return {tid, status, created} end
+  if not out then out = {} end
+  out[#out + 1] = tid
+  out[#out + 1] = status
+  out[#out + 1] = created
 end
-return out
+return out or {}

@@ -79,6 +79,40 @@ def test_enqueue_refuses_a_call_without_the_stream_of_a_tasks_band(
     assert not r.exists(qk.task(good.tid)) and r.xlen(qk.stream(5)) == 0  # nothing written
 
 
+def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """A task without options is sent as 5 fields, not 12 (the single enqueue's hot path);
+    the record is the one the 12 fields make, and any option sends all 12."""
+    plain, twin = task(args="[]"), task(args="[]")
+    call = sc.enqueue_call(qk, [plain], 100)
+    assert call.args == [100, 1, plain.tid, "t", "[]", 5, 3]
+    assert sc.parse_enqueue(run(call)) == [sc.Enqueued(plain.tid, "queued", True)]
+    run(sc.Call("enqueue", call.keys, [100, 1, *sc._task_args(twin)]))
+    short, full = r.hgetall(qk.task(plain.tid)), r.hgetall(qk.task(twin.tid))
+    assert short.pop("eid") != full.pop("eid")
+    short.pop("enq"), full.pop("enq")
+    assert short == full and short["status"] == "queued" and "kwargs" not in short
+    # Each option alone: all 12 fields go, and the record carries the option.
+    options = {
+        "kwargs": ({"kwargs": '{"a":1}'}, "kwargs"), "timeout": ({"timeout": 2.5}, "timeout"),
+        "delay": ({"delay_ms": 60_000}, "due"), "expires": ({"expires_ms": 9_000}, "exp"),
+        "idem": ({"idem": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
+        "limit": ({"limit": "1|0|0|lk"}, "lk"),
+    }  # fmt: skip
+    for what, (kw, field) in options.items():
+        t = task(**kw)
+        c = sc.enqueue_call(qk, [t], 100)
+        assert len(c.args) == 2 + 12, what
+        run(c)
+        assert r.hget(qk.task(t.tid), field) is not None, what
+    # In a batch, the last task may stop after its fixed fields too.
+    first, last = task(prio=9), task(prio=9)
+    keys = sc.enqueue_call(qk, [first, last], 100).keys
+    run(sc.Call("enqueue", keys, [100, 2, *sc._task_args(first), *sc._task_args(last)[:5]]))
+    assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
+
+
 def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     later, now = task(delay_ms=5_000), task(prio=2)
     enqueue(run, qk, later, now)

@@ -644,15 +644,22 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
 
 def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
-    enqueue's path: no QueueKeys is made, and the keys are looked up by two strings)."""
+    enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
+    without options sends only its 5 fixed fields (enqueue.lua reads the missing 7 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
-    return Call("enqueue", [*head, streams[t.priority]], [events_maxlen, 1, *_task_args(t)])
+    if (
+        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
+        or t.meta or t.limit
+    ):  # fmt: skip
+        return Call("enqueue", [*head, streams[t.priority]], [events_maxlen, 1, *_task_args(t)])
+    args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, t.max_retries]
+    return Call("enqueue", [*head, streams[t.priority]], args)
 
 
 def _task_args(t: NewTask) -> list[Any]:
-    """enqueue.lua's 12 fields of one task."""
+    """enqueue.lua's 12 fields of one task: the 5 fixed ones, then the 7 options."""
     return [
-        t.tid, t.name, t.args, t.kwargs, t.priority, t.max_retries,
+        t.tid, t.name, t.args, t.priority, t.max_retries, t.kwargs,
         "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
         t.idempotency_key, t.meta, t.limit,
     ]  # fmt: skip
