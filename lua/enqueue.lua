@@ -19,6 +19,10 @@
 --              a Lua string).
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
+--              A task whose record exists already was made by this very call, sent before:
+--              tids are random and made per enqueue, so that is a client's re-send after the
+--              connection lost the reply. It is answered with its status now and created(1),
+--              and nothing is written again (no second stream entry, no second event).
 --
 -- The call's time ("enq", and what delays and expiry count from) is read once: from the first
 -- stream entry's id (its milliseconds are the server's clock), or by TIME when a scheduled task
@@ -58,22 +62,17 @@ for i = 0, n - 1 do
   local opts = ARGV[o + 5] ~= nil  -- the 7 options were sent
   local delay, idem = 0, ''
   if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
-  local prev_st = nil  -- an idempotency key naming a live task: that task's status
-  if idem ~= '' then
+  local status, created = nil, 1
+  if idem ~= '' then  -- an idempotency key naming a live task answers with that task
     local prev = redis.call('GET', KEYS[4] .. idem)
     if prev then
-      prev_st = redis.call('HGET', KEYS[3] .. prev, 'status')
-      if prev_st then tid = prev end
+      status = redis.call('HGET', KEYS[3] .. prev, 'status')
+      if status and prev ~= tid then tid, created = prev, 0 end  -- (prev == tid: a re-send)
     end
   end
-  local status
-  if prev_st then
-    status = prev_st
-  else
-    local rk = KEYS[3] .. tid
-    if redis.call('EXISTS', rk) == 1 then
-      return redis.error_reply('DTQ_DUPLICATE_ID ' .. tid)
-    end
+  local rk = KEYS[3] .. tid
+  if not status then status = redis.call('HGET', rk, 'status') end  -- set: a re-send (above)
+  if not status then
     local wk, wv  -- where the task waits: its stream entry's id, or its due time
     if delay > 0 then
       status = 'scheduled'
@@ -112,7 +111,6 @@ for i = 0, n - 1 do
       'status', status, wk, wv, unpack(h))
     emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
   end
-  local created = prev_st and 0 or 1
   if n == 1 then return {tid, status, created} end
   if not out then out = {} end
   out[#out + 1] = tid

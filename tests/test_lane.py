@@ -265,3 +265,57 @@ async def test_async_bulk_after_a_restart_loses_no_part(
             hs = await c.enqueue_many(items)
         assert len(hs) == n and len({h.id for h in hs}) == n and await queued() == n
         assert (await c.get(hs[0].id)).args == [0] and (await c.get(hs[-1].id)).args == [n - 1]
+
+
+def test_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection dies after Redis ran the enqueue, before its reply was read: the client
+    sends the call again (the usual path), and enqueue.lua answers that re-send with the task
+    the first send made. One task, one stream entry, a handle: not an error about a task that
+    exists, and not a second copy."""
+    read, lost = sc._read, []
+
+    def read_then_lose(conn: Any) -> Any:
+        reply = read(conn)  # the script ran and answered; the answer never arrives
+        if not lost:
+            lost.append(reply)
+            raise redis.ConnectionError("connection reset after the call ran")
+        return reply
+
+    with Client(settings=settings) as c:
+        c.enqueue("noop")  # registers the queue; the single enqueues below take the lane
+        monkeypatch.setattr(sc, "_read", read_then_lose)
+        for opts in ({}, {"idempotency_key": "k-lost"}, {"delay": 60}):
+            lost.clear()
+            h = c.enqueue("noop", **opts)
+            assert lost and h.created and h.id.endswith(_text(lost[0][0]))
+            assert h.status == ("scheduled" if "delay" in opts else "queued")
+        qk = c.keys.queue("default")
+        assert c.redis.xlen(qk.stream(5)) == 3  # the first enqueue and two re-sent ones
+        assert c.redis.zcard(qk.sched) == 1
+
+
+async def test_async_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call, lost = sc.AsyncLane.call, []
+
+    async def call_then_lose(lane: sc.AsyncLane, args: Any) -> Any:
+        reply = await call(lane, args)
+        if not lost and args[0] == "EVALSHA":
+            lost.append(reply)
+            await lane.drop()
+            raise redis.ConnectionError("connection reset after the call ran")
+        return reply
+
+    async with AsyncClient(settings=settings) as c:
+        await c.enqueue("noop")
+        monkeypatch.setattr(sc.AsyncLane, "call", call_then_lose)
+        h = await c.enqueue("noop")
+        assert lost and h.created and h.status == "queued" and h.id.endswith(_text(lost[0][0]))
+        assert await c.redis.xlen(c.keys.queue("default").stream(5)) == 2
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

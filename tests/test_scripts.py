@@ -59,9 +59,16 @@ def test_enqueue_single_and_bulk(r: redis.Redis, run: Any, qk: QueueKeys) -> Non
     assert r.zscore(qk.sched, c.tid) is not None
     rec = r.hgetall(qk.task(a.tid))
     assert rec["status"] == "queued" and rec["attempt"] == "0" and rec["eid"]
-    # Replaying the same tid is refused, not silently merged.
-    with pytest.raises(redis.ResponseError, match="DTQ_DUPLICATE_ID"):
-        enqueue(run, qk, a)
+    # The same call sent again (a client's re-send after a lost reply: tids are made per
+    # enqueue) answers with the tasks it made, as they are now, and writes nothing again.
+    r.hset(qk.task(b.tid), "status", "running")
+    events = r.xlen(qk.events)
+    again = enqueue(run, qk, a, b, c)
+    assert [(e.tid, e.status, e.created) for e in again] == [
+        (a.tid, "queued", True), (b.tid, "running", True), (c.tid, "scheduled", True),
+    ]  # fmt: skip
+    assert r.xlen(qk.stream(9)) == 1 and r.xlen(qk.stream(0)) == 1 and r.zcard(qk.sched) == 1
+    assert r.xlen(qk.events) == events and r.hget(qk.task(a.tid), "eid") == rec["eid"]
     # The call's time is the first entry's id (no TIME call); a scheduled task counts from it.
     eid_ms = int(rec["eid"].split("-")[0])
     assert int(rec["enq"]) == eid_ms
@@ -123,9 +130,12 @@ def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: Q
 
 
 def test_enqueue_idempotency_key_returns_original(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
-    first = enqueue(run, qk, task(idem="k1"))[0]
+    t = task(idem="k1")
+    first = enqueue(run, qk, t)[0]
     again = enqueue(run, qk, task(idem="k1"), task(idem="k1"))
     assert [(e.tid, e.created) for e in again] == [(first.tid, False), (first.tid, False)]
+    # A re-send of the call that made it (same tid) is that call's answer: created.
+    assert enqueue(run, qk, t) == [sc.Enqueued(t.tid, "queued", True)]
     assert r.xlen(qk.stream(5)) == 1
 
 
