@@ -651,8 +651,9 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
         t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
         or t.meta or t.limit
     ):  # fmt: skip
-        return Call("enqueue", [*head, streams[t.priority]], [events_maxlen, 1, *_task_args(t)])
-    args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, t.max_retries]
+        args = [events_maxlen, 1, *_task_args(t)]
+    else:
+        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, t.max_retries]
     return Call("enqueue", [*head, streams[t.priority]], args)
 
 
