@@ -216,10 +216,8 @@ class AsyncClient(_Base):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
-        try:  # the short path (see Client.enqueue)
-            return self._handle(q, await self._scripts.run(call))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise _unavailable(exc) from None
+        # The short path (see Client.enqueue).
+        return self._handle(q, await self._io(lambda: self._scripts.run(call)))
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks: one script call per queue, or parts of ``BULK_PART`` streamed
@@ -369,11 +367,9 @@ class Client(_Base):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
-        try:  # the short path: one script call, without the batch plan, closures and handle
-            # list of _send (a sixth of a single enqueue's client time)
-            return self._handle(q, self._scripts.run(call))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise _unavailable(exc) from None
+        # The short path: one script call, without the batch plan, closures and handle list of
+        # _send (a sixth of a single enqueue's client time).
+        return self._handle(q, self._io(lambda: self._scripts.run(call)))
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""
