@@ -892,6 +892,7 @@ class ReclaimResult:
     band: int = 0
     cursor: str = "0-0"
     steps: int = 0  # XAUTOCLAIM calls this call made
+    cancelled: int = 0  # lost runs whose cancel was requested: ended "cancelled"
 
     @property
     def more(self) -> bool:
@@ -926,7 +927,7 @@ def reclaim_call(
 
 def parse_reclaim(raw: list[Any]) -> ReclaimResult:
     return ReclaimResult(
-        int(raw[0]), int(raw[1]), int(raw[2]), int(raw[3]), _s(raw[4]), int(raw[5])
+        int(raw[0]), int(raw[1]), int(raw[2]), int(raw[3]), _s(raw[4]), int(raw[5]), int(raw[6])
     )
 
 

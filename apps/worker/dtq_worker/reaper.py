@@ -42,12 +42,14 @@ class Reaper:
             res = await self._pass(queue)
             if res is None:
                 continue
-            if res.requeued or res.failed:
-                log.warning("reclaimed %d lost runs on %s (%d failed past their retries)",
-                            res.requeued + res.failed, queue, res.failed)  # fmt: skip
+            lost = res.requeued + res.failed + res.cancelled
+            if lost:
+                log.warning("reclaimed %d lost runs on %s (%d failed past their retries, %d "
+                            "cancelled as requested)", lost, queue, res.failed,
+                            res.cancelled)  # fmt: skip
             total = sc.ReclaimResult(
                 total.requeued + res.requeued, total.failed + res.failed,
-                total.absorbed + res.absorbed,
+                total.absorbed + res.absorbed, cancelled=total.cancelled + res.cancelled,
             )  # fmt: skip
         return total
 
@@ -57,7 +59,7 @@ class Reaper:
         w = self.w
         s = w.settings
         band, cursor = 1, "0-0"
-        requeued = failed = absorbed = 0
+        requeued = failed = absorbed = cancelled = 0
         while True:
             call = sc.reclaim_call(
                 w.keys.queue(queue),
@@ -76,10 +78,10 @@ class Reaper:
                     await w.ensure_groups()
                     return None
                 raise
-            w.metrics.reclaimed.inc(res.requeued + res.failed)
+            w.metrics.reclaimed.inc(res.requeued + res.failed + res.cancelled)
             w.metrics.absorbed.inc(res.absorbed)
             requeued, failed = requeued + res.requeued, failed + res.failed
-            absorbed += res.absorbed
+            absorbed, cancelled = absorbed + res.absorbed, cancelled + res.cancelled
             if not res.more or w.stopping:
-                return sc.ReclaimResult(requeued, failed, absorbed)
+                return sc.ReclaimResult(requeued, failed, absorbed, cancelled=cancelled)
             band, cursor = res.band, res.cursor
