@@ -7,6 +7,7 @@ without the old flag."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from pathlib import Path
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 import redis
 
-from dtq import Client, TaskFailed
+from dtq import AsyncClient, Client, TaskFailed
 from dtq import scripts as sc
 from dtq.admin import dlq_requeue_call
+from dtq.client import cancel_channel
 from dtq.keys import GROUP, Keys, QueueKeys, new_tid
 from tests.apps.faulty import read_journal
 from tests.conftest import create_groups, make_settings, wait_until
@@ -222,3 +224,105 @@ def test_cancel_survives_reclaim_of_a_frozen_worker(
     for w in (a, b):
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0
+
+
+async def test_a_cancel_heard_while_the_claims_reply_is_in_flight_stops_the_run_at_launch(
+    redis_server: RedisServer, prefix: str, jpath: str
+) -> None:
+    """The claim ran in Redis, then cancel() flagged the run and its pub/sub hint reached the
+    worker before the claim's reply did (the hint found no run to stop). When the reply comes,
+    the run is stopped at launch: its body never starts and the task ends cancelled (before,
+    a quick body ran and ended succeeded before any heartbeat read the flag)."""
+    from dtq_worker.worker import Worker
+    from tests.apps.faulty import app
+
+    settings = make_settings(redis_server.url, prefix)
+    app.configure(settings)
+    r = redis_server.client()
+    w = Worker(app, settings)
+    heard = asyncio.Event()
+    hear = w.request_cancel
+
+    def spy(queue: str | None, tid: str) -> None:
+        hear(queue, tid)
+        heard.set()
+
+    w.request_cancel = spy  # type: ignore[method-assign]
+    await w.prepare()
+    listener = asyncio.create_task(w._cancel_listener())
+    try:
+        channel = cancel_channel(Keys(prefix))
+        await asyncio.to_thread(wait_until, lambda: r.pubsub_numsub(channel)[0][1] == 1, 10)
+        async with AsyncClient(settings=settings) as c:
+            h = await c.enqueue("quick", args=[7], kwargs={"journal_path": jpath})
+            sent = time.monotonic()
+            raw = await w.scripts.run(w.consumer._claim_call(Q, 1))  # its reply, held back
+            batch = sc.parse_claim(Q, raw)
+            assert [x.tid for x in batch.runs] == [h.id.split(":")[1]]
+            assert await c.cancel(h.id, reason="changed my mind") is True
+            await asyncio.wait_for(heard.wait(), 10)
+            w.consumer.took(batch, sent)  # the reply arrives: the run is launched
+            run = w.inflight[(Q, batch.runs[0].tid)]
+            assert run.task is not None
+            await asyncio.wait_for(run.task, 10)
+            info = await c.get(h.id)
+        assert (info.status, info.error, info.retries) == ("cancelled", "changed my mind", 0)
+        assert journal(jpath, "start") == []  # the body never began
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await w._close()
+
+
+async def test_a_cancel_hint_from_before_a_claim_was_sent_does_not_stop_its_run(
+    redis_server: RedisServer, prefix: str, jpath: str
+) -> None:
+    """A remembered hint applies only to a claim sent before it came: a hint heard for an
+    earlier life of the task (cancelled, then requeued from the DLQ) must not cancel the new
+    one."""
+    from dtq_worker.worker import Worker
+    from tests.apps.faulty import app
+
+    settings = make_settings(redis_server.url, prefix)
+    app.configure(settings)
+    w = Worker(app, settings)
+    await w.prepare()
+    try:
+        async with AsyncClient(settings=settings) as c:
+            h = await c.enqueue("quick", args=[7], kwargs={"journal_path": jpath})
+            w.request_cancel(None, h.id.split(":")[1])  # a hint for a task held nowhere here
+            await asyncio.sleep(0.01)
+            sent = time.monotonic()
+            batch = sc.parse_claim(Q, await w.scripts.run(w.consumer._claim_call(Q, 1)))
+            w.consumer.took(batch, sent)
+            run = w.inflight[(Q, batch.runs[0].tid)]
+            assert run.task is not None
+            await asyncio.wait_for(run.task, 10)
+            assert (await c.get(h.id)).status == "succeeded"
+        assert journal(jpath, "start") == [(1, settings.worker_id)]
+    finally:
+        await w._close()
+
+
+async def test_remembered_cancel_hints_are_bounded_in_number_and_age(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """Every worker hears every hint (most are for runs elsewhere): the ones it keeps are
+    capped in number and dropped once older than the visibility timeout."""
+    from dtq_worker.worker import CANCEL_HINTS_MAX, Worker
+    from tests.apps.faulty import app
+
+    settings = make_settings(
+        redis_server.url, prefix, visibility_timeout_s=0.5, heartbeat_interval_s=0.1
+    )
+    w = Worker(app, settings)
+    try:
+        for i in range(CANCEL_HINTS_MAX + 500):
+            w.request_cancel(None, f"t{i}")
+        assert len(w.cancel_hints) == CANCEL_HINTS_MAX
+        assert "t0" not in w.cancel_hints and f"t{CANCEL_HINTS_MAX + 499}" in w.cancel_hints
+        await asyncio.sleep(0.6)
+        w.request_cancel(None, "fresh")
+        assert list(w.cancel_hints) == ["fresh"]
+    finally:
+        await w._close()
