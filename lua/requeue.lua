@@ -41,24 +41,22 @@ for i = 0, n - 1 do
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
     local intr = tonumber(r[7] or '0')
+    if interrupted and not r[8] then
+      intr = intr + 1
+      redis.call('HSET', rk, 'intr', intr)
+    end
     if r[8] then
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[8],
         interrupted and 'interrupted by worker shutdown' or 'not started')
+    elseif intr <= max_intr then
+      local neid = redis.call('XADD', s, '*', 't', tid)
+      redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
+      emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker,
+        interrupted and 'interrupted' or 'not started')
+      out[#out + 1] = 'queued'
     else
-      if interrupted then
-        intr = intr + 1
-        redis.call('HSET', rk, 'intr', intr)
-      end
-      if intr <= max_intr then
-        local neid = redis.call('XADD', s, '*', 't', tid)
-        redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
-        emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker,
-          interrupted and 'interrupted' or 'not started')
-        out[#out + 1] = 'queued'
-      else
-        local err = 'interrupted by worker shutdown ' .. intr .. ' times'
-        out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], true, delay, err)
-      end
+      local err = 'interrupted by worker shutdown ' .. intr .. ' times'
+      out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], true, delay, err)
     end
   else
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)

@@ -42,7 +42,7 @@ from dtq_worker.supervisor import supervise
 log = logging.getLogger("dtq.worker")
 
 EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
-# Cancel hints kept for tasks this worker does not hold (yet): at most this many (Worker.hints).
+# At most this many cancel hints are kept for tasks not held here (Worker.cancel_hints).
 CANCEL_HINTS_MAX = 4096
 
 
