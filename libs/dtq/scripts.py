@@ -877,11 +877,27 @@ def requeue_call(
 # --- reclaim, touch, promote -----------------------------------------------------------------
 
 
+# XAUTOCLAIM calls one reclaim.lua call makes at most: with the reaper's COUNT (adopted per
+# call), one call examines at most RECLAIM_STEPS x 10 x COUNT pending entries.
+RECLAIM_STEPS = 10
+
+
 @dataclass(frozen=True, slots=True)
 class ReclaimResult:
     requeued: int
     failed: int
     absorbed: int
+    # Where the pass goes on: the band (KEYS index 1..10, p9 first; 0 once the pass is
+    # complete) and the cursor in it, for the next call (reclaim_call's ``band``/``cursor``).
+    band: int = 0
+    cursor: str = "0-0"
+    steps: int = 0  # XAUTOCLAIM calls this call made
+    cancelled: int = 0  # lost runs whose cancel was requested: ended "cancelled"
+
+    @property
+    def more(self) -> bool:
+        """The pass is not complete: call again from ``band``/``cursor``."""
+        return self.band != 0
 
 
 def reclaim_call(
@@ -892,16 +908,27 @@ def reclaim_call(
     count: int,
     events_maxlen: int,
     ttl_s: int,
+    band: int = 1,
+    cursor: str = "0-0",
+    steps: int = RECLAIM_STEPS,
 ) -> Call:
+    """One bounded step of a reclaim pass (see reclaim.lua): from ``band``/``cursor`` (a new
+    pass by default), at most ``steps`` XAUTOCLAIMs of COUNT ``count``, at most ``count``
+    entries adopted."""
     return Call(
         "reclaim",
         [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
-        [GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base],
-    )
+        [
+            GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base, band,
+            cursor, steps,
+        ],
+    )  # fmt: skip
 
 
 def parse_reclaim(raw: list[Any]) -> ReclaimResult:
-    return ReclaimResult(int(raw[0]), int(raw[1]), int(raw[2]))
+    return ReclaimResult(
+        int(raw[0]), int(raw[1]), int(raw[2]), int(raw[3]), _s(raw[4]), int(raw[5]), int(raw[6])
+    )
 
 
 @dataclass(frozen=True, slots=True)
