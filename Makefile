@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[api,dev]"
+	$(BIN)/pip install -q -e ".[api,dev,otel]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,6 +28,8 @@ class TaskContext:
     """``time.time()`` by which the run must end (from the task's timeout), or None."""
     hooks: RunHooks | None = field(default=None, repr=False, compare=False)
     """Set by the runner (worker or dtq.testing); behind progress() and cancel_requested."""
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """Set at enqueue by middleware (``before_enqueue``), e.g. a W3C ``traceparent``."""
 
     @property
     def fencing_token(self) -> int:

@@ -89,6 +89,7 @@ def build_task(
     expires: float | timedelta | datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
     unique: bool | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[str, NewTask]:
     """Check one enqueue request; return its queue and the encoded task.
 
@@ -151,7 +152,18 @@ def build_task(
     return q, NewTask(
         new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
         d.limit.encode(name, args, kwargs) if d.limit is not None else "",
+        _headers(headers) if headers else "",
     )  # fmt: skip
+
+
+def _headers(headers: Mapping[str, str]) -> str:
+    """Middleware headers (dtq.middleware) as stored: a JSON object of strings."""
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise InvalidRequest("headers must map strings to strings")
+    out = json.dumps(dict(headers), separators=(",", ":"))
+    if len(out) > 4096:
+        raise SerializationError("headers must encode to at most 4096 bytes")
+    return out
 
 
 UNIQUE_PREFIX = "~u:"

@@ -9,12 +9,14 @@ import json
 import logging
 import random
 import time
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dtq import codec
 from dtq import scripts as sc
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
+from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
 from dtq.progress import ProgressWriter
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Run, StopReason
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dtq.executor")
 NO_RETRY = -1
+NO_HEADERS: MappingProxyType[str, str] = MappingProxyType({})
 
 
 class TaskTimeout(Exception):
@@ -94,6 +97,10 @@ class Executor:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self._children: dict[tuple[Any, ...], Any] = {}
+        # The app's middleware (dtq.middleware), None when it has none: then a run costs one
+        # attribute test more than without the feature. Read once: middleware added after the
+        # worker started is not seen.
+        self.mw: Hooks | None = worker.app.hooks()
 
     def _metric(self, metric: Any, *labels: str) -> Any:
         """The labelled child of ``metric``, cached (``labels()`` locks and hashes per call)."""
@@ -118,11 +125,14 @@ class Executor:
                 max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
             )
         item: sc.Success | sc.Failure
+        mw = self.mw
+        raised: BaseException | None = None  # for on_outcome
+        result: Any = None
         try:
             if run.stop_reason is not None:
                 # Stopped while it waited for a slot (claimed ahead): its body never runs.
                 raise asyncio.CancelledError
-            result = await self._invoke(run)
+            result = await (self._invoke(run) if mw is None else self._around(run, mw))
             try:
                 payload = "null"
                 if result is not None:
@@ -136,29 +146,39 @@ class Executor:
                 item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
             except SerializationError as exc:
                 item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", NO_RETRY)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             reason = run.stop_reason
             if reason is StopReason.CANCELLED:
                 item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
             elif reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
                             extra=_extra(run, w.worker_id))  # fmt: skip
+                if mw is not None:
+                    await self._notify(run, mw, "lost", None, exc, None)
                 return
             else:
+                if mw is not None:
+                    await self._notify(run, mw, "interrupted", None, exc, None)
                 raise  # shutdown: the worker hands the task back
         except Retry as exc:
+            raised = exc
             item = sc.Failure(
                 c.tid, c.eid, c.attempt, f"Retry: {exc}", retry_delay_ms(w, c.retries, exc.delay)
             )
         except Fail as exc:
+            raised = exc
             item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY)
         except TaskTimeout as exc:
+            raised = exc
             item = sc.Failure(c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(w, c.retries))
         except Exception as exc:
+            raised = exc
             err = f"{type(exc).__name__}: {exc}"[:2000]
             item = sc.Failure(c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries))
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
+            if mw is not None:
+                await self._notify(run, mw, "lost", None, raised, None)
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
@@ -173,6 +193,44 @@ class Executor:
         )
         run.answered = verdict is not None
         self._record(run, item, verdict)
+        if mw is not None:
+            v = "lost" if verdict is None else "retried" if verdict == "scheduled" else verdict
+            await self._notify(run, mw, v, item, raised, result)
+
+    def _context(self, run: Run, progress: _Hooks | None, deadline: float | None) -> TaskContext:
+        c = run.claimed
+        return TaskContext(
+            id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt, retries=c.retries,
+            max_retries=c.max_retries, worker_id=self.w.worker_id, deadline=deadline,
+            hooks=progress, headers=json.loads(c.headers) if c.headers else NO_HEADERS,
+        )  # fmt: skip
+
+    async def _around(self, run: Run, mw: Hooks) -> Any:
+        """The run inside the middleware's ``around_task`` hooks (one context for all)."""
+        timeout = run.claimed.timeout
+        deadline = None if timeout is None else time.time() + timeout
+        ctx = run.ctx = self._context(
+            run, _Hooks(self.w, run, asyncio.get_running_loop()), deadline
+        )
+        set_current(ctx)
+        return await around(mw, ctx, lambda: self._invoke(run))
+
+    async def _notify(
+        self,
+        run: Run,
+        mw: Hooks,
+        verdict: str,
+        item: sc.Success | sc.Failure | None,
+        raised: BaseException | None,
+        result: Any,
+    ) -> None:
+        """Tell the ``on_outcome`` hooks what became of the run (never raises)."""
+        if not mw.on_outcome:
+            return
+        ctx = run.ctx or self._context(run, None, None)  # a run stopped before its body
+        error = item.error if isinstance(item, sc.Failure) else None
+        elapsed = time.monotonic() - run.started_mono
+        await notify_outcome(mw, ctx, RunOutcome(verdict, elapsed, error, raised, result))
 
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         w, c = self.w, run.claimed
@@ -208,18 +266,18 @@ class Executor:
             raise Fail(f"arguments are not valid JSON: {exc}") from None
         timeout = c.timeout
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else time.time() + timeout
-        hooks = _Hooks(w, run, loop)
-        ctx: TaskContext | None = None
+        ctx = run.ctx  # made already when middleware wraps the run (_around)
+        if ctx is None:
+            deadline = None if timeout is None else time.time() + timeout
+            hooks = _Hooks(w, run, loop)
+        else:
+            deadline = ctx.deadline
+            hooks = ctx.hooks  # type: ignore[assignment]
 
         def context() -> TaskContext:  # made once: a child task asking later gets the same
             nonlocal ctx
             if ctx is None:
-                ctx = TaskContext(
-                    id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt,
-                    retries=c.retries, max_retries=c.max_retries, worker_id=w.worker_id,
-                    deadline=deadline, hooks=hooks,
-                )  # fmt: skip
+                ctx = self._context(run, hooks, deadline)
             return ctx
 
         if task.is_async:

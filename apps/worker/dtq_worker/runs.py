@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from dtq.context import TaskContext
 from dtq.scripts import Claimed, RunRef
 
 
@@ -30,6 +31,7 @@ class Run:
     holds_slot: bool = False  # counted in Worker.active (its body runs): see Worker.release_slot
     answered: bool = False  # the fence answered the outcome write (stored or stale)
     waiting: bool = False  # claimed ahead (prefetch): in Worker.ready, its body not started
+    ctx: TaskContext | None = None  # made before the body only when middleware wraps the run
 
     @property
     def key(self) -> tuple[str, str]:
