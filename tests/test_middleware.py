@@ -25,7 +25,7 @@ from dtq import (
     current_task,
 )
 from dtq.middleware import EnqueueRequest, Middleware, RunOutcome
-from tests.conftest import running_worker
+from tests.conftest import make_settings, running_worker
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 
@@ -257,3 +257,33 @@ async def test_on_outcome_gets_each_verdict_and_a_failing_hook_loses_nothing(
     assert "on_outcome hook" in caplog.text and "hook bug" in caplog.text
     async with AsyncClient(settings=settings) as c:
         assert (await c.get(ok.id)).result == 4  # the outcome stood
+
+
+async def test_on_outcome_hears_cancelled_and_interrupted_runs(
+    redis_server: Any, prefix: str
+) -> None:
+    """Every run that entered around_task gets its on_outcome, also when it was cancelled or
+    handed back at shutdown (tracing ends its span there)."""
+    settings = make_settings(redis_server.url, prefix, drain_timeout_s=0.2)
+    app = make_app()
+    started: list[str] = []
+
+    @app.task(name="forever")
+    async def forever() -> None:
+        started.append(current_task().id)
+        await asyncio.sleep(3600)
+
+    rec = Recording()
+    app.add_middleware(rec)
+    async with AsyncClient(settings=settings, app=app) as c:
+        async with running_worker(app, settings):
+            a = await c.enqueue("forever")
+            b = await c.enqueue("forever")
+            await wait_for(lambda: len(started) == 2)
+            assert await c.cancel(a.id)
+            await wait_for(lambda: len(rec.seen) == 1)
+        # Leaving the block stops the worker: b's drain times out and it is handed back.
+        verdicts = {tid: o.verdict for tid, _, o in rec.seen}
+        assert verdicts == {a.id: "cancelled", b.id: "interrupted"}
+        assert all(o.exception is None for _, _, o in rec.seen)
+        assert (await c.get(b.id)).status.value == "queued"

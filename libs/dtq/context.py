@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -28,12 +29,18 @@ class TaskContext:
     """``time.time()`` by which the run must end (from the task's timeout), or None."""
     hooks: RunHooks | None = field(default=None, repr=False, compare=False)
     """Set by the runner (worker or dtq.testing); behind progress() and cancel_requested."""
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    """Set at enqueue by middleware (``before_enqueue``), e.g. a W3C ``traceparent``."""
 
     @property
     def fencing_token(self) -> int:
         return self.attempt
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Set at enqueue by middleware (``before_enqueue``), e.g. a W3C ``traceparent``.
+
+        Read from the run (decoded when asked, not stored here: most runs never ask)."""
+        raw = self.hooks.headers() if self.hooks is not None else ""
+        return json.loads(raw) if raw else {}
 
     def progress(
         self, current: float, total: float | None = None, message: str | None = None

@@ -61,6 +61,9 @@ class _Hooks:
         rec = self.tq.redis.hget(self.tq.keys.queue(self.queue).task(self.c.tid), "cancel")
         return rec is not None
 
+    def headers(self) -> str:
+        return self.c.headers
+
 
 class TestQueue:
     """An in-memory dtq for tests, bound to ``app`` while the ``with`` block runs.
