@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: install
-	$(BIN)/ruff check libs apps tests
-	$(BIN)/ruff format --check libs apps tests
+	$(BIN)/ruff check libs apps tests docs/examples
+	$(BIN)/ruff format --check libs apps tests docs/examples
 	$(BIN)/mypy
+	$(BIN)/mypy docs/examples
 
 test: install
 	$(BIN)/pytest -q -p no:cacheprovider
