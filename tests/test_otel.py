@@ -6,6 +6,8 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -16,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from dtq import App, AsyncClient, ConfigError, Settings, TaskFailed
 from dtq.contrib.otel import OpenTelemetryMiddleware
-from tests.conftest import make_settings, running_worker
+from tests.conftest import ROOT, make_settings, running_worker
 
 
 @pytest.fixture
@@ -159,3 +161,17 @@ def test_tracing_without_the_extra_says_what_to_install(monkeypatch: pytest.Monk
     monkeypatch.delitem(sys.modules, "dtq.contrib.otel")
     with pytest.raises(ConfigError, match=r"pip install 'dtq\[otel\]'"):
         App(tracing=True).hooks()
+
+
+def test_a_worker_with_tracing_but_without_the_extra_exits_2(
+    settings: Settings, spawn_worker: Any, tmp_path: Path
+) -> None:
+    hidden = tmp_path / "opentelemetry"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    w = spawn_worker(
+        "tests.apps.basic:app", settings, DTQ_TRACING="1", PYTHONPATH=f"{tmp_path}:{ROOT}"
+    )
+    assert w.wait(60) == 2
+    out = w.output()
+    assert "pip install 'dtq[otel]'" in out and "Traceback" not in out
