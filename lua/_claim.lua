@@ -11,6 +11,7 @@
 -- KEYS[16]     P:{q}:sched   (rate-limited tasks wait there until their window has room)
 -- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py)
 -- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
+-- KEYS[19]     P:{q}:decl    (task name -> "max_retries|timeout|expires_ms" workers declared)
 --
 -- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair) returns the claim reply
 -- documented in claim.lua.
@@ -94,6 +95,34 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return true
   end
 
+  -- The values a record left to the declaration of its task (field dflt: letters of "mte",
+  -- dtq/declared.py) are fixed by its first claim and written into the record, so every later
+  -- step (fail, reclaim, requeue, a retry's claim) reads them there. r is take()'s HMGET.
+  local decls = {}  -- task name -> its declaration (false: none), read once per call
+  local function fill_declared(rk, r)
+    local d = decls[r[5]]
+    if d == nil then
+      d = redis.call('HGET', KEYS[19], r[5]) or false
+      decls[r[5]] = d
+    end
+    local dm, dt, de = '3', '', ''  -- dtq's defaults (requests.DEFAULT_MAX_RETRIES)
+    if d then dm, dt, de = string.match(d, '^(%d+)|([^|]*)|(%d*)$') end
+    if not dm then dm, dt, de = '3', '', '' end  -- unreadable: as if undeclared
+    local w = {'dflt', ''}
+    local f = r[19]
+    if not r[8] and string.find(f, 'm', 1, true) then
+      r[8] = dm; w[#w + 1] = 'maxr'; w[#w + 1] = dm
+    end
+    if not r[9] and dt ~= '' and string.find(f, 't', 1, true) then
+      r[9] = dt; w[#w + 1] = 'timeout'; w[#w + 1] = dt
+    end
+    if not r[3] and de ~= '' and string.find(f, 'e', 1, true) then
+      r[3] = string.format('%d', tonumber(r[12]) + tonumber(de))  -- counts from the enqueue
+      w[#w + 1] = 'exp'; w[#w + 1] = r[3]
+    end
+    redis.call('HSET', rk, unpack(w))
+  end
+
   -- Handle one delivered entry of band i; returns true when a run started.
   local function take(i, entry)
     scanned = scanned + 1
@@ -102,8 +131,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local rk = base .. tid
     local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
       'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
-      'lrw')
+      'lrw', 'dflt')
     if r[1] == 'queued' and r[2] == eid then
+      if r[19] and r[19] ~= '' then fill_declared(rk, r) end
       if r[3] and tonumber(r[3]) <= now then
         drop_entry(KEYS[i], group, eid)
         redis.call('HSET', rk, 'error', 'expired before it started')

@@ -174,8 +174,8 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
 
     def human() -> None:
         for k in ("id", "name", "queue", "status", "priority", "attempt", "retries",
-                  "max_retries", "requeues", "worker_id", "enqueued_at", "started_at",
-                  "finished_at", "due_at"):  # fmt: skip
+                  "max_retries", "timeout", "expires_at", "defaults", "requeues", "worker_id",
+                  "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
             if d.get(k) not in (None, ""):
                 click.echo(f"{k:>12}: {d[k]}")
         click.echo(f"{'args':>12}: {json.dumps(d['args'])}")

@@ -25,6 +25,7 @@ from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.connection import async_redis
+from dtq.declared import declarations
 from dtq.errors import SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
@@ -321,6 +322,7 @@ class Worker:
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
                 await self.ensure_groups()
+                await self.publish_declarations()
                 await self.redis.sadd(self.keys.queues, *self.queues)
                 return
             except SchemaMismatch:
@@ -329,6 +331,18 @@ class Worker:
                 if not is_transient(exc) or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(backoff.failed(exc))
+
+    async def publish_declarations(self) -> None:
+        """Publish each task's declared max_retries/timeout/expires on every queue consumed, for
+        tasks enqueued by clients that never imported them (dtq.declared; the claim applies
+        them). Every task, whatever queue it names: one enqueued by name may go to any queue."""
+        decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
+        if not decl:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in self.queues:
+                pipe.hset(self.keys.queue(q).decl, mapping=decl)  # type: ignore[arg-type]
+            await pipe.execute()
 
     async def ensure_groups(self) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
