@@ -96,32 +96,35 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   end
 
   -- The values a record left to the declaration of its task (field dflt: letters of "mte",
-  -- dtq/declared.py) are fixed by its first claim and written into the record, so every later
-  -- step (fail, reclaim, requeue, a retry's claim) reads them there. r is take()'s HMGET.
-  local decls = {}  -- task name -> its declaration (false: none), read once per call
-  local function fill_declared(rk, r)
+  -- dtq/declared.py) are fixed by its first claim: fill_declared() puts them in r (take()'s
+  -- HMGET) and returns the fields to write with the run's start, so every later step (fail,
+  -- reclaim, requeue, a retry's claim) reads them in the record. A field the record has (an
+  -- operator's retry with a new budget) is kept.
+  local decls = {}  -- task name -> {max_retries, timeout, expires ms}, read once per call
+  local function fill_declared(r)
     local d = decls[r[5]]
     if d == nil then
-      d = redis.call('HGET', KEYS[19], r[5]) or false
+      local raw = redis.call('HGET', KEYS[19], r[5])
+      local dm, dt, de
+      if raw then dm, dt, de = string.match(raw, '^(%d+)|([^|]*)|(%d*)$') end
+      d = dm and {dm, dt, de} or {'3', '', ''}  -- none or unreadable: requests.DEFAULT_MAX_RETRIES
       decls[r[5]] = d
     end
-    local dm, dt, de = '3', '', ''  -- dtq's defaults (requests.DEFAULT_MAX_RETRIES)
-    if d then dm, dt, de = string.match(d, '^(%d+)|([^|]*)|(%d*)$') end
-    if not dm then dm, dt, de = '3', '', '' end  -- unreadable: as if undeclared
-    local w = {'dflt', ''}
-    local f = r[19]
-    if not r[8] and string.find(f, 'm', 1, true) then
-      r[8] = dm; w[#w + 1] = 'maxr'; w[#w + 1] = dm
+    local f, w = r[19], {'dflt', ''}
+    local all = f == 'mte'
+    if not r[8] and (all or string.find(f, 'm', 1, true)) then
+      r[8] = d[1]; w[3] = 'maxr'; w[4] = d[1]
     end
-    if not r[9] and dt ~= '' and string.find(f, 't', 1, true) then
-      r[9] = dt; w[#w + 1] = 'timeout'; w[#w + 1] = dt
+    if not r[9] and d[2] ~= '' and (all or string.find(f, 't', 1, true)) then
+      r[9] = d[2]; w[#w + 1] = 'timeout'; w[#w + 1] = d[2]
     end
-    if not r[3] and de ~= '' and string.find(f, 'e', 1, true) then
-      r[3] = string.format('%d', tonumber(r[12]) + tonumber(de))  -- counts from the enqueue
+    if not r[3] and d[3] ~= '' and (all or string.find(f, 'e', 1, true)) then
+      r[3] = string.format('%d', tonumber(r[12]) + tonumber(d[3]))  -- counts from the enqueue
       w[#w + 1] = 'exp'; w[#w + 1] = r[3]
     end
-    redis.call('HSET', rk, unpack(w))
+    return w
   end
+  local NOFILL = {}
 
   -- Handle one delivered entry of band i; returns true when a run started.
   local function take(i, entry)
@@ -133,7 +136,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
       'lrw', 'dflt')
     if r[1] == 'queued' and r[2] == eid then
-      if r[19] and r[19] ~= '' then fill_declared(rk, r) end
+      local fill = NOFILL
+      if r[19] and r[19] ~= '' then fill = fill_declared(r) end
       if r[3] and tonumber(r[3]) <= now then
         drop_entry(KEYS[i], group, eid)
         redis.call('HSET', rk, 'error', 'expired before it started')
@@ -149,7 +153,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       local attempt = tonumber(r[4]) + 1
       local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
       redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
-        'started', nows)
+        'started', nows, unpack(fill))
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
