@@ -107,7 +107,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       local raw = redis.call('HGET', KEYS[19], r[5])
       local dm, dt, de
       if raw then dm, dt, de = string.match(raw, '^(%d+)|([^|]*)|(%d*)$') end
-      d = dm and {dm, dt, de} or {'3', '', ''}  -- none or unreadable: requests.DEFAULT_MAX_RETRIES
+      d = dm and {dm, dt, de} or {'3', '', ''}  -- none or unreadable: DEFAULT_MAX_RETRIES
       decls[r[5]] = d
     end
     local f, w = r[19], {'dflt', ''}
@@ -140,7 +140,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       if r[19] and r[19] ~= '' then fill = fill_declared(r) end
       if r[3] and tonumber(r[3]) <= now then
         drop_entry(KEYS[i], group, eid)
-        redis.call('HSET', rk, 'error', 'expired before it started')
+        redis.call('HSET', rk, 'error', 'expired before it started', unpack(fill))
         finish(rk, 'expired', now, ttl, done_prefix .. tid, KEYS[15])
         emit(KEYS[12], maxlen, 'expired', tid, r[4], worker, '')
         expired = expired + 1

@@ -16,9 +16,10 @@ import redis
 
 from dtq import AsyncClient, Client, Settings, TaskFailed
 from dtq.cli import main as dtq_main
+from dtq.keys import Keys
 from tests.api_proc import ApiProc
 from tests.apps.declared import app
-from tests.conftest import running_worker
+from tests.conftest import running_worker, wait_until
 
 FAILS = "declared.always_fails"  # max_retries=1: two attempts, then failed
 SLEEPY = "declared.sleepy"  # timeout=0.3, max_retries=0
@@ -179,3 +180,17 @@ async def test_get_before_the_claim_shows_the_declared_values(settings: Settings
             await ends_failed(c, info.id)
         after = await c.get(info.id)
         assert after.defaults is None and after.max_retries == 0 and after.timeout == 0.3
+
+
+async def test_declarations_come_back_after_the_keys_were_flushed(
+    settings: Settings, r: redis.Redis
+) -> None:
+    decl = Keys(settings.key_prefix).queue("default").decl
+    async with running_worker(app, settings), AsyncClient(settings=settings) as c:
+        assert r.hget(decl, FAILS) == "1||"
+        for k in list(r.scan_iter(match=f"{settings.key_prefix}:*", count=1000)):
+            r.delete(k)  # what a FLUSHALL does to this prefix
+        await asyncio.to_thread(wait_until, lambda: r.hget(decl, FAILS) == "1||")
+        h = await c.enqueue(FAILS)
+        await ends_failed(c, h.id)
+        assert starts(r, settings, h.id) == [1, 2]

@@ -135,6 +135,8 @@ def test_claim_expires_a_by_name_task_past_its_declared_expiry(
     assert batch.runs == [] and batch.expired == 1
     rec = r.hgetall(qk.task(t.tid))
     assert rec["status"] == "expired" and rec["attempt"] == "0"
+    # The values it ended under are fixed in its record, as for a started run.
+    assert rec["exp"] == str(enq + 1) and rec["maxr"] == "3" and rec["dflt"] == ""
 
 
 def test_fixed_defaults_are_unchanged_by_a_declaration_for_known_tasks(

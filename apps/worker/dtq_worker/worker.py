@@ -322,7 +322,6 @@ class Worker:
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
                 await self.ensure_groups()
-                await self.publish_declarations()
                 await self.redis.sadd(self.keys.queues, *self.queues)
                 return
             except SchemaMismatch:
@@ -332,23 +331,20 @@ class Worker:
                     raise
                 await asyncio.sleep(backoff.failed(exc))
 
-    async def publish_declarations(self) -> None:
-        """Publish each task's declared max_retries/timeout/expires on every queue consumed, for
-        tasks enqueued by clients that never imported them (dtq.declared; the claim applies
-        them). Every task, whatever queue it names: one enqueued by name may go to any queue."""
-        decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
-        if not decl:
-            return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for q in self.queues:
-                pipe.hset(self.keys.queue(q).decl, mapping=decl)  # type: ignore[arg-type]
-            await pipe.execute()
-
     async def ensure_groups(self) -> None:
+        """Create each consumed queue's streams and group, and publish there what each task
+        declares (max_retries, timeout, expires: dtq.declared), which the claim applies to tasks
+        enqueued by clients that never imported them. Every task, whatever queue it names (one
+        enqueued by name may be sent to any queue); again whenever the streams were found gone
+        (a flush), so the declarations come back with them."""
+        decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
-                for stream in self.keys.queue(q).streams:
+                qk = self.keys.queue(q)
+                for stream in qk.streams:
                     pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                if decl:
+                    pipe.hset(qk.decl, mapping=decl)  # type: ignore[arg-type]
             replies = await pipe.execute(raise_on_error=False)
         for r in replies:
             if isinstance(r, Exception) and "BUSYGROUP" not in str(r):
