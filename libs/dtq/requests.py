@@ -117,12 +117,13 @@ def build_task(
     # enqueue gave no value: the record says which it left unset (dtq/declared.py).
     unset = ""
     if defaults is None:
-        if max_retries is None:
-            unset = "m"
-        if timeout is None:
-            unset += "t"
-        if expires is None:
-            unset += "e"
+        if max_retries is None and timeout is None and expires is None:
+            unset = "mte"  # a plain by-name enqueue
+        else:
+            unset = (
+                ("m" if max_retries is None else "") + ("t" if timeout is None else "")
+                + ("e" if expires is None else "")
+            )  # fmt: skip
     mr = d.max_retries if max_retries is None else max_retries
     if type(mr) is not int:
         if not _is_int(mr):
@@ -163,7 +164,7 @@ def build_task(
         if len(meta) > 4096:
             raise SerializationError("metadata must encode to at most 4096 bytes")
     return q, NewTask(
-        new_tid(), name, a, k, prio, None if unset[:1] == "m" else mr, to, delay_ms,
+        new_tid(), name, a, k, prio, None if unset and max_retries is None else mr, to, delay_ms,
         expires_ms, idempotency_key or "", meta,
         d.limit.encode(name, args, kwargs) if d.limit is not None else "", unset,
     )  # fmt: skip

@@ -628,7 +628,9 @@ class NewTask:
         """enqueue.lua's max_retries field: the number, or "~<unset letters>[<number>]"."""
         if not self.unset:
             return self.max_retries or 0
-        return f"~{self.unset}{'' if self.max_retries is None else self.max_retries}"
+        if self.max_retries is None:
+            return "~" + self.unset
+        return f"~{self.unset}{self.max_retries}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -660,7 +662,8 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
     ):  # fmt: skip
         args = [events_maxlen, 1, *_task_args(t)]
     else:
-        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, t.maxr_arg()]
+        mr = t.maxr_arg() if t.unset else t.max_retries
+        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
 
 
