@@ -98,8 +98,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- The values a record left to the declaration of its task (field dflt: letters of "mte",
   -- dtq/declared.py) are fixed by its first claim: fill_declared() puts them in r (take()'s
   -- HMGET) and returns the fields to write with the run's start, so every later step (fail,
-  -- reclaim, requeue, a retry's claim) reads them in the record. A field the record has (an
-  -- operator's retry with a new budget) is kept.
+  -- reclaim, requeue, a retry's claim) reads them in the record. maxr is there from the
+  -- enqueue (dtq's default, for workers that do not know dflt): "m" replaces it.
   local decls = {}  -- task name -> {max_retries, timeout, expires ms}, read once per call
   local function fill_declared(r)
     local d = decls[r[5]]
@@ -112,7 +112,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     local f, w = r[19], {'dflt', ''}
     local all = f == 'mte'
-    if not r[8] and (all or string.find(f, 'm', 1, true)) then
+    if all or string.find(f, 'm', 1, true) then
       r[8] = d[1]; w[3] = 'maxr'; w[4] = d[1]
     end
     if not r[9] and d[2] ~= '' and (all or string.find(f, 't', 1, true)) then

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from dtq import scripts as sc
+from dtq.admin import dlq_requeue_call
 from dtq.declared import declarations
 from dtq.keys import Keys, QueueKeys
 from dtq.requests import TaskDefaults, build_task
@@ -53,7 +54,9 @@ def test_enqueue_records_what_it_left_unset_not_a_value(
     enqueue(run, qk, plain)
     enqueue(run, qk, three, known)
     p = r.hgetall(qk.task(plain.tid))
-    assert p["dflt"] == "mte" and "maxr" not in p and "timeout" not in p and "exp" not in p
+    assert p["dflt"] == "mte" and "timeout" not in p and "exp" not in p
+    # maxr is written anyway (dtq's default): a worker that knows nothing of dflt reads it.
+    assert p["maxr"] == "3"
     t = r.hgetall(qk.task(three.tid))
     assert t["dflt"] == "e" and t["maxr"] == "3" and t["timeout"] == "2.0"
     k = r.hgetall(qk.task(known.tid))
@@ -95,15 +98,21 @@ def test_claim_fills_unset_values_from_the_declaration_once(
     assert again[a.tid].timeout == 2.5
 
 
-def test_claim_keeps_a_retry_budget_set_after_the_enqueue(
+def test_a_budget_given_by_a_retry_before_any_claim_overrides_the_declaration(
     r: redis.Redis, run: Any, qk: QueueKeys, settings: Settings
 ) -> None:
-    """A field the record has (an operator's retry with a new budget) is never overwritten."""
-    r.hset(qk.decl, "t", "1||")
+    """A by-name task cancelled before its first claim, retried with a new budget: the budget
+    given then wins over the declaration its first claim applies; timeout still comes from it."""
+    r.hset(qk.decl, "t", "1|4.0|")
     t = by_name(settings)
     enqueue(run, qk, t)
-    r.hset(qk.task(t.tid), "maxr", "5")
-    assert claim(run, qk)[t.tid].max_retries == 5
+    cancel = sc.cancel_call(qk, t.tid, events_maxlen=100, ttl_s=60, hint_channel="h", reason="test")
+    assert sc.parse_cancel(run(cancel)).outcome == "cancelled"
+    out = run(dlq_requeue_call(qk, [t.tid], events_maxlen=100, max_retries=5,
+                               allowed=("cancelled",)))  # fmt: skip
+    assert out == ["requeued"]
+    c = claim(run, qk)[t.tid]
+    assert (c.max_retries, c.timeout) == (5, 4.0)
 
 
 def test_claim_treats_an_unreadable_declaration_as_none(

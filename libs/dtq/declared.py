@@ -4,10 +4,12 @@ enqueued by clients that never imported the task.
 A client that knows the task fills the declared values into the record at enqueue, as before.
 One that does not (a plain ``Client``, the HTTP API without ``--app``, ``dtq enqueue``) writes
 what it was given and names what it left unset in the record field ``dflt``: letters of
-:data:`FIELDS` (``m`` max_retries, ``t`` timeout, ``e`` expires). Workers publish their
-declarations per queue in ``P:{q}:decl`` (task name -> :func:`encode`) when they start, and the
-first claim of the task fills the record's unset fields from it (``lua/_claim.lua``), so every
-script after it (fail, reclaim, requeue) reads the effective values from the record.
+:data:`FIELDS` (``m`` max_retries, ``t`` timeout, ``e`` expires). ``maxr`` is written either
+way (dtq's default where unset), so a worker older than this reads the record as before.
+Workers publish their declarations per queue in ``P:{q}:decl`` (task name -> :func:`encode`)
+when they start, and the first claim of the task fills the record's unset fields from it
+(``lua/_claim.lua``), so every script after it (fail, reclaim, requeue) reads the effective
+values from the record.
 
 Where no worker declared the name the claim uses dtq's defaults: ``DEFAULT_MAX_RETRIES``
 retries, no timeout, no expiry.
@@ -68,7 +70,7 @@ def fill(rec: Mapping[str, str], raw: str | None) -> tuple[dict[str, str], str |
         return dict(rec), None
     d = decode(raw)
     out = dict(rec)
-    if "m" in letters and "maxr" not in rec:
+    if "m" in letters:
         out["maxr"] = str(d.max_retries if d else DEFAULT_MAX_RETRIES)
     if d is not None and "t" in letters and "timeout" not in rec and d.timeout is not None:
         out["timeout"] = repr(d.timeout)

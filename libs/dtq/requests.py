@@ -164,7 +164,7 @@ def build_task(
         if len(meta) > 4096:
             raise SerializationError("metadata must encode to at most 4096 bytes")
     return q, NewTask(
-        new_tid(), name, a, k, prio, None if unset and max_retries is None else mr, to, delay_ms,
+        new_tid(), name, a, k, prio, mr, to, delay_ms,
         expires_ms, idempotency_key or "", meta,
         d.limit.encode(name, args, kwargs) if d.limit is not None else "", unset,
     )  # fmt: skip

@@ -615,7 +615,7 @@ class NewTask:
     args: str
     kwargs: str
     priority: int
-    max_retries: int | None  # None: left to the worker's declaration ("m" in unset)
+    max_retries: int  # dtq's default when left to the worker's declaration ("m" in unset)
     timeout: float | None
     delay_ms: int
     expires_ms: int
@@ -625,12 +625,8 @@ class NewTask:
     unset: str = ""  # letters of what the enqueue left to the declaration (dtq.declared)
 
     def maxr_arg(self) -> int | str:
-        """enqueue.lua's max_retries field: the number, or "~<unset letters>[<number>]"."""
-        if not self.unset:
-            return self.max_retries or 0
-        if self.max_retries is None:
-            return "~" + self.unset
-        return f"~{self.unset}{self.max_retries}"
+        """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
+        return f"~{self.unset}{self.max_retries}" if self.unset else self.max_retries
 
 
 @dataclass(frozen=True, slots=True)
