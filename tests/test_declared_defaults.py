@@ -97,6 +97,16 @@ async def test_declared_max_retries_governs_dtq_enqueue(
         )
         assert shown["max_retries"] == 1 and shown["attempt"] == 2
         assert starts(r, settings, task_id) == [1, 2]
+        # Options given on the command line override the declaration.
+        out = await asyncio.to_thread(
+            cli, settings, monkeypatch, capsys, "enqueue", SLEEPY, "--args", "[0.6]",
+            "--timeout", "10", "--max-retries", "2", "--expires", "60", "--json",
+        )  # fmt: skip
+        given = json.loads(out)["id"]
+        assert await c.result(given, timeout=20) == "woke"
+        info = await c.get(given)
+        assert (info.timeout, info.max_retries, info.defaults) == (10, 2, None)
+        assert info.expires_at is not None
 
 
 async def test_declared_timeout_governs_a_by_name_enqueue(
