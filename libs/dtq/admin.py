@@ -69,7 +69,7 @@ class Conflict(DtqError):
 def purge_call(qk: QueueKeys, limit: int, events_maxlen: int) -> sc.Call:
     return sc.Call(
         "purge",
-        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base],
+        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base, qk.lim_base],
         [GROUP, limit, events_maxlen, qk.done_base],
     )
 

@@ -20,6 +20,8 @@ Per queue (tag ``{P:q}``)::
     P:{q}:lim:<k>:held     list of tids parked behind k's concurrency limit (status queued)
     P:{q}:lim:<k>:rate     zset start log of k over its rate window (expires when idle)
     P:{q}:lim:<k>:rwait    counter spreading k's rate-parked backlog over windows (expires)
+    P:{q}:lim:~parked      set of limit keys that have parked tasks (purge finds them by it)
+    P:{q}:lim:~owed        set of limit keys whose release ran out of budget (limit_sweep.lua)
     P:{q}:fair             hash band -> credit, fair mode's weighted round-robin state
     P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)

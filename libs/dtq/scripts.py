@@ -962,6 +962,12 @@ def parse_cancel(raw: list[Any]) -> CancelResult:
     return CancelResult(_s(raw[0]), _s(raw[1]))
 
 
+def limit_sweep_call(qk: QueueKeys, limit_keys: Sequence[str]) -> Call:
+    """Release parked tasks of these limit keys (none: the keys owed a release); the reply is
+    ``[released, more]``, more = 1 when the call's budget ran out."""
+    return Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], list(limit_keys))
+
+
 def lock_call(key: str, token: str, lease_ms: int) -> Call:
     return Call("lock", [key], [token, lease_ms])
 

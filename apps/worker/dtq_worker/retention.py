@@ -149,8 +149,9 @@ class Retention:
                 rep.records_expired += int(raw[1])
         for q, lks in held.items():
             qk = w.keys.queue(q)
-            call = sc.Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], lks)
-            rep.parked_released += int(await w.scripts.run(call))
+            for i in range(0, len(lks), 100):
+                n, _ = await w.scripts.run(sc.limit_sweep_call(qk, lks[i : i + 100]))
+                rep.parked_released += int(n)
 
     def _sort(self, key: str, found: dict[str, list[str]], held: dict[str, list[str]]) -> None:
         prefix = self.w.keys.prefix
