@@ -854,8 +854,9 @@ class Admin:
         async with self._r.pipeline(transaction=False) as pipe:
             for wid, _ in entries:
                 pipe.hgetall(self.keys.worker(wid))
-            hashes = await pipe.execute()
-        now_ms = time.time() * 1000
+            pipe.time()  # ages on the Redis clock, which heartbeats carry, not this host's
+            *hashes, (sec, usec) = await pipe.execute()
+        now_ms = int(sec) * 1000 + int(usec) / 1000
         out: list[WorkerInfo] = []
         for (wid, score), h in zip(entries, hashes, strict=True):
             last = int(h.get("last_heartbeat") or score)

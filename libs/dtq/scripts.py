@@ -968,6 +968,12 @@ def limit_sweep_call(qk: QueueKeys, limit_keys: Sequence[str]) -> Call:
     return Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], list(limit_keys))
 
 
+def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
+    """Delete the queue's stream consumers idle for idle_ms that hold no pending entry (the
+    check and the delete in one step); the reply is the number deleted."""
+    return Call("retention_consumers", qk.streams, [GROUP, idle_ms])
+
+
 def lock_call(key: str, token: str, lease_ms: int) -> Call:
     return Call("lock", [key], [token, lease_ms])
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
-from dtq.keys import GROUP
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -46,8 +45,9 @@ class RetentionReport:
     queues: list[str] = field(default_factory=list)
 
 
-def dlq_call(dlq: str, task_base: str, cutoff_ms: int, cap: int, budget: int) -> sc.Call:
-    return sc.Call("retention_dlq", [dlq, task_base], [cutoff_ms, cap, budget])
+def dlq_call(dlq: str, task_base: str, age_ms: int, cap: int, budget: int) -> sc.Call:
+    """Prune dead letters older than age_ms (on the Redis clock), beyond cap, or gone."""
+    return sc.Call("retention_dlq", [dlq, task_base], [age_ms, cap, budget])
 
 
 class Retention:
@@ -83,42 +83,38 @@ class Retention:
         w = self.w
         s = w.settings
         rep = RetentionReport()
-        now_ms = int(time.time() * 1000)
         queues = sorted(str(q) for q in await w.redis.smembers(w.keys.queues))  # type: ignore[misc]
         rep.queues = queues
         for q in queues:
             qk = w.keys.queue(q)
             raw = await w.scripts.run(
-                dlq_call(qk.dlq, qk.task_base, now_ms - s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
+                dlq_call(qk.dlq, qk.task_base, s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
             )
             rep.dlq_removed += int(raw[0])
             if s.events_maxlen > 0:
                 await w.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
-        rep.workers_removed = await self.prune_workers(now_ms)
+        rep.workers_removed = await self.prune_workers()
         rep.consumers_removed = await self.prune_consumers(queues)
         await self.scan_pass(rep)
         return rep
 
-    async def prune_workers(self, now_ms: int) -> int:
+    async def prune_workers(self) -> int:
+        """Drop ``P:workers`` entries older than the dead-worker age, on the Redis clock (the
+        scores are Redis time too, see heartbeat.py): a skewed worker clock prunes nothing live."""
         w = self.w
-        cutoff = now_ms - int(w.settings.dead_worker_ttl_s * 1000)
+        sec, usec = await w.redis.time()
+        cutoff = int(sec) * 1000 + int(usec) // 1000 - int(w.settings.dead_worker_ttl_s * 1000)
         return int(await w.redis.zremrangebyscore(w.keys.workers, "-inf", cutoff))
 
     async def prune_consumers(self, queues: list[str]) -> int:
-        """Delete stream consumers idle past the dead-worker age that hold no pending entry."""
+        """Delete stream consumers idle past the dead-worker age that hold no pending entry; the
+        check and the delete are one script per queue (lua/retention_consumers.lua), so a claim
+        can never land between them."""
         w = self.w
         idle_ms = int(w.settings.dead_worker_ttl_s * 1000)
         removed = 0
         for q in queues:
-            for stream in w.keys.queue(q).streams:
-                try:
-                    consumers = await w.redis.xinfo_consumers(stream, GROUP)
-                except Exception:  # no stream or group yet
-                    continue
-                for c in consumers:
-                    if int(c.get("pending", 0)) == 0 and int(c.get("idle", 0)) >= idle_ms:
-                        await w.redis.xgroup_delconsumer(stream, GROUP, c["name"])
-                        removed += 1
+            removed += int(await w.scripts.run(sc.consumer_prune_call(w.keys.queue(q), idle_ms)))
         return removed
 
     async def scan_pass(self, rep: RetentionReport) -> None:
