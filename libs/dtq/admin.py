@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio as aredis
 
+from dtq import eviction
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
@@ -304,6 +305,10 @@ class Admin:
             await self._r.ping()
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+
+    async def eviction_warning(self) -> str | None:
+        """What is wrong with Redis's ``maxmemory-policy`` for dtq (dtq.eviction), or None."""
+        return eviction.warning(await eviction.eviction_policy(self._r))
 
     async def _run(self, call: sc.Call) -> Any:
         try:
