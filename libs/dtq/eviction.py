@@ -15,6 +15,7 @@ from typing import Any
 import redis.exceptions as redis_exceptions
 
 EVICTS_WORK = "allkeys-"
+OOM_TEXT = "command not allowed when used memory"  # the OOM reply, with or without its code
 EVICTS_TTL_KEYS = "volatile-"
 
 
@@ -56,3 +57,17 @@ def warning(policy: str | None) -> str | None:
     if policy and policy.startswith(EVICTS_WORK):
         return refusal(policy)
     return None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Redis refused a write because it is at maxmemory (noeviction). A refused script wrote
+    nothing: Redis refuses it at its first write that could grow memory, before any other."""
+    if isinstance(exc, redis_exceptions.OutOfMemoryError):
+        return True
+    return isinstance(exc, redis_exceptions.ResponseError) and OOM_TEXT in str(exc)
+
+
+def out_of_memory_message(exc: BaseException) -> str:
+    """One line for a user whose write Redis refused for memory."""
+    text = str(exc).split(". script:")[0]
+    return f"Redis is out of memory (maxmemory reached), nothing was written: {text}"
