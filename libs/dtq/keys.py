@@ -171,6 +171,16 @@ class QueueKeys:
         return f"{self.base}:lim:"
 
     @property
+    def lim_parked(self) -> str:
+        """Set of limit keys that have parked tasks (lua/_common.lua)."""
+        return f"{self.base}:lim:~parked"
+
+    @property
+    def lim_owed(self) -> str:
+        """Set of limit keys whose release of a parked task ran out of budget."""
+        return f"{self.base}:lim:~owed"
+
+    @property
     def fair(self) -> str:
         return f"{self.base}:fair"
 

@@ -9,6 +9,8 @@ loop, removes the rest:
 - dead letters older than DTQ_DLQ_TTL_S, whose record expired, or beyond DTQ_DLQ_MAX (oldest);
 - workers silent for DTQ_DEAD_WORKER_TTL_S (the ``P:workers`` zset) and their stream consumers
   that hold no pending entries;
+- registered queue names (``P:queues``) whose queue held nothing on two passes in a row and that
+  no live worker consumes;
 - via a SCAN cursor kept between passes: idempotency keys left without a TTL whose task is gone,
   finished records without a TTL, and concurrency-limit queues whose runs vanished.
 """
@@ -41,6 +43,7 @@ class RetentionReport:
     idem_removed: int = 0
     records_expired: int = 0
     parked_released: int = 0
+    queues_forgotten: int = 0
     scan_done: bool = False
     queues: list[str] = field(default_factory=list)
 
@@ -55,6 +58,7 @@ class Retention:
         self.w = worker
         self.next_at = time.monotonic() + worker.settings.retention_interval_s * random.random()
         self.cursor = 0
+        self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
     @property
     def lock_key(self) -> str:
@@ -95,6 +99,7 @@ class Retention:
                 await w.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
         rep.workers_removed = await self.prune_workers()
         rep.consumers_removed = await self.prune_consumers(queues)
+        rep.queues_forgotten = await self.forget_queues(queues)
         await self.scan_pass(rep)
         return rep
 
@@ -116,6 +121,36 @@ class Retention:
         for q in queues:
             removed += int(await w.scripts.run(sc.consumer_prune_call(w.keys.queue(q), idle_ms)))
         return removed
+
+    async def forget_queues(self, queues: list[str]) -> int:
+        """Drop from ``P:queues`` the names whose queue held nothing on this pass and the last
+        one (lua/retention_queue.lua) and that no live worker consumes, with their empty keys;
+        a client that enqueues to one again registers it again."""
+        w = self.w
+        consumed: set[str] = set(w.queues)
+        ids = await w.redis.zrange(w.keys.workers, 0, -1)
+        if ids:
+            async with w.redis.pipeline(transaction=False) as pipe:
+                for wid in ids:
+                    pipe.hget(w.keys.worker(str(wid)), "queues")
+                for listed in await pipe.execute():
+                    consumed.update(q for q in str(listed or "").split(",") if q)
+        empty: set[str] = set()
+        forgotten = 0
+        for q in queues:
+            if q in consumed:
+                continue
+            drop = q in self.empty_before
+            if int(await w.scripts.run(sc.queue_empty_call(w.keys.queue(q), drop))) != 1:
+                continue
+            if drop:
+                await w.redis.srem(w.keys.queues, q)
+                forgotten += 1
+                log.info("retention: forgot queue %s (it held nothing, no worker consumes it)", q)
+            else:
+                empty.add(q)
+        self.empty_before = empty
+        return forgotten
 
     async def scan_pass(self, rep: RetentionReport) -> None:
         """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass."""
