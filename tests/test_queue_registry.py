@@ -41,3 +41,28 @@ async def test_retention_forgets_queue_names_that_hold_nothing(
     with Client(settings=s) as c:
         c.enqueue("nop", queue="typo")
     assert r.sismember(keys.queues, "typo")
+
+
+async def test_retention_registers_again_a_forgotten_queue_that_got_tasks(
+    settings: Settings, r: redis.Redis
+) -> None:
+    """A long-lived client registered a name once and does not again; once retention forgot the
+    name, the client's next tasks there are found by retention's key scan and listed again."""
+    s = settings.model_copy(update={"retention_interval_s": 3600})
+    keys = Keys(s.key_prefix)
+    with Client(settings=s) as c:
+        c.enqueue("nop", queue="late")
+        async with Admin(s) as a:
+            await a.purge("late")
+        async with running_worker(app, s) as w:
+            ret = w.scheduler.retention
+            await ret.run_once()
+            await ret.run_once()
+            assert not r.sismember(keys.queues, "late")
+            c.enqueue("nop", queue="late")  # the same client: it does not register again
+            assert not r.sismember(keys.queues, "late")
+            ret.cursor = 0  # the next pass's scan starts over (it goes on where it stopped)
+            rep = await ret.run_once()
+            assert rep.queues_registered == 1 and r.sismember(keys.queues, "late")
+            await ret.run_once()
+            assert r.sismember(keys.queues, "late"), "a queue with a waiting task was forgotten"

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.settings import QUEUE_NAME_RE
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -33,6 +35,7 @@ log = logging.getLogger("dtq.retention")
 DLQ_BATCH = 1000  # dead letters looked at per queue per pass
 SCAN_CALLS = 20  # SCAN calls per pass
 SCAN_COUNT = 1000
+_STREAM = re.compile(r"p[0-9]")
 
 
 @dataclass
@@ -44,6 +47,7 @@ class RetentionReport:
     records_expired: int = 0
     parked_released: int = 0
     queues_forgotten: int = 0
+    queues_registered: int = 0
     scan_done: bool = False
     queues: list[str] = field(default_factory=list)
 
@@ -100,7 +104,7 @@ class Retention:
         rep.workers_removed = await self.prune_workers()
         rep.consumers_removed = await self.prune_consumers(queues)
         rep.queues_forgotten = await self.forget_queues(queues)
-        await self.scan_pass(rep)
+        await self.scan_pass(rep, set(queues))
         return rep
 
     async def prune_workers(self) -> int:
@@ -152,20 +156,26 @@ class Retention:
         self.empty_before = empty
         return forgotten
 
-    async def scan_pass(self, rep: RetentionReport) -> None:
-        """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass."""
+    async def scan_pass(self, rep: RetentionReport, registered: set[str]) -> None:
+        """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass.
+        A queue with waiting work that is missing from ``P:queues`` (forgotten while empty, then
+        used by a client that had registered it before) is registered again."""
         w = self.w
         s = w.settings
         pattern = f"{w.keys.prefix}:{{{w.keys.prefix}:*"
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)
+        busy: set[str] = set()
         for _ in range(SCAN_CALLS):
             self.cursor, batch = await w.redis.scan(self.cursor, match=pattern, count=SCAN_COUNT)
             for key in batch:
-                self._sort(str(key), found, held)
+                self._sort(str(key), found, held, busy)
             if self.cursor == 0:
                 rep.scan_done = True
                 break
+        missing = sorted(q for q in busy - registered if QUEUE_NAME_RE.fullmatch(q))
+        if missing:
+            rep.queues_registered = int(await w.redis.sadd(w.keys.queues, *missing))
         for q, keys in found.items():
             qk = w.keys.queue(q)
             for i in range(0, len(keys), 500):
@@ -184,13 +194,19 @@ class Retention:
                 n, _ = await w.scripts.run(sc.limit_sweep_call(qk, lks[i : i + 100]))
                 rep.parked_released += int(n)
 
-    def _sort(self, key: str, found: dict[str, list[str]], held: dict[str, list[str]]) -> None:
+    def _sort(
+        self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
+    ) -> None:
         prefix = self.w.keys.prefix
         head = f"{prefix}:{{{prefix}:"
         close = key.find("}:", len(head))
         if not key.startswith(head) or close < 0:
             return
         queue, rest = key[len(head) : close], key[close + 2 :]
+        if rest == "sched" or _STREAM.fullmatch(rest):
+            # A stream or schedule: forget_queues deletes these, so after it they mean new work
+            # (finished records would not: they wait for their TTL).
+            busy.add(queue)
         if rest.startswith(("t:", "idem:")):
             found[queue].append(key)
         elif rest.startswith("lim:") and rest.endswith(":held"):
