@@ -100,7 +100,11 @@ local function limit_unpark(lim_base, lk, base, streams, n, budget)
       break
     end
     local ptid = redis.call('LPOP', held)
-    if not ptid then break end
+    if not ptid then
+      -- Emptied here (a list empty from the start was taken off the index when it emptied).
+      if looked > 0 then redis.call('SREM', lim_base .. '~parked', lk) end
+      return released, 0, looked
+    end
     looked = looked + 1
     local prk = base .. ptid
     local p = redis.call('HMGET', prk, 'status', 'eid', 'prio', 'exp', 'lc')
@@ -122,7 +126,7 @@ local function limit_unpark(lim_base, lk, base, streams, n, budget)
       if live then released = released + 1 end
     end
   end
-  if redis.call('LLEN', held) == 0 then redis.call('SREM', lim_base .. '~parked', lk) end
+  if redis.call('EXISTS', held) == 0 then redis.call('SREM', lim_base .. '~parked', lk) end
   return released, 0, looked
 end
 
