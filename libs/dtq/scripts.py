@@ -989,6 +989,24 @@ def parse_cancel(raw: list[Any]) -> CancelResult:
     return CancelResult(_s(raw[0]), _s(raw[1]))
 
 
+def limit_sweep_call(qk: QueueKeys, limit_keys: Sequence[str]) -> Call:
+    """Release parked tasks of these limit keys (none: the keys owed a release); the reply is
+    ``[released, more]``, more = 1 when the call's budget ran out."""
+    return Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], list(limit_keys))
+
+
+def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
+    """Delete the queue's stream consumers idle for idle_ms that hold no pending entry (the
+    check and the delete in one step); the reply is the number deleted."""
+    return Call("retention_consumers", qk.streams, [GROUP, idle_ms])
+
+
+def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
+    """1 when the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
+    keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
+    return Call("retention_queue", [*keys, qk.stats, qk.fair], [GROUP, 1 if drop else 0])
+
+
 def lock_call(key: str, token: str, lease_ms: int) -> Call:
     return Call("lock", [key], [token, lease_ms])
 

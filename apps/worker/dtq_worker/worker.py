@@ -21,11 +21,12 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from dtq import eviction
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.connection import async_redis
-from dtq.errors import SchemaMismatch
+from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
@@ -356,15 +357,27 @@ class Worker:
                         f"Redis keyspace {self.keys.prefix!r} has schema version {found!r}; "
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
+                await self.check_eviction()
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
                 return
-            except SchemaMismatch:
+            except (SchemaMismatch, ConfigError):
                 raise
             except Exception as exc:
                 if not is_transient(exc) or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(backoff.failed(exc))
+
+    async def check_eviction(self) -> None:
+        """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
+        ``volatile-*`` (dtq.eviction)."""
+        policy = await eviction.eviction_policy(self.redis)
+        refused = eviction.refusal(policy)
+        if refused:
+            raise ConfigError(refused)
+        warned = eviction.warning(policy)
+        if warned:
+            log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
