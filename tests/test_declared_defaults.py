@@ -223,3 +223,20 @@ async def test_listings_show_the_declared_values_before_the_claim(settings: Sett
         rows = {t["id"]: t for t in (await a.list_tasks()).items}
         assert rows[queued.id]["defaults"] == "declared" and rows[queued.id]["max_retries"] == 0
         assert rows[given.id]["max_retries"] == 5 and rows[given.id]["defaults"] == "declared"
+
+
+async def test_a_forgotten_queue_takes_its_declarations_with_it(
+    settings: Settings, r: redis.Redis
+) -> None:
+    s = settings.model_copy(update={"retention_interval_s": 3600})
+    keys = Keys(s.key_prefix)
+    async with running_worker(app, s.model_copy(update={"queues": ("old",)})):
+        pass  # consumed "old" once: its declarations were published there
+    assert r.hget(keys.queue("old").decl, FAILS) == "1||"
+    async with running_worker(app, s) as w:  # consumes "default" only
+        ret = w.scheduler.retention
+        await ret.run_once()
+        await ret.run_once()
+    assert not r.sismember(keys.queues, "old")
+    assert not list(r.scan_iter(f"{keys.prefix}:{{{keys.prefix}:old}}*"))
+    assert r.hget(keys.queue("default").decl, FAILS) == "1||"  # a consumed queue keeps them

@@ -188,7 +188,7 @@ class QueueKeys:
     @property
     def decl(self) -> str:
         """Hash: task name -> its declared defaults, published by workers (see dtq.declared).
-        Not per task and not work: purge and retention leave it."""
+        Not work: purge leaves it; retention drops it with a queue it forgets."""
         return f"{self.base}:decl"
 
     def all_fixed(self) -> list[str]:
