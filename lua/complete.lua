@@ -9,8 +9,8 @@
 -- (claim_entries() in _claim.lua): the worker refills the slots this batch frees in the same
 -- round trip. The outcomes are written first, so a run's end and the next start are ordered.
 --
--- KEYS[1..18]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
---              (a limited run frees its place, see _common.lua), fair
+-- KEYS[1..19]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
+--              (a limited run frees its place, see _common.lua), fair, decl
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7]      claim count (0: claim nothing), ARGV[8] 1 = fair mode (see claim.lua)

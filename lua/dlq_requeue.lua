@@ -13,7 +13,8 @@
 -- KEYS[13]     P:{q}:t:      (task record key prefix)
 -- KEYS[14]     P:{q}:idem:
 -- ARGV[1]      events maxlen
--- ARGV[2]      new max_retries ('' keeps the task's own)
+-- ARGV[2]      new max_retries ('' keeps the task's own; given, it also takes "m" out of the
+--              record's dflt: see dtq/declared.py)
 -- ARGV[3]      allowed states, comma separated (e.g. 'failed' or 'failed,cancelled,expired')
 -- ARGV[4]      n, ARGV[5..] n tids
 -- Returns      list of n: 'requeued' | 'missing' | the unchanged task's status
@@ -24,7 +25,7 @@ local out = {}
 for i = 1, n do
   local tid = ARGV[4 + i]
   local rk = base .. tid
-  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem')
+  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem', 'dflt')
   if not r[1] then
     redis.call('ZREM', KEYS[11], tid)
     out[#out + 1] = 'missing'
@@ -34,7 +35,11 @@ for i = 1, n do
   else
     local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
     redis.call('HSET', rk, 'status', 'queued', 'eid', eid, 'retries', 0, 'intr', 0)
-    if new_maxr ~= '' then redis.call('HSET', rk, 'maxr', new_maxr) end
+    if new_maxr ~= '' then
+      redis.call('HSET', rk, 'maxr', new_maxr)
+      -- Given now, it overrides the declaration a never-claimed task's first claim would apply.
+      if r[6] then redis.call('HSET', rk, 'dflt', (string.gsub(r[6], 'm', ''))) end
+    end
     redis.call('HINCRBY', rk, 'requeues', 1)
     redis.call('HDEL', rk, 'finished', 'result', 'due', 'cancel', 'started')
     -- An expired task retried by hand gets a chance to run: its deadline is dropped.

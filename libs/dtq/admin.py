@@ -34,6 +34,7 @@ from dtq import eviction
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
+from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus
@@ -541,21 +542,44 @@ class Admin:
             for k in keys:
                 pipe.hgetall(k)
             recs = await pipe.execute()
+        decls = await self._declared_of(keys, recs)
         out: list[TaskInfo] = []
-        for k, rec in zip(keys, recs, strict=True):
+        for k, rec, decl in zip(keys, recs, decls, strict=True):
             if not rec or "status" not in rec:
                 continue
             if status is not None and rec["status"] != status:
                 continue
             if name is not None and rec.get("name") != name:
                 continue
-            info = self._info_from_key(k, rec)
+            info = self._info_from_key(k, rec, decl)
             if info is not None:
                 out.append(info)
         out.sort(key=lambda t: t.id)
         return out
 
-    def _info_from_key(self, key: str, rec: dict[str, str]) -> TaskInfo | None:
+    async def _declared_of(
+        self, keys: Sequence[str], recs: Sequence[dict[str, str]]
+    ) -> list[str | None]:
+        """The published declaration of each record still waiting for one (dtq.declared),
+        None for the others; one pipelined round trip, and none when no record waits."""
+        want = [
+            (i, k)
+            for i, (k, rec) in enumerate(zip(keys, recs, strict=True))
+            if rec and pending_declared(rec)
+        ]
+        out: list[str | None] = [None] * len(keys)
+        if want:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for i, k in want:
+                    # P:{q}:t:<tid> -> P:{q}:decl (dtq/keys.py)
+                    pipe.hget(k.rpartition(":t:")[0] + ":decl", recs[i].get("name", ""))
+                for (i, _), raw in zip(want, await pipe.execute(), strict=True):
+                    out[i] = raw
+        return out
+
+    def _info_from_key(
+        self, key: str, rec: dict[str, str], declared: str | None = None
+    ) -> TaskInfo | None:
         # key = P:{P:queue}:t:<tid>
         head, sep, tid = key.rpartition(":t:")
         start = head.find("{" + self.keys.prefix + ":")
@@ -563,7 +587,7 @@ class Admin:
             return None
         queue = head[start + len(self.keys.prefix) + 2 : -1]
         try:
-            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec)
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
         except (ValueError, KeyError):
             return None
 
@@ -584,8 +608,9 @@ class Admin:
             for i, tid in enumerate(tids):
                 rec = await self._r.hgetall(qk.task(tid))
                 if rec and rec.get("status") == status and name in (None, rec.get("name")):
+                    [decl] = await self._declared_of([qk.task(tid)], [rec])
                     items.append(
-                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec).to_dict()
+                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec, decl).to_dict()
                     )
                     if len(items) >= limit:
                         pos = pos + i + 1

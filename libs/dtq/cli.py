@@ -133,6 +133,7 @@ def _json_arg(value: str | None, what: str) -> Any:
 @click.option("--eta", help="ISO 8601 time (with zone) before which it does not run.")
 @click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
 @click.option("--timeout", type=float, help="Seconds a run may take.")
+@click.option("--expires", type=float, help="Seconds from now by which a run must start.")
 @click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
 @json_option
 def enqueue(
@@ -145,10 +146,12 @@ def enqueue(
     eta: str | None,
     max_retries: int | None,
     timeout: float | None,
+    expires: float | None,
     idempotency_key: str | None,
     as_json: bool,
 ) -> None:
-    """Enqueue task NAME."""
+    """Enqueue task NAME. Retry budget, timeout and expiry left out come from the task's
+    declaration in the worker (``@app.task``)."""
     args = _json_arg(args_json, "--args")
     kwargs = _json_arg(kwargs_json, "--kwargs")
 
@@ -156,6 +159,7 @@ def enqueue(
         return await a.client.enqueue(
             name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
             max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
+            expires=expires,
         )  # fmt: skip
 
     h = _run(go)
@@ -174,8 +178,8 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
 
     def human() -> None:
         for k in ("id", "name", "queue", "status", "priority", "attempt", "retries",
-                  "max_retries", "requeues", "worker_id", "enqueued_at", "started_at",
-                  "finished_at", "due_at"):  # fmt: skip
+                  "max_retries", "timeout", "expires_at", "defaults", "requeues", "worker_id",
+                  "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
             if d.get(k) not in (None, ""):
                 click.echo(f"{k:>12}: {d[k]}")
         click.echo(f"{'args':>12}: {json.dumps(d['args'])}")

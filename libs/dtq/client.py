@@ -19,6 +19,7 @@ import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq.connection import async_redis, sync_redis
+from dtq.declared import pending as pending_declared
 from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
 from dtq.eviction import is_oom, out_of_memory_message
 from dtq.keys import Keys, split_task_id
@@ -146,11 +147,11 @@ class _Base:
         )
 
     @staticmethod
-    def _info(task_id: str, rec: dict[str, str]) -> TaskInfo:
+    def _info(task_id: str, rec: dict[str, str], declared: str | None = None) -> TaskInfo:
         if not rec:
             raise UnknownTask(f"no task {task_id} (never enqueued, or its record expired)")
         queue, _ = split_task_id(task_id)
-        return TaskInfo.from_record(task_id, queue, rec)
+        return TaskInfo.from_record(task_id, queue, rec, declared)
 
     @staticmethod
     def _outcome(info: TaskInfo) -> Any:
@@ -264,8 +265,12 @@ class AsyncClient(_Base):
     async def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
         queue, tid = split_task_id(task_id)
-        rec: Any = await self._io(lambda: self.redis.hgetall(self.keys.queue(queue).task(tid)))
-        return self._info(task_id, rec)
+        qk = self.keys.queue(queue)
+        rec: Any = await self._io(lambda: self.redis.hgetall(qk.task(tid)))
+        decl: Any = None
+        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
+            decl = await self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
+        return self._info(task_id, rec, decl)
 
     async def result(self, task_id: str, timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`.
@@ -412,10 +417,14 @@ class Client(_Base):
     def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
         queue, tid = split_task_id(task_id)
+        qk = self.keys.queue(queue)
         rec: dict[str, str] = self._io(
-            lambda: self.redis.hgetall(self.keys.queue(queue).task(tid))  # type: ignore[arg-type,return-value]
+            lambda: self.redis.hgetall(qk.task(tid))  # type: ignore[arg-type,return-value]
         )
-        return self._info(task_id, rec)
+        decl = None
+        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
+            decl = self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
+        return self._info(task_id, rec, decl)  # type: ignore[arg-type]
 
     def result(self, task_id: str, timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""

@@ -26,6 +26,7 @@ Per queue (tag ``{P:q}``)::
     P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)
     P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
+    P:{q}:decl             hash task name -> "max_retries|timeout|expires_ms" a worker declared
 
 Global::
 
@@ -183,6 +184,12 @@ class QueueKeys:
     @property
     def fair(self) -> str:
         return f"{self.base}:fair"
+
+    @property
+    def decl(self) -> str:
+        """Hash: task name -> its declared defaults, published by workers (see dtq.declared).
+        Not work: purge leaves it; retention drops it with a queue it forgets."""
+        return f"{self.base}:decl"
 
     def all_fixed(self) -> list[str]:
         """Every key of the queue that is not per task: what purge and retention must know."""

@@ -38,6 +38,8 @@ class TaskDefaults:
     timeout: float | None = None
     limit: Limit | None = None
     unique: bool = False
+    expires: float | None = None
+    """Seconds after its enqueue by which a run must have started, else it ends ``expired``."""
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
@@ -111,6 +113,17 @@ def build_task(
         prio = int(prio)  # an IntEnum, say: hiredis packs plain ints only
     if not 0 <= prio <= 9:
         raise InvalidRequest("priority must be an integer from 0 to 9")
+    # A task this client does not know is governed by the worker's declaration where the
+    # enqueue gave no value: the record says which it left unset (dtq/declared.py).
+    unset = ""
+    if defaults is None:
+        if max_retries is None and timeout is None and expires is None:
+            unset = "mte"  # a plain by-name enqueue
+        else:
+            unset = (
+                ("m" if max_retries is None else "") + ("t" if timeout is None else "")
+                + ("e" if expires is None else "")
+            )  # fmt: skip
     mr = d.max_retries if max_retries is None else max_retries
     if type(mr) is not int:
         if not _is_int(mr):
@@ -123,6 +136,8 @@ def build_task(
         to = _seconds(timeout, "timeout")
     if to is not None and to <= 0:
         raise InvalidRequest("timeout must be positive")
+    if expires is None:
+        expires = d.expires
     delay_ms = 0
     if delay is not None or eta is not None:
         if delay is not None and eta is not None:
@@ -149,8 +164,9 @@ def build_task(
         if len(meta) > 4096:
             raise SerializationError("metadata must encode to at most 4096 bytes")
     return q, NewTask(
-        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
-        d.limit.encode(name, args, kwargs) if d.limit is not None else "",
+        new_tid(), name, a, k, prio, mr, to, delay_ms,
+        expires_ms, idempotency_key or "", meta,
+        d.limit.encode(name, args, kwargs) if d.limit is not None else "", unset,
     )  # fmt: skip
 
 

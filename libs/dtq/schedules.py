@@ -489,7 +489,7 @@ def fire_call(
         [
             s.name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
             1 if s.overlap else 0, events_maxlen, fire_ms or expected_ms,
-            task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
+            task.tid, task.name, task.args, task.kwargs, task.priority, task.maxr_arg(),
             "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
             task.limit,
         ],

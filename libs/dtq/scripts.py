@@ -615,13 +615,18 @@ class NewTask:
     args: str
     kwargs: str
     priority: int
-    max_retries: int
+    max_retries: int  # dtq's default when left to the worker's declaration ("m" in unset)
     timeout: float | None
     delay_ms: int
     expires_ms: int
     idempotency_key: str
     meta: str
     limit: str = ""  # dtq.limits.Limit.encode(): "conc|count|window_ms|key", or ""
+    unset: str = ""  # letters of what the enqueue left to the declaration (dtq.declared)
+
+    def maxr_arg(self) -> int | str:
+        """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
+        return f"~{self.unset}{self.max_retries}" if self.unset else self.max_retries
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,14 +658,15 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
     ):  # fmt: skip
         args = [events_maxlen, 1, *_task_args(t)]
     else:
-        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, t.max_retries]
+        mr = t.maxr_arg() if t.unset else t.max_retries
+        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
 
 
 def _task_args(t: NewTask) -> list[Any]:
     """enqueue.lua's 12 fields of one task: the 5 fixed ones, then the 7 options."""
     return [
-        t.tid, t.name, t.args, t.priority, t.max_retries, t.kwargs,
+        t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.kwargs,
         "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
         t.idempotency_key, t.meta, t.limit,
     ]  # fmt: skip
@@ -679,7 +685,7 @@ def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, 
 def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
     return (
         *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
-        qk.lim_base, qk.fair,
+        qk.lim_base, qk.fair, qk.decl,
     )  # fmt: skip
 
 
@@ -1004,7 +1010,7 @@ def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
 def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
     """1 when the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
     keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
-    return Call("retention_queue", [*keys, qk.stats, qk.fair], [GROUP, 1 if drop else 0])
+    return Call("retention_queue", [*keys, qk.stats, qk.fair, qk.decl], [GROUP, 1 if drop else 0])
 
 
 def lock_call(key: str, token: str, lease_ms: int) -> Call:

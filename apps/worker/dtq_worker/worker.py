@@ -26,6 +26,7 @@ from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.connection import async_redis
+from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
@@ -380,10 +381,19 @@ class Worker:
             log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
+        """Create each consumed queue's streams and group, and publish there what each task
+        declares (max_retries, timeout, expires: dtq.declared), which the claim applies to tasks
+        enqueued by clients that never imported them. Every task, whatever queue it names (one
+        enqueued by name may be sent to any queue); again whenever the streams were found gone
+        (a flush), so the declarations come back with them."""
+        decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
-                for stream in self.keys.queue(q).streams:
+                qk = self.keys.queue(q)
+                for stream in qk.streams:
                     pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                if decl:
+                    pipe.hset(qk.decl, mapping=decl)  # type: ignore[arg-type]
             replies = await pipe.execute(raise_on_error=False)
         for r in replies:
             if isinstance(r, Exception) and "BUSYGROUP" not in str(r):
