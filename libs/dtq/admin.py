@@ -255,7 +255,7 @@ def _glob_escape(s: str) -> str:
 
 
 def _check_queue_name(name: str) -> None:
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
 
 
@@ -318,7 +318,7 @@ class Admin:
         names: set[str] = set(await self._r.smembers(self.keys.queues))
         for w in await self.list_workers():
             names.update(w.queues)
-        return sorted(n for n in names if QUEUE_NAME_RE.match(n))
+        return sorted(n for n in names if QUEUE_NAME_RE.fullmatch(n))
 
     async def _queue_exists(self, name: str) -> bool:
         _check_queue_name(name)

@@ -23,7 +23,7 @@ from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
 from dtq.keys import Keys, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
-from dtq.settings import Settings, load_settings
+from dtq.settings import Settings, checked_redis_url, load_settings
 
 if TYPE_CHECKING:
     from dtq.app import App
@@ -59,8 +59,8 @@ class _Base:
     def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
         if settings is None:
             settings = app.settings if app is not None else load_settings()
-        if url is not None:
-            settings = settings.model_copy(update={"redis_url": url})
+        if url is not None:  # (model_copy does not validate: check it here)
+            settings = settings.model_copy(update={"redis_url": checked_redis_url(url)})
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.app = app

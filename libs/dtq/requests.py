@@ -16,7 +16,7 @@ from dtq.errors import InvalidRequest, SerializationError
 from dtq.keys import new_tid
 from dtq.limits import Limit
 from dtq.scripts import NewTask
-from dtq.settings import QUEUE_NAME_RE, Settings
+from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
@@ -98,9 +98,11 @@ def build_task(
     d = defaults or _DEFAULTS
     if not isinstance(name, str) or not name or len(name) > 200:
         raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
+    if not name.isprintable():  # (one C call for the usual name; the precise checks after it)
+        check_task_name(name)
     q = queue or d.queue
     if type(q) is not str or q not in _queue_ok:
-        if not isinstance(q, str) or not QUEUE_NAME_RE.match(q):
+        if not isinstance(q, str) or not QUEUE_NAME_RE.fullmatch(q):
             raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
         if len(_queue_ok) < 1024:
             _queue_ok.add(q)
@@ -152,6 +154,17 @@ def build_task(
         new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
         d.limit.encode(name, args, kwargs) if d.limit is not None else "",
     )  # fmt: skip
+
+
+def check_task_name(name: str) -> None:
+    """Refuse a task name with control characters (a newline forged log lines and CLI rows) or
+    text that cannot be sent as UTF-8 (a lone surrogate)."""
+    if CONTROL_RE.search(name):
+        raise InvalidRequest(f"task name {name!r} holds control characters")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"task name {name!r} is not valid Unicode text") from None
 
 
 UNIQUE_PREFIX = "~u:"

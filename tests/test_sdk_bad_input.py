@@ -1,0 +1,204 @@
+"""Bad input at the SDK and CLI edges: names, times, bulk batches, URLs and ids.
+
+Each test feeds the input a careless or hostile caller would, against a real redis-server, and
+checks that dtq refuses it with a :class:`dtq.DtqError` (one line, exit 2 in the CLI) before
+anything is written, or that a reader shows a bad stored value instead of crashing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from typing import Any
+
+import pytest
+import redis
+
+from dtq import AsyncClient, Client, ConfigError, DtqError, InvalidRequest, Settings
+from dtq.admin import Admin
+from dtq.cli import main
+from dtq.keys import BadTaskId, QueueKeys
+from dtq.logs import JsonFormatter, TextFormatter
+from dtq.settings import load_settings
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: Any, *argv: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.fixture
+def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("DTQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("DTQ_KEY_PREFIX", settings.key_prefix)
+    return settings
+
+
+# --- names: full matches only, no control characters -----------------------------------------
+
+
+BAD_QUEUES = ["default\n", "default\r", "a\x00", "\ndefault", "de fault", ""]
+
+
+@pytest.mark.parametrize("queue", BAD_QUEUES[:-1])
+def test_enqueue_refuses_a_queue_name_with_a_trailing_newline_or_control(
+    settings: Settings, r: redis.Redis, queue: str
+) -> None:
+    with Client(settings=settings) as c:
+        with pytest.raises(InvalidRequest, match="bad queue name"):
+            c.enqueue("add", [1, 2], queue=queue)
+        with pytest.raises(InvalidRequest, match="bad queue name"):
+            c.enqueue_many([{"name": "add", "queue": queue}])
+    assert r.keys(f"{settings.key_prefix}:*") == []
+
+
+@pytest.mark.parametrize("name", ["add\n", "a\nINFO dtq.worker: forged", "a\x1b[31m", "a\x7f"])
+def test_enqueue_refuses_control_characters_in_task_names(
+    settings: Settings, r: redis.Redis, name: str
+) -> None:
+    with Client(settings=settings) as c, pytest.raises(InvalidRequest, match="task name"):
+        c.enqueue(name)
+    assert r.keys(f"{settings.key_prefix}:*") == []
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"DTQ_QUEUES": ("default\n",)}, "DTQ_QUEUES"),  # (a comma list is trimmed: a tuple)
+        ({"DTQ_WORKER_ID": "w1\n"}, "DTQ_WORKER_ID"),
+        ({"DTQ_KEY_PREFIX": "dtq\r"}, "DTQ_KEY_PREFIX"),
+        ({"DTQ_KEY_PREFIX": "dtq\x00"}, "DTQ_KEY_PREFIX"),
+    ],
+)
+def test_settings_refuse_names_with_a_trailing_newline(env: dict[str, Any], setting: str) -> None:
+    with pytest.raises(ConfigError, match=setting):
+        load_settings(**{k.removeprefix("DTQ_").lower(): v for k, v in env.items()})
+
+
+async def test_admin_refuses_a_queue_name_with_a_trailing_newline(settings: Settings) -> None:
+    async with Admin(settings) as a:
+        for call in (a.pause, a.resume, a.get_queue):
+            with pytest.raises(InvalidRequest):
+                await call("default\n")
+
+
+def test_schedule_refuses_a_queue_name_with_a_trailing_newline() -> None:
+    from dtq.schedules import Schedule
+
+    with pytest.raises(InvalidRequest):
+        Schedule(name="s", task="add", queue="default\n", every=60)
+    with pytest.raises(InvalidRequest):
+        Schedule(name="s\n", task="add", every=60)
+
+
+def test_task_ids_with_a_bad_queue_part_are_refused(settings: Settings) -> None:
+    with Client(settings=settings) as c:
+        for bad in ("default\n:abc", "de fault:abc", "default:ab\nc"):
+            with pytest.raises(BadTaskId):
+                c.get(bad)
+
+
+def _record(name: str, msg: str, *args: Any, **extra: Any) -> logging.LogRecord:
+    rec = logging.LogRecord(name, logging.INFO, __file__, 1, msg, args, None)
+    for k, v in extra.items():
+        setattr(rec, k, v)
+    return rec
+
+
+def test_text_log_lines_cannot_be_forged_by_a_name_with_a_newline() -> None:
+    forged = "x\n2026-01-01 00:00:00 ERROR   dtq.worker: forged line"
+    line = TextFormatter().format(_record("dtq.worker", "started %s %s", forged, "q:1"))
+    assert "\n" not in line and "\r" not in line
+    assert "forged line" in line  # shown, escaped, not dropped
+    # Control characters other than newlines (a terminal escape) are neutralised too.
+    assert "\x1b" not in TextFormatter().format(_record("dtq.worker", "%s", "a\x1b[2Jb"))
+
+
+def test_json_log_fields_cannot_carry_raw_control_characters() -> None:
+    out = JsonFormatter().format(_record("dtq.worker", "%s", "a\nb", task="t\x1b"))
+    assert "\n" not in out and "\x1b" not in out
+    assert json.loads(out)["msg"] == "a\nb"  # JSON escapes keep the text exact
+
+
+def test_cli_tables_strip_control_characters(
+    cli_env: Settings, r: redis.Redis, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A record written by an older, laxer version (or by hand) with a name holding a newline
+    # and a terminal escape: the listing shows it on one line, escapes neutralised.
+    qk = QueueKeys(cli_env.key_prefix, "default")
+    r.sadd(f"{cli_env.key_prefix}:queues", "default")
+    r.hset(qk.task("abc"), mapping={
+        "name": "evil\nFORGED ROW\x1b[2J", "args": "[]", "prio": "5", "maxr": "0",
+        "attempt": "0", "retries": "0", "intr": "0", "enq": "1", "status": "failed",
+        "finished": "2", "error": "boom\nFORGED",
+    })  # fmt: skip
+    r.zadd(qk.dlq, {"abc": 2})
+    for argv in (("tasks", "--queue", "default"), ("dlq", "list")):
+        code, out, err = run_cli(monkeypatch, capsys, *argv)
+        assert code == 0, err
+        assert "\x1b" not in out
+        lines = out.splitlines()
+        assert not any(line.startswith("FORGED") for line in lines), out
+    code, out, err = run_cli(monkeypatch, capsys, "task", "default:abc")
+    assert code == 0, err
+    assert "\x1b" not in out and not any(x.startswith("FORGED") for x in out.splitlines())
+
+
+# --- item 16: URLs, ids, prefixes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6390/0?socket_timeout=abc",
+        "redis://127.0.0.1:6390/0?no_such_option=1",
+        "unix:///tmp/redis.sock?db=zero",
+    ],
+)
+def test_a_malformed_redis_url_option_is_one_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match="DTQ_REDIS_URL"):
+        load_settings(redis_url=url)
+    with pytest.raises(DtqError):
+        Client(url)
+
+
+def test_cli_with_a_malformed_redis_url_option_prints_one_line(
+    cli_env: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    code, _out, err = run_cli(
+        monkeypatch, capsys, "--redis-url", "redis://127.0.0.1:1/0?socket_timeout=abc", "queues"
+    )
+    assert code == 2
+    assert err.strip().count("\n") == 0 and "DTQ_REDIS_URL" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad", [None, 42, b"default:abc", ""])
+def test_get_with_a_non_string_id_raises_bad_task_id(settings: Settings, bad: Any) -> None:
+    with Client(settings=settings) as c:
+        with pytest.raises(BadTaskId):
+            c.get(bad)
+        with pytest.raises(BadTaskId):
+            c.cancel(bad)
+
+
+async def test_async_get_with_a_non_string_id_raises_bad_task_id(settings: Settings) -> None:
+    async with AsyncClient(settings=settings) as c:
+        with pytest.raises(BadTaskId):
+            await c.get(None)  # type: ignore[arg-type]
+
+
+def test_cli_refuses_an_empty_prefix(
+    cli_env: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, "--prefix", "", "queues")
+    assert code == 2, (out, err)
+    assert "DTQ_KEY_PREFIX" in err and err.strip().count("\n") == 0
+    monkeypatch.setenv("DTQ_KEY_PREFIX", "")
+    code, out, err = run_cli(monkeypatch, capsys, "queues")
+    assert code == 2 and "DTQ_KEY_PREFIX" in err
