@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -202,3 +203,84 @@ def test_cli_refuses_an_empty_prefix(
     monkeypatch.setenv("DTQ_KEY_PREFIX", "")
     code, out, err = run_cli(monkeypatch, capsys, "queues")
     assert code == 2 and "DTQ_KEY_PREFIX" in err
+
+
+# --- bad times: bounded at enqueue, tolerated when read ----------------------------------------
+
+
+FAR = [
+    {"eta": datetime(9999, 12, 31, tzinfo=UTC)},
+    {"eta": "9999-12-31T23:59:59+00:00"},
+    {"delay": 1e300},
+    {"delay": timedelta(days=999_999_999)},
+    {"expires": 1e300},
+    {"timeout": 1e300},
+]
+
+
+@pytest.mark.parametrize("when", FAR, ids=lambda w: next(iter(w)))
+def test_enqueue_refuses_times_beyond_the_bound(
+    settings: Settings, r: redis.Redis, when: dict[str, Any]
+) -> None:
+    with Client(settings=settings) as c:
+        with pytest.raises(InvalidRequest, match="at most"):
+            c.enqueue("add", [1, 2], **when)
+        with pytest.raises(InvalidRequest, match="at most"):
+            c.enqueue_many([{"name": "add", **when}])
+    assert r.keys(f"{settings.key_prefix}:*") == []
+
+
+def test_schedule_refuses_a_period_beyond_the_bound() -> None:
+    from dtq.schedules import Schedule
+
+    with pytest.raises(InvalidRequest, match="at most"):
+        Schedule(name="s", task="add", every=1e300)
+
+
+def test_enqueue_accepts_a_time_within_the_bound(settings: Settings) -> None:
+    with Client(settings=settings) as c:
+        h = c.enqueue("add", eta=datetime.now(UTC) + timedelta(days=3 * 365))
+        assert c.get(h.id).due_at is not None
+
+
+def _bad_times(r: redis.Redis, settings: Settings) -> str:
+    """A scheduled task and a schedule whose stored times no datetime can hold (written by an
+    older version that accepted year 9999, or by hand); returns the task's id."""
+    with Client(settings=settings) as c:
+        h = c.enqueue("add", [1, 2], delay=60)
+        from dtq.schedules import Schedule, add_schedule
+
+        add_schedule(c, Schedule(name="nightly", task="add", every=3600))
+    qk = QueueKeys(settings.key_prefix, "default")
+    tid = h.id.split(":")[1]
+    r.hset(qk.task(tid), mapping={"due": "1e+303", "enq": "inf", "started": "x", "exp": "9" * 30})
+    r.zadd(qk.sched, {tid: 1e303})
+    r.zadd(qk.schedules_next, {"nightly": 1e303})
+    return h.id
+
+
+async def test_readers_tolerate_bad_stored_times(settings: Settings, r: redis.Redis) -> None:
+    task_id = _bad_times(r, settings)
+    with Client(settings=settings) as c:
+        info = c.get(task_id)
+        assert info.due_at is None and info.enqueued_at is None and info.expires_at is None
+        assert info.started_at is None and info.status.value == "scheduled"
+        json.dumps(info.to_dict())
+    async with Admin(settings) as a:
+        assert (await a.get_task(task_id))["id"] == task_id
+        scheduled = await a.list_scheduled()
+        assert [s.task_id for s in scheduled] == [task_id] and scheduled[0].due_at is None
+        (sched,) = await a.list_schedules()
+        assert sched["name"] == "nightly"
+        page = await a.list_tasks(queue="default")
+        assert [t["id"] for t in page.items] == [task_id]
+
+
+def test_cli_tolerates_bad_stored_times(
+    cli_env: Settings, r: redis.Redis, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    task_id = _bad_times(r, cli_env)
+    for argv in (("task", task_id), ("schedules",), ("tasks",), ("task", task_id, "--json")):
+        code, out, err = run_cli(monkeypatch, capsys, *argv)
+        assert code == 0, (argv, err)
+        assert task_id in out

@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -35,7 +35,7 @@ from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
-from dtq.models import TaskInfo, TaskStatus
+from dtq.models import TaskInfo, TaskStatus, ms_to_datetime
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -118,9 +118,8 @@ def dlq_discard_call(qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int) 
 
 
 def _iso(ms: float | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+    dt = ms_to_datetime(ms)  # None for a time no datetime holds (a bad record is still listed)
+    return None if dt is None else dt.isoformat()
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,10 @@ def _age(seconds: float | None) -> str:
 def _short_time(iso: str | None) -> str:
     if not iso:
         return "-"
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError):
+        return str(iso)  # shown as stored
 
 
 def _clip(text: str | None, n: int = 60) -> str:

@@ -40,6 +40,11 @@ class TaskDefaults:
     unique: bool = False
 
 
+# The farthest a delay, eta, expiry or timeout may reach: every stored time stays a datetime
+# (a year-9999 eta was written, then failed every reader of the task and of the schedule).
+MAX_SPAN_S = 10 * 365 * 86_400
+
+
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
     if value is None:
         return None
@@ -47,6 +52,8 @@ def _seconds(value: float | timedelta | None, what: str) -> float | None:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidRequest(f"{what} must be a number of seconds")
+    if not -MAX_SPAN_S <= value <= MAX_SPAN_S:
+        raise InvalidRequest(f"{what} must be at most {MAX_SPAN_S} seconds (10 years) from now")
     return float(value)
 
 
@@ -55,12 +62,13 @@ def _until(value: float | timedelta | datetime | str | None, what: str) -> float
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidRequest(f"{what} must be timezone-aware")
-        return value.timestamp() - time.time()
+        return _seconds(value.timestamp() - time.time(), what)
     if isinstance(value, str):
         try:
-            return _until(datetime.fromisoformat(value), what)
+            when = datetime.fromisoformat(value)
         except ValueError:
             raise InvalidRequest(f"{what} must be an ISO 8601 datetime or seconds") from None
+        return _until(when, what)
     return _seconds(value, what)
 
 

@@ -38,7 +38,8 @@ from dtq import codec
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
 from dtq.keys import Keys, QueueKeys, make_task_id
-from dtq.requests import TaskDefaults, build_task, check_task_name
+from dtq.models import ms_to_datetime
+from dtq.requests import MAX_SPAN_S, TaskDefaults, build_task, check_task_name
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 
 if TYPE_CHECKING:
@@ -161,9 +162,11 @@ class Schedule:
             isinstance(self.every, bool)
             or not isinstance(self.every, int | float)
             or not math.isfinite(self.every)
-            or self.every < MIN_EVERY_S
+            or not MIN_EVERY_S <= self.every <= MAX_SPAN_S
         ):
-            raise InvalidRequest(f"every must be a number of seconds >= {MIN_EVERY_S:g}")
+            raise InvalidRequest(
+                f"every must be a number of seconds from {MIN_EVERY_S:g} to at most {MAX_SPAN_S}"
+            )
         if self.cron is not None:
             if not isinstance(self.cron, str) or (
                 len(self.cron.split()) != 5 and not self.cron.startswith("@")
@@ -362,7 +365,7 @@ def _infos(
         out.append(
             ScheduleInfo(
                 s,
-                _dt(int(float(nxt))) if nxt is not None else None,
+                ms_to_datetime(nxt),  # None if unreadable: the schedule is still listed
                 make_task_id(queue, last) if last else None,
             )
         )
