@@ -284,3 +284,50 @@ def test_cli_tolerates_bad_stored_times(
         code, out, err = run_cli(monkeypatch, capsys, *argv)
         assert code == 0, (argv, err)
         assert task_id in out
+
+
+# --- bulk enqueue: all or nothing, only DtqErrors ----------------------------------------------
+
+
+def _deep(n: int) -> Any:
+    v: Any = 1
+    for _ in range(n):
+        v = [v]
+    return v
+
+
+BAD_ITEMS = {
+    "surrogate in args": {"name": "add", "args": ["\ud800"]},
+    "surrogate in kwargs": {"name": "add", "kwargs": {"k": "a\udfffb"}},
+    "surrogate in a kwargs key": {"name": "add", "kwargs": {"\ud800": 1}},
+    "surrogate in metadata": {"name": "add", "metadata": {"m": "\ud800"}},
+    "surrogate in the idempotency key": {"name": "add", "idempotency_key": "k\ud800"},
+    "surrogate in the name": {"name": "add\ud800"},
+    "nesting too deep to encode": {"name": "add", "args": [_deep(100_000)]},
+    "not a mapping": 42,
+    "None": None,
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_ITEMS.values()), ids=list(BAD_ITEMS))
+def test_enqueue_many_is_all_or_nothing_and_raises_only_dtq_errors(
+    settings: Settings, r: redis.Redis, bad: Any
+) -> None:
+    items: list[Any] = [{"name": "add", "args": [i, i], "queue": f"q{i % 3}"} for i in range(600)]
+    items[550] = bad
+    with Client(settings=settings) as c:
+        with pytest.raises(DtqError):
+            c.enqueue_many(items)
+        assert r.keys(f"{settings.key_prefix}:*") == []  # nothing sent, nothing registered
+        assert len(c.enqueue_many(items[:550])) == 550  # the client still works
+
+
+async def test_async_enqueue_many_is_all_or_nothing(settings: Settings, r: redis.Redis) -> None:
+    items: list[Any] = [{"name": "add", "args": [i, i]} for i in range(600)]
+    items[550] = {"name": "add", "args": ["\ud800"]}
+    async with AsyncClient(settings=settings) as c:
+        with pytest.raises(DtqError):
+            await c.enqueue_many(items)
+        with pytest.raises(DtqError):
+            await c.enqueue("add", ["\ud800"])
+    assert r.keys(f"{settings.key_prefix}:*") == []

@@ -19,7 +19,7 @@ import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq.connection import async_redis, sync_redis
-from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
+from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
 from dtq.keys import Keys, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
@@ -80,7 +80,11 @@ class _Base:
         settings = self.settings
         n = 0
         for i, item in enumerate(items):
-            if "name" not in item or not item.keys() <= ENQUEUE_FIELDS:
+            try:
+                plain = "name" in item and item.keys() <= ENQUEUE_FIELDS
+            except (TypeError, AttributeError):  # not a mapping
+                raise InvalidRequest(f"item {i} is not a dict of enqueue fields") from None
+            if not plain:
                 check_fields(item)  # says which field is wrong
             # An item's fields are build_task's keyword arguments (checked just above).
             q, task = build_task(settings, defaults=self._defaults(item["name"]), **item)

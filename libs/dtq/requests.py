@@ -150,6 +150,8 @@ def build_task(
             raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
         if idempotency_key.startswith(UNIQUE_PREFIX):
             raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
+        if not idempotency_key.isascii():
+            codec.utf8(idempotency_key, "idempotency_key")
     a, k = codec.encode_args(args, kwargs, settings.max_payload_bytes)
     if idempotency_key is None and (d.unique if unique is None else unique):
         idempotency_key = unique_key(name, a, kwargs)
@@ -158,10 +160,14 @@ def build_task(
         meta = codec.dumps(dict(metadata), "metadata")
         if len(meta) > 4096:
             raise SerializationError("metadata must encode to at most 4096 bytes")
+    lim = ""
+    if d.limit is not None:
+        lim = d.limit.encode(name, args, kwargs)
+        if not lim.isascii():
+            codec.utf8(lim, "limit key")
     return q, NewTask(
-        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
-        d.limit.encode(name, args, kwargs) if d.limit is not None else "",
-    )  # fmt: skip
+        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta, lim
+    )
 
 
 def check_task_name(name: str) -> None:
