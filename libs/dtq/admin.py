@@ -92,18 +92,18 @@ def dlq_requeue_call(
     events_maxlen: int,
     max_retries: int | None = None,
     allowed: Sequence[str] = ("failed",),
+    nonce: str | None = None,
 ) -> sc.Call:
-    return sc.Call(
-        "dlq_requeue",
-        [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base],
-        [
-            events_maxlen,
-            "" if max_retries is None else max_retries,
-            ",".join(allowed),
-            len(tids),
-            *tids,
-        ],
-    )
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+    keys = [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base]
+    args: list[Any] = [
+        events_maxlen, "" if max_retries is None else max_retries, ",".join(allowed), len(tids),
+        *tids,
+    ]  # fmt: skip
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(sc.REPLY_TTL_MS)
+    return sc.Call("dlq_requeue", keys, args)
 
 
 def dlq_discard_call(qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int) -> sc.Call:
@@ -279,8 +279,10 @@ class Admin:
     ) -> None:
         self.settings = settings or load_settings()
         self.keys = Keys(self.settings.key_prefix)
+        # Re-sends after a blip (DTQ_CLIENT_RETRIES): reads, and state changes made safe to
+        # re-send (docs/faults.md, "Connection blips at the SDK").
         self.redis: aredis.Redis = redis_client or async_redis(
-            self.settings.redis_url, decode_responses=True
+            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
         )
         # redis-py's command stubs are unions of bytes/str; this client decodes to str.
         self._r: Any = self.redis
@@ -632,6 +634,7 @@ class Admin:
             events_maxlen=self.settings.events_maxlen,
             max_retries=max_retries,
             allowed=allowed,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )
         return sc.parse_strings(await self._run(call))
 

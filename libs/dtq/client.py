@@ -7,6 +7,8 @@ scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -18,7 +20,7 @@ import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
-from dtq.connection import async_redis, sync_redis
+from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, sync_redis
 from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
 from dtq.keys import Keys, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
@@ -44,6 +46,8 @@ def _bulk_parts(n: int) -> list[tuple[int, int]]:
 
 
 CANCEL_REASON = "cancelled by request"
+# How long a client trusts its own registration of a queue in P:queues (see _Base).
+REGISTER_EVERY_S = 60.0
 
 
 def cancel_channel(keys: Keys) -> str:
@@ -55,6 +59,14 @@ def _unavailable(exc: Exception) -> RedisUnavailable:
     return RedisUnavailable(f"Redis unreachable: {exc}")
 
 
+_BLIPS = (redis.ConnectionError, redis.TimeoutError)
+
+
+def _resend_delay(attempt: int) -> float:
+    """Jittered wait before re-sending a streamed bulk enqueue (as redis-py's own re-sends)."""
+    return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
+
+
 class _Base:
     def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
         if settings is None:
@@ -64,9 +76,11 @@ class _Base:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.app = app
-        # Queues this client has added to the registry set (P:queues); later enqueues to them
-        # skip the SADD and so need no pipeline.
-        self._registered: set[str] = set()
+        # Queues this client has added to the registry set (P:queues), each until when: later
+        # enqueues to them skip the SADD and so need no pipeline. The registration is renewed
+        # after REGISTER_EVERY_S, so a keyspace flushed meanwhile (FLUSHALL, a restore) lists
+        # the queue again.
+        self._registered: dict[str, float] = {}
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
@@ -103,9 +117,15 @@ class _Base:
         for j, (i, _) in enumerate(tasks):
             out[i] = _Base._handle(queue, raw, 3 * j)
 
+    def _unregistered(self, queues: Iterable[str]) -> list[str]:
+        """Those of ``queues`` this client has not registered lately."""
+        now = time.monotonic()
+        return [q for q in queues if self._registered.get(q, 0.0) < now]
+
     def _single(self, queue: str, task: sc.NewTask) -> sc.Call | None:
         """The script call enqueueing ``task`` alone, if this client registered ``queue``."""
-        if queue not in self._registered:
+        until = self._registered.get(queue)
+        if until is None or until < time.monotonic():
             return None
         return sc.enqueue_one_call(self.keys.prefix, queue, task, self.settings.events_maxlen)
 
@@ -146,6 +166,7 @@ class _Base:
             ttl_s=self.settings.result_ttl_s,
             hint_channel=cancel_channel(self.keys),
             reason=reason,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )
 
     @staticmethod
@@ -175,7 +196,11 @@ class AsyncClient(_Base):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: aredis.Redis = redis_client or sc.hiredis_packing(
-            async_redis(self.settings.redis_url, decode_responses=True)
+            async_redis(
+                self.settings.redis_url,
+                retries=self.settings.client_retries,
+                decode_responses=True,
+            )
         )
         self._scripts = sc.AsyncScripts(self.redis)
 
@@ -246,10 +271,10 @@ class AsyncClient(_Base):
             self._place(out, plan[k][0], plan[k][1], raw)
 
         async def go() -> None:
-            new = by_queue.keys() - self._registered
+            new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
                 await self.redis.sadd(self.keys.queues, *new)
-                self._registered.update(new)
+                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
             else:  # streamed: Redis runs one part while the next is encoded
@@ -257,6 +282,16 @@ class AsyncClient(_Base):
                     (self._enqueue_call(*self._part(p)) for p in plan), place
                 )
 
+        # A streamed batch cut by a blip is sent again whole (redis-py re-sends single calls):
+        # every task keeps its id, and enqueue.lua answers the parts that ran with their tasks.
+        attempt = 0
+        while len(plan) > 1 and attempt < self.settings.client_retries:
+            try:
+                await go()
+                return [h for h in out if h is not None]
+            except _BLIPS:
+                await asyncio.sleep(_resend_delay(attempt))
+                attempt += 1
         await self._io(go)
         return [h for h in out if h is not None]
 
@@ -326,7 +361,7 @@ class Client(_Base):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: redis.Redis = redis_client or sync_redis(
-            self.settings.redis_url, decode_responses=True
+            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
         )
         self._scripts = sc.SyncScripts(self.redis)
 
@@ -390,10 +425,10 @@ class Client(_Base):
             self._place(out, plan[k][0], plan[k][1], raw)
 
         def go() -> None:
-            new = by_queue.keys() - self._registered
+            new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
                 self.redis.sadd(self.keys.queues, *new)
-                self._registered.update(new)
+                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
             else:
@@ -401,6 +436,14 @@ class Client(_Base):
                 # and makes the handles of the one before (every item was validated first).
                 self._scripts.run_many((self._enqueue_call(*self._part(p)) for p in plan), place)
 
+        attempt = 0  # a streamed batch cut by a blip is sent again whole (see AsyncClient)
+        while len(plan) > 1 and attempt < self.settings.client_retries:
+            try:
+                go()
+                return [h for h in out if h is not None]
+            except _BLIPS:
+                time.sleep(_resend_delay(attempt))
+                attempt += 1
         self._io(go)
         return [h for h in out if h is not None]
 

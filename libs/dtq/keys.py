@@ -24,6 +24,7 @@ Per queue (tag ``{P:q}``)::
     P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)
     P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
+    P:{q}:reply:<nonce>    a state-changing SDK call's reply, kept a minute for its re-send
 
 Global::
 
@@ -165,6 +166,10 @@ class QueueKeys:
     def schedules_next(self) -> str:
         """Zset: schedule name -> next fire time (ms)."""
         return f"{self.base}:schedules:next"
+
+    def reply(self, nonce: str) -> str:
+        """String: the kept reply of the state-changing call ``nonce`` (lua/_replay.lua)."""
+        return f"{self.base}:reply:{nonce}"
 
     @property
     def schedules_last(self) -> str:

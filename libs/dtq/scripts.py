@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import os
 import re
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -948,14 +949,34 @@ class CancelResult:
     status: str
 
 
+# How long a state-changing SDK call's reply is kept for its re-send (lua/_replay.lua): longer
+# than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus timeouts).
+REPLY_TTL_MS = 60_000
+
+
+def new_nonce() -> str:
+    """A per-call nonce: the same call re-sent after a blip carries it and gets the first
+    send's reply (lua/_replay.lua)."""
+    return secrets.token_hex(8)
+
+
 def cancel_call(
-    qk: QueueKeys, tid: str, *, events_maxlen: int, ttl_s: int, hint_channel: str, reason: str
+    qk: QueueKeys,
+    tid: str,
+    *,
+    events_maxlen: int,
+    ttl_s: int,
+    hint_channel: str,
+    reason: str,
+    nonce: str | None = None,
 ) -> Call:
-    return Call(
-        "cancel",
-        [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base],
-        [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason],
-    )
+    """``nonce``: answer a re-send of this very call with its first reply (see new_nonce)."""
+    keys = [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base]
+    args: list[Any] = [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(REPLY_TTL_MS)
+    return Call("cancel", keys, args)
 
 
 def parse_cancel(raw: list[Any]) -> CancelResult:

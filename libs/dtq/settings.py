@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     """Largest encoded arguments accepted at enqueue."""
     max_result_bytes: int = Field(1_048_576, gt=0)
     """Largest encoded result stored; a larger one ends the task failed."""
+    client_retries: int = Field(3, ge=0, le=10)
+    """How often an SDK, CLI or API call is re-sent after a connection blip (reset, refused,
+    timed out), with a jittered backoff from 50 ms up to 1 s; 0 raises at once. Only calls
+    that are safe to re-send are (see the README, "Connection blips")."""
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream; 0 disables events."""
     dlq_max: int = Field(100_000, ge=0)
