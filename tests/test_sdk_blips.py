@@ -5,6 +5,7 @@ after a lost reply. A real redis-server behind a proxy that resets one link (tes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import pytest
@@ -217,3 +218,32 @@ def test_a_long_lived_client_registers_its_queue_again_after_flushall(
             wait_until(registered, timeout=20, interval=0.01)
     finally:
         r.close()
+
+
+async def test_dlq_discard_after_a_lost_reply_counts_the_task(
+    via: Settings, dropper: ReplyDropper, r: redis.Redis
+) -> None:
+    r.script_load(sc.source("dlq_discard"))
+    async with Admin(via) as a:
+        task_id = await _failed_task(a.client, r, via)
+        dropper.drop_reply(task_id.split(":")[1].encode())
+        await a.dlq_discard_one(task_id)  # raised UnknownTask: the re-send found it gone
+        assert dropper.fired == 1
+    assert r.exists(QueueKeys(via.key_prefix, "default").task(task_id.split(":")[1])) == 0
+
+
+async def test_purge_after_a_lost_reply_counts_every_task_once(
+    via: Settings, dropper: ReplyDropper, r: redis.Redis
+) -> None:
+    r.script_load(sc.source("purge"))
+    async with Admin(via) as a:
+        await a.client.enqueue_many([{"name": "add", "args": [i]} for i in range(30)])
+        dropper.drop_reply(_sha(sc.source("purge")))  # the first batch's reply is lost
+        res = await a.purge("default", batch=10)
+        assert dropper.fired == 1
+        assert res.done == 30  # said 20: the re-send purged the next batch and counted it alone
+    assert _tasks(r, via) == 0
+
+
+def _sha(text: str) -> bytes:
+    return hashlib.sha1(text.encode()).hexdigest().encode()

@@ -66,12 +66,14 @@ class Conflict(DtqError):
 # --- script calls ----------------------------------------------------------------------------
 
 
-def purge_call(qk: QueueKeys, limit: int, events_maxlen: int) -> sc.Call:
-    return sc.Call(
-        "purge",
-        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base],
-        [GROUP, limit, events_maxlen, qk.done_base],
-    )
+def purge_call(qk: QueueKeys, limit: int, events_maxlen: int, nonce: str | None = None) -> sc.Call:
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+    keys = [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base]
+    args: list[Any] = [GROUP, limit, events_maxlen, qk.done_base]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(sc.REPLY_TTL_MS)
+    return sc.Call("purge", keys, args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +108,16 @@ def dlq_requeue_call(
     return sc.Call("dlq_requeue", keys, args)
 
 
-def dlq_discard_call(qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int) -> sc.Call:
-    return sc.Call(
-        "dlq_discard",
-        [qk.dlq, qk.events, qk.task_base, qk.idem_base],
-        [events_maxlen, len(tids), *tids],
-    )
+def dlq_discard_call(
+    qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int, nonce: str | None = None
+) -> sc.Call:
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+    keys = [qk.dlq, qk.events, qk.task_base, qk.idem_base]
+    args: list[Any] = [events_maxlen, len(tids), *tids]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(sc.REPLY_TTL_MS)
+    return sc.Call("dlq_discard", keys, args)
 
 
 # --- views -----------------------------------------------------------------------------------
@@ -426,7 +432,8 @@ class Admin:
         qk = await self._require_queue(name)
         queued = scheduled = 0
         while True:
-            res = parse_purge(await self._run(purge_call(qk, batch, self.settings.events_maxlen)))
+            call = purge_call(qk, batch, self.settings.events_maxlen, nonce=sc.new_nonce())
+            res = parse_purge(await self._run(call))
             queued += res.queued
             scheduled += res.scheduled
             if progress is not None:
@@ -813,7 +820,9 @@ class Admin:
                 outcomes = await self._requeue(qk, tids, max_retries)
                 ok = "requeued"
             else:
-                call = dlq_discard_call(qk, tids, events_maxlen=self.settings.events_maxlen)
+                call = dlq_discard_call(
+                    qk, tids, events_maxlen=self.settings.events_maxlen, nonce=sc.new_nonce()
+                )
                 outcomes = sc.parse_strings(await self._run(call))
                 ok = "discarded"
             for o in outcomes:
