@@ -247,3 +247,15 @@ async def test_purge_after_a_lost_reply_counts_every_task_once(
 
 def _sha(text: str) -> bytes:
     return hashlib.sha1(text.encode()).hexdigest().encode()
+
+
+async def test_pause_after_a_lost_reply_says_it_paused(
+    via: Settings, dropper: ReplyDropper, r: redis.Redis
+) -> None:
+    async with Admin(via) as a:
+        await a.client.enqueue("add")
+        dropper.drop_reply(b"NX")
+        assert await a.pause("default") is True  # said False: "already paused"
+        assert dropper.fired == 1
+        assert await a.pause("default") is False  # a pause of its own still says "already"
+    assert r.exists(QueueKeys(via.key_prefix, "default").paused) == 1

@@ -409,7 +409,12 @@ class Admin:
     async def pause(self, name: str) -> bool:
         """Stop workers taking from the queue (running tasks finish). True if it changed."""
         qk = await self._require_queue(name)
-        changed = bool(await self._r.set(qk.paused, str(int(time.time() * 1000)), nx=True))
+        # The value names this call: re-sent after a lost reply, SET NX finds the key set and
+        # the value tells that it was this very call (only the key's existence pauses).
+        mark = f"{int(time.time() * 1000)} {sc.new_nonce()}"
+        changed = bool(await self._r.set(qk.paused, mark, nx=True))
+        if not changed:
+            changed = await self._r.get(qk.paused) == mark
         if changed:
             await self._queue_event(qk, "paused")
         return changed
