@@ -7,6 +7,8 @@ Two faults, each fired once and then disarmed:
 - :meth:`ReplyDropper.drop_reply`: the request is forwarded, Redis runs it, and the link is
   reset when the reply comes back, before any byte of it reaches the client (the call ran; the
   client cannot know).
+- :meth:`ReplyDropper.swallow_reply`: as drop_reply, but the link stays open and silent (the
+  client waits for its reply until its socket timeout).
 
 Runs an asyncio loop in a thread of its own; :attr:`fired` counts the faults injected.
 """
@@ -62,6 +64,10 @@ class ReplyDropper:
         """Forward the next request containing ``match``; reset the link instead of its reply."""
         self._arm(match, "drop")
 
+    def swallow_reply(self, match: bytes) -> None:
+        """Forward the next request containing ``match``; never deliver its reply."""
+        self._arm(match, "swallow")
+
     def _arm(self, match: bytes, mode: str) -> None:
         with self._lock:
             self._match, self._mode = match, mode
@@ -98,6 +104,7 @@ class ReplyDropper:
             writer.transport.abort()
             return
         dropping = asyncio.Event()  # set: the next reply bytes reset the link instead
+        swallowing = asyncio.Event()  # set: replies are never delivered on this link
         self._links |= {writer, uw}
 
         def reset() -> None:
@@ -114,6 +121,8 @@ class ReplyDropper:
                         return
                     if fault == "drop":
                         dropping.set()
+                    elif fault == "swallow":
+                        swallowing.set()
                     uw.write(data)
                     await uw.drain()
             except (OSError, asyncio.IncompleteReadError):
@@ -124,6 +133,10 @@ class ReplyDropper:
         async def downstream() -> None:
             try:
                 while data := await ur.read(65536):
+                    if swallowing.is_set():
+                        if not self.fired_event.is_set():
+                            self._fire()
+                        continue
                     if dropping.is_set():
                         self._fire()
                         reset()

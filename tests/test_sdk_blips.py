@@ -259,3 +259,22 @@ async def test_pause_after_a_lost_reply_says_it_paused(
         assert dropper.fired == 1
         assert await a.pause("default") is False  # a pause of its own still says "already"
     assert r.exists(QueueKeys(via.key_prefix, "default").paused) == 1
+
+
+@pytest.mark.parametrize("call", ["enqueue", "cancel"])
+def test_a_lane_call_whose_reply_times_out_is_resent(
+    dropper: ReplyDropper, prefix: str, r: redis.Redis, call: str
+) -> None:
+    # The fast lane (scripts.py) raised a timeout as is; for a client whose calls are all safe
+    # to re-send it is re-sent like a reset.
+    s = make_settings(dropper.url + "?socket_timeout=0.5", prefix)
+    with Client(settings=s) as c:
+        h = c.enqueue("warmup", delay=60)
+        if call == "enqueue":
+            dropper.swallow_reply(b"timedout")
+            assert c.get(c.enqueue("timedout").id).name == "timedout"
+        else:
+            dropper.swallow_reply(b"cancelled by request")
+            assert c.cancel(h.id) is True
+        assert dropper.fired == 1
+    assert _tasks(r, s) == (2 if call == "enqueue" else 0)

@@ -294,7 +294,7 @@ class Admin:
         self._r: Any = self.redis
         # With the app, enqueues get each task's declared defaults (queue, priority, limits).
         self.client = AsyncClient(settings=self.settings, redis_client=self.redis, app=app)
-        self.scripts = sc.AsyncScripts(self.redis)
+        self.scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 
     async def __aenter__(self) -> Admin:
         return self

@@ -202,7 +202,7 @@ class AsyncClient(_Base):
                 decode_responses=True,
             )
         )
-        self._scripts = sc.AsyncScripts(self.redis)
+        self._scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -363,7 +363,7 @@ class Client(_Base):
         self.redis: redis.Redis = redis_client or sync_redis(
             self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
         )
-        self._scripts = sc.SyncScripts(self.redis)
+        self._scripts = sc.SyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 
     def __enter__(self) -> Client:
         return self

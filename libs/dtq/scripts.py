@@ -294,8 +294,10 @@ class AsyncScripts:
     Any ``lua/<name>.lua`` can be called; each is registered on first use.
     """
 
-    def __init__(self, redis: AsyncRedis) -> None:
+    def __init__(self, redis: AsyncRedis, *, replay_safe: bool = False) -> None:
+        """``replay_safe``: as for :class:`SyncScripts`."""
         self._redis = redis
+        self._replay_safe = replay_safe
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         # Several lanes: calls of one process overlap (a worker has two outcome writes in
         # flight, a heartbeat, a claim), and each would otherwise take the slow path.
@@ -322,6 +324,9 @@ class AsyncScripts:
                     return await lane.call(_evalsha_args(obj.sha, call))
                 except (NoScriptError, ConnectionError):
                     pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
+                except RedisTimeoutError:
+                    if not self._replay_safe:  # (the lane was dropped)
+                        raise
                 finally:
                     lane.busy = False
         return await obj(keys=call.keys, args=call.args, client=pipe)
@@ -492,8 +497,11 @@ def _read(conn: Any) -> Any:
 class SyncScripts:
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
 
-    def __init__(self, redis: SyncRedis) -> None:
+    def __init__(self, redis: SyncRedis, *, replay_safe: bool = False) -> None:
+        """``replay_safe``: every call run here may be re-sent (the SDK's: see docs/faults.md),
+        so a lane call that timed out goes the usual way too, whose retry policy re-sends it."""
         self._redis = redis
+        self._replay_safe = replay_safe
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         self._lane: Any = None
         self._lane_forks = -1
@@ -592,6 +600,11 @@ class SyncScripts:
         except ConnectionError:
             self._drop_lane()
             return _MISS
+        except RedisTimeoutError:
+            self._drop_lane()
+            if self._replay_safe:
+                return _MISS
+            raise
         except BaseException:
             self._drop_lane()
             raise
