@@ -331,3 +331,56 @@ async def test_async_enqueue_many_is_all_or_nothing(settings: Settings, r: redis
         with pytest.raises(DtqError):
             await c.enqueue("add", ["\ud800"])
     assert r.keys(f"{settings.key_prefix}:*") == []
+
+
+# --- the same inputs over HTTP (the API builds tasks and reads them through the SDK) ----------
+
+
+@pytest.fixture
+async def http(settings: Settings) -> Any:
+    import httpx
+
+    from dtq_api.app import create_app
+
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "add", "queue": "default\n"},
+        {"name": "add\nforged"},
+        {"name": "add", "eta": "9999-12-31T00:00:00+00:00"},
+        {"name": "add", "delay": 1e300},
+    ],
+    ids=["queue with a newline", "name with a newline", "eta in 9999", "delay 1e300"],
+)
+async def test_api_refuses_bad_names_and_times_with_422(
+    http: Any, settings: Settings, r: redis.Redis, body: dict[str, Any]
+) -> None:
+    resp = await http.post("/api/v1/tasks", json=body)
+    assert resp.status_code == 422, resp.text
+    assert r.keys(f"{settings.key_prefix}:*") == []
+
+
+async def test_api_refuses_a_lone_surrogate_without_a_5xx(
+    http: Any, settings: Settings, r: redis.Redis
+) -> None:
+    raw = '{"name": "add", "args": ["\\ud800"]}'  # valid JSON, not encodable text
+    resp = await http.post(
+        "/api/v1/tasks", content=raw, headers={"content-type": "application/json"}
+    )
+    assert 400 <= resp.status_code < 500, resp.text
+    assert r.keys(f"{settings.key_prefix}:*") == []
+
+
+async def test_api_reads_tolerate_bad_stored_times(
+    http: Any, settings: Settings, r: redis.Redis
+) -> None:
+    task_id = _bad_times(r, settings)
+    for path in (f"/api/v1/tasks/{task_id}", "/api/v1/schedules", "/api/v1/tasks"):
+        resp = await http.get(path)
+        assert resp.status_code == 200, (path, resp.text)
