@@ -384,3 +384,30 @@ async def test_api_reads_tolerate_bad_stored_times(
     for path in (f"/api/v1/tasks/{task_id}", "/api/v1/schedules", "/api/v1/tasks"):
         resp = await http.get(path)
         assert resp.status_code == 200, (path, resp.text)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_redis_out_of_memory_is_a_dtq_error(
+    fresh_redis: Any, prefix: str, mode: str
+) -> None:
+    from tests.conftest import make_settings
+
+    s = make_settings(fresh_redis.url, prefix)
+    r = fresh_redis.client()
+    items = [{"name": "add", "args": [i]} for i in range(600)]
+    try:
+        r.config_set("maxmemory", 1)  # every write is refused: "OOM command not allowed"
+        if mode == "sync":
+            with Client(settings=s) as c:
+                for call in (lambda: c.enqueue("add"), lambda: c.enqueue_many(items)):
+                    with pytest.raises(DtqError, match="maxmemory"):
+                        call()
+        else:
+            async with AsyncClient(settings=s) as ac:
+                with pytest.raises(DtqError, match="maxmemory"):
+                    await ac.enqueue_many(items)
+        r.config_set("maxmemory", 0)
+        assert r.keys(f"{prefix}:*") == []
+    finally:
+        r.config_set("maxmemory", 0)
+        r.close()

@@ -60,6 +60,13 @@ def _unavailable(exc: Exception) -> RedisUnavailable:
 
 
 _BLIPS = (redis.ConnectionError, redis.TimeoutError)
+# Error replies of a Redis that cannot take writes now: the call did not take effect (a
+# streamed bulk enqueue: the parts before it did). Raised as RedisUnavailable, a DtqError.
+_REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+
+
+def _refused(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"Redis refused the write: {exc}")
 
 
 def _resend_delay(attempt: int) -> float:
@@ -218,6 +225,8 @@ class AsyncClient(_Base):
             return await fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
+        except _REFUSED as exc:
+            raise _refused(exc) from None
 
     async def enqueue(
         self,
@@ -284,15 +293,18 @@ class AsyncClient(_Base):
 
         # A streamed batch cut by a blip is sent again whole (redis-py re-sends single calls):
         # every task keeps its id, and enqueue.lua answers the parts that ran with their tasks.
-        attempt = 0
-        while len(plan) > 1 and attempt < self.settings.client_retries:
-            try:
-                await go()
-                return [h for h in out if h is not None]
-            except _BLIPS:
+        async def send() -> None:
+            attempt = 0
+            while True:
+                try:
+                    return await go()
+                except _BLIPS:
+                    if len(plan) == 1 or attempt >= self.settings.client_retries:
+                        raise
                 await asyncio.sleep(_resend_delay(attempt))
                 attempt += 1
-        await self._io(go)
+
+        await self._io(send)
         return [h for h in out if h is not None]
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -379,6 +391,8 @@ class Client(_Base):
             return fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
+        except _REFUSED as exc:
+            raise _refused(exc) from None
 
     def enqueue(
         self,
@@ -436,15 +450,18 @@ class Client(_Base):
                 # and makes the handles of the one before (every item was validated first).
                 self._scripts.run_many((self._enqueue_call(*self._part(p)) for p in plan), place)
 
-        attempt = 0  # a streamed batch cut by a blip is sent again whole (see AsyncClient)
-        while len(plan) > 1 and attempt < self.settings.client_retries:
-            try:
-                go()
-                return [h for h in out if h is not None]
-            except _BLIPS:
+        def send() -> None:  # a streamed batch cut by a blip is sent again whole (AsyncClient)
+            attempt = 0
+            while True:
+                try:
+                    return go()
+                except _BLIPS:
+                    if len(plan) == 1 or attempt >= self.settings.client_retries:
+                        raise
                 time.sleep(_resend_delay(attempt))
                 attempt += 1
-        self._io(go)
+
+        self._io(send)
         return [h for h in out if h is not None]
 
     def get(self, task_id: str) -> TaskInfo:
