@@ -411,3 +411,22 @@ async def test_a_redis_out_of_memory_is_a_dtq_error(
     finally:
         r.config_set("maxmemory", 0)
         r.close()
+
+
+def test_cli_under_a_redis_refusing_writes_prints_one_line(
+    fresh_redis: Any, prefix: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setenv("DTQ_REDIS_URL", fresh_redis.url)
+    monkeypatch.setenv("DTQ_KEY_PREFIX", prefix)
+    r = fresh_redis.client()
+    try:
+        r.sadd(f"{prefix}:queues", "default")
+        r.config_set("maxmemory", 1)
+        for argv in (("pause", "default"), ("enqueue", "add"), ("purge", "default", "--yes")):
+            code, _out, err = run_cli(monkeypatch, capsys, *argv)
+            assert code == 3, (argv, err)
+            last = err.strip().splitlines()[-1]  # (purge prints a progress label first)
+            assert last.startswith("error:") and "maxmemory" in last and "Traceback" not in err
+    finally:
+        r.config_set("maxmemory", 0)
+        r.close()

@@ -317,6 +317,8 @@ class Admin:
             return await self.scripts.run(call)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+        except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+            raise RedisUnavailable(f"Redis refused the write: {exc}") from None
 
     # --- queues ----------------------------------------------------------------------------
 

@@ -577,6 +577,12 @@ def main(argv: list[str] | None = None) -> None:
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_REDIS)
+    except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+        _echo(f"error: Redis refused the write: {exc}", err=True)  # (as the SDK says it)
+        sys.exit(EXIT_REDIS)
+    except redis.ResponseError as exc:
+        _echo(f"error: Redis answered with an error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
     except (UnknownTask, UnknownQueue, Conflict, Failed, DtqError) as exc:
         _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
