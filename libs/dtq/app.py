@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.models import TaskHandle
-from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults
+from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class App:
         ``unique=True``: while a task of this name with the same arguments is queued, scheduled
         or running, enqueueing it again returns that task (see docs/lifecycle.md).
         """
-        if not QUEUE_NAME_RE.match(queue):
+        if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
             raise InvalidRequest(f"bad queue name {queue!r}")
         if not 0 <= priority <= 9:
             raise InvalidRequest("priority must be an integer from 0 to 9")
@@ -162,6 +162,7 @@ class App:
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             tname = name or f"{f.__module__}.{f.__qualname__}"
+            check_task_name(tname)
             if tname in self.tasks:
                 raise InvalidRequest(f"task {tname!r} is registered twice")
             d = TaskDefaults(queue, priority, max_retries, timeout, limit, unique, expires)

@@ -27,6 +27,7 @@ Per queue (tag ``{P:q}``)::
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)
     P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
     P:{q}:decl             hash task name -> "max_retries|timeout|expires_ms" a worker declared
+    P:{q}:reply:<nonce>    a state-changing SDK call's reply, kept a minute for its re-send
 
 Global::
 
@@ -42,6 +43,7 @@ Global::
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -83,11 +85,18 @@ def make_task_id(queue: str, tid: str) -> str:
     return f"{queue}:{tid}"
 
 
+# A queue name, matched whole: with ``$`` "default\n" would pass (``$`` matches before a final
+# newline) and name a queue no worker consumes. Use ``fullmatch`` (``\Z`` keeps ``match`` safe).
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}\Z")
+_TASK_ID_RE = re.compile(r"([A-Za-z0-9_.\-]{1,100}):([A-Za-z0-9_.\-]{1,128})")
+
+
 def split_task_id(task_id: str) -> tuple[str, str]:
-    queue, sep, tid = task_id.rpartition(":")
-    if not sep or not queue or not tid or "{" in task_id or "}" in task_id:
+    """(queue, tid) of a public task id; :class:`BadTaskId` for anything else (None included)."""
+    m = _TASK_ID_RE.fullmatch(task_id) if isinstance(task_id, str) else None
+    if m is None:
         raise BadTaskId(f"not a dtq task id: {task_id!r}")
-    return queue, tid
+    return m.group(1), m.group(2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +169,10 @@ class QueueKeys:
     def schedules_next(self) -> str:
         """Zset: schedule name -> next fire time (ms)."""
         return f"{self.base}:schedules:next"
+
+    def reply(self, nonce: str) -> str:
+        """String: the kept reply of the state-changing call ``nonce`` (lua/_replay.lua)."""
+        return f"{self.base}:reply:{nonce}"
 
     @property
     def schedules_last(self) -> str:

@@ -30,10 +30,23 @@ TERMINAL = frozenset(
 )
 
 
-def _ms_to_dt(raw: str | None) -> datetime | None:
-    if not raw:
+def ms_to_datetime(raw: str | float | None) -> datetime | None:
+    """A stored time (server milliseconds) as a datetime; None when unset, or when it is not a
+    time a datetime can hold (a record written before times were bounded, or by hand): a reader
+    shows such a task rather than failing on it."""
+    if raw is None or raw == "":
         return None
-    return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    try:
+        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:  # a number stored as float text ("1.7e12")
+        return datetime.fromtimestamp(float(raw) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+_ms_to_dt = ms_to_datetime
 
 
 @dataclass(frozen=True, slots=True)

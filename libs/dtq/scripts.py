@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import os
 import re
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -293,8 +294,10 @@ class AsyncScripts:
     Any ``lua/<name>.lua`` can be called; each is registered on first use.
     """
 
-    def __init__(self, redis: AsyncRedis) -> None:
+    def __init__(self, redis: AsyncRedis, *, replay_safe: bool = False) -> None:
+        """``replay_safe``: as for :class:`SyncScripts`."""
         self._redis = redis
+        self._replay_safe = replay_safe
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         # Several lanes: calls of one process overlap (a worker has two outcome writes in
         # flight, a heartbeat, a claim), and each would otherwise take the slow path.
@@ -321,6 +324,9 @@ class AsyncScripts:
                     return await lane.call(_evalsha_args(obj.sha, call))
                 except (NoScriptError, ConnectionError):
                     pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
+                except RedisTimeoutError:
+                    if not self._replay_safe:  # (the lane was dropped)
+                        raise
                 finally:
                     lane.busy = False
         return await obj(keys=call.keys, args=call.args, client=pipe)
@@ -491,8 +497,11 @@ def _read(conn: Any) -> Any:
 class SyncScripts:
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
 
-    def __init__(self, redis: SyncRedis) -> None:
+    def __init__(self, redis: SyncRedis, *, replay_safe: bool = False) -> None:
+        """``replay_safe``: every call run here may be re-sent (the SDK's: see docs/faults.md),
+        so a lane call that timed out goes the usual way too, whose retry policy re-sends it."""
         self._redis = redis
+        self._replay_safe = replay_safe
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         self._lane: Any = None
         self._lane_forks = -1
@@ -591,6 +600,11 @@ class SyncScripts:
         except ConnectionError:
             self._drop_lane()
             return _MISS
+        except RedisTimeoutError:
+            self._drop_lane()
+            if self._replay_safe:
+                return _MISS
+            raise
         except BaseException:
             self._drop_lane()
             raise
@@ -981,14 +995,34 @@ class CancelResult:
     status: str
 
 
+# How long a state-changing SDK call's reply is kept for its re-send (lua/_replay.lua): longer
+# than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus timeouts).
+REPLY_TTL_MS = 60_000
+
+
+def new_nonce() -> str:
+    """A per-call nonce: the same call re-sent after a blip carries it and gets the first
+    send's reply (lua/_replay.lua)."""
+    return secrets.token_hex(8)
+
+
 def cancel_call(
-    qk: QueueKeys, tid: str, *, events_maxlen: int, ttl_s: int, hint_channel: str, reason: str
+    qk: QueueKeys,
+    tid: str,
+    *,
+    events_maxlen: int,
+    ttl_s: int,
+    hint_channel: str,
+    reason: str,
+    nonce: str | None = None,
 ) -> Call:
-    return Call(
-        "cancel",
-        [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base],
-        [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason],
-    )
+    """``nonce``: answer a re-send of this very call with its first reply (see new_nonce)."""
+    keys = [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base]
+    args: list[Any] = [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(REPLY_TTL_MS)
+    return Call("cancel", keys, args)
 
 
 def parse_cancel(raw: list[Any]) -> CancelResult:
