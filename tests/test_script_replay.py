@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import Keys, QueueKeys
-from tests.test_scripts import Q, claim, started, task
+from dtq.keys import GROUP, Keys, QueueKeys
+from tests.conftest import create_groups
+from tests.test_scripts import Q, claim, enqueue, started, task
 
 
 @pytest.fixture
@@ -114,3 +115,46 @@ def test_a_late_write_of_a_reclaimed_run_stays_stale(
     f = sc.Failure(c.tid, c.eid, c.attempt, "x", 0)
     assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
     assert r.hget(qk.task(c.tid), "status") == "failed"
+
+
+def recover(run: Any, qk: QueueKeys, known: list[sc.Claimed], since_ms: int = 0) -> sc.ClaimBatch:
+    call = sc.recover_call(
+        qk, "w1", [(c.priority, c.eid) for c in known], events_maxlen=100, since_ms=since_ms
+    )
+    return sc.parse_claim(Q, run(call))
+
+
+def test_recover_returns_the_runs_a_lost_claim_started(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    create_groups(r, qk)
+    tasks = [task(prio=p, kwargs='{"k": 1}') for p in (9, 5, 5, 0)]
+    enqueue(run, qk, *tasks)
+    lost = claim(run, qk, count=4).runs  # its reply "lost": the worker knows none of them
+    assert len(lost) == 4
+    time.sleep(0.02)
+    # Known runs are skipped; the others come back in claim.lua's format, same attempt, and
+    # their lease is renewed (idle reset) without a new delivery being counted.
+    got = recover(run, qk, lost[:1])
+    assert sorted(got.runs, key=lambda c: c.tid) == sorted(lost[1:], key=lambda c: c.tid)
+    assert got.absorbed == 0
+    idle = {p["message_id"]: p for p in r.xpending_range(qk.stream(5), GROUP, "-", "+", 10)}
+    for c in lost[1:3]:
+        assert idle[c.eid]["time_since_delivered"] < 20 and idle[c.eid]["times_delivered"] == 1
+    assert recover(run, qk, lost).runs == []
+    # Runs started before this process (an earlier life of this worker id) are left alone.
+    assert recover(run, qk, [], since_ms=got.now_ms + 10_000).runs == []
+    # A pending entry its record does not name is a duplicate: acknowledged and deleted.
+    ok = sc.Success(lost[1].tid, lost[1].eid, lost[1].attempt, "succeeded", "1")
+    run(sc.complete_call(qk, "w1", [ok], 100, 60))
+    r.hset(qk.task(lost[2].tid), "eid", "0-1")
+    events = r.xlen(qk.events)
+    got = recover(run, qk, [])
+    assert {c.tid for c in got.runs} == {lost[0].tid, lost[3].tid}
+    assert got.absorbed == 1 and r.hget(qk.stats, "absorbed") == "1"
+    assert r.xlen(qk.events) == events + 1
+    assert r.xpending(qk.stream(5), GROUP)["pending"] == 0
+    # Another worker's pending runs are never touched.
+    assert recover(run, qk, []).runs == got.runs
+    other = sc.parse_claim(Q, run(sc.recover_call(qk, "w2", [], events_maxlen=0, since_ms=0)))
+    assert other.runs == [] and other.absorbed == 0

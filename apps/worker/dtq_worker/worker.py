@@ -35,6 +35,7 @@ from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
 from dtq_worker.reaper import Reaper
+from dtq_worker.recovery import Recovery
 from dtq_worker.runs import Run, StopReason
 from dtq_worker.scheduler import Scheduler
 from dtq_worker.supervisor import supervise
@@ -102,6 +103,8 @@ class Worker:
         self.reaper = Reaper(self)
         self.scheduler = Scheduler(self)
         self.heartbeat = Heartbeat(self)
+        self.recovery = Recovery(self)
+        self.scripts.on_reply_lost = self.recovery.reply_lost
         self._bg: set[asyncio.Task[Any]] = set()
 
     # --- state ---------------------------------------------------------------------------
@@ -151,6 +154,11 @@ class Worker:
         if sent is not None:
             run.leased_mono = sent
         old = self.inflight.get(run.key)
+        if old is not None and old.claimed.attempt == claimed.attempt:
+            # The same run twice (a recovery and a claim reply both carrying it): it runs once.
+            log.warning("run %s attempt %d is already held here; not started again",
+                        run.task_id, claimed.attempt)  # fmt: skip
+            return
         if old is not None:
             # An older attempt of this task still runs here (this worker was frozen, its run
             # was reclaimed, and it has now claimed the task again): claim.lua starts a new
@@ -258,6 +266,8 @@ class Worker:
     def _forget(self, run: Run) -> None:
         if self.inflight.get(run.key) is run:
             del self.inflight[run.key]
+            if not run.answered:
+                self.recovery.forgotten(run)
             if run.waiting:  # its body never started
                 self.ready.remove(run)
                 run.waiting = False
@@ -322,6 +332,8 @@ class Worker:
                     )
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
+                sec, usec = await self.redis.time()
+                self.recovery.since_ms = sec * 1000 + usec // 1000
                 return
             except SchemaMismatch:
                 raise
@@ -473,6 +485,8 @@ class Worker:
         settle = time.monotonic() + IDLE_WAIT_TIMEOUT_S + 1
         while self.claiming and time.monotonic() < settle:
             await asyncio.sleep(0.02)
+        # Runs a drain-time claim started whose reply was lost: handed back, spending nothing.
+        await self.recovery.settle(timeout=max(1.0, s.hard_exit_s * 0.4))
         await self._hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
@@ -505,6 +519,10 @@ class Worker:
         await self._hand_back(unstarted, started=False)
         for r in unstarted:  # not handed back (Redis stayed away): reclaimed after the timeout
             self._forget(r)
+
+    async def hand_back(self, runs: list[Run], started: bool = True) -> None:
+        """Hand ``runs`` back to their queues (see _hand_back)."""
+        await self._hand_back(runs, started)
 
     async def _hand_back(self, runs: list[Run], started: bool = True) -> None:
         """requeue.lua for every leftover run; retried while Redis is away, up to the deadline.
