@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import redis
 
 from dtq import App, AsyncClient, Settings, TaskStatus
 from dtq import scripts as sc
+from dtq.keys import Keys, split_task_id
 from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings, running_worker
 from tests.redis_server import RedisServer, free_port
@@ -33,7 +35,7 @@ def proxy(redis_server: RedisServer, r: redis.Redis) -> Iterator[Proxy]:
 
 
 def sha(name: str) -> bytes:
-    return sc.SyncScripts(redis.Redis())._obj(name).sha.encode()  # no connection is made
+    return hashlib.sha1(sc.source(name).encode()).hexdigest().encode()
 
 
 def counting_app() -> tuple[App, list[tuple[str, int]]]:
@@ -169,3 +171,26 @@ async def test_recovery_never_starts_a_run_whose_claim_reply_is_only_slow(
             assert adopted(w) == 0
         assert info.status == TaskStatus.SUCCEEDED, info.error
         assert runs == [(h.id, 1)]
+
+
+async def test_a_run_hidden_by_a_lost_reply_during_shutdown_goes_back_unspent(
+    proxy: Proxy, redis_server: RedisServer, prefix: str, r: redis.Redis
+) -> None:
+    """The reply of a claim sent just before the stop is lost: the stopping worker finds the run
+    and hands it back (no interruption, no retry spent) instead of leaving it to the reaper."""
+    async with setup(proxy, redis_server, prefix) as (app, runs, settings, client):
+        h = await client.enqueue("lost.once", [4])
+        rule = proxy.hold_reply_when(plain_claim(sha("claim")))
+        async with running_worker(app, settings) as w:
+            await waited(rule.fired, "the claim's reply was never held")
+            w.initiate_shutdown()
+            proxy.cut()  # the held reply is lost with every link
+            await asyncio.sleep(0.2)
+            proxy.restore()
+        info = await client.get(h.id)
+        assert info.status == TaskStatus.QUEUED, (info.status, info.error)
+        assert info.retries == 0 and runs == []
+        queue, tid = split_task_id(h.id)
+        rec = r.hgetall(Keys(prefix).queue(queue).task(tid))
+        assert rec.get("intr", "0") == "0"
+        assert adopted(w) == 1

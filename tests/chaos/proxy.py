@@ -102,7 +102,7 @@ class Proxy:
                             self.replies_dropped += 1
                             uw.transport.abort()
                             break
-                        while not rule.released.is_set():
+                        while not rule.released.is_set() and not w.transport.is_closing():
                             await asyncio.sleep(0.005)
                     w.write(data)
                     await w.drain()

@@ -41,6 +41,7 @@ class Recovery:
         self._busy: dict[str, asyncio.Event] = {}  # queue -> set when its recovery is over
         self._queue_of = {worker.keys.queue(q).task_base: q for q in worker.queues}
         self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
+        self._failed: set[str] = set()  # queues whose last recovery did not get through
         self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
         self.last = time.monotonic()
 
@@ -121,7 +122,9 @@ class Recovery:
                     raise
                 # A renewed-but-unreported run is found again by the next check.
                 log.debug("recovery of %s failed: %s", queue, exc)
+                self._failed.add(queue)
                 return
+            self._failed.discard(queue)
             if batch.absorbed:
                 w.metrics.absorbed.inc(batch.absorbed)
             fresh = []
@@ -147,12 +150,19 @@ class Recovery:
             done.set()
 
     async def settle(self, timeout: float) -> None:
-        """Shutdown: one last check of every queue (lost replies of the drain's claims), its
-        runs handed back; waits at most ``timeout``."""
-        for q in self.w.queues:
-            self.request(q)
-        waits = [asyncio.ensure_future(ev.wait()) for ev in self._busy.values()]
-        if waits:
-            await asyncio.wait(waits, timeout=timeout)
-            for t in waits:
-                t.cancel()
+        """Shutdown: a last check of every queue (lost replies of the drain's claims), its runs
+        handed back; retried while Redis is away, for at most ``timeout``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        todo = set(self.w.queues)
+        while todo and loop.time() < end:
+            for q in todo:
+                self.request(q)
+            waits = [asyncio.ensure_future(ev.wait()) for ev in self._busy.values()]
+            if waits:
+                await asyncio.wait(waits, timeout=max(0.0, end - loop.time()))
+                for t in waits:
+                    t.cancel()
+            todo = {q for q in todo if q in self._failed or q in self._busy}
+            if todo:
+                await asyncio.sleep(0.1)
