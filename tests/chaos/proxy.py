@@ -136,6 +136,11 @@ class Proxy:
         rule = self._rule = ReplyRule(match, hold=True)
         return rule
 
+    def clear_rule(self, rule: ReplyRule) -> None:
+        """Disarm ``rule`` if no command matched it yet."""
+        if self._rule is rule:
+            self._rule = None
+
     def _cut(self) -> None:
         self.up = False
         for w in list(self._writers):
