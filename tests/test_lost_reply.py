@@ -112,8 +112,12 @@ async def test_a_task_whose_claim_reply_is_lost_runs_once_and_succeeds(
 
 
 async def test_a_task_claimed_by_the_idle_pair_whose_reply_is_lost_runs_once(
-    proxy: Proxy, redis_server: RedisServer, prefix: str
+    proxy: Proxy, redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A long block: the XREAD armed below must still be waiting when the task lands (a busy
+    # machine could otherwise let a 1 s block end first, and its empty claim hide nothing).
+    monkeypatch.setattr("dtq_worker.consumer.IDLE_BLOCK_MS", 4000)
+    monkeypatch.setattr("dtq_worker.consumer.IDLE_WAIT_TIMEOUT_S", 6.0)
     async with setup(proxy, redis_server, prefix) as (app, runs, settings, client):
         async with running_worker(app, settings) as w:
             # The idle XREAD with the claim behind it: armed before the next pair goes out.
