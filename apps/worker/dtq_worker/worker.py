@@ -485,8 +485,6 @@ class Worker:
         settle = time.monotonic() + IDLE_WAIT_TIMEOUT_S + 1
         while self.claiming and time.monotonic() < settle:
             await asyncio.sleep(0.02)
-        # Runs a drain-time claim started whose reply was lost: handed back, spending nothing.
-        await self.recovery.settle(timeout=max(1.0, s.hard_exit_s * 0.4))
         await self._hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
@@ -501,6 +499,9 @@ class Worker:
             leftovers = [r for r in leftovers if not r.answered]
             if leftovers:
                 await self._hand_back(leftovers)
+        # Runs a late claim started whose reply was lost: handed back, spending nothing. After
+        # the leftovers, so a stop while Redis is away does not wait for this to cancel them.
+        await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
         # Runs stopped for another reason (cancel, claim loss) finish their own writes.
         others = [r.task for r in self.inflight.values() if r.task and not r.task.done()]
         if others:
