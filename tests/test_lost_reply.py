@@ -198,3 +198,46 @@ async def test_a_run_hidden_by_a_lost_reply_during_shutdown_goes_back_unspent(
         rec = r.hgetall(Keys(prefix).queue(queue).task(tid))
         assert rec.get("intr", "0") == "0"
         assert adopted(w) == 1
+
+
+async def test_launch_refuses_a_second_copy_of_a_run_it_holds(
+    proxy: Proxy, redis_server: RedisServer, prefix: str
+) -> None:
+    """The second guard behind the recovery's wait: a run launched from another reply (here a
+    recover.lua sent by hand while the claim's reply is held) is not started again, nor is the
+    running copy cancelled, when the claim's reply brings it too."""
+    app = App()
+    runs: list[int] = []
+    gate = asyncio.Event()
+
+    @app.task(name="lost.gated", max_retries=0)
+    async def gated() -> int:
+        from dtq import current_task
+
+        runs.append(current_task().attempt)
+        await gate.wait()
+        return 7
+
+    direct = make_settings(redis_server.url, prefix)
+    settings = make_settings(f"redis://127.0.0.1:{proxy.listen_port}/0", prefix)
+    async with AsyncClient(settings=direct, app=app) as client:
+        h = await client.enqueue("lost.gated")
+        rule = proxy.hold_reply_when(plain_claim(sha("claim")))
+        async with running_worker(app, settings) as w:
+            await waited(rule.fired, "the claim's reply was never held")
+            call = sc.recover_call(
+                w.keys.queue("default"), w.worker_id, [], events_maxlen=0, since_ms=0
+            )
+            batch = sc.parse_claim("default", await sc.AsyncScripts(client.redis).run(call))
+            assert len(batch.runs) == 1
+            w.launch(batch.runs[0])
+            rule.released.set()
+            loop = asyncio.get_running_loop()
+            end = loop.time() + DEADLINE_S
+            while w.claiming and loop.time() < end:  # the claim's reply has been taken
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            gate.set()
+            info = await ended(client, h.id)
+        assert info.status == TaskStatus.SUCCEEDED, info.error
+        assert runs == [1]
