@@ -206,25 +206,33 @@ class Soak:
             time.sleep(rng.uniform(0.3, 3.0))
             self.proxy.restore()
         elif kind == "lostreply":
-            target = rng.choice(LOST_REPLY_TARGETS)
-            script, _, with_xread = target.partition("+")
-            sha = hashlib.sha1(sc.source(script).encode()).hexdigest().encode()
-            # Every such reply in a window of 1-2 s (one alone often finds nothing to claim).
-            end, lost = time.time() + rng.uniform(1.0, 2.0), 0
-            while (left := end - time.time()) > 0:
-                rule = self.proxy.drop_reply_when(
-                    lambda d: sha in d and (b"XREAD" in d) == bool(with_xread)
-                )
-                if rule.fired.wait(left):
-                    lost += 1
-                else:
-                    self.proxy.clear_rule(rule)
-            if not lost:
+            first = rng.randrange(len(LOST_REPLY_TARGETS))
+            # The chosen kind of call, else the next (a busy fleet sends few idle pairs).
+            for k in range(len(LOST_REPLY_TARGETS)):
+                target = LOST_REPLY_TARGETS[(first + k) % len(LOST_REPLY_TARGETS)]
+                lost = self.lose_replies(target, rng.uniform(1.0, 2.0))
+                if lost:
+                    self.faults.append(Fault(kind, t0, time.time(), victim, f"{target} x{lost}"))
+                    return
                 print(f"[chaos] lostreply {target}: no such call went out", flush=True)
-                return
-            self.faults.append(Fault(kind, t0, time.time(), victim, f"{target} x{lost}"))
             return
         self.faults.append(Fault(kind, t0, time.time(), victim))
+
+    def lose_replies(self, target: str, seconds: float) -> int:
+        """Lose the reply of every call of ``target`` for ``seconds`` (one at a time: each
+        lost reply aborts its link); returns how many were lost."""
+        script, _, with_xread = target.partition("+")
+        sha = hashlib.sha1(sc.source(script).encode()).hexdigest().encode()
+        end, lost = time.time() + seconds, 0
+        while (left := end - time.time()) > 0:
+            rule = self.proxy.drop_reply_when(
+                lambda d: sha in d and (b"XREAD" in d) == bool(with_xread)
+            )
+            if rule.fired.wait(left):
+                lost += 1
+            else:
+                self.proxy.clear_rule(rule)
+        return lost
 
     # --- the soak ------------------------------------------------------------------------------
 
