@@ -9,7 +9,7 @@
 -- KEYS[14]     P:{q}:t:      (task record key prefix)
 -- KEYS[15]     P:{q}:idem:
 -- KEYS[16]     P:{q}:sched   (rate-limited tasks wait there until their window has room)
--- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py)
+-- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py and _common.lua)
 -- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
 --
 -- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair) returns the claim reply
@@ -66,6 +66,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         drop_entry(KEYS[i], group, eid)
         redis.call('HDEL', rk, 'eid')
         redis.call('RPUSH', lb .. ':held', tid)
+        redis.call('SADD', lim_base .. '~parked', lk)  -- purge.lua finds held lists by it
         emit(KEYS[12], maxlen, 'held', tid, r[4], worker, 'concurrency ' .. lk)
         return false
       end

@@ -1,6 +1,7 @@
 -- purge.lua: remove up to LIMIT waiting tasks of one queue, with their records and idempotency
 -- keys: first the queued entries no worker has taken yet (those after the group's
--- last-delivered id), then the scheduled tasks (delays and retries). Running tasks, finished
+-- last-delivered id), then the scheduled tasks (delays and retries), then the tasks parked
+-- behind a concurrency limit (the held lists named in <lim:>~parked). Running tasks, finished
 -- records and the dead-letter queue are never touched. Called repeatedly until it reports no
 -- more, so each call stays short however long the queue is.
 --
@@ -9,8 +10,9 @@
 -- KEYS[12]     P:{q}:events
 -- KEYS[13]     P:{q}:t:      (task record key prefix)
 -- KEYS[14]     P:{q}:idem:
+-- KEYS[15]     P:{q}:lim:    (prefix: <lim:>k:held lists, the set <lim:>~parked, _common.lua)
 -- ARGV[1]      consumer group
--- ARGV[2]      limit: most entries/tasks examined in this call (>= 1)
+-- ARGV[2]      limit: most entries/tasks/held lists examined in this call (>= 1)
 -- ARGV[3]      events maxlen
 -- ARGV[4]      done channel prefix (waiters of a purged task are woken with 'purged')
 -- Returns      {queued removed, scheduled removed, more (1 when the limit was reached)}
@@ -72,6 +74,26 @@ if seen < limit then
     end
     redis.call('ZREM', KEYS[11], tid)
     seen = seen + 1
+  end
+end
+
+if seen < limit then
+  -- Parked tasks: status queued, no entry; a dead id in a held list is dropped all the same.
+  local index = KEYS[15] .. '~parked'
+  for _, lk in ipairs(redis.call('SRANDMEMBER', index, limit - seen)) do
+    if seen >= limit then break end
+    local held = KEYS[15] .. lk .. ':held'
+    seen = seen + 1
+    local ids = redis.call('LPOP', held, math.max(1, limit - seen))
+    for _, tid in ipairs(ids or {}) do
+      local r = redis.call('HMGET', base .. tid, 'status', 'eid')
+      if r[1] == 'queued' and not r[2] then
+        forget(tid)
+        nq = nq + 1
+      end
+      seen = seen + 1
+    end
+    if redis.call('LLEN', held) == 0 then redis.call('SREM', index, lk) end
   end
 end
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio as aredis
 
+from dtq import eviction
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
@@ -69,7 +70,7 @@ class Conflict(DtqError):
 def purge_call(qk: QueueKeys, limit: int, events_maxlen: int) -> sc.Call:
     return sc.Call(
         "purge",
-        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base],
+        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base, qk.lim_base],
         [GROUP, limit, events_maxlen, qk.done_base],
     )
 
@@ -304,6 +305,10 @@ class Admin:
             await self._r.ping()
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+
+    async def eviction_warning(self) -> str | None:
+        """What is wrong with Redis's ``maxmemory-policy`` for dtq (dtq.eviction), or None."""
+        return eviction.warning(await eviction.eviction_policy(self._r))
 
     async def _run(self, call: sc.Call) -> Any:
         try:
@@ -854,8 +859,9 @@ class Admin:
         async with self._r.pipeline(transaction=False) as pipe:
             for wid, _ in entries:
                 pipe.hgetall(self.keys.worker(wid))
-            hashes = await pipe.execute()
-        now_ms = time.time() * 1000
+            pipe.time()  # ages on the Redis clock, which heartbeats carry, not this host's
+            *hashes, (sec, usec) = await pipe.execute()
+        now_ms = int(sec) * 1000 + int(usec) / 1000
         out: list[WorkerInfo] = []
         for (wid, score), h in zip(entries, hashes, strict=True):
             last = int(h.get("last_heartbeat") or score)

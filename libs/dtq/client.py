@@ -20,6 +20,7 @@ import redis.asyncio as aredis
 from dtq import scripts as sc
 from dtq.connection import async_redis, sync_redis
 from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
+from dtq.eviction import is_oom, out_of_memory_message
 from dtq.keys import Keys, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
@@ -189,6 +190,10 @@ class AsyncClient(_Base):
             return await fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
+        except redis.ResponseError as exc:
+            if is_oom(exc):
+                raise RedisUnavailable(out_of_memory_message(exc)) from None
+            raise
 
     async def enqueue(
         self,
@@ -340,6 +345,10 @@ class Client(_Base):
             return fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
+        except redis.ResponseError as exc:
+            if is_oom(exc):
+                raise RedisUnavailable(out_of_memory_message(exc)) from None
+            raise
 
     def enqueue(
         self,

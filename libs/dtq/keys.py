@@ -20,6 +20,8 @@ Per queue (tag ``{P:q}``)::
     P:{q}:lim:<k>:held     list of tids parked behind k's concurrency limit (status queued)
     P:{q}:lim:<k>:rate     zset start log of k over its rate window (expires when idle)
     P:{q}:lim:<k>:rwait    counter spreading k's rate-parked backlog over windows (expires)
+    P:{q}:lim:~parked      set of limit keys that have parked tasks (purge finds them by it)
+    P:{q}:lim:~owed        set of limit keys whose release ran out of budget (limit_sweep.lua)
     P:{q}:fair             hash band -> credit, fair mode's weighted round-robin state
     P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)
@@ -167,6 +169,16 @@ class QueueKeys:
     def lim_base(self) -> str:
         """Prefix of the per-key limit keys (see dtq.limits); scripts append ``<key>:run`` etc."""
         return f"{self.base}:lim:"
+
+    @property
+    def lim_parked(self) -> str:
+        """Set of limit keys that have parked tasks (lua/_common.lua)."""
+        return f"{self.base}:lim:~parked"
+
+    @property
+    def lim_owed(self) -> str:
+        """Set of limit keys whose release of a parked task ran out of budget."""
+        return f"{self.base}:lim:~owed"
 
     @property
     def fair(self) -> str:

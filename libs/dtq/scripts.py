@@ -916,11 +916,27 @@ def recover_call(
 # --- reclaim, touch, promote -----------------------------------------------------------------
 
 
+# XAUTOCLAIM calls one reclaim.lua call makes at most: with the reaper's COUNT (adopted per
+# call), one call examines at most RECLAIM_STEPS x 10 x COUNT pending entries.
+RECLAIM_STEPS = 10
+
+
 @dataclass(frozen=True, slots=True)
 class ReclaimResult:
     requeued: int
     failed: int
     absorbed: int
+    # Where the pass goes on: the band (KEYS index 1..10, p9 first; 0 once the pass is
+    # complete) and the cursor in it, for the next call (reclaim_call's ``band``/``cursor``).
+    band: int = 0
+    cursor: str = "0-0"
+    steps: int = 0  # XAUTOCLAIM calls this call made
+    cancelled: int = 0  # lost runs whose cancel was requested: ended "cancelled"
+
+    @property
+    def more(self) -> bool:
+        """The pass is not complete: call again from ``band``/``cursor``."""
+        return self.band != 0
 
 
 def reclaim_call(
@@ -931,16 +947,27 @@ def reclaim_call(
     count: int,
     events_maxlen: int,
     ttl_s: int,
+    band: int = 1,
+    cursor: str = "0-0",
+    steps: int = RECLAIM_STEPS,
 ) -> Call:
+    """One bounded step of a reclaim pass (see reclaim.lua): from ``band``/``cursor`` (a new
+    pass by default), at most ``steps`` XAUTOCLAIMs of COUNT ``count``, at most ``count``
+    entries adopted."""
     return Call(
         "reclaim",
         [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
-        [GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base],
-    )
+        [
+            GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base, band,
+            cursor, steps,
+        ],
+    )  # fmt: skip
 
 
 def parse_reclaim(raw: list[Any]) -> ReclaimResult:
-    return ReclaimResult(int(raw[0]), int(raw[1]), int(raw[2]))
+    return ReclaimResult(
+        int(raw[0]), int(raw[1]), int(raw[2]), int(raw[3]), _s(raw[4]), int(raw[5]), int(raw[6])
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -999,6 +1026,24 @@ def cancel_call(
 
 def parse_cancel(raw: list[Any]) -> CancelResult:
     return CancelResult(_s(raw[0]), _s(raw[1]))
+
+
+def limit_sweep_call(qk: QueueKeys, limit_keys: Sequence[str]) -> Call:
+    """Release parked tasks of these limit keys (none: the keys owed a release); the reply is
+    ``[released, more]``, more = 1 when the call's budget ran out."""
+    return Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], list(limit_keys))
+
+
+def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
+    """Delete the queue's stream consumers idle for idle_ms that hold no pending entry (the
+    check and the delete in one step); the reply is the number deleted."""
+    return Call("retention_consumers", qk.streams, [GROUP, idle_ms])
+
+
+def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
+    """1 when the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
+    keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
+    return Call("retention_queue", [*keys, qk.stats, qk.fair], [GROUP, 1 if drop else 0])
 
 
 def lock_call(key: str, token: str, lease_ms: int) -> Call:

@@ -21,11 +21,12 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from dtq import eviction
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.connection import async_redis
-from dtq.errors import SchemaMismatch
+from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
@@ -43,6 +44,8 @@ from dtq_worker.supervisor import supervise
 log = logging.getLogger("dtq.worker")
 
 EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
+# At most this many cancel hints are kept for tasks not held here (Worker.cancel_hints).
+CANCEL_HINTS_MAX = 4096
 
 
 class Worker:
@@ -78,6 +81,11 @@ class Worker:
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
         self.inflight: dict[tuple[str, str], Run] = {}
+        # Cancel hints heard for tasks not in ``inflight``: tid -> when heard (monotonic). A
+        # claim whose reply was still on its way when its run's hint came launches that run
+        # stopped (launch). Bounded: CANCEL_HINTS_MAX, and none older than the visibility
+        # timeout (by then every heartbeat's touch reports the durable flag anyway).
+        self.cancel_hints: dict[str, float] = {}
         # Read when scraped: no gauge update per task on the hot path.
         self.metrics.inflight.set_function(lambda: len(self.inflight))
         # Slots: a run holds one from launch until its outcome write begins: while its body
@@ -171,6 +179,16 @@ class Worker:
         self.active += 1
         self.active_per_queue[q] = self.active_per_queue.get(q, 0) + 1
         run.holds_slot = True
+        if self.cancel_hints:
+            heard = self.cancel_hints.pop(claimed.tid, None)
+            # Only a hint heard after the claim was sent is this run's (cancel.lua flags a
+            # running task: this claim had run); an older one was for an earlier life.
+            if heard is not None and heard >= run.leased_mono:
+                log.info("cancel requested before its claim's reply came: %s attempt %d",
+                         run.task_id, claimed.attempt)  # fmt: skip
+                run.stop(StopReason.CANCELLED, "cancelled by request")
+                self._start(run)  # writes "cancelled"; its body never starts
+                return
         if self.active - len(self.ready) <= self.settings.worker_concurrency and self._fresh(run):
             self._start(run)  # (also while stopping: the drain lets a claim in flight run)
         else:
@@ -281,11 +299,30 @@ class Worker:
         self.detached_threads -= 1
 
     def request_cancel(self, queue: str | None, tid: str) -> None:
+        held = False
         for run in list(self.inflight.values()):
             same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
+            held = held or same
             if same and run.stop_reason is None:
                 log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
                 self.stop_run(run, StopReason.CANCELLED, "cancelled by request")
+        if not held:
+            self._remember_hint(tid)
+
+    def _remember_hint(self, tid: str) -> None:
+        """Keep a cancel hint for a task not held here: a claim of it may be on its way back
+        (launch applies it). Every worker hears every hint; most are for other workers' runs
+        and age out."""
+        now = time.monotonic()
+        hints = self.cancel_hints
+        hints.pop(tid, None)
+        hints[tid] = now  # insertion order is age order: the oldest go first
+        horizon = now - self.settings.visibility_timeout_s
+        while hints:
+            oldest = next(iter(hints))
+            if len(hints) <= CANCEL_HINTS_MAX and hints[oldest] >= horizon:
+                break
+            del hints[oldest]
 
     def stop_run(self, run: Run, reason: StopReason, detail: str = "") -> None:
         """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
@@ -330,17 +367,29 @@ class Worker:
                         f"Redis keyspace {self.keys.prefix!r} has schema version {found!r}; "
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
+                await self.check_eviction()
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
                 sec, usec = await self.redis.time()
                 self.recovery.since_ms = sec * 1000 + usec // 1000
                 return
-            except SchemaMismatch:
+            except (SchemaMismatch, ConfigError):
                 raise
             except Exception as exc:
                 if not is_transient(exc) or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(backoff.failed(exc))
+
+    async def check_eviction(self) -> None:
+        """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
+        ``volatile-*`` (dtq.eviction)."""
+        policy = await eviction.eviction_policy(self.redis)
+        refused = eviction.refusal(policy)
+        if refused:
+            raise ConfigError(refused)
+        warned = eviction.warning(policy)
+        if warned:
+            log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
