@@ -302,6 +302,10 @@ class AsyncScripts:
         # Several lanes: calls of one process overlap (a worker has two outcome writes in
         # flight, a heartbeat, a claim), and each would otherwise take the slow path.
         self._lanes: list[AsyncLane] = []
+        # Told of every call outside a pipeline whose reply may have been lost after Redis ran
+        # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
+        # looks for the runs such a claim started (lua/recover.lua).
+        self.on_reply_lost: Callable[[Call], None] | None = None
 
     def _obj(self, name: str) -> Any:
         obj = self._objs.get(name)
@@ -316,20 +320,36 @@ class AsyncScripts:
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
-        if pipe is None:
-            lane = self._free_lane()
-            if lane is not None:
-                lane.busy = True
-                try:
-                    return await lane.call(_evalsha_args(obj.sha, call))
-                except (NoScriptError, ConnectionError):
-                    pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
-                except RedisTimeoutError:
-                    if not self._replay_safe:  # (the lane was dropped)
-                        raise
-                finally:
-                    lane.busy = False
-        return await obj(keys=call.keys, args=call.args, client=pipe)
+        if pipe is not None:
+            return await obj(keys=call.keys, args=call.args, client=pipe)
+        lane = self._free_lane()
+        if lane is not None:
+            lane.busy = True
+            try:
+                return await lane.call(_evalsha_args(obj.sha, call))
+            except NoScriptError:
+                pass  # nothing ran: the usual path loads the script
+            except ConnectionError:
+                # The lane was dropped (the usual path reconnects and sends again); the first
+                # send may have run, its reply lost.
+                self._reply_lost(call)
+            except (RedisTimeoutError, TimeoutError):
+                # The lane was dropped; the call may have run. Only a runner whose calls are
+                # safe to re-send (the SDK's) sends it again.
+                self._reply_lost(call)
+                if not self._replay_safe:
+                    raise
+            finally:
+                lane.busy = False
+        try:
+            return await obj(keys=call.keys, args=call.args)
+        except (ConnectionError, RedisTimeoutError, TimeoutError):
+            self._reply_lost(call)
+            raise
+
+    def _reply_lost(self, call: Call) -> None:
+        if self.on_reply_lost is not None:
+            self.on_reply_lost(call)
 
     async def run_many(
         self, calls: Iterable[Call], each: Callable[[int, Any], None] | None = None
@@ -892,6 +912,25 @@ def requeue_call(
         ],
         args,
     )  # fmt: skip
+
+
+def recover_call(
+    qk: QueueKeys,
+    worker_id: str,
+    known: Iterable[tuple[int, str]],
+    *,
+    events_maxlen: int,
+    since_ms: int,
+    per_band: int = 1000,
+) -> Call:
+    """Find this worker's runs whose claim reply was lost (lua/recover.lua); ``known``: the
+    (priority, entry id) of every run the worker holds or left unanswered. Its reply is
+    claim.lua's: :func:`parse_claim`."""
+    args: list[Any] = [GROUP, worker_id, events_maxlen, since_ms, per_band, 0]
+    for prio, eid in known:
+        args += [prio, eid]
+    args[5] = (len(args) - 6) // 2
+    return Call("recover", [*qk.streams, qk.events, qk.stats, qk.task_base], args)
 
 
 # --- reclaim, touch, promote -----------------------------------------------------------------

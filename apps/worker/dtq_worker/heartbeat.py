@@ -42,6 +42,7 @@ class Heartbeat:
             # it resumes; its touch then reports the claims it lost instead.
             if ok:
                 failing_since = None
+                w.recovery.tick()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
