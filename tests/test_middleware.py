@@ -111,9 +111,11 @@ async def test_before_enqueue_amends_the_request_and_around_task_sees_it(
 
 def test_blocking_client_runs_before_enqueue(settings: Settings) -> None:
     app = make_app()
-    app.add_middleware(Tagging())
     app.configure(settings)
     with Client(settings=settings, app=app) as c:
+        assert c.get(c.enqueue("add", [0, 0]).id).metadata == {}
+        assert app.no_enqueue_hooks  # learnt by that enqueue: later ones skip the hooks
+        app.add_middleware(Tagging())  # a middleware added later is still seen
         h = c.enqueue("add", [1, 2], metadata={"x": 1})
         (m,) = c.enqueue_many([{"name": "add", "args": [3, 4]}])
         assert c.get(h.id).metadata == {"x": 1, "tenant": "acme"}

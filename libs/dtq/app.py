@@ -104,6 +104,9 @@ class App:
         self.middleware: list[object] = []
         self._hooks: Hooks | None = None
         self._hooks_ready = False
+        # True once hooks() found no before_enqueue: a client's enqueue then tests this flag
+        # alone (no call); add_middleware and configure clear it.
+        self.no_enqueue_hooks = False
 
     def add_middleware(self, middleware: object) -> None:
         """Add a middleware: an object with any of ``before_enqueue``, ``around_task``,
@@ -111,7 +114,7 @@ class App:
         before the worker starts (the worker reads the list once)."""
         check_middleware(middleware)
         self.middleware.append(middleware)
-        self._hooks_ready = False
+        self._hooks_ready = self.no_enqueue_hooks = False
 
     def hooks(self) -> Hooks | None:
         """The middleware's hooks (with tracing's first when enabled), or None when none."""
@@ -125,6 +128,7 @@ class App:
                     mws.insert(0, OpenTelemetryMiddleware())
             self._hooks = Hooks.of(mws)
             self._hooks_ready = True
+            self.no_enqueue_hooks = self._hooks is None or not self._hooks.before_enqueue
         return self._hooks
 
     @property
@@ -139,7 +143,7 @@ class App:
         self._settings = settings
         self._client = None
         self._aclients.clear()
-        self._hooks_ready = False  # DTQ_TRACING may differ
+        self._hooks_ready = self.no_enqueue_hooks = False  # DTQ_TRACING may differ
 
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...

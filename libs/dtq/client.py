@@ -103,7 +103,7 @@ class _Base:
 
     def _mw(self) -> Hooks | None:
         app = self.app
-        if app is None:
+        if app is None or app.no_enqueue_hooks:  # the usual case: no call, no lookup
             return None
         hooks = app.hooks()
         return hooks if hooks is not None and hooks.before_enqueue else None
