@@ -3,6 +3,7 @@ tasks, the outcome write answered at once. For the cost of middleware on the hot
 
     .venv/bin/python tools/bench_executor.py              # this checkout
     .venv/bin/python tools/bench_executor.py --mw noop    # with one no-op around_task
+    .venv/bin/python tools/bench_executor.py --mw otel    # with tracing (spans not exported)
     PYTHONPATH=/work/main/libs:/work/main/apps/worker .venv/bin/python tools/bench_executor.py
 
 Prints the best round's time per run, for an async and a sync task.
@@ -49,6 +50,12 @@ def make_executor(mw: str) -> Executor:
 
     if mw == "noop":
         app.add_middleware(NoOp())
+    elif mw == "otel":  # the SDK's tracer, spans dropped (no processor): the middleware's cost
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from dtq.contrib.otel import OpenTelemetryMiddleware
+
+        app.add_middleware(OpenTelemetryMiddleware(tracer_provider=TracerProvider()))
     w = SimpleNamespace(
         app=app, settings=app.settings, worker_id="bench", metrics=WorkerMetrics("bench"),
         pool=ThreadPoolExecutor(4), outcomes=_Writer(), release_slot=lambda run: None,
@@ -76,7 +83,7 @@ async def bench(ex: Executor, name: str, n: int, rounds: int) -> float:
 
 async def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--mw", choices=["none", "noop"], default="none")
+    p.add_argument("--mw", choices=["none", "noop", "otel"], default="none")
     p.add_argument("-n", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=15)
     a = p.parse_args()
