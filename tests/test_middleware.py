@@ -289,3 +289,26 @@ async def test_on_outcome_hears_cancelled_and_interrupted_runs(
         assert verdicts == {a.id: "cancelled", b.id: "interrupted"}
         assert all(o.exception is None for _, _, o in rec.seen)
         assert (await c.get(b.id)).status.value == "queued"
+
+
+def test_testqueue_runs_the_middleware_as_a_worker_does() -> None:
+    """dtq.testing runs before_enqueue in its clients and around_task/on_outcome per run, so
+    users can test their middleware (or tasks that rely on it) without Redis."""
+    from dtq.testing import TestQueue
+
+    app = make_app()
+    tagging, rec = Tagging(), Recording()
+    app.add_middleware(tagging)
+    app.add_middleware(rec)
+    with TestQueue(app) as tq:
+        h = app.tasks["headers_sync"].enqueue()
+        b = app.client().enqueue("boom")
+        infos = {i.id: i for i in tq.drain()}
+    assert infos[h.id].result == {
+        "headers": {"x-request-id": "req-headers_sync"}, "seen": "req-headers_sync",
+    }  # fmt: skip
+    assert infos[h.id].metadata == {"tenant": "acme"}
+    assert infos[b.id].status.value == "failed"
+    verdicts = sorted((tid, a, o.verdict) for tid, a, o in rec.seen)
+    assert verdicts == sorted([(h.id, 1, "succeeded"), (b.id, 1, "retried"), (b.id, 2, "failed")])
+    assert "enter headers_sync 1" in tagging.events
