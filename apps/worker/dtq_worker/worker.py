@@ -31,6 +31,7 @@ from dtq.settings import Settings
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.health import HealthServer, loop_answers
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
@@ -91,6 +92,8 @@ class Worker:
         self.counters: dict[str, int] = {}
         self.detached_threads = 0
         self.healthy = asyncio.Event()
+        self.prepared = False
+        self.http: HealthServer | None = None
         self.slot_freed = asyncio.Event()
         self._stop = asyncio.Event()
         self._finished = asyncio.Event()
@@ -391,9 +394,18 @@ class Worker:
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
         s = self.settings
-        await self.prepare()
         if s.metrics_port:
-            self.metrics.serve(s.metrics_port)
+            # Up before prepare(): the probes answer (not ready) while Redis is awaited.
+            self.http = HealthServer(
+                self.metrics.registry, loop_answers(asyncio.get_running_loop()), self.readiness
+            )
+            self.http.start(s.metrics_port)
+        try:
+            await self.prepare()
+        except BaseException:
+            self._stop_http()
+            raise
+        self.prepared = True
         self.healthy.set()
         if s.effective_heartbeat_ttl_s >= s.visibility_timeout_s:
             log.warning(
@@ -421,10 +433,28 @@ class Worker:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._close()
+        self._stop_http()
         timer = getattr(self, "_hard_timer", None)
         if timer is not None:
             timer.cancel()  # stopped in time; an in-process worker must not end its host later
         return code
+
+    def readiness(self) -> str:
+        """/readyz's answer (read from the probe's thread): "ok", or why not."""
+        if self.stopping:
+            return "draining"
+        if not self.prepared:
+            return "starting"
+        if not self.healthy.is_set():
+            return "redis unreachable"
+        if self.heartbeat.age() > self.settings.effective_heartbeat_ttl_s:
+            return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
+        return "ok"
+
+    def _stop_http(self) -> None:
+        if self.http is not None:
+            self.http.stop()  # an in-process worker must free its port when it ends
+            self.http = None
 
     def _restarted(self, loop: str, exc: BaseException) -> None:
         self.metrics.loop_restarts.labels(loop).inc()
