@@ -38,9 +38,11 @@ PROJECT = "dtqtest"
 IMAGE = "dtq:test"
 BIN = Path(sys.executable).parent
 T0 = time.monotonic()
+PASSED: list[str] = []
 
 
 def check(msg: str) -> None:
+    PASSED.append(msg)
     say(f"ok  {msg}  [{time.monotonic() - T0:.0f}s]")
 
 
@@ -205,8 +207,17 @@ class Stack:
                  lambda: float(self.promql(q)[0]["value"][1]) == 1, timeout=60)  # fmt: skip
         check(f"Prometheus: {q} == 1")
 
+    def demo_traffic_flows(self) -> None:
+        # examples.resize is enqueued by the demo service only.
+        q = 'sum(dtq_worker_tasks_total{task="examples.resize",outcome="succeeded"})'
+        self.compose("--profile", "demo", "up", "-d", "--no-build", "demo", capture=True)
+        wait_for("demo tasks counted in Prometheus",
+                 lambda: float(self.promql(q)[0]["value"][1]) >= 5, timeout=90)  # fmt: skip
+        self.compose("--profile", "demo", "stop", "-t", "5", "demo", capture=True)
+        check(f"compose --profile demo up demo: its tasks run and show in Prometheus ({q} >= 5)")
+
     def down(self) -> None:
-        self.compose("down", "-v", "-t", "10", capture=True)
+        self.compose("--profile", "demo", "down", "-v", "-t", "10", capture=True)
         check("compose down -v")
 
 
@@ -226,6 +237,7 @@ def main() -> int:
                 stack.prometheus_sees_workers(20)
                 stack.healthchecks_pass()
                 stack.stopped_worker_hands_back()
+                stack.demo_traffic_flows()
             except BaseException:
                 say("FAILED; last logs of the stack:")
                 subprocess.run(["docker-compose", "-p", PROJECT, "-f", "compose.yaml", "-f",
@@ -237,6 +249,7 @@ def main() -> int:
     finally:
         d.stop()
     say(f"all checks passed in {time.monotonic() - T0:.0f}s")
+    print(f"docker-test: {len(PASSED)} passed, 0 failed", flush=True)
     return 0
 
 

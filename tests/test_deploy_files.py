@@ -155,6 +155,18 @@ def test_compose_stack_is_durable_and_scraped_by_discovery() -> None:
         grace = float(s["stop_grace_period"].rstrip("s"))
         assert grace > 30, "above the default DTQ_DRAIN_TIMEOUT_S"
     assert "env_file" in services["api"]
+    # Grafana: the provisioned datasource is Prometheus at the stack's address, and the
+    # dashboards provider reads the folder the dashboard JSON is mounted into.
+    prov = DEPLOY / "grafana" / "provisioning"
+    (ds,) = yaml.safe_load((prov / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090" and ds["isDefault"]
+    (provider,) = yaml.safe_load((prov / "dashboards" / "dtq.yaml").read_text())["providers"]
+    mounts = [v.split(":") for v in services["grafana"]["volumes"]]
+    dash_target = [t for src, t, *_ in mounts if src.endswith("dtq-dashboard.json")]
+    assert dash_target and Path(dash_target[0]).parent == Path(provider["options"]["path"])
+    assert ["../grafana/provisioning", "/etc/grafana/provisioning", "ro"] in mounts
+    var = json.loads(DASHBOARD.read_text())["templating"]["list"][0]
+    assert var["type"] == "datasource" and var["query"] == ds["type"]
 
 
 @pytest.fixture(scope="module")
