@@ -401,10 +401,13 @@ class Worker:
             )
             self.http.start(s.metrics_port)
         try:
-            await self.prepare()
-        except BaseException:
-            self._stop_http()
-            raise
+            return await self._serve()
+        finally:
+            self._stop_http()  # an in-process worker must free its port when it ends
+
+    async def _serve(self) -> int:
+        s = self.settings
+        await self.prepare()
         self.prepared = True
         self.healthy.set()
         if s.effective_heartbeat_ttl_s >= s.visibility_timeout_s:
@@ -433,7 +436,6 @@ class Worker:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._close()
-        self._stop_http()
         timer = getattr(self, "_hard_timer", None)
         if timer is not None:
             timer.cancel()  # stopped in time; an in-process worker must not end its host later
@@ -453,7 +455,7 @@ class Worker:
 
     def _stop_http(self) -> None:
         if self.http is not None:
-            self.http.stop()  # an in-process worker must free its port when it ends
+            self.http.stop()
             self.http = None
 
     def _restarted(self, loop: str, exc: BaseException) -> None:
