@@ -312,3 +312,24 @@ def test_testqueue_runs_the_middleware_as_a_worker_does() -> None:
     verdicts = sorted((tid, a, o.verdict) for tid, a, o in rec.seen)
     assert verdicts == sorted([(h.id, 1, "succeeded"), (b.id, 1, "retried"), (b.id, 2, "failed")])
     assert "enter headers_sync 1" in tagging.events
+
+
+async def test_a_run_whose_outcome_cannot_be_stored_still_ends_for_the_hooks(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A non-transient error writing the outcome (the run is reclaimed later) still reaches
+    on_outcome, as "lost": state kept since around_task (an open span) is always released."""
+    app = make_app()
+    rec = Recording()
+    app.add_middleware(rec)
+    async with running_worker(app, settings) as w, AsyncClient(settings=settings) as c:
+
+        async def refuse(*_: Any) -> str:
+            raise RuntimeError("script bug")
+
+        w.outcomes.write = refuse
+        await c.enqueue("add", [1, 1])
+        await wait_for(lambda: len(rec.seen) == 1)
+    ((_, _, outcome),) = rec.seen
+    assert outcome.verdict == "lost" and outcome.result == 2  # returned, never stored
+    assert "could not store its outcome" in caplog.text

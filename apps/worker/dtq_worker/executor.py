@@ -184,9 +184,14 @@ class Executor:
         # wraps the write in a task of its own.)
         run.writing = True
         w.release_slot(run)
-        verdict = await w.outcomes.write(
-            Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
-        )
+        try:
+            verdict = await w.outcomes.write(
+                Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
+            )
+        except BaseException:
+            if self.mw is not None:  # every hooked run hears its end (spans are not left open)
+                await self._notify(run, "lost", item)
+            raise
         run.answered = verdict is not None
         self._record(run, item, verdict)
         if self.mw is not None:
