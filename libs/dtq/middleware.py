@@ -69,8 +69,8 @@ class RunOutcome:
     verdict: str
     """``succeeded``, ``retried``, ``failed``, ``cancelled`` (stored by the fence); ``stale``
     (the fence refused it: a newer run owns the task); ``lost`` (nothing written: the claim
-    was lost or Redis stayed away; the task is reclaimed later); ``interrupted`` (the worker
-    shut down and handed the task back to its queue)."""
+    was lost, Redis stayed away or the write failed; the task is reclaimed later);
+    ``interrupted`` (the worker shut down and handed the task back to its queue)."""
     duration: float
     """Seconds from the run's start to its verdict."""
     error: str | None = None
