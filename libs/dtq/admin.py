@@ -45,6 +45,10 @@ BATCH = 500
 """Tasks handled per script call by purge and bulk dead-letter operations."""
 MAX_PAGE = 1000
 HISTORY_SCAN = 20_000
+SCAN_BUDGET = 20
+"""Most SCAN calls (COUNT 1000 each) one task listing makes before answering with a cursor."""
+DLQ_BUDGET = 10_000
+"""Most zset entries one dead-letter (or failed/scheduled) listing examines per request."""
 """Most event-stream entries read to build one task's history."""
 RETRYABLE = ("failed", "cancelled", "expired")
 
@@ -218,10 +222,17 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A page of results and the cursor of the next (None on the last page)."""
+    """A page of results and the cursor of the next (None on the last page).
+
+    A page may hold fewer than ``limit`` items, even none, while ``next_cursor`` is set: each
+    request stops after a bounded amount of work (``SCAN_BUDGET``, ``DLQ_BUDGET``).
+    ``scans`` and ``examined`` say what this page cost: SCAN calls, records/entries read.
+    """
 
     items: list[Any]
     next_cursor: str | None
+    scans: int = 0
+    examined: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +272,14 @@ def _check_queue_name(name: str) -> None:
 
 def _id_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
+
+
+def _int(value: str | None) -> int:
+    """A counter field as an int; 0 when missing or unreadable (never a 500 for a listing)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
 
 
 def _chunks(items: Sequence[str], n: int) -> Iterable[Sequence[str]]:
@@ -498,8 +517,11 @@ class Admin:
             p = _glob_escape(self.keys.prefix)
             match = f"{p}:{{{p}:*}}:t:*"
         items: list[TaskInfo] = []
+        scans = examined = 0
         while True:
             nxt, keys = await self._r.scan(int(scan_cursor), match=match, count=1000)
+            scans += 1
+            examined += len(keys)
             matched = await self._filter_records(keys, status, name)
             take = matched[skip:]
             room = limit - len(items)
@@ -513,10 +535,10 @@ class Admin:
             if int(nxt) == 0:
                 next_cursor = None
                 break
-            if len(items) >= limit:
+            if len(items) >= limit or scans >= SCAN_BUDGET:
                 next_cursor = f"{nxt}.0"
                 break
-        return Page([t.to_dict() for t in items], next_cursor)
+        return Page([t.to_dict() for t in items], next_cursor, scans, examined)
 
     @staticmethod
     def _parse_cursor(cursor: str | None) -> tuple[str, int]:
@@ -565,32 +587,46 @@ class Admin:
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
     ) -> Page:
+        """Failed or scheduled tasks of one queue from its zset: one range read and one
+        pipelined read of the records per chunk, at most ``DLQ_BUDGET`` entries per page."""
         qk = self.keys.queue(queue)
         key = qk.dlq if status == "failed" else qk.sched
-        offset = self._parse_cursor(cursor)[0] if cursor else "0"
-        start = int(offset)
+        pos = int(self._parse_cursor(cursor)[0]) if cursor else 0
         items: list[dict[str, Any]] = []
-        pos = start
-        while len(items) < limit:
-            tids = await self._r.zrange(key, pos, pos + 499)
-            if not tids:
-                pos = -1
-                break
-            for i, tid in enumerate(tids):
-                rec = await self._r.hgetall(qk.task(tid))
+        examined = 0
+        chunk = max(limit, 200)
+        while len(items) < limit and examined < DLQ_BUDGET:
+            n = min(chunk, DLQ_BUDGET - examined)
+            tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
+            recs = await self._records(qk, tids)
+            examined += len(tids)
+            for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
                 if rec and rec.get("status") == status and name in (None, rec.get("name")):
-                    items.append(
-                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec).to_dict()
-                    )
+                    info = self._info(queue, tid, rec)
+                    if info is not None:
+                        items.append(info.to_dict())
                     if len(items) >= limit:
-                        pos = pos + i + 1
-                        break
-            else:
-                pos += len(tids)
-                continue
-            break
-        nxt = None if pos < 0 or pos >= await self._r.zcard(key) else str(pos)
-        return Page(items, nxt)
+                        return Page(items, str(pos + i + 1), 0, examined)
+            pos += len(tids)
+            if len(tids) < n:
+                return Page(items, None, 0, examined)
+        return Page(items, str(pos), 0, examined)
+
+    async def _records(self, qk: QueueKeys, tids: Sequence[str]) -> list[dict[str, str]]:
+        if not tids:
+            return []
+        async with self._r.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.hgetall(qk.task(tid))
+            recs: list[dict[str, str]] = await pipe.execute()
+        return recs
+
+    @staticmethod
+    def _info(queue: str, tid: str, rec: dict[str, str]) -> TaskInfo | None:
+        try:
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec)
+        except (ValueError, KeyError):
+            return None  # a record this version cannot read is left out, not a 500
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
@@ -649,41 +685,53 @@ class Admin:
     ) -> Page:
         """Failed tasks, newest failure first, across queues (or one), with their last error.
 
-        The cursor is ``<queue index>.<offset>`` over the queues in name order.
+        The cursor is ``<queue index>.<offset>`` over the queues in name order. One request
+        examines at most ``DLQ_BUDGET`` entries (a queue visited counts as one).
         """
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
-        queues = [queue] if queue is not None else await self.queue_names()
         if queue is not None:
             _check_queue_name(queue)
+        queues = [queue] if queue is not None else await self.queue_names()
         qi, off = self._parse_cursor(cursor)
         qidx = int(qi)
         items: list[DeadLetter] = []
-        while qidx < len(queues) and len(items) < limit:
-            letters, nxt = await self._dlq_scan(queues[qidx], off, name, error, limit - len(items))
+        examined = 0
+        while qidx < len(queues) and len(items) < limit and examined < DLQ_BUDGET:
+            letters, nxt, seen = await self._dlq_scan(
+                queues[qidx], off, name, error, limit - len(items), DLQ_BUDGET - examined
+            )
             items.extend(letters)
+            examined += max(1, seen)
             if nxt is None:
                 qidx, off = qidx + 1, 0
             else:
                 off = nxt
         next_cursor = f"{qidx}.{off}" if qidx < len(queues) else None
-        return Page([d.to_dict() for d in items], next_cursor)
+        return Page([d.to_dict() for d in items], next_cursor, 0, examined)
 
     async def _dlq_scan(
-        self, queue: str, offset: int, name: str | None, error: str | None, want: int
-    ) -> tuple[list[DeadLetter], int | None]:
-        """Dead letters of one queue from ``offset`` (newest first); returns the next offset."""
+        self, queue: str, offset: int, name: str | None, error: str | None, want: int, budget: int
+    ) -> tuple[list[DeadLetter], int | None, int]:
+        """Dead letters of one queue from ``offset`` (newest first), reading at most ``budget``
+        entries in chunks of at least ``want`` (one range read and one pipelined read each).
+
+        Returns the letters, the next offset (None at the end) and the entries examined.
+        """
         qk = self.keys.queue(queue)
         out: list[DeadLetter] = []
         pos = offset
-        while len(out) < want:
-            entries = await self._r.zrevrange(qk.dlq, pos, pos + 199, withscores=True)
+        seen = 0
+        while len(out) < want and seen < budget:
+            n = min(max(want, 200), budget - seen)
+            entries = await self._r.zrevrange(qk.dlq, pos, pos + n - 1, withscores=True)
             if not entries:
-                return out, None
+                return out, None, seen
             async with self._r.pipeline(transaction=False) as pipe:
                 for tid, _ in entries:
                     pipe.hmget(qk.task(tid), ["name", "attempt", "retries", "maxr", "error"])
                 recs = await pipe.execute()
+            seen += len(entries)
             for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
                 if r[0] is None:
                     continue  # record expired; retention removes the entry
@@ -697,20 +745,22 @@ class Admin:
                         queue=queue,
                         name=r[0],
                         failed_at=_iso(score),
-                        attempt=int(r[1] or 0),
-                        retries=int(r[2] or 0),
-                        max_retries=int(r[3] or 0),
+                        attempt=_int(r[1]),
+                        retries=_int(r[2]),
+                        max_retries=_int(r[3]),
                         error=r[4],
                     )
                 )
                 if len(out) >= want:
-                    return out, pos + i + 1
+                    return out, pos + i + 1, seen
             pos += len(entries)
-        return out, pos
+            if len(entries) < n:
+                return out, None, seen
+        return out, pos, seen
 
     async def _dlq_matching(
         self, queue: str, name: str | None, error: str | None
-    ) -> AsyncIterator[list[str]]:
+    ) -> AsyncIterator[Sequence[str]]:
         """Batches of dead-letter tids of one queue matching the filters (oldest first)."""
         qk = self.keys.queue(queue)
         pos = 0
@@ -719,21 +769,33 @@ class Admin:
             if not tids:
                 return
             pos += len(tids)
-            if name is None and error is None:
-                yield tids
-                continue
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tid in tids:
-                    pipe.hmget(qk.task(tid), ["name", "error"])
-                recs = await pipe.execute()
-            picked = [
-                tid
-                for tid, (n, e) in zip(tids, recs, strict=True)
-                if (name is None or n == name)
-                and (error is None or error.lower() in (e or "").lower())
-            ]
+            picked = await self._dlq_filter(queue, tids, None, name, error)
             if picked:
                 yield picked
+
+    async def _dlq_filter(
+        self,
+        queue: str,
+        tids: Sequence[str],
+        want_queue: str | None,
+        name: str | None,
+        error: str | None,
+    ) -> Sequence[str]:
+        """The tids of ``queue`` that match the filters (one pipelined read when filtering)."""
+        if want_queue is not None and queue != want_queue:
+            return []
+        if name is None and error is None:
+            return tids
+        qk = self.keys.queue(queue)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.hmget(qk.task(tid), ["name", "error"])
+            recs = await pipe.execute()
+        return [
+            tid
+            for tid, (n, e) in zip(tids, recs, strict=True)
+            if (name is None or n == name) and (error is None or error.lower() in (e or "").lower())
+        ]
 
     async def dlq_count(self, queue: str | None = None) -> int:
         queues = [queue] if queue is not None else await self.queue_names()
@@ -830,7 +892,12 @@ class Admin:
             for q, tids in by_queue.items():
                 _check_queue_name(q)
                 for chunk in _chunks(tids, BATCH):
-                    await apply(self.keys.queue(q), chunk)
+                    # Ids outside the filters are left alone (skipped as "filtered").
+                    picked = await self._dlq_filter(q, chunk, queue, name, error)
+                    if len(picked) < len(chunk):
+                        skipped["filtered"] = skipped.get("filtered", 0) + len(chunk) - len(picked)
+                    if picked:
+                        await apply(self.keys.queue(q), picked)
         else:
             if queue is not None:
                 _check_queue_name(queue)

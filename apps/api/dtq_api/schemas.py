@@ -107,9 +107,16 @@ class Task(Open):  # type: ignore[no-redef]
     history: list[Event] | None = None
 
 
+CURSOR_DOC = (
+    "Pass as ?cursor= for the next page; null when the listing is complete. Each request does "
+    "bounded work (a SCAN budget for tasks, an entry budget for dead letters), so a page may "
+    "hold fewer items than the limit, even none, while next_cursor is set: keep following it."
+)
+
+
 class TaskPage(BaseModel):
     items: list[Task]
-    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+    next_cursor: str | None = Field(description=CURSOR_DOC)
 
 
 class CancelOut(BaseModel):
@@ -189,7 +196,7 @@ class DeadLetter(Open):
 
 class DeadLetterPage(BaseModel):
     items: list[DeadLetter]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description=CURSOR_DOC)
 
 
 class DlqBulkRequest(BaseModel):
