@@ -4,11 +4,12 @@ Every operation (except the endless SSE stream) gets generated valid (positive) 
 (negative) requests; each answer must be documented (status code, content type, body schema)
 and never a server error. Runs against a real dtq-api process on a private Redis, with data in
 place. (Driven through Hypothesis directly: schemathesis' lazy pytest fixture does not run on
-pytest 9.)
+pytest 9.) Examples per operation and mode: DTQ_SCHEMATHESIS_EXAMPLES (default 20).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -20,7 +21,8 @@ from hypothesis.errors import Unsatisfiable
 from dtq import Client, Settings
 from tests.api_proc import ApiProc
 
-EXAMPLES = 20
+# CI runs a short pass; DTQ_SCHEMATHESIS_EXAMPLES=500 (or more) makes a run of several minutes.
+EXAMPLES = int(os.environ.get("DTQ_SCHEMATHESIS_EXAMPLES", "20"))
 
 
 @pytest.mark.slow
