@@ -5,16 +5,31 @@ whatever its length."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio.connection as aconn
 
 from dtq import Settings
-from dtq.admin import DLQ_BUDGET, SCAN_BUDGET, Admin
+from dtq.admin import DLQ_BUDGET, SCAN_BUDGET, Admin, filled_page
 
 RECORDS = 50_000
+
+
+@pytest.fixture(autouse=True)
+async def drop_keys(settings: Settings) -> AsyncIterator[None]:
+    """The planted records leave with the test: other tests share this Redis (and SCAN it)."""
+    yield
+    async with Admin(settings) as a:
+        keys: list[str] = []
+        async for k in a.redis.scan_iter(match=f"{a.keys.prefix}:*", count=5000):
+            keys.append(k)
+            if len(keys) >= 5000:
+                await a.redis.unlink(*keys)
+                keys = []
+        if keys:
+            await a.redis.unlink(*keys)
 
 
 async def plant(a: Admin, queue: str, n: int, status: str = "queued", dlq: bool = False) -> None:
@@ -72,6 +87,13 @@ async def test_task_listing_with_a_filter_matching_nothing_stops_within_its_scan
             if cursor is None:
                 break
         assert found == ["big:zlast"] and pages > 1
+        # A caller of its own (the CLI) follows the cursor to fill a page, in bounded calls.
+        scans[0] = 0
+        full = await filled_page(
+            lambda cur, n: a.list_tasks(name="rare", cursor=cur, limit=n), None, 50
+        )
+        assert [t["id"] for t in full.items] == ["big:zlast"] and full.next_cursor is None
+        assert full.scans == scans[0] > SCAN_BUDGET
 
 
 async def round_trips(monkeypatch: pytest.MonkeyPatch, coro: Any) -> tuple[Any, int]:
@@ -129,3 +151,17 @@ async def test_dead_letter_filter_matching_nothing_stops_within_its_budget(
                                       cursor=cursor, limit=10)  # fmt: skip
             cursor, steps = page.next_cursor, steps + 1
             assert steps < 10
+
+
+async def test_queue_listing_costs_the_same_round_trips_whatever_the_queue_count(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Admin(settings) as a:
+        await a.client.enqueue("add", queue="q0")
+        await a.ping()
+        _, few = await round_trips(monkeypatch, a.list_queues())
+        for i in range(1, 40):
+            await a.client.enqueue("add", queue=f"q{i}")
+        infos, many = await round_trips(monkeypatch, a.list_queues())
+        assert len(infos) == 40 and all(q.queued == 1 for q in infos)
+        assert few == many, (few, many)

@@ -299,3 +299,15 @@ async def test_405_carries_allow_and_400s_say_bad_request(local: httpx.AsyncClie
         "/api/v1/tasks", content=b"\xff\xfe{", headers={"content-type": "application/json"}
     )
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request", r.text
+
+
+async def test_metadata_strings_past_their_cap_are_refused_not_read_as_numbers(
+    local: httpx.AsyncClient,
+) -> None:
+    # Found by a long schemathesis run: "000...0" (201 digits) fell through to int 0.
+    for value in ("0" * 201, "1" * 201, "1.5" + "0" * 200):
+        r = await local.post("/api/v1/tasks", json={"name": "add", "metadata": {"k": value}})
+        assert r.status_code == 422, (value[:10], r.text)
+    ok = {"s": "0" * 200, "i": 3, "f": 1.5, "b": True, "n": None}
+    r = await local.post("/api/v1/tasks", json={"name": "add", "metadata": ok})
+    assert r.status_code == 201 and r.json()["metadata"] == ok, r.text

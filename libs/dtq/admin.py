@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -274,6 +274,22 @@ def _id_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
 
+async def filled_page(
+    fetch: Callable[[str | None, int], Awaitable[Page]], cursor: str | None, limit: int
+) -> Page:
+    """Follow ``fetch(cursor, room)`` until ``limit`` items or the end: for a caller of its own
+    (the CLI) that wants a full page; each call stays bounded, so Redis is never held long."""
+    items: list[Any] = []
+    scans = examined = 0
+    while True:
+        page = await fetch(cursor, limit - len(items))
+        items += page.items
+        scans, examined = scans + page.scans, examined + page.examined
+        cursor = page.next_cursor
+        if cursor is None or len(items) >= limit:
+            return Page(items, cursor, scans, examined)
+
+
 def _int(value: str | None) -> int:
     """A counter field as an int; 0 when missing or unreadable (never a 500 for a listing)."""
     try:
@@ -352,62 +368,86 @@ class Admin:
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every known queue with its depth per priority, schedule, running, dead letters."""
-        names = await self.queue_names()
-        return [await self.queue_info(n) for n in names]
+        return await self.queue_infos(await self.queue_names())
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
         return await self.queue_info(name)
 
     async def queue_info(self, name: str) -> QueueInfo:
-        qk = self.keys.queue(name)
+        return (await self.queue_infos([name]))[0]
+
+    async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
+        """The state of each queue in ``names``: two pipelined round trips for all of them."""
+        per = 2 * len(PRIORITIES) + 3
         async with self._r.pipeline(transaction=False) as pipe:
-            for p in PRIORITIES:
-                pipe.xlen(qk.stream(p))
-                pipe.xinfo_groups(qk.stream(p))
-            pipe.zcard(qk.sched)
-            pipe.zcard(qk.dlq)
-            pipe.exists(qk.paused)
+            for name in names:
+                qk = self.keys.queue(name)
+                for p in PRIORITIES:
+                    pipe.xlen(qk.stream(p))
+                    pipe.xinfo_groups(qk.stream(p))
+                pipe.zcard(qk.sched)
+                pipe.zcard(qk.dlq)
+                pipe.exists(qk.paused)
             pipe.time()
             raw = await pipe.execute(raise_on_error=False)
-        depth: dict[int, int] = {}
-        running = 0
-        starts: dict[int, str] = {}
-        for i, p in enumerate(PRIORITIES):
-            length, groups = raw[2 * i], raw[2 * i + 1]
-            if isinstance(length, Exception):
-                raise length
-            pending, start = 0, "-"
-            if not isinstance(groups, Exception):
-                for g in groups:
-                    if g.get("name") == GROUP:
-                        pending = int(g.get("pending", 0))
-                        start = "(" + str(g.get("last-delivered-id"))
-            depth[p] = max(0, int(length) - pending)
-            running += pending
-            if depth[p]:
-                starts[p] = start
-        scheduled, dlq, paused, now = raw[20], raw[21], raw[22], raw[23]
+        now = raw[-1]
+        if isinstance(now, Exception):
+            raise now
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        oldest: float | None = None
-        if starts:
+        partial: list[tuple[str, dict[int, int], int, dict[int, str], list[Any]]] = []
+        for j, name in enumerate(names):
+            part = raw[j * per : (j + 1) * per]
+            depth: dict[int, int] = {}
+            running = 0
+            starts: dict[int, str] = {}
+            for i, p in enumerate(PRIORITIES):
+                length, groups = part[2 * i], part[2 * i + 1]
+                if isinstance(length, Exception):
+                    raise length
+                pending, start = 0, "-"
+                if not isinstance(groups, Exception):
+                    for g in groups:
+                        if g.get("name") == GROUP:
+                            pending = int(g.get("pending", 0))
+                            start = "(" + str(g.get("last-delivered-id"))
+                depth[p] = max(0, int(length) - pending)
+                running += pending
+                if depth[p]:
+                    starts[p] = start
+            for x in part[-3:]:
+                if isinstance(x, Exception):
+                    raise x
+            partial.append((name, depth, running, starts, part[-3:]))
+        firsts: list[Any] = []
+        if any(starts for _, _, _, starts, _ in partial):
             async with self._r.pipeline(transaction=False) as pipe:
-                for p, start in starts.items():
-                    pipe.xrange(qk.stream(p), min=start, max="+", count=1)
+                for name, _, _, starts, _ in partial:
+                    qk = self.keys.queue(name)
+                    for p, start in starts.items():
+                        pipe.xrange(qk.stream(p), min=start, max="+", count=1)
                 firsts = await pipe.execute()
-            for entries in firsts:
+        out: list[QueueInfo] = []
+        k = 0
+        for name, depth, running, starts, (scheduled, dlq, paused) in partial:
+            oldest: float | None = None
+            for entries in firsts[k : k + len(starts)]:
                 if entries:
                     age = max(0.0, (now_ms - _id_ms(entries[0][0])) / 1000)
                     oldest = age if oldest is None else max(oldest, age)
-        return QueueInfo(
-            name=name,
-            depth=depth,
-            scheduled=int(scheduled),
-            running=running,
-            dlq=int(dlq),
-            paused=bool(paused),
-            oldest_waiting_age_s=oldest,
-        )
+            k += len(starts)
+            out.append(
+                QueueInfo(
+                    name=name,
+                    depth=depth,
+                    scheduled=int(scheduled),
+                    running=running,
+                    dlq=int(dlq),
+                    paused=bool(paused),
+                    oldest_waiting_age_s=oldest,
+                )
+            )
+        return out
 
     async def _queue_event(self, qk: QueueKeys, etype: str, detail: str = "") -> None:
         if self.settings.events_maxlen > 0:

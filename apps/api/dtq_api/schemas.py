@@ -7,12 +7,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 
 from dtq.models import TaskStatus
 
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}$"
-Scalar = Annotated[str, Field(max_length=200)] | int | float | bool | None
+# Strict numbers: in a union a too-long digit string must not fall through to int 0.
+Scalar = Annotated[str, Field(max_length=200)] | StrictInt | StrictFloat | StrictBool | None
 
 
 class ErrorDetail(BaseModel):
