@@ -311,3 +311,21 @@ async def test_metadata_strings_past_their_cap_are_refused_not_read_as_numbers(
     ok = {"s": "0" * 200, "i": 3, "f": 1.5, "b": True, "n": None}
     r = await local.post("/api/v1/tasks", json={"name": "add", "metadata": ok})
     assert r.status_code == 201 and r.json()["metadata"] == ok, r.text
+
+
+async def test_internal_errors_carry_the_security_headers_too(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtq.admin import Admin
+
+    async def broken(self: Admin) -> list[str]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Admin, "queue_names", broken)
+    app = create_app(settings, bind_host="127.0.0.1")
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
+        r = await c.get("/api/v1/queues")
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal"
+    assert "frame-ancestors 'none'" in r.headers.get("content-security-policy", "")
+    assert r.headers.get("x-content-type-options") == "nosniff"

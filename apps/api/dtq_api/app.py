@@ -24,7 +24,7 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dtq import __version__
 from dtq.admin import Admin, Conflict, UnknownQueue
@@ -120,6 +120,16 @@ def get_admin(app: FastAPI) -> Admin:
     return a
 
 
+class GuardedFastAPI(FastAPI):
+    """FastAPI with :class:`~dtq_api.guard.Guard` outside everything, even the handler of
+    unexpected errors, so every answer (a 500 too) passes the guard's checks and headers."""
+
+    guard_options: dict[str, Any]
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Guard(super().build_middleware_stack(), **self.guard_options)
+
+
 def get_hub(app: FastAPI) -> EventHub:
     """The app's event hub (one Redis reader for every SSE stream), made on first use."""
     hub: EventHub | None = getattr(app.state, "hub", None)
@@ -162,7 +172,7 @@ def create_app(
             await get_hub(app).close()
             await app.state.admin.close()
 
-    app = FastAPI(
+    app = GuardedFastAPI(
         title="dtq",
         version=__version__,
         description="HTTP API of dtq, a distributed task queue on Redis Streams. "
@@ -178,12 +188,11 @@ def create_app(
         return get_admin(app)
 
     _install_errors(app, settings)
-    app.add_middleware(
-        Guard,
-        token=settings.api_token,
-        max_body=settings.api_max_body_bytes or settings.max_payload_bytes + BODY_SLACK,
-        hosts=allowed_hosts(bind_host, settings.api_allowed_hosts),
-    )
+    app.guard_options = {
+        "token": settings.api_token,
+        "max_body": settings.api_max_body_bytes or settings.max_payload_bytes + BODY_SLACK,
+        "hosts": allowed_hosts(bind_host, settings.api_allowed_hosts),
+    }
 
     async def auth(authorization: Annotated[str | None, Header()] = None) -> None:
         token = settings.api_token
