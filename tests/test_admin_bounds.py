@@ -165,3 +165,17 @@ async def test_queue_listing_costs_the_same_round_trips_whatever_the_queue_count
         infos, many = await round_trips(monkeypatch, a.list_queues())
         assert len(infos) == 40 and all(q.queued == 1 for q in infos)
         assert few == many, (few, many)
+
+
+async def test_scheduled_listing_costs_the_same_round_trips_whatever_the_queue_count(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Admin(settings) as a:
+        await a.client.enqueue("add", queue="s0", delay=600)
+        await a.ping()
+        _, few = await round_trips(monkeypatch, a.list_scheduled())
+        for i in range(1, 30):
+            await a.client.enqueue("add", queue=f"s{i}", delay=600)
+        got, many = await round_trips(monkeypatch, a.list_scheduled())
+        assert len(got) == 30 and {s.kind for s in got} == {"delayed"}
+        assert few == many, (few, many)

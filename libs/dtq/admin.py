@@ -1008,26 +1008,35 @@ class Admin:
     async def list_scheduled(
         self, queue: str | None = None, limit: int = 100
     ) -> list[ScheduledTask]:
-        """Delayed tasks and retries waiting in the schedule, soonest first."""
+        """Delayed tasks and retries waiting in the schedule, soonest first.
+
+        Two pipelined round trips for all queues: their soonest entries, then those records.
+        """
         queues = [queue] if queue is not None else await self.queue_names()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.zrange(self.keys.queue(q).sched, 0, limit - 1, withscores=True)
+            per_queue: list[list[tuple[str, float]]] = await pipe.execute()
+        # The soonest ``limit`` over all queues are all that is shown: read only their records.
+        soonest = sorted(
+            ((score, q, tid) for q, entries in zip(queues, per_queue, strict=True)
+             for tid, score in entries),
+        )[:limit]  # fmt: skip
+        async with self._r.pipeline(transaction=False) as pipe:
+            for _, q, tid in soonest:
+                pipe.hmget(self.keys.queue(q).task(tid), ["name", "retries"])
+            recs = await pipe.execute() if soonest else []
         out: list[ScheduledTask] = []
-        for q in queues:
-            qk = self.keys.queue(q)
-            entries = await self._r.zrange(qk.sched, 0, limit - 1, withscores=True)
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tid, _ in entries:
-                    pipe.hmget(qk.task(tid), ["name", "retries"])
-                recs = await pipe.execute()
-            for (tid, score), (nm, retries) in zip(entries, recs, strict=True):
-                out.append(
-                    ScheduledTask(
-                        task_id=make_task_id(q, tid),
-                        queue=q,
-                        name=nm or "",
-                        due_at=_iso(score),
-                        kind="retry" if int(retries or 0) > 0 else "delayed",
-                    )
+        for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):
+            out.append(
+                ScheduledTask(
+                    task_id=make_task_id(q, tid),
+                    queue=q,
+                    name=nm or "",
+                    due_at=_iso(score),
+                    kind="retry" if _int(retries) > 0 else "delayed",
                 )
+            )
         out.sort(key=lambda s: s.due_at or "")
         return out[:limit]
 
