@@ -78,34 +78,79 @@ local function spend_retry(k, rk, tid, attempt, retries, maxr, retry_allowed, de
   return 'failed'
 end
 
--- Limits (dtq/limits.py). A running task with a limit key k holds a place in the zset
--- <lim_base>k:run (tid -> attempt); tasks parked behind k's concurrency limit wait in the list
--- <lim_base>k:held with status "queued" and no entry. limit_unpark puts up to n of them back
--- into their priority streams (skipping any that were cancelled or purged meanwhile).
-local function limit_unpark(lb, base, streams, n)
-  local released = 0
-  while released < n do
-    local ptid = redis.call('LPOP', lb .. ':held')
-    if not ptid then break end
-    local prk = base .. ptid
-    local p = redis.call('HMGET', prk, 'status', 'eid', 'prio')
-    if p[1] == 'queued' and not p[2] then
-      local eid = redis.call('XADD', streams[stream_index(p[3])], '*', 't', ptid)
-      redis.call('HSET', prk, 'eid', eid)
-      released = released + 1
-    end
-  end
-  return released
+-- End a running task "cancelled" because its cancel was requested (the durable flag: reason,
+-- its text), on a path that would otherwise move it on (a failure, a hand-back, a reclaim):
+-- an acknowledged cancel is never lost. No retry is spent, it does not go to the dead-letter
+-- queue; detail (the event's) says what ended the run. k as for spend_retry. Returns 'cancelled'.
+local function end_cancelled(k, rk, tid, attempt, reason, detail)
+  redis.call('HSET', rk, 'error', reason)
+  finish(rk, 'cancelled', k.now, k.ttl, k.done_prefix .. tid, k.idem_base)
+  emit(k.events, k.maxlen, 'cancelled', tid, attempt, k.worker, detail)
+  return 'cancelled'
 end
 
--- A run of task tid ended (or went back to waiting): free its place and release one parked task.
+-- Limits (dtq/limits.py). A running task with a limit key k holds a place in the zset
+-- <lim_base>k:run (tid -> attempt); tasks parked behind k's concurrency limit wait in the list
+-- <lim_base>k:held with status "queued" and no entry. Two sets of limit keys sit beside them
+-- (no limit key makes these names: every key of a limit ends in :run, :held, :rate or :rwait):
+-- <lim_base>~parked lists the keys whose held list may be non-empty (purge.lua reads it) and
+-- <lim_base>~owed the keys whose release ran out of budget (limit_sweep.lua finishes it).
+--
+-- limit_unpark puts up to n parked tasks of key lk back into their priority streams (n nil: as
+-- many as the limit has room for: lc of the first live one minus the runs holding a place),
+-- looking at no more than budget parked ids. Dead ids (cancelled, purged, record gone) are
+-- dropped; a task whose expiry passed while parked goes back too, for the claim to end it
+-- "expired", without counting. Returns released, more (1 when the budget ran out before n were
+-- released and ids are left) and the number of ids looked at.
+local function limit_unpark(lim_base, lk, base, streams, n, budget)
+  local held = lim_base .. lk .. ':held'
+  local released, looked, now = 0, 0, nil
+  while n == nil or released < n do
+    if looked >= budget then
+      if redis.call('EXISTS', held) == 1 then return released, 1, looked end
+      break
+    end
+    local ptid = redis.call('LPOP', held)
+    if not ptid then
+      -- Emptied here (a list empty from the start was taken off the index when it emptied).
+      if looked > 0 then redis.call('SREM', lim_base .. '~parked', lk) end
+      return released, 0, looked
+    end
+    looked = looked + 1
+    local prk = base .. ptid
+    local p = redis.call('HMGET', prk, 'status', 'eid', 'prio', 'exp', 'lc')
+    if p[1] == 'queued' and not p[2] then
+      local live = true
+      if p[4] then
+        now = now or now_ms()
+        live = tonumber(p[4]) > now
+      end
+      if live and n == nil then
+        n = math.max(0, tonumber(p[5] or '1') - redis.call('ZCARD', lim_base .. lk .. ':run'))
+        if n == 0 then
+          redis.call('LPUSH', held, ptid)
+          return released, 0, looked
+        end
+      end
+      local eid = redis.call('XADD', streams[stream_index(p[3])], '*', 't', ptid)
+      redis.call('HSET', prk, 'eid', eid)
+      if live then released = released + 1 end
+    end
+  end
+  if redis.call('EXISTS', held) == 0 then redis.call('SREM', lim_base .. '~parked', lk) end
+  return released, 0, looked
+end
+
+-- A run of task tid ended (or went back to waiting): free its place and release one parked task,
+-- looking at no more than 200 parked ids; past that the key is owed a release (limit_sweep.lua,
+-- run by the scheduler every tick, finishes it).
 -- Call after the fence check, before the record's status changes matter to anyone else.
 local function limit_release(lim_base, base, streams, rk, tid)
   if not lim_base then return end
   local lk = redis.call('HGET', rk, 'lk')
   if not lk then return end
-  local lb = lim_base .. lk
-  if redis.call('ZREM', lb .. ':run', tid) == 1 then
-    limit_unpark(lb, base, streams, 1)
+  if redis.call('ZREM', lim_base .. lk .. ':run', tid) == 1 then
+    local _, more = limit_unpark(lim_base, lk, base, streams, 1, 200)
+    if more == 1 then redis.call('SADD', lim_base .. '~owed', lk) end
   end
 end

@@ -1,7 +1,11 @@
 -- fail.lua: store a failed run; schedule its retry or end it "failed" (dead-letter queue).
 --
--- Fenced like complete.lua. A failure spends one retry; while retries <= max_retries and a
+-- Fenced like complete.lua. A re-send of a write that landed (its reply was lost: the record
+-- names this attempt and worker and is no longer running) is answered with the record's status
+-- and writes nothing again (no event, no retry spent, no stale count). A failure spends one retry; while retries <= max_retries and a
 -- retry is allowed, the task goes to the schedule with the given delay, else it ends failed.
+-- A run whose cancel was requested (the durable cancel flag) ends "cancelled" instead, whatever
+-- its retries: no retry spent, not in the DLQ (its failure is the detail of the event).
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:sched
@@ -15,7 +19,9 @@
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
 --              retry delay ms (-1: no retry allowed, e.g. dtq.Fail or an unstorable result)
--- Returns      list of n: 'scheduled' | 'failed' | 'stale'
+-- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
+--              the status the record has now ('scheduled', 'failed', 'cancelled', or what
+--              followed: 'queued', ...)
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -30,11 +36,18 @@ for i = 0, n - 1 do
   local tid, eid, attempt, err = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
   local delay = tonumber(ARGV[o + 4])
   local rk = base .. tid
-  local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr')
+  local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
+    'cancel')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
-    out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay >= 0, delay, err)
+    if r[7] then
+      out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[7], err)
+    else
+      out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay >= 0, delay, err)
+    end
+  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
+    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
   else
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'

@@ -1,6 +1,7 @@
 -- purge.lua: remove up to LIMIT waiting tasks of one queue, with their records and idempotency
 -- keys: first the queued entries no worker has taken yet (those after the group's
--- last-delivered id), then the scheduled tasks (delays and retries). Running tasks, finished
+-- last-delivered id), then the scheduled tasks (delays and retries), then the tasks parked
+-- behind a concurrency limit (the held lists named in <lim:>~parked). Running tasks, finished
 -- records and the dead-letter queue are never touched. Called repeatedly until it reports no
 -- more, so each call stays short however long the queue is.
 --
@@ -9,15 +10,25 @@
 -- KEYS[12]     P:{q}:events
 -- KEYS[13]     P:{q}:t:      (task record key prefix)
 -- KEYS[14]     P:{q}:idem:
+-- KEYS[15]     P:{q}:lim:    (prefix: <lim:>k:held lists, the set <lim:>~parked, _common.lua)
 -- ARGV[1]      consumer group
--- ARGV[2]      limit: most entries/tasks examined in this call (>= 1)
+-- ARGV[2]      limit: most entries/tasks/held lists examined in this call (>= 1)
 -- ARGV[3]      events maxlen
+-- KEYS[16]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- ARGV[4]      done channel prefix (waiters of a purged task are woken with 'purged')
+-- ARGV[5]      how long the reply is kept for a re-send (ms; with KEYS[16])
 -- Returns      {queued removed, scheduled removed, more (1 when the limit was reached)}
+--              A re-send of a call (same nonce) gets the first send's reply and changes nothing
+--              (see _replay.lua): the counts stay those of the batch it removed.
+--
+-- include: _replay
 
 local group, limit, maxlen, done_prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local base, idem_base = KEYS[13], KEYS[14]
 local seen, nq, ns = 0, 0, 0
+local reply_key = KEYS[16]
+local again = replayed(reply_key)
+if again then return again end
 
 local function forget(tid)
   local rk = base .. tid
@@ -75,9 +86,29 @@ if seen < limit then
   end
 end
 
+if seen < limit then
+  -- Parked tasks: status queued, no entry; a dead id in a held list is dropped all the same.
+  local index = KEYS[15] .. '~parked'
+  for _, lk in ipairs(redis.call('SRANDMEMBER', index, limit - seen)) do
+    if seen >= limit then break end
+    local held = KEYS[15] .. lk .. ':held'
+    seen = seen + 1
+    local ids = redis.call('LPOP', held, math.max(1, limit - seen))
+    for _, tid in ipairs(ids or {}) do
+      local r = redis.call('HMGET', base .. tid, 'status', 'eid')
+      if r[1] == 'queued' and not r[2] then
+        forget(tid)
+        nq = nq + 1
+      end
+      seen = seen + 1
+    end
+    if redis.call('LLEN', held) == 0 then redis.call('SREM', index, lk) end
+  end
+end
+
 if nq + ns > 0 then
   emit(KEYS[12], maxlen, 'purged', '', '', '', tostring(nq + ns))
 end
 local more = 0
 if seen >= limit then more = 1 end
-return {nq, ns, more}
+return keep_reply(reply_key, ARGV[5], {nq, ns, more})

@@ -6,11 +6,13 @@
 --
 -- KEYS[1]  P:{q}:dlq
 -- KEYS[2]  P:{q}:t:     (task record key prefix)
--- ARGV[1]  age cutoff: entries scored (failed) at or before this ms go, ARGV[2] cap (0 = none),
+-- ARGV[1]  age (ms): entries that failed at least this long ago go, measured on the Redis clock
+--          (a worker's clock may be skewed), ARGV[2] cap (0 = none),
 -- ARGV[3]  most entries to look at in this call
 -- Returns  {removed, remaining}
 
-local cutoff, cap, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local cutoff = now_ms() - tonumber(ARGV[1])
+local cap, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local base = KEYS[2]
 local removed = 0
 local n = redis.call('ZCARD', KEYS[1])

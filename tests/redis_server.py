@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -21,14 +22,16 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None, aof: bool = False) -> None:
+    def __init__(
+        self, port: int | None = None, aof: bool = False, extra_args: Sequence[str] = ()
+    ) -> None:
         if not shutil.which("redis-server"):
             raise RuntimeError("redis-server is not on PATH (Debian package redis-server)")
         self.port = port or free_port()
         self.aof = aof
         self.dir = Path(tempfile.mkdtemp(prefix="dtq-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
-        self.extra_args: list[str] = []
+        self.extra_args: list[str] = list(extra_args)  # more redis-server options
 
     @property
     def url(self) -> str:

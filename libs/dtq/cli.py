@@ -23,6 +23,7 @@ import redis
 
 from dtq.admin import Admin, Conflict, UnknownQueue, filled_page
 from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
+from dtq.logs import one_line
 from dtq.settings import Settings, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
@@ -39,9 +40,10 @@ class Failed(Exception):
 def _settings(ctx: click.Context) -> Settings:
     obj = ctx.find_root().obj or {}
     overrides: dict[str, Any] = {}
-    if obj.get("redis_url"):
+    # Given but empty is refused by the settings (one line, exit 2), not taken as "unset".
+    if obj.get("redis_url") is not None:
         overrides["redis_url"] = obj["redis_url"]
-    if obj.get("prefix"):
+    if obj.get("prefix") is not None:
         overrides["key_prefix"] = obj["prefix"]
     return load_settings(**overrides)
 
@@ -58,22 +60,28 @@ def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
+def _echo(text: Any = "", err: bool = False) -> None:
+    """One line of human output: control characters in a name or an error text are shown
+    escaped, so a stored name cannot forge table rows or drive the terminal."""
+    click.echo(one_line(str(text)), err=err)
+
+
 def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
     if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
+        click.echo(json.dumps(data, indent=2, default=str))  # (JSON escapes controls)
     else:
         human()
 
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
     if not rows:
-        click.echo("(none)")
+        _echo("(none)")
         return
     cells = [[("" if c is None else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    _echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
     for r in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        _echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _age(seconds: float | None) -> str:
@@ -89,7 +97,10 @@ def _age(seconds: float | None) -> str:
 def _short_time(iso: str | None) -> str:
     if not iso:
         return "-"
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError):
+        return str(iso)  # shown as stored
 
 
 def _clip(text: str | None, n: int = 60) -> str:
@@ -133,6 +144,7 @@ def _json_arg(value: str | None, what: str) -> Any:
 @click.option("--eta", help="ISO 8601 time (with zone) before which it does not run.")
 @click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
 @click.option("--timeout", type=float, help="Seconds a run may take.")
+@click.option("--expires", type=float, help="Seconds from now by which a run must start.")
 @click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
 @json_option
 def enqueue(
@@ -145,10 +157,12 @@ def enqueue(
     eta: str | None,
     max_retries: int | None,
     timeout: float | None,
+    expires: float | None,
     idempotency_key: str | None,
     as_json: bool,
 ) -> None:
-    """Enqueue task NAME."""
+    """Enqueue task NAME. Retry budget, timeout and expiry left out come from the task's
+    declaration in the worker (``@app.task``)."""
     args = _json_arg(args_json, "--args")
     kwargs = _json_arg(kwargs_json, "--kwargs")
 
@@ -156,11 +170,12 @@ def enqueue(
         return await a.client.enqueue(
             name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
             max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
+            expires=expires,
         )  # fmt: skip
 
     h = _run(go)
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
-    _emit(data, as_json, lambda: click.echo(f"{h.id} {h.status.value}"
+    _emit(data, as_json, lambda: _echo(f"{h.id} {h.status.value}"
                                             + ("" if h.created else " (existing)")))  # fmt: skip
 
 
@@ -174,24 +189,24 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
 
     def human() -> None:
         for k in ("id", "name", "queue", "status", "priority", "attempt", "retries",
-                  "max_retries", "requeues", "worker_id", "enqueued_at", "started_at",
-                  "finished_at", "due_at"):  # fmt: skip
+                  "max_retries", "timeout", "expires_at", "defaults", "requeues", "worker_id",
+                  "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
             if d.get(k) not in (None, ""):
-                click.echo(f"{k:>12}: {d[k]}")
-        click.echo(f"{'args':>12}: {json.dumps(d['args'])}")
+                _echo(f"{k:>12}: {d[k]}")
+        _echo(f"{'args':>12}: {json.dumps(d['args'])}")
         if d.get("kwargs"):
-            click.echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
+            _echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
         if d.get("result") is not None:
-            click.echo(f"{'result':>12}: {json.dumps(d['result'])}")
+            _echo(f"{'result':>12}: {json.dumps(d['result'])}")
         if d.get("error"):
-            click.echo(f"{'error':>12}: {d['error']}")
+            _echo(f"{'error':>12}: {d['error']}")
         if history:
-            click.echo("history:")
+            _echo("history:")
             for e in d.get("history", []):
                 attempt = f" attempt {e['attempt']}" if e.get("attempt") else ""
                 worker = f" on {e['worker']}" if e.get("worker") else ""
                 detail = f" ({_clip(e['detail'])})" if e.get("detail") else ""
-                click.echo(f"  {_short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
+                _echo(f"  {_short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
 
     _emit(d, as_json, human)
 
@@ -229,7 +244,7 @@ def tasks(
         ]  # fmt: skip
         _table(rows, ["id", "name", "status", "attempt", "enqueued", "error"])
         if page.next_cursor:
-            click.echo(f"more: --cursor {page.next_cursor}")
+            _echo(f"more: --cursor {page.next_cursor}")
 
     _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
@@ -240,7 +255,7 @@ def tasks(
 def cancel(task_id: str, as_json: bool) -> None:
     """Cancel a task (a running one is asked to stop)."""
     d = _run(lambda a: a.cancel(task_id))
-    _emit(d, as_json, lambda: click.echo(f"{task_id}: {d['outcome']} ({d['status']})"))
+    _emit(d, as_json, lambda: _echo(f"{task_id}: {d['outcome']} ({d['status']})"))
     if d["outcome"] == "unchanged":
         raise Failed(f"task {task_id} already ended {d['status']}")
 
@@ -252,7 +267,7 @@ def cancel(task_id: str, as_json: bool) -> None:
 def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
     """Run a failed, cancelled or expired task again (same id, history kept)."""
     d = _run(lambda a: a.retry(task_id, max_retries=max_retries))
-    _emit(d, as_json, lambda: click.echo(f"{task_id}: queued"))
+    _emit(d, as_json, lambda: _echo(f"{task_id}: queued"))
 
 
 # --- queues ----------------------------------------------------------------------------------
@@ -285,7 +300,7 @@ def pause(queue: str, as_json: bool) -> None:
     """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish."""
     changed = _run(lambda a: a.pause(queue))
     _emit({"queue": queue, "paused": True, "changed": changed}, as_json,
-          lambda: click.echo(f"{queue}: paused" + ("" if changed else " (already)")))  # fmt: skip
+          lambda: _echo(f"{queue}: paused" + ("" if changed else " (already)")))  # fmt: skip
 
 
 @cli.command(epilog=EPILOG)
@@ -296,7 +311,7 @@ def resume(queue: str, as_json: bool) -> None:
     changed = _run(lambda a: a.resume(queue))
     note = "" if changed else " (was not paused)"
     _emit({"queue": queue, "paused": False, "changed": changed}, as_json,
-          lambda: click.echo(f"{queue}: resumed{note}"))  # fmt: skip
+          lambda: _echo(f"{queue}: resumed{note}"))  # fmt: skip
 
 
 def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
@@ -330,7 +345,7 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
 
     res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p))
     _emit({"queue": queue, **res.to_dict()}, as_json,
-          lambda: click.echo(f"{queue}: purged {res.done} tasks "
+          lambda: _echo(f"{queue}: purged {res.done} tasks "
                              f"({res.skipped['queued']} queued, "
                              f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
 
@@ -369,7 +384,7 @@ def schedules(queue: str | None, as_json: bool) -> None:
     periodic, delayed = _run(go)
 
     def human() -> None:
-        click.echo("periodic schedules:")
+        _echo("periodic schedules:")
         rows = [
             (s["name"], s["queue"], s["task"],
              s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
@@ -377,7 +392,7 @@ def schedules(queue: str | None, as_json: bool) -> None:
             for s in periodic
         ]  # fmt: skip
         _table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
-        click.echo("delayed tasks and retries:")
+        _echo("delayed tasks and retries:")
         _table([(d.task_id, d.name, d.kind, _short_time(d.due_at)) for d in delayed],
                ["task", "name", "kind", "due"])  # fmt: skip
 
@@ -430,7 +445,7 @@ def dlq_list(
         ]  # fmt: skip
         _table(rows, ["task", "name", "failed", "attempts", "error"])
         if page.next_cursor:
-            click.echo(f"more: --cursor {page.next_cursor}")
+            _echo(f"more: --cursor {page.next_cursor}")
 
     _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
@@ -521,13 +536,13 @@ def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
         click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True)
     n = _with_bar("purging", lambda a: a.dlq_count(queue),
                   lambda a, p: a.dlq_purge(queue, progress=p))  # fmt: skip
-    _emit({"discarded": n}, as_json, lambda: click.echo(f"discarded {n} dead letters"))
+    _emit({"discarded": n}, as_json, lambda: _echo(f"discarded {n} dead letters"))
 
 
 def _report(verb: str, res: Any, as_json: bool) -> None:
     def human() -> None:
         skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
-        click.echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
+        _echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
 
     _emit(res.to_dict(), as_json, human)
     if res.done == 0 and res.skipped:
@@ -562,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="dtq", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        _echo("aborted", err=True)
         sys.exit(EXIT_FAILED)
     except click.ClickException as exc:
         exc.show()
@@ -570,13 +585,19 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except (ConfigError, InvalidRequest) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_REDIS)
+    except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+        _echo(f"error: Redis refused the write: {exc}", err=True)  # (as the SDK says it)
+        sys.exit(EXIT_REDIS)
+    except redis.ResponseError as exc:
+        _echo(f"error: Redis answered with an error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
     except (UnknownTask, UnknownQueue, Conflict, Failed, DtqError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 

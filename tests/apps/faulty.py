@@ -124,3 +124,18 @@ async def big_result(size: int) -> str:
 @app.task(name="not_json", max_retries=3)
 async def not_json() -> object:
     return object()
+
+
+@app.task(name="slow_then_quick", max_retries=3)
+async def slow_then_quick(seconds: float, journal_path: str = "") -> dict[str, Any]:
+    """Sleeps ``seconds`` on its first attempt only; a later attempt ends at once (so one that
+    should never run finishes before any heartbeat could stop it)."""
+    ctx = current_task()
+    journal(journal_path, "start")
+    try:
+        await asyncio.sleep(seconds if ctx.attempt == 1 else 0.01)
+    except asyncio.CancelledError:
+        journal(journal_path, "cancelled")
+        raise
+    journal(journal_path, "finish")
+    return {"attempt": ctx.attempt, "worker": ctx.worker_id}

@@ -166,6 +166,13 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.admin = Admin(settings, app=tasks_app)
+        try:  # best effort: Redis may not be up yet, the API starts anyway
+            warned = await app.state.admin.eviction_warning()
+        except Exception as exc:
+            log.debug("maxmemory-policy not checked: %s", exc)
+        else:
+            if warned:
+                log.warning("%s", warned)
         try:
             yield
         finally:

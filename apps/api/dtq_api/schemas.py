@@ -115,6 +115,12 @@ class Task(Open):  # type: ignore[no-redef]
     requeues: int | None = None
     created: bool | None = Field(None, description="On enqueue: false for an existing task.")
     history: list[Event] | None = None
+    defaults: Literal["declared", "default"] | None = Field(
+        None,
+        description="Before its first claim, for a task enqueued without knowing it: where the "
+        "max_retries/timeout/expires_at left unset come from (a worker's declaration, or dtq's "
+        "defaults where no worker declared the name). Null once claimed, or when all were given.",
+    )
 
 
 CURSOR_DOC = (

@@ -8,6 +8,8 @@ import time
 
 import redis.exceptions as rex
 
+from dtq.eviction import is_oom
+
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
     "max number of clients", "NOREPLICAS",
@@ -15,10 +17,12 @@ _TRANSIENT_REPLIES = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Connection refused/reset, timeouts, restarts, failovers, too many clients."""
+    """Connection refused/reset, timeouts, restarts, failovers, too many clients, OOM."""
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
         return True
     if isinstance(exc, rex.BusyLoadingError | rex.ReadOnlyError):
+        return True
+    if is_oom(exc):  # Redis at maxmemory (noeviction): writes land again once memory frees
         return True
     if isinstance(exc, rex.ResponseError):
         text = str(exc)

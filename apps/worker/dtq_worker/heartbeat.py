@@ -25,6 +25,10 @@ class Heartbeat:
         self.last_ok = time.monotonic()
         self.started_at = int(time.time() * 1000)
         self.backoff = Backoff(log, "heartbeat")
+        # Redis time minus this process's monotonic clock (ms), from a TIME sent with every beat:
+        # heartbeat times are on the Redis clock, which retention and observers compare them
+        # with, whatever this host's wall clock says (or how it jumps).
+        self.clock_offset_ms: int | None = None
 
     async def loop(self) -> None:
         w = self.w
@@ -38,6 +42,7 @@ class Heartbeat:
             # it resumes; its touch then reports the claims it lost instead.
             if ok:
                 failing_since = None
+                w.recovery.tick()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
@@ -51,6 +56,11 @@ class Heartbeat:
                 return
             pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
             await w.sleep_until_finished(pause)
+
+    def set_clock(self, reply: tuple[int, int]) -> None:
+        """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""
+        sec, usec = reply
+        self.clock_offset_ms = int(sec) * 1000 + int(usec) // 1000 - int(time.monotonic() * 1000)
 
     def status(self) -> str:
         w = self.w
@@ -66,9 +76,11 @@ class Heartbeat:
         by_queue: dict[str, list[Run]] = defaultdict(list)
         for r in runs:
             by_queue[r.claimed.queue].append(r)
-        now_ms = int(time.time() * 1000)
         hb_ttl_ms = int(w.settings.heartbeat_interval_s * 3000)
         try:
+            if self.clock_offset_ms is None:
+                self.set_clock(await w.redis.time())
+            now_ms = int(time.monotonic() * 1000) + (self.clock_offset_ms or 0)
             async with w.redis.pipeline(transaction=False) as pipe:
                 key = w.keys.worker(w.worker_id)
                 pipe.hset(
@@ -95,6 +107,7 @@ class Heartbeat:
                 for q in queues:
                     refs = [r.ref for r in by_queue[q]]
                     await w.scripts.run(sc.touch_call(w.keys.queue(q), w.worker_id, refs), pipe)
+                pipe.time()
                 replies = await pipe.execute()
         except Exception as exc:
             if not is_transient(exc):
@@ -110,7 +123,8 @@ class Heartbeat:
         w.healthy.set()
         for r in runs:
             r.leased_mono = sent  # renewed by this beat (a lost one is dropped just below)
-        for q, raw in zip(queues, replies[3:], strict=True):
+        self.set_clock(replies[-1])
+        for q, raw in zip(queues, replies[3:-1], strict=True):
             self.apply_touch(q, sc.parse_touch(raw), by_queue[q])
         if w.ready:
             w.fill_slots()  # runs claimed ahead whose lease was too old to start

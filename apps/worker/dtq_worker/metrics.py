@@ -37,6 +37,12 @@ class WorkerMetrics:
         self.claims_lost = Counter(
             "dtq_claims_lost_total", "Runs this worker found reclaimed by another", registry=r
         )
+        self.adopted = Counter(
+            "dtq_runs_adopted_total",
+            "Runs this worker claimed but whose claim reply was lost, found by recover.lua and "
+            "run (or handed back, when stopping)",
+            registry=r,
+        )
         self.stale_writes = Counter(
             "dtq_stale_writes_total", "Outcome writes rejected by the fence", registry=r
         )

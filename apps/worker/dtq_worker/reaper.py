@@ -32,10 +32,35 @@ class Reaper:
             await self.reap_once()
 
     async def reap_once(self) -> sc.ReclaimResult:
+        """One pass over every queue's pending entries: every run idle past the visibility
+        timeout when the pass starts is reclaimed by its end, however many live runs its band
+        holds. The pass is a series of reclaim.lua calls of bounded work, each going on where
+        the one before stopped."""
         w = self.w
-        s = w.settings
         total = sc.ReclaimResult(0, 0, 0)
         for queue in w.queues:
+            res = await self._pass(queue)
+            if res is None:
+                continue
+            lost = res.requeued + res.failed + res.cancelled
+            if lost:
+                log.warning("reclaimed %d lost runs on %s (%d failed past their retries, %d "
+                            "cancelled as requested)", lost, queue, res.failed,
+                            res.cancelled)  # fmt: skip
+            total = sc.ReclaimResult(
+                total.requeued + res.requeued, total.failed + res.failed,
+                total.absorbed + res.absorbed, cancelled=total.cancelled + res.cancelled,
+            )  # fmt: skip
+        return total
+
+    async def _pass(self, queue: str) -> sc.ReclaimResult | None:
+        """Reclaim calls over ``queue`` until its pass is complete (None: its groups were
+        missing and are recreated; the next pass covers it)."""
+        w = self.w
+        s = w.settings
+        band, cursor = 1, "0-0"
+        requeued = failed = absorbed = cancelled = 0
+        while True:
             call = sc.reclaim_call(
                 w.keys.queue(queue),
                 w.worker_id,
@@ -43,21 +68,20 @@ class Reaper:
                 count=max(10, s.worker_concurrency * 2),
                 events_maxlen=s.events_maxlen,
                 ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
+                band=band,
+                cursor=cursor,
             )
             try:
                 res = sc.parse_reclaim(await w.scripts.run(call))
             except Exception as exc:
                 if is_nogroup(exc):
                     await w.ensure_groups()
-                    continue
+                    return None
                 raise
-            if res.requeued or res.failed:
-                log.warning("reclaimed %d lost runs on %s (%d failed past their retries)",
-                            res.requeued + res.failed, queue, res.failed)  # fmt: skip
-            w.metrics.reclaimed.inc(res.requeued + res.failed)
+            w.metrics.reclaimed.inc(res.requeued + res.failed + res.cancelled)
             w.metrics.absorbed.inc(res.absorbed)
-            total = sc.ReclaimResult(
-                total.requeued + res.requeued, total.failed + res.failed,
-                total.absorbed + res.absorbed,
-            )  # fmt: skip
-        return total
+            requeued, failed = requeued + res.requeued, failed + res.failed
+            absorbed, cancelled = absorbed + res.absorbed, cancelled + res.cancelled
+            if not res.more or w.stopping:
+                return sc.ReclaimResult(requeued, failed, absorbed, cancelled=cancelled)
+            band, cursor = res.band, res.cursor

@@ -9,6 +9,8 @@ loop, removes the rest:
 - dead letters older than DTQ_DLQ_TTL_S, whose record expired, or beyond DTQ_DLQ_MAX (oldest);
 - workers silent for DTQ_DEAD_WORKER_TTL_S (the ``P:workers`` zset) and their stream consumers
   that hold no pending entries;
+- registered queue names (``P:queues``) whose queue held nothing on two passes in a row and that
+  no live worker consumes;
 - via a SCAN cursor kept between passes: idempotency keys left without a TTL whose task is gone,
   finished records without a TTL, and concurrency-limit queues whose runs vanished.
 """
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
-from dtq.keys import GROUP
+from dtq.settings import QUEUE_NAME_RE
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -32,6 +35,7 @@ log = logging.getLogger("dtq.retention")
 DLQ_BATCH = 1000  # dead letters looked at per queue per pass
 SCAN_CALLS = 20  # SCAN calls per pass
 SCAN_COUNT = 1000
+_STREAM = re.compile(r"p[0-9]")
 
 
 @dataclass
@@ -42,12 +46,15 @@ class RetentionReport:
     idem_removed: int = 0
     records_expired: int = 0
     parked_released: int = 0
+    queues_forgotten: int = 0
+    queues_registered: int = 0
     scan_done: bool = False
     queues: list[str] = field(default_factory=list)
 
 
-def dlq_call(dlq: str, task_base: str, cutoff_ms: int, cap: int, budget: int) -> sc.Call:
-    return sc.Call("retention_dlq", [dlq, task_base], [cutoff_ms, cap, budget])
+def dlq_call(dlq: str, task_base: str, age_ms: int, cap: int, budget: int) -> sc.Call:
+    """Prune dead letters older than age_ms (on the Redis clock), beyond cap, or gone."""
+    return sc.Call("retention_dlq", [dlq, task_base], [age_ms, cap, budget])
 
 
 class Retention:
@@ -55,6 +62,7 @@ class Retention:
         self.w = worker
         self.next_at = time.monotonic() + worker.settings.retention_interval_s * random.random()
         self.cursor = 0
+        self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
     @property
     def lock_key(self) -> str:
@@ -83,58 +91,91 @@ class Retention:
         w = self.w
         s = w.settings
         rep = RetentionReport()
-        now_ms = int(time.time() * 1000)
         queues = sorted(str(q) for q in await w.redis.smembers(w.keys.queues))  # type: ignore[misc]
         rep.queues = queues
         for q in queues:
             qk = w.keys.queue(q)
             raw = await w.scripts.run(
-                dlq_call(qk.dlq, qk.task_base, now_ms - s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
+                dlq_call(qk.dlq, qk.task_base, s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
             )
             rep.dlq_removed += int(raw[0])
             if s.events_maxlen > 0:
                 await w.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
-        rep.workers_removed = await self.prune_workers(now_ms)
+        rep.workers_removed = await self.prune_workers()
         rep.consumers_removed = await self.prune_consumers(queues)
-        await self.scan_pass(rep)
+        rep.queues_forgotten = await self.forget_queues(queues)
+        await self.scan_pass(rep, set(queues))
         return rep
 
-    async def prune_workers(self, now_ms: int) -> int:
+    async def prune_workers(self) -> int:
+        """Drop ``P:workers`` entries older than the dead-worker age, on the Redis clock (the
+        scores are Redis time too, see heartbeat.py): a skewed worker clock prunes nothing live."""
         w = self.w
-        cutoff = now_ms - int(w.settings.dead_worker_ttl_s * 1000)
+        sec, usec = await w.redis.time()
+        cutoff = int(sec) * 1000 + int(usec) // 1000 - int(w.settings.dead_worker_ttl_s * 1000)
         return int(await w.redis.zremrangebyscore(w.keys.workers, "-inf", cutoff))
 
     async def prune_consumers(self, queues: list[str]) -> int:
-        """Delete stream consumers idle past the dead-worker age that hold no pending entry."""
+        """Delete stream consumers idle past the dead-worker age that hold no pending entry; the
+        check and the delete are one script per queue (lua/retention_consumers.lua), so a claim
+        can never land between them."""
         w = self.w
         idle_ms = int(w.settings.dead_worker_ttl_s * 1000)
         removed = 0
         for q in queues:
-            for stream in w.keys.queue(q).streams:
-                try:
-                    consumers = await w.redis.xinfo_consumers(stream, GROUP)
-                except Exception:  # no stream or group yet
-                    continue
-                for c in consumers:
-                    if int(c.get("pending", 0)) == 0 and int(c.get("idle", 0)) >= idle_ms:
-                        await w.redis.xgroup_delconsumer(stream, GROUP, c["name"])
-                        removed += 1
+            removed += int(await w.scripts.run(sc.consumer_prune_call(w.keys.queue(q), idle_ms)))
         return removed
 
-    async def scan_pass(self, rep: RetentionReport) -> None:
-        """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass."""
+    async def forget_queues(self, queues: list[str]) -> int:
+        """Drop from ``P:queues`` the names whose queue held nothing on this pass and the last
+        one (lua/retention_queue.lua) and that no live worker consumes, with their empty keys;
+        a client that enqueues to one again registers it again."""
+        w = self.w
+        consumed: set[str] = set(w.queues)
+        ids = await w.redis.zrange(w.keys.workers, 0, -1)
+        if ids:
+            async with w.redis.pipeline(transaction=False) as pipe:
+                for wid in ids:
+                    pipe.hget(w.keys.worker(str(wid)), "queues")
+                for listed in await pipe.execute():
+                    consumed.update(q for q in str(listed or "").split(",") if q)
+        empty: set[str] = set()
+        forgotten = 0
+        for q in queues:
+            if q in consumed:
+                continue
+            drop = q in self.empty_before
+            if int(await w.scripts.run(sc.queue_empty_call(w.keys.queue(q), drop))) != 1:
+                continue
+            if drop:
+                await w.redis.srem(w.keys.queues, q)
+                forgotten += 1
+                log.info("retention: forgot queue %s (it held nothing, no worker consumes it)", q)
+            else:
+                empty.add(q)
+        self.empty_before = empty
+        return forgotten
+
+    async def scan_pass(self, rep: RetentionReport, registered: set[str]) -> None:
+        """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass.
+        A queue with waiting work that is missing from ``P:queues`` (forgotten while empty, then
+        used by a client that had registered it before) is registered again."""
         w = self.w
         s = w.settings
         pattern = f"{w.keys.prefix}:{{{w.keys.prefix}:*"
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)
+        busy: set[str] = set()
         for _ in range(SCAN_CALLS):
             self.cursor, batch = await w.redis.scan(self.cursor, match=pattern, count=SCAN_COUNT)
             for key in batch:
-                self._sort(str(key), found, held)
+                self._sort(str(key), found, held, busy)
             if self.cursor == 0:
                 rep.scan_done = True
                 break
+        missing = sorted(q for q in busy - registered if QUEUE_NAME_RE.fullmatch(q))
+        if missing:
+            rep.queues_registered = int(await w.redis.sadd(w.keys.queues, *missing))
         for q, keys in found.items():
             qk = w.keys.queue(q)
             for i in range(0, len(keys), 500):
@@ -149,16 +190,23 @@ class Retention:
                 rep.records_expired += int(raw[1])
         for q, lks in held.items():
             qk = w.keys.queue(q)
-            call = sc.Call("limit_sweep", [*qk.streams, qk.task_base, qk.lim_base], lks)
-            rep.parked_released += int(await w.scripts.run(call))
+            for i in range(0, len(lks), 100):
+                n, _ = await w.scripts.run(sc.limit_sweep_call(qk, lks[i : i + 100]))
+                rep.parked_released += int(n)
 
-    def _sort(self, key: str, found: dict[str, list[str]], held: dict[str, list[str]]) -> None:
+    def _sort(
+        self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
+    ) -> None:
         prefix = self.w.keys.prefix
         head = f"{prefix}:{{{prefix}:"
         close = key.find("}:", len(head))
         if not key.startswith(head) or close < 0:
             return
         queue, rest = key[len(head) : close], key[close + 2 :]
+        if rest == "sched" or _STREAM.fullmatch(rest):
+            # A stream or schedule: forget_queues deletes these, so after it they mean new work
+            # (finished records would not: they wait for their TTL).
+            busy.add(queue)
         if rest.startswith(("t:", "idem:")):
             found[queue].append(key)
         elif rest.startswith("lim:") and rest.endswith(":held"):

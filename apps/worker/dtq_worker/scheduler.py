@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dtq.scheduler")
 LEASE_MS = 10_000
 BATCH = 1000
+SWEEP_CALLS = 20  # limit_sweep calls per queue per tick (5000 parked ids each at most)
 
 
 class Scheduler:
@@ -60,6 +61,7 @@ class Scheduler:
                 res = await self.promote(queue)
                 if res.promoted + res.dropped < BATCH:
                     break
+            await self.sweep_owed(queue)
             if res.next_due_ms is not None:
                 soonest = res.next_due_ms if soonest is None else min(soonest, res.next_due_ms)
             next_fire = await self.periodic.tick(queue)  # periodic schedules (dtq.schedules)
@@ -71,6 +73,17 @@ class Scheduler:
         w = self.w
         call = sc.promote_call(w.keys.queue(queue), BATCH, w.settings.events_maxlen)
         return sc.parse_promote(await w.scripts.run(call))
+
+    async def sweep_owed(self, queue: str) -> int:
+        """Finish the parked-task releases a run's end left owed (dead parked ids used up its
+        budget, see lua/limit_sweep.lua); each call looks at no more than 5000 parked ids."""
+        released = 0
+        for _ in range(SWEEP_CALLS):
+            n, more = await self.w.scripts.run(sc.limit_sweep_call(self.w.keys.queue(queue), []))
+            released += int(n)
+            if not int(more):
+                break
+        return released
 
     async def release(self) -> None:
         for queue in list(self.leading):

@@ -21,11 +21,13 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from dtq import eviction
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.connection import async_redis
-from dtq.errors import SchemaMismatch
+from dtq.declared import declarations
+from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
@@ -35,6 +37,7 @@ from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
 from dtq_worker.reaper import Reaper
+from dtq_worker.recovery import Recovery
 from dtq_worker.runs import Run, StopReason
 from dtq_worker.scheduler import Scheduler
 from dtq_worker.supervisor import supervise
@@ -42,6 +45,8 @@ from dtq_worker.supervisor import supervise
 log = logging.getLogger("dtq.worker")
 
 EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
+# At most this many cancel hints are kept for tasks not held here (Worker.cancel_hints).
+CANCEL_HINTS_MAX = 4096
 
 
 class Worker:
@@ -77,6 +82,11 @@ class Worker:
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
         self.inflight: dict[tuple[str, str], Run] = {}
+        # Cancel hints heard for tasks not in ``inflight``: tid -> when heard (monotonic). A
+        # claim whose reply was still on its way when its run's hint came launches that run
+        # stopped (launch). Bounded: CANCEL_HINTS_MAX, and none older than the visibility
+        # timeout (by then every heartbeat's touch reports the durable flag anyway).
+        self.cancel_hints: dict[str, float] = {}
         # Read when scraped: no gauge update per task on the hot path.
         self.metrics.inflight.set_function(lambda: len(self.inflight))
         # Slots: a run holds one from launch until its outcome write begins: while its body
@@ -102,6 +112,8 @@ class Worker:
         self.reaper = Reaper(self)
         self.scheduler = Scheduler(self)
         self.heartbeat = Heartbeat(self)
+        self.recovery = Recovery(self)
+        self.scripts.on_reply_lost = self.recovery.reply_lost
         self._bg: set[asyncio.Task[Any]] = set()
 
     # --- state ---------------------------------------------------------------------------
@@ -151,6 +163,11 @@ class Worker:
         if sent is not None:
             run.leased_mono = sent
         old = self.inflight.get(run.key)
+        if old is not None and old.claimed.attempt == claimed.attempt:
+            # The same run twice (a recovery and a claim reply both carrying it): it runs once.
+            log.warning("run %s attempt %d is already held here; not started again",
+                        run.task_id, claimed.attempt)  # fmt: skip
+            return
         if old is not None:
             # An older attempt of this task still runs here (this worker was frozen, its run
             # was reclaimed, and it has now claimed the task again): claim.lua starts a new
@@ -163,6 +180,16 @@ class Worker:
         self.active += 1
         self.active_per_queue[q] = self.active_per_queue.get(q, 0) + 1
         run.holds_slot = True
+        if self.cancel_hints:
+            heard = self.cancel_hints.pop(claimed.tid, None)
+            # Only a hint heard after the claim was sent is this run's (cancel.lua flags a
+            # running task: this claim had run); an older one was for an earlier life.
+            if heard is not None and heard >= run.leased_mono:
+                log.info("cancel requested before its claim's reply came: %s attempt %d",
+                         run.task_id, claimed.attempt)  # fmt: skip
+                run.stop(StopReason.CANCELLED, "cancelled by request")
+                self._start(run)  # writes "cancelled"; its body never starts
+                return
         if self.active - len(self.ready) <= self.settings.worker_concurrency and self._fresh(run):
             self._start(run)  # (also while stopping: the drain lets a claim in flight run)
         else:
@@ -258,6 +285,8 @@ class Worker:
     def _forget(self, run: Run) -> None:
         if self.inflight.get(run.key) is run:
             del self.inflight[run.key]
+            if not run.answered:
+                self.recovery.forgotten(run)
             if run.waiting:  # its body never started
                 self.ready.remove(run)
                 run.waiting = False
@@ -271,11 +300,30 @@ class Worker:
         self.detached_threads -= 1
 
     def request_cancel(self, queue: str | None, tid: str) -> None:
+        held = False
         for run in list(self.inflight.values()):
             same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
+            held = held or same
             if same and run.stop_reason is None:
                 log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
                 self.stop_run(run, StopReason.CANCELLED, "cancelled by request")
+        if not held:
+            self._remember_hint(tid)
+
+    def _remember_hint(self, tid: str) -> None:
+        """Keep a cancel hint for a task not held here: a claim of it may be on its way back
+        (launch applies it). Every worker hears every hint; most are for other workers' runs
+        and age out."""
+        now = time.monotonic()
+        hints = self.cancel_hints
+        hints.pop(tid, None)
+        hints[tid] = now  # insertion order is age order: the oldest go first
+        horizon = now - self.settings.visibility_timeout_s
+        while hints:
+            oldest = next(iter(hints))
+            if len(hints) <= CANCEL_HINTS_MAX and hints[oldest] >= horizon:
+                break
+            del hints[oldest]
 
     def stop_run(self, run: Run, reason: StopReason, detail: str = "") -> None:
         """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
@@ -320,21 +368,44 @@ class Worker:
                         f"Redis keyspace {self.keys.prefix!r} has schema version {found!r}; "
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
+                await self.check_eviction()
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
+                sec, usec = await self.redis.time()
+                self.recovery.since_ms = sec * 1000 + usec // 1000
                 return
-            except SchemaMismatch:
+            except (SchemaMismatch, ConfigError):
                 raise
             except Exception as exc:
                 if not is_transient(exc) or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(backoff.failed(exc))
 
+    async def check_eviction(self) -> None:
+        """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
+        ``volatile-*`` (dtq.eviction)."""
+        policy = await eviction.eviction_policy(self.redis)
+        refused = eviction.refusal(policy)
+        if refused:
+            raise ConfigError(refused)
+        warned = eviction.warning(policy)
+        if warned:
+            log.warning("%s", warned)
+
     async def ensure_groups(self) -> None:
+        """Create each consumed queue's streams and group, and publish there what each task
+        declares (max_retries, timeout, expires: dtq.declared), which the claim applies to tasks
+        enqueued by clients that never imported them. Every task, whatever queue it names (one
+        enqueued by name may be sent to any queue); again whenever the streams were found gone
+        (a flush), so the declarations come back with them."""
+        decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
-                for stream in self.keys.queue(q).streams:
+                qk = self.keys.queue(q)
+                for stream in qk.streams:
                     pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                if decl:
+                    pipe.hset(qk.decl, mapping=decl)  # type: ignore[arg-type]
             replies = await pipe.execute(raise_on_error=False)
         for r in replies:
             if isinstance(r, Exception) and "BUSYGROUP" not in str(r):
@@ -487,6 +558,9 @@ class Worker:
             leftovers = [r for r in leftovers if not r.answered]
             if leftovers:
                 await self._hand_back(leftovers)
+        # Runs a late claim started whose reply was lost: handed back, spending nothing. After
+        # the leftovers, so a stop while Redis is away does not wait for this to cancel them.
+        await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
         # Runs stopped for another reason (cancel, claim loss) finish their own writes.
         others = [r.task for r in self.inflight.values() if r.task and not r.task.done()]
         if others:
@@ -505,6 +579,10 @@ class Worker:
         await self._hand_back(unstarted, started=False)
         for r in unstarted:  # not handed back (Redis stayed away): reclaimed after the timeout
             self._forget(r)
+
+    async def hand_back(self, runs: list[Run], started: bool = True) -> None:
+        """Hand ``runs`` back to their queues (see _hand_back)."""
+        await self._hand_back(runs, started)
 
     async def _hand_back(self, runs: list[Run], started: bool = True) -> None:
         """requeue.lua for every leftover run; retried while Redis is away, up to the deadline.
