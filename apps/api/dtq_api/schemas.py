@@ -22,6 +22,7 @@ from dtq.models import TaskStatus
 
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}$"
 # Strict numbers: in a union a too-long digit string must not fall through to int 0.
+NO_CONTROL_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"  # dtq.settings.CONTROL_RE, negated
 Scalar = Annotated[str, Field(max_length=200)] | StrictInt | StrictFloat | StrictBool | None
 
 
@@ -58,13 +59,20 @@ class EnqueueRequest(BaseModel):
         extra="forbid", json_schema_extra={"not": {"required": ["delay", "eta"]}}
     )
 
-    name: str = Field(min_length=1, max_length=200, description="Registered task name.")
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=NO_CONTROL_RE,
+        description="Registered task name (no control characters).",
+    )
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     priority: int | None = Field(None, ge=0, le=9, description="0-9, 9 served first.")
     delay: float | None = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
-    eta: AwareDatetime | None = Field(None, description="ISO 8601 time with a zone.")
+    eta: AwareDatetime | None = Field(
+        None, description="ISO 8601 time with a zone, within 10 years of now (else 422)."
+    )
     max_retries: int | None = Field(None, ge=0, le=1_000_000)
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=256)
