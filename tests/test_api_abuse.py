@@ -329,3 +329,23 @@ async def test_internal_errors_carry_the_security_headers_too(
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal"
     assert "frame-ancestors 'none'" in r.headers.get("content-security-policy", "")
     assert r.headers.get("x-content-type-options") == "nosniff"
+
+
+async def test_allowed_hosts_bound_the_host_check_beyond_loopback(settings: Settings) -> None:
+    named = settings.model_copy(update={"api_allowed_hosts": ("dtq.internal",), "api_token": "t"})
+    hdr = {"Authorization": "Bearer t"}
+    app = create_app(named, bind_host="0.0.0.0")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        await c.post("/api/v1/tasks", json={"name": "add"}, headers={**hdr, "Host": "dtq.internal"})
+        r = await c.post("/api/v1/queues/default/pause", headers={**hdr, "Host": "dtq.internal"})
+        assert r.status_code == 200, r.text
+        r = await c.post("/api/v1/queues/default/resume", headers={**hdr, "Host": "evil.example"})
+        assert r.status_code == 403, r.text
+    # No names given and bound beyond loopback: any Host (only Origin is checked).
+    app = create_app(settings.model_copy(update={"api_token": "t"}), bind_host="0.0.0.0")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        r = await c.post("/api/v1/queues/default/resume", headers={**hdr, "Host": "any.example"})
+        assert r.status_code == 200, r.text
+        foreign = {**hdr, "Host": "any.example", "Origin": "http://evil.example"}
+        r = await c.post("/api/v1/queues/default/pause", headers=foreign)
+        assert r.status_code == 403, r.text
