@@ -7,6 +7,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -17,13 +18,13 @@ from tests.redis_server import free_port
 
 
 class ApiProc:
-    def __init__(self, settings: Settings, **env: str) -> None:
+    def __init__(self, settings: Settings, args: Sequence[str] = (), **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"dtq-api-{secrets.token_hex(4)}.log"
         self._fh = self.log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dtq_api", "--port", str(self.port)],
+            [sys.executable, "-m", "dtq_api", "--port", str(self.port), *args],
             cwd=ROOT,
             env=worker_env(settings, **env),
             stdout=self._fh,

@@ -59,8 +59,14 @@ def shot(page: Any, name: str) -> None:
 
 @pytest.mark.slow
 def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_page: Any) -> None:
+    from playwright.sync_api import expect
+
     from dtq.schedules import Schedule, add_schedule
 
+    # The page runs under dtq-api's Content-Security-Policy: any violation fails the test.
+    csp_violations: list[str] = []
+    browser_page.on("console", lambda m: csp_violations.append(m.text)
+                    if "Content Security Policy" in m.text else None)  # fmt: skip
     # A slower heartbeat than the suite's 0.2 s: a loaded machine must not flip it to stale.
     settings = settings.model_copy(update={"heartbeat_interval_s": 1.0, "visibility_timeout_s": 10})
     spawn_worker("tests.apps.basic:app", settings, "--worker-id", "w-dash")
@@ -116,9 +122,8 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
             assert c.get(held[0].id).status.value == "queued"
             page.click(f"{held_row} button[data-act=purge]")
             page.click("#confirm-ok")
-            page.wait_for_function(
-                "document.querySelector('tr[data-queue=held] td:nth-child(3)').innerText === '0'"
-            )
+            # Locator waits, not wait_for_function: the page's CSP forbids evaluating strings.
+            expect(page.locator("tr[data-queue=held] td:nth-child(3)")).to_have_text("0")
             with pytest.raises(Exception, match="no task"):
                 c.get(held[0].id)
             shot(page, "queues")
@@ -129,9 +134,7 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
             page.click("#task-filters button[type=submit]")
             page.wait_for_selector(f"tr[data-task='{done[0].id}']")
             # The unfiltered page may still be showing: wait for the filtered one (6 rows).
-            page.wait_for_function(
-                "document.querySelectorAll('[data-testid=tasks-table] tr[data-task]').length === 6"
-            )
+            expect(page.locator("[data-testid=tasks-table] tr[data-task]")).to_have_count(6)
             assert page.locator("[data-testid=tasks-table] .badge.failed").count() == 0
             shot(page, "tasks")
             page.click(f"tr[data-task='{done[2].id}']")
@@ -181,6 +184,7 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
         for name in ("overview", "queues", "tasks", "task-detail", "dead-letters", "workers",
                      "schedules"):  # fmt: skip
             assert (SHOTS / f"{name}.png").stat().st_size > 5000
+        assert not csp_violations, csp_violations
     except Exception:
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"failure-{int(time.time())}.png"), full_page=True)

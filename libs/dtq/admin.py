@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,10 @@ BATCH = 500
 """Tasks handled per script call by purge and bulk dead-letter operations."""
 MAX_PAGE = 1000
 HISTORY_SCAN = 20_000
+SCAN_BUDGET = 20
+"""Most SCAN calls (COUNT 1000 each) one task listing makes before answering with a cursor."""
+DLQ_BUDGET = 10_000
+"""Most zset entries one dead-letter (or failed/scheduled) listing examines per request."""
 """Most event-stream entries read to build one task's history."""
 RETRYABLE = ("failed", "cancelled", "expired")
 
@@ -225,10 +229,17 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A page of results and the cursor of the next (None on the last page)."""
+    """A page of results and the cursor of the next (None on the last page).
+
+    A page may hold fewer than ``limit`` items, even none, while ``next_cursor`` is set: each
+    request stops after a bounded amount of work (``SCAN_BUDGET``, ``DLQ_BUDGET``).
+    ``scans`` and ``examined`` say what this page cost: SCAN calls, records/entries read.
+    """
 
     items: list[Any]
     next_cursor: str | None
+    scans: int = 0
+    examined: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +279,30 @@ def _check_queue_name(name: str) -> None:
 
 def _id_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
+
+
+async def filled_page(
+    fetch: Callable[[str | None, int], Awaitable[Page]], cursor: str | None, limit: int
+) -> Page:
+    """Follow ``fetch(cursor, room)`` until ``limit`` items or the end: for a caller of its own
+    (the CLI) that wants a full page; each call stays bounded, so Redis is never held long."""
+    items: list[Any] = []
+    scans = examined = 0
+    while True:
+        page = await fetch(cursor, limit - len(items))
+        items += page.items
+        scans, examined = scans + page.scans, examined + page.examined
+        cursor = page.next_cursor
+        if cursor is None or len(items) >= limit:
+            return Page(items, cursor, scans, examined)
+
+
+def _int(value: str | None) -> int:
+    """A counter field as an int; 0 when missing or unreadable (never a 500 for a listing)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
 
 
 def _chunks(items: Sequence[str], n: int) -> Iterable[Sequence[str]]:
@@ -348,62 +383,86 @@ class Admin:
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every known queue with its depth per priority, schedule, running, dead letters."""
-        names = await self.queue_names()
-        return [await self.queue_info(n) for n in names]
+        return await self.queue_infos(await self.queue_names())
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
         return await self.queue_info(name)
 
     async def queue_info(self, name: str) -> QueueInfo:
-        qk = self.keys.queue(name)
+        return (await self.queue_infos([name]))[0]
+
+    async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
+        """The state of each queue in ``names``: two pipelined round trips for all of them."""
+        per = 2 * len(PRIORITIES) + 3
         async with self._r.pipeline(transaction=False) as pipe:
-            for p in PRIORITIES:
-                pipe.xlen(qk.stream(p))
-                pipe.xinfo_groups(qk.stream(p))
-            pipe.zcard(qk.sched)
-            pipe.zcard(qk.dlq)
-            pipe.exists(qk.paused)
+            for name in names:
+                qk = self.keys.queue(name)
+                for p in PRIORITIES:
+                    pipe.xlen(qk.stream(p))
+                    pipe.xinfo_groups(qk.stream(p))
+                pipe.zcard(qk.sched)
+                pipe.zcard(qk.dlq)
+                pipe.exists(qk.paused)
             pipe.time()
             raw = await pipe.execute(raise_on_error=False)
-        depth: dict[int, int] = {}
-        running = 0
-        starts: dict[int, str] = {}
-        for i, p in enumerate(PRIORITIES):
-            length, groups = raw[2 * i], raw[2 * i + 1]
-            if isinstance(length, Exception):
-                raise length
-            pending, start = 0, "-"
-            if not isinstance(groups, Exception):
-                for g in groups:
-                    if g.get("name") == GROUP:
-                        pending = int(g.get("pending", 0))
-                        start = "(" + str(g.get("last-delivered-id"))
-            depth[p] = max(0, int(length) - pending)
-            running += pending
-            if depth[p]:
-                starts[p] = start
-        scheduled, dlq, paused, now = raw[20], raw[21], raw[22], raw[23]
+        now = raw[-1]
+        if isinstance(now, Exception):
+            raise now
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        oldest: float | None = None
-        if starts:
+        partial: list[tuple[str, dict[int, int], int, dict[int, str], list[Any]]] = []
+        for j, name in enumerate(names):
+            part = raw[j * per : (j + 1) * per]
+            depth: dict[int, int] = {}
+            running = 0
+            starts: dict[int, str] = {}
+            for i, p in enumerate(PRIORITIES):
+                length, groups = part[2 * i], part[2 * i + 1]
+                if isinstance(length, Exception):
+                    raise length
+                pending, start = 0, "-"
+                if not isinstance(groups, Exception):
+                    for g in groups:
+                        if g.get("name") == GROUP:
+                            pending = int(g.get("pending", 0))
+                            start = "(" + str(g.get("last-delivered-id"))
+                depth[p] = max(0, int(length) - pending)
+                running += pending
+                if depth[p]:
+                    starts[p] = start
+            for x in part[-3:]:
+                if isinstance(x, Exception):
+                    raise x
+            partial.append((name, depth, running, starts, part[-3:]))
+        firsts: list[Any] = []
+        if any(starts for _, _, _, starts, _ in partial):
             async with self._r.pipeline(transaction=False) as pipe:
-                for p, start in starts.items():
-                    pipe.xrange(qk.stream(p), min=start, max="+", count=1)
+                for name, _, _, starts, _ in partial:
+                    qk = self.keys.queue(name)
+                    for p, start in starts.items():
+                        pipe.xrange(qk.stream(p), min=start, max="+", count=1)
                 firsts = await pipe.execute()
-            for entries in firsts:
+        out: list[QueueInfo] = []
+        k = 0
+        for name, depth, running, starts, (scheduled, dlq, paused) in partial:
+            oldest: float | None = None
+            for entries in firsts[k : k + len(starts)]:
                 if entries:
                     age = max(0.0, (now_ms - _id_ms(entries[0][0])) / 1000)
                     oldest = age if oldest is None else max(oldest, age)
-        return QueueInfo(
-            name=name,
-            depth=depth,
-            scheduled=int(scheduled),
-            running=running,
-            dlq=int(dlq),
-            paused=bool(paused),
-            oldest_waiting_age_s=oldest,
-        )
+            k += len(starts)
+            out.append(
+                QueueInfo(
+                    name=name,
+                    depth=depth,
+                    scheduled=int(scheduled),
+                    running=running,
+                    dlq=int(dlq),
+                    paused=bool(paused),
+                    oldest_waiting_age_s=oldest,
+                )
+            )
+        return out
 
     async def _queue_event(self, qk: QueueKeys, etype: str, detail: str = "") -> None:
         if self.settings.events_maxlen > 0:
@@ -519,8 +578,11 @@ class Admin:
             p = _glob_escape(self.keys.prefix)
             match = f"{p}:{{{p}:*}}:t:*"
         items: list[TaskInfo] = []
+        scans = examined = 0
         while True:
             nxt, keys = await self._r.scan(int(scan_cursor), match=match, count=1000)
+            scans += 1
+            examined += len(keys)
             matched = await self._filter_records(keys, status, name)
             take = matched[skip:]
             room = limit - len(items)
@@ -534,10 +596,10 @@ class Admin:
             if int(nxt) == 0:
                 next_cursor = None
                 break
-            if len(items) >= limit:
+            if len(items) >= limit or scans >= SCAN_BUDGET:
                 next_cursor = f"{nxt}.0"
                 break
-        return Page([t.to_dict() for t in items], next_cursor)
+        return Page([t.to_dict() for t in items], next_cursor, scans, examined)
 
     @staticmethod
     def _parse_cursor(cursor: str | None) -> tuple[str, int]:
@@ -609,33 +671,49 @@ class Admin:
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
     ) -> Page:
+        """Failed or scheduled tasks of one queue from its zset: one range read and one
+        pipelined read of the records per chunk, at most ``DLQ_BUDGET`` entries per page."""
         qk = self.keys.queue(queue)
         key = qk.dlq if status == "failed" else qk.sched
-        offset = self._parse_cursor(cursor)[0] if cursor else "0"
-        start = int(offset)
+        pos = int(self._parse_cursor(cursor)[0]) if cursor else 0
         items: list[dict[str, Any]] = []
-        pos = start
-        while len(items) < limit:
-            tids = await self._r.zrange(key, pos, pos + 499)
-            if not tids:
-                pos = -1
-                break
-            for i, tid in enumerate(tids):
-                rec = await self._r.hgetall(qk.task(tid))
+        examined = 0
+        chunk = max(limit, 200)
+        while len(items) < limit and examined < DLQ_BUDGET:
+            n = min(chunk, DLQ_BUDGET - examined)
+            tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
+            recs = await self._records(qk, tids)
+            decls = await self._declared_of([qk.task(t) for t in tids], recs)
+            examined += len(tids)
+            for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
                 if rec and rec.get("status") == status and name in (None, rec.get("name")):
-                    [decl] = await self._declared_of([qk.task(tid)], [rec])
-                    items.append(
-                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec, decl).to_dict()
-                    )
+                    info = self._info(queue, tid, rec, decls[i])
+                    if info is not None:
+                        items.append(info.to_dict())
                     if len(items) >= limit:
-                        pos = pos + i + 1
-                        break
-            else:
-                pos += len(tids)
-                continue
-            break
-        nxt = None if pos < 0 or pos >= await self._r.zcard(key) else str(pos)
-        return Page(items, nxt)
+                        return Page(items, str(pos + i + 1), 0, examined)
+            pos += len(tids)
+            if len(tids) < n:
+                return Page(items, None, 0, examined)
+        return Page(items, str(pos), 0, examined)
+
+    async def _records(self, qk: QueueKeys, tids: Sequence[str]) -> list[dict[str, str]]:
+        if not tids:
+            return []
+        async with self._r.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.hgetall(qk.task(tid))
+            recs: list[dict[str, str]] = await pipe.execute()
+        return recs
+
+    @staticmethod
+    def _info(
+        queue: str, tid: str, rec: dict[str, str], declared: str | None = None
+    ) -> TaskInfo | None:
+        try:
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
+        except (ValueError, KeyError):
+            return None  # a record this version cannot read is left out, not a 500
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
@@ -695,41 +773,53 @@ class Admin:
     ) -> Page:
         """Failed tasks, newest failure first, across queues (or one), with their last error.
 
-        The cursor is ``<queue index>.<offset>`` over the queues in name order.
+        The cursor is ``<queue index>.<offset>`` over the queues in name order. One request
+        examines at most ``DLQ_BUDGET`` entries (a queue visited counts as one).
         """
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
-        queues = [queue] if queue is not None else await self.queue_names()
         if queue is not None:
             _check_queue_name(queue)
+        queues = [queue] if queue is not None else await self.queue_names()
         qi, off = self._parse_cursor(cursor)
         qidx = int(qi)
         items: list[DeadLetter] = []
-        while qidx < len(queues) and len(items) < limit:
-            letters, nxt = await self._dlq_scan(queues[qidx], off, name, error, limit - len(items))
+        examined = 0
+        while qidx < len(queues) and len(items) < limit and examined < DLQ_BUDGET:
+            letters, nxt, seen = await self._dlq_scan(
+                queues[qidx], off, name, error, limit - len(items), DLQ_BUDGET - examined
+            )
             items.extend(letters)
+            examined += max(1, seen)
             if nxt is None:
                 qidx, off = qidx + 1, 0
             else:
                 off = nxt
         next_cursor = f"{qidx}.{off}" if qidx < len(queues) else None
-        return Page([d.to_dict() for d in items], next_cursor)
+        return Page([d.to_dict() for d in items], next_cursor, 0, examined)
 
     async def _dlq_scan(
-        self, queue: str, offset: int, name: str | None, error: str | None, want: int
-    ) -> tuple[list[DeadLetter], int | None]:
-        """Dead letters of one queue from ``offset`` (newest first); returns the next offset."""
+        self, queue: str, offset: int, name: str | None, error: str | None, want: int, budget: int
+    ) -> tuple[list[DeadLetter], int | None, int]:
+        """Dead letters of one queue from ``offset`` (newest first), reading at most ``budget``
+        entries in chunks of at least ``want`` (one range read and one pipelined read each).
+
+        Returns the letters, the next offset (None at the end) and the entries examined.
+        """
         qk = self.keys.queue(queue)
         out: list[DeadLetter] = []
         pos = offset
-        while len(out) < want:
-            entries = await self._r.zrevrange(qk.dlq, pos, pos + 199, withscores=True)
+        seen = 0
+        while len(out) < want and seen < budget:
+            n = min(max(want, 200), budget - seen)
+            entries = await self._r.zrevrange(qk.dlq, pos, pos + n - 1, withscores=True)
             if not entries:
-                return out, None
+                return out, None, seen
             async with self._r.pipeline(transaction=False) as pipe:
                 for tid, _ in entries:
                     pipe.hmget(qk.task(tid), ["name", "attempt", "retries", "maxr", "error"])
                 recs = await pipe.execute()
+            seen += len(entries)
             for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
                 if r[0] is None:
                     continue  # record expired; retention removes the entry
@@ -743,20 +833,22 @@ class Admin:
                         queue=queue,
                         name=r[0],
                         failed_at=_iso(score),
-                        attempt=int(r[1] or 0),
-                        retries=int(r[2] or 0),
-                        max_retries=int(r[3] or 0),
+                        attempt=_int(r[1]),
+                        retries=_int(r[2]),
+                        max_retries=_int(r[3]),
                         error=r[4],
                     )
                 )
                 if len(out) >= want:
-                    return out, pos + i + 1
+                    return out, pos + i + 1, seen
             pos += len(entries)
-        return out, pos
+            if len(entries) < n:
+                return out, None, seen
+        return out, pos, seen
 
     async def _dlq_matching(
         self, queue: str, name: str | None, error: str | None
-    ) -> AsyncIterator[list[str]]:
+    ) -> AsyncIterator[Sequence[str]]:
         """Batches of dead-letter tids of one queue matching the filters (oldest first)."""
         qk = self.keys.queue(queue)
         pos = 0
@@ -765,21 +857,33 @@ class Admin:
             if not tids:
                 return
             pos += len(tids)
-            if name is None and error is None:
-                yield tids
-                continue
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tid in tids:
-                    pipe.hmget(qk.task(tid), ["name", "error"])
-                recs = await pipe.execute()
-            picked = [
-                tid
-                for tid, (n, e) in zip(tids, recs, strict=True)
-                if (name is None or n == name)
-                and (error is None or error.lower() in (e or "").lower())
-            ]
+            picked = await self._dlq_filter(queue, tids, None, name, error)
             if picked:
                 yield picked
+
+    async def _dlq_filter(
+        self,
+        queue: str,
+        tids: Sequence[str],
+        want_queue: str | None,
+        name: str | None,
+        error: str | None,
+    ) -> Sequence[str]:
+        """The tids of ``queue`` that match the filters (one pipelined read when filtering)."""
+        if want_queue is not None and queue != want_queue:
+            return []
+        if name is None and error is None:
+            return tids
+        qk = self.keys.queue(queue)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.hmget(qk.task(tid), ["name", "error"])
+            recs = await pipe.execute()
+        return [
+            tid
+            for tid, (n, e) in zip(tids, recs, strict=True)
+            if (name is None or n == name) and (error is None or error.lower() in (e or "").lower())
+        ]
 
     async def dlq_count(self, queue: str | None = None) -> int:
         queues = [queue] if queue is not None else await self.queue_names()
@@ -878,7 +982,12 @@ class Admin:
             for q, tids in by_queue.items():
                 _check_queue_name(q)
                 for chunk in _chunks(tids, BATCH):
-                    await apply(self.keys.queue(q), chunk)
+                    # Ids outside the filters are left alone (skipped as "filtered").
+                    picked = await self._dlq_filter(q, chunk, queue, name, error)
+                    if len(picked) < len(chunk):
+                        skipped["filtered"] = skipped.get("filtered", 0) + len(chunk) - len(picked)
+                    if picked:
+                        await apply(self.keys.queue(q), picked)
         else:
             if queue is not None:
                 _check_queue_name(queue)
@@ -950,26 +1059,35 @@ class Admin:
     async def list_scheduled(
         self, queue: str | None = None, limit: int = 100
     ) -> list[ScheduledTask]:
-        """Delayed tasks and retries waiting in the schedule, soonest first."""
+        """Delayed tasks and retries waiting in the schedule, soonest first.
+
+        Two pipelined round trips for all queues: their soonest entries, then those records.
+        """
         queues = [queue] if queue is not None else await self.queue_names()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.zrange(self.keys.queue(q).sched, 0, limit - 1, withscores=True)
+            per_queue: list[list[tuple[str, float]]] = await pipe.execute()
+        # The soonest ``limit`` over all queues are all that is shown: read only their records.
+        soonest = sorted(
+            ((score, q, tid) for q, entries in zip(queues, per_queue, strict=True)
+             for tid, score in entries),
+        )[:limit]  # fmt: skip
+        async with self._r.pipeline(transaction=False) as pipe:
+            for _, q, tid in soonest:
+                pipe.hmget(self.keys.queue(q).task(tid), ["name", "retries"])
+            recs = await pipe.execute() if soonest else []
         out: list[ScheduledTask] = []
-        for q in queues:
-            qk = self.keys.queue(q)
-            entries = await self._r.zrange(qk.sched, 0, limit - 1, withscores=True)
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tid, _ in entries:
-                    pipe.hmget(qk.task(tid), ["name", "retries"])
-                recs = await pipe.execute()
-            for (tid, score), (nm, retries) in zip(entries, recs, strict=True):
-                out.append(
-                    ScheduledTask(
-                        task_id=make_task_id(q, tid),
-                        queue=q,
-                        name=nm or "",
-                        due_at=_iso(score),
-                        kind="retry" if int(retries or 0) > 0 else "delayed",
-                    )
+        for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):
+            out.append(
+                ScheduledTask(
+                    task_id=make_task_id(q, tid),
+                    queue=q,
+                    name=nm or "",
+                    due_at=_iso(score),
+                    kind="retry" if _int(retries) > 0 else "delayed",
                 )
+            )
         out.sort(key=lambda s: s.due_at or "")
         return out[:limit]
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.admin import Admin, Conflict, UnknownQueue, filled_page
 from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.logs import one_line
 from dtq.settings import Settings, load_settings
@@ -228,8 +228,13 @@ def tasks(
 ) -> None:
     """List tasks (a SCAN over task records: cost grows with the number kept)."""
     page = _run(
-        lambda a: a.list_tasks(queue=queue, status=status, name=name, cursor=cursor, limit=limit)
-    )
+        lambda a: filled_page(
+            lambda cur, n: a.list_tasks(queue=queue, status=status, name=name, cursor=cur,
+                                        limit=n),
+            cursor,
+            limit,
+        )
+    )  # fmt: skip
 
     def human() -> None:
         rows = [
@@ -425,7 +430,11 @@ def dlq_list(
 ) -> None:
     """List dead letters, newest failure first, with their last error."""
     page = _run(
-        lambda a: a.dlq_list(queue=queue, name=name, error=error, cursor=cursor, limit=limit)
+        lambda a: filled_page(
+            lambda cur, n: a.dlq_list(queue=queue, name=name, error=error, cursor=cur, limit=n),
+            cursor,
+            limit,
+        )
     )
 
     def human() -> None:

@@ -96,6 +96,15 @@ class Settings(BaseSettings):
     heartbeats landing)."""
     api_token: str | None = None
     """When set, every ``/api/v1`` call needs ``Authorization: Bearer <token>``."""
+    api_max_body_bytes: int | None = Field(None, gt=0)
+    """Largest request body dtq-api reads (413 past it, counted while reading, chunked or
+    not). Default: DTQ_MAX_PAYLOAD_BYTES plus 64 KiB for the JSON around the arguments."""
+    api_max_streams: int = Field(1000, gt=0, le=100_000)
+    """Most concurrent ``/api/v1/events`` streams per dtq-api process (503 with Retry-After
+    past it). All streams share one Redis connection."""
+    api_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    """Host names dtq-api answers state-changing requests for (comma separated), besides
+    loopback names when bound to loopback. Unset and bound beyond loopback: any Host."""
     log_format: Literal["text", "json"] = "text"
     """``text`` for a terminal, ``json`` for log shippers."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -124,6 +133,22 @@ class Settings(BaseSettings):
                 raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("api_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [h.strip().lower() for h in value.split(",") if h.strip()]
+        return value
+
+    @field_validator("api_token")
+    @classmethod
+    def _check_token(cls, value: str | None) -> str | None:
+        # A token pasted with its newline could never match a header (clients strip it).
+        if value is not None and (not value or value != value.strip() or not value.isprintable()):
+            raise ValueError("must be non-empty without surrounding spaces, newlines or "
+                             "control characters")  # fmt: skip
         return value
 
     @field_validator("queue_concurrency", mode="before")

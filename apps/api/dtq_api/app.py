@@ -8,11 +8,9 @@ dashboard, health checks, metrics and the OpenAPI document stay open.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -25,6 +23,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dtq import __version__
 from dtq.admin import Admin, Conflict, UnknownQueue
@@ -42,25 +42,59 @@ from dtq.models import TaskStatus
 from dtq.settings import Settings, load_settings
 from dtq_api import metrics
 from dtq_api import schemas as s
+from dtq_api.events import EventHub, TooManyStreams, sse
+from dtq_api.guard import Guard, allowed_hosts
 
 log = logging.getLogger("dtq.api")
 SSE_PING_S = 15.0
 QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
 CURSOR_RE = r"^[0-9]{1,19}(\.[0-9]{1,9})?$"
+Cursor = Annotated[
+    str | None,
+    Query(pattern=CURSOR_RE, description="The previous page's next_cursor (opaque)."),
+]
 TASK_ID_RE = s.TASK_ID_RE
 TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
 BODY_SLACK = 64 * 1024  # JSON framing around the arguments
+STREAM_RETRY_S = 5
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
-def error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+def error(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _utf8_header(name: str, value: str) -> str:
+    """A header value as the UTF-8 its bytes are (ASGI servers hand them over as latin-1)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise ApiError(400, "bad_request", f"{name} is not UTF-8") from None
+
+
+class StreamResponse(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends, even unstarted."""
+
+    def __init__(self, on_close: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -70,6 +104,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "Missing or wrong bearer token (only when DTQ_API_TOKEN is set)"),
         (404, "No such task, queue or dead letter"),
         (409, "The task is not in a state that allows this"),
+        (403, "Cross-site request refused (Origin, Referer or Host not this server's)"),
         (413, "Request or arguments too large"),
         (422, "A field is invalid"),
         (503, "Redis unreachable"),
@@ -85,6 +120,25 @@ def get_admin(app: FastAPI) -> Admin:
     return a
 
 
+class GuardedFastAPI(FastAPI):
+    """FastAPI with :class:`~dtq_api.guard.Guard` outside everything, even the handler of
+    unexpected errors, so every answer (a 500 too) passes the guard's checks and headers."""
+
+    guard_options: dict[str, Any]
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Guard(super().build_middleware_stack(), **self.guard_options)
+
+
+def get_hub(app: FastAPI) -> EventHub:
+    """The app's event hub (one Redis reader for every SSE stream), made on first use."""
+    hub: EventHub | None = getattr(app.state, "hub", None)
+    if hub is None:
+        settings: Settings = app.state.settings
+        hub = app.state.hub = EventHub(lambda: Admin(settings), settings.api_max_streams)
+    return hub
+
+
 def _admin_dep(request: Request) -> Admin:
     return get_admin(request.app)
 
@@ -96,11 +150,16 @@ def _static_dir() -> Path:
     return Path(str(resources.files("dtq_api") / "static"))
 
 
-def create_app(settings: Settings | None = None, tasks_app: App | None = None) -> FastAPI:
-    """Build the application; one Redis connection pool for its lifetime.
+def create_app(
+    settings: Settings | None = None, tasks_app: App | None = None, *, bind_host: str | None = None
+) -> FastAPI:
+    """Build the application; one Redis connection pool for its lifetime (and one more
+    connection shared by every event stream).
 
     With ``tasks_app`` (the user's ``dtq.App``), enqueues over HTTP get each task's declared
-    defaults: queue, priority, retries, timeout, uniqueness and fleet limits.
+    defaults: queue, priority, retries, timeout, uniqueness and fleet limits. ``bind_host`` is
+    the address served: bound to loopback, state-changing requests must name a loopback Host
+    (see :mod:`dtq_api.guard`); None checks no Host (for tests and embedding).
     """
     settings = settings or load_settings()
 
@@ -117,9 +176,10 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
         try:
             yield
         finally:
+            await get_hub(app).close()
             await app.state.admin.close()
 
-    app = FastAPI(
+    app = GuardedFastAPI(
         title="dtq",
         version=__version__,
         description="HTTP API of dtq, a distributed task queue on Redis Streams. "
@@ -135,6 +195,11 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
         return get_admin(app)
 
     _install_errors(app, settings)
+    app.guard_options = {
+        "token": settings.api_token,
+        "max_body": settings.api_max_body_bytes or settings.max_payload_bytes + BODY_SLACK,
+        "hosts": allowed_hosts(bind_host, settings.api_allowed_hosts),
+    }
 
     async def auth(authorization: Annotated[str | None, Header()] = None) -> None:
         token = settings.api_token
@@ -157,10 +222,14 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
         queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
         status: TaskStatus | None = None,
         name: Annotated[str | None, Query(max_length=200)] = None,
-        cursor: Annotated[str | None, Query(pattern=CURSOR_RE)] = None,
+        cursor: Cursor = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> Any:
-        """Tasks matching all filters, with cursor pagination (a SCAN over task records)."""
+        """Tasks matching all filters, with cursor pagination (a SCAN over task records).
+
+        One request makes at most a fixed number of SCAN calls: a filter matching few tasks
+        answers a short (even empty) page with a ``next_cursor`` to continue from.
+        """
         st = status.value if status is not None else None
         page = await a.list_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
         return {"items": page.items, "next_cursor": page.next_cursor}
@@ -180,12 +249,12 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
     ) -> Any:
         """Enqueue a task. A repeated ``Idempotency-Key`` answers 200 with the original.
 
-        The key may come as the ``Idempotency-Key`` header or the body's ``idempotency_key``;
-        when both are given, the header wins.
+        The key may come as the ``Idempotency-Key`` header (UTF-8) or the body's
+        ``idempotency_key``; when both are given, the header wins.
         """
         fields = body.model_dump(exclude_none=True)
         if idempotency_key is not None:  # the header wins over the body field
-            fields["idempotency_key"] = idempotency_key
+            fields["idempotency_key"] = _utf8_header("Idempotency-Key", idempotency_key)
         name = fields.pop("name")
         h = await a.client.enqueue(name, fields.pop("args", None), fields.pop("kwargs", None),
                                    **fields)  # fmt: skip
@@ -274,10 +343,14 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
         queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
         name: Annotated[str | None, Query(max_length=200)] = None,
         error_contains: Annotated[str | None, Query(alias="error", max_length=200)] = None,
-        cursor: Annotated[str | None, Query(pattern=CURSOR_RE)] = None,
+        cursor: Cursor = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> Any:
-        """Failed tasks, newest failure first, with their last error."""
+        """Failed tasks, newest failure first, with their last error.
+
+        One request examines a bounded number of dead letters: a filter matching few answers
+        a short (even empty) page with a ``next_cursor`` to continue from.
+        """
         page = await a.dlq_list(queue=queue, name=name, error=error_contains, cursor=cursor,
                                 limit=limit)  # fmt: skip
         return {"items": page.items, "next_cursor": page.next_cursor}
@@ -320,32 +393,26 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
         tags=["events"],
         response_class=StreamingResponse,
         responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                         "description": "Server-sent events: one JSON event per message"}},
+                         "description": "Server-sent events: one JSON event per message"},
+                   503: {"model": s.ErrorBody, "description": "Too many open streams "
+                         "(DTQ_API_MAX_STREAMS; see Retry-After) or Redis unreachable"}},
     )  # fmt: skip
-    async def events(request: Request, a: A) -> StreamingResponse:
+    async def events() -> StreamingResponse:
         """Live lifecycle events of every queue and worker (server-sent events).
 
         Each message's data is one event as JSON (``type``, ``task_id``, ``queue``,
         ``attempt``, ``worker``, ``detail``, ``ts``); a comment line keeps idle streams open.
+        All streams of a process share one Redis reader; past ``DTQ_API_MAX_STREAMS`` open
+        streams the answer is 503 with ``Retry-After``.
         """
-
-        async def stream() -> AsyncIterator[bytes]:
-            cursors: dict[str, str] | None = None
-            yield b": connected\n\n"
-            while not await request.is_disconnected():
-                try:
-                    evs, cursors = await a.read_events(cursors, block_ms=int(SSE_PING_S * 1000))
-                except (RedisUnavailable, redis.RedisError, OSError) as exc:
-                    yield f"event: error\ndata: {json.dumps({'message': str(exc)})}\n\n".encode()
-                    await asyncio.sleep(1.0)
-                    continue
-                if not evs:
-                    yield b": ping\n\n"
-                for e in evs:
-                    yield f"id: {e.id}\ndata: {json.dumps(e.to_dict())}\n\n".encode()
-
-        return StreamingResponse(
-            stream(),
+        try:
+            sub = get_hub(app).subscribe()
+        except TooManyStreams as exc:
+            raise ApiError(503, "too_many_streams", str(exc),
+                           {"Retry-After": str(STREAM_RETRY_S)}) from None  # fmt: skip
+        return StreamResponse(
+            sub.close,
+            sse(sub, SSE_PING_S),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -399,17 +466,6 @@ def create_app(settings: Settings | None = None, tasks_app: App | None = None) -
 
 
 def _install_errors(app: FastAPI, settings: Settings) -> None:
-    limit = settings.max_payload_bytes + BODY_SLACK
-
-    @app.middleware("http")
-    async def body_limit(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > limit):
-            return error(413, "payload_too_large", f"request body over {limit} bytes")
-        return await call_next(request)
-
     def handle(status: int, code: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
         async def h(_: Request, exc: Exception) -> JSONResponse:
             return error(status, code, str(exc))
@@ -418,12 +474,17 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
 
     async def api_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return error(exc.status, exc.code, exc.message)
+        return error(exc.status, exc.code, exc.message, exc.headers)
 
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
-        return error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+                 401: "unauthorized"}  # fmt: skip
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
+        return error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail),
+                     headers)  # fmt: skip
 
     async def validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -435,8 +496,10 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
         return error(422, "validation_error", f"{where}: {first.get('msg', 'invalid')}")
 
     async def unavailable(_: Request, exc: Exception) -> JSONResponse:
-        log.warning("Redis unavailable: %s", exc)
-        return error(503, "redis_unavailable", f"Redis unreachable: {exc}")
+        # RedisUnavailable already says so; a raw redis-py error does not.
+        msg = str(exc) if isinstance(exc, RedisUnavailable) else f"Redis unreachable: {exc}"
+        log.warning("Redis unavailable: %s", msg.removeprefix("Redis unreachable: "))
+        return error(503, "redis_unavailable", msg)
 
     async def dtq_error(_: Request, exc: Exception) -> JSONResponse:
         return error(400, "bad_request", str(exc))
@@ -460,3 +523,14 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
     app.add_exception_handler(redis.TimeoutError, unavailable)
     app.add_exception_handler(DtqError, dtq_error)
     app.add_exception_handler(Exception, internal)
+
+
+def _allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route serves at this path (a 405's ``Allow``), HEAD left out."""
+    methods: set[str] = set()
+    for m in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        probe = {**scope, "method": m}
+        if any(route.matches(probe)[0] is Match.FULL for route in app.router.routes):
+            methods.add(m)
+    methods.discard("HEAD")
+    return sorted(methods)

@@ -17,6 +17,7 @@ from dtq.app import load_app
 from dtq.errors import ConfigError
 from dtq.settings import load_settings
 from dtq_api.app import create_app
+from dtq_api.guard import is_loopback
 
 log = logging.getLogger("dtq.api")
 
@@ -31,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow binding beyond loopback without DTQ_API_TOKEN (anyone who reaches the "
+        "port may pause, purge and cancel)",
+    )
     p.add_argument(
         "--app",
         help="module:attribute naming your dtq.App (or DTQ_APP): HTTP enqueues then get each "
@@ -53,11 +60,19 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 <= args.port <= 65535:
         print("dtq-api: --port must be 0-65535", file=sys.stderr)
         sys.exit(2)
+    if not settings.api_token and not is_loopback(args.host) and not args.insecure:
+        print(f"dtq-api: refusing to serve {args.host} without DTQ_API_TOKEN (anyone reaching "
+              "it could pause, purge and cancel); set a token, bind 127.0.0.1, or pass "
+              "--insecure", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     logs.setup(settings.log_format, settings.log_level)
     log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", args.host, args.port,
              settings.key_prefix, "on" if settings.api_token else "off")  # fmt: skip
+    if not settings.api_token:
+        log.warning("auth is off (DTQ_API_TOKEN unset): every local process and user can "
+                    "change queues and tasks through %s:%d", args.host, args.port)  # fmt: skip
     uvicorn.run(
-        create_app(settings, tasks_app),
+        create_app(settings, tasks_app, bind_host=args.host),
         host=args.host,
         port=args.port,
         log_config=None,

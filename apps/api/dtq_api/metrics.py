@@ -89,7 +89,7 @@ async def render(admin: Admin) -> bytes:
     t0 = time.perf_counter()
     names = await admin.queue_names()
     dropped = max(0, len(names) - MAX_QUEUES)
-    queues = [await admin.queue_info(n) for n in names[:MAX_QUEUES]]
+    queues = await admin.queue_infos(names[:MAX_QUEUES])
     workers = await admin.list_workers()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Snapshot(queues, workers, dropped, time.perf_counter() - t0))

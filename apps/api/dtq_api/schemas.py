@@ -7,12 +7,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 
 from dtq.models import TaskStatus
 
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}$"
-Scalar = Annotated[str, Field(max_length=200)] | int | float | bool | None
+# Strict numbers: in a union a too-long digit string must not fall through to int 0.
+NO_CONTROL_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"  # dtq.settings.CONTROL_RE, negated
+Scalar = Annotated[str, Field(max_length=200)] | StrictInt | StrictFloat | StrictBool | None
 
 
 class ErrorDetail(BaseModel):
@@ -51,8 +62,7 @@ class EnqueueRequest(BaseModel):
     name: str = Field(
         min_length=1,
         max_length=200,
-        # What the SDK refuses (dtq.settings.CONTROL_RE): no control characters.
-        pattern=r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$",
+        pattern=NO_CONTROL_RE,
         description="Registered task name (no control characters).",
     )
     args: list[Any] | None = None
@@ -60,7 +70,9 @@ class EnqueueRequest(BaseModel):
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     priority: int | None = Field(None, ge=0, le=9, description="0-9, 9 served first.")
     delay: float | None = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
-    eta: AwareDatetime | None = Field(None, description="ISO 8601 time with a zone.")
+    eta: AwareDatetime | None = Field(
+        None, description="ISO 8601 time with a zone, within 10 years of now (else 422)."
+    )
     max_retries: int | None = Field(None, ge=0, le=1_000_000)
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=256)
@@ -119,9 +131,16 @@ class Task(Open):  # type: ignore[no-redef]
     )
 
 
+CURSOR_DOC = (
+    "Pass as ?cursor= for the next page; null when the listing is complete. Each request does "
+    "bounded work (a SCAN budget for tasks, an entry budget for dead letters), so a page may "
+    "hold fewer items than the limit, even none, while next_cursor is set: keep following it."
+)
+
+
 class TaskPage(BaseModel):
     items: list[Task]
-    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+    next_cursor: str | None = Field(description=CURSOR_DOC)
 
 
 class CancelOut(BaseModel):
@@ -201,7 +220,7 @@ class DeadLetter(Open):
 
 class DeadLetterPage(BaseModel):
     items: list[DeadLetter]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description=CURSOR_DOC)
 
 
 class DlqBulkRequest(BaseModel):

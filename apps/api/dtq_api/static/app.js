@@ -74,6 +74,21 @@ async function api(path, opts = {}) {
   return body;
 }
 
+// Each listing request does bounded work server-side, so a filtered page can come back short
+// (even empty) with a next_cursor: follow it a few times to fill the page.
+async function fillPage(path, params, limit, maxCalls = 10) {
+  const q = new URLSearchParams(params);
+  let page = await api(path + "?" + q);
+  const items = [...page.items];
+  for (let i = 1; i < maxCalls && page.next_cursor && items.length < limit; i++) {
+    q.set("cursor", page.next_cursor);
+    q.set("limit", String(limit - items.length));
+    page = await api(path + "?" + q);
+    items.push(...page.items);
+  }
+  return { items, next_cursor: page.next_cursor };
+}
+
 function confirmAction(text) {
   const dlg = $("#confirm-dialog");
   $("#confirm-text").textContent = text;
@@ -241,7 +256,7 @@ const views = {
     for (const k of ["queue", "status", "name"]) if (p.get(k)) params.set(k, p.get(k));
     params.set("limit", "50");
     if (p.get("cursor")) params.set("cursor", p.get("cursor"));
-    const page = await api("/tasks?" + params);
+    const page = await fillPage("/tasks", params, 50);
     const opt = (v, cur) => `<option ${v === cur ? "selected" : ""} value="${esc(v)}">${esc(v || "any")}</option>`;
     const statuses = ["", "queued", "scheduled", "running", "succeeded", "failed", "cancelled", "expired"];
     const rows = page.items.sort((a, b) => (b.enqueued_at || "").localeCompare(a.enqueued_at || "")).map((t) =>
@@ -290,7 +305,7 @@ const views = {
     const p = new URLSearchParams(location.hash.split("?")[1] || "");
     const params = new URLSearchParams({ limit: "100" });
     for (const k of ["queue", "name", "error"]) if (p.get(k)) params.set(k, p.get(k));
-    const page = await api("/dlq?" + params);
+    const page = await fillPage("/dlq", params, 100);
     const rows = page.items.map((d) => `<tr data-task="${esc(d.task_id)}">
       <td><a href="#task/${encodeURIComponent(d.task_id)}"><code>${esc(d.task_id)}</code></a></td><td>${esc(d.name)}</td>
       <td>${when(d.failed_at)}</td><td>${d.attempt}</td><td class="err">${esc(d.error || "")}</td>

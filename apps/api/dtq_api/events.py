@@ -1,0 +1,130 @@
+"""Server-sent event streams: many subscribers, one Redis reader.
+
+Each ``GET /api/v1/events`` used to hold a pooled Redis connection in a blocking XREAD, so a
+hundred open dashboards took the whole pool and every other route answered 503. Now one
+:class:`EventHub` per process reads the event streams on its own connection (its own
+:class:`~dtq.admin.Admin`, outside the routes' pool) and hands each batch to every subscriber's
+bounded queue. Subscribers are capped (``DTQ_API_MAX_STREAMS``): past the cap a stream is
+refused, so one process never holds more than that many open responses. A subscriber that
+does not keep up (its queue full) is dropped with an ``error`` event, and may reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import redis
+
+from dtq.admin import Admin, Event
+from dtq.errors import RedisUnavailable
+
+log = logging.getLogger("dtq.api")
+BLOCK_MS = 5000
+QUEUE_BATCHES = 256
+"""Batches a subscriber may have unread before it is dropped as too slow."""
+
+
+class TooManyStreams(Exception):
+    """The process already serves ``DTQ_API_MAX_STREAMS`` event streams."""
+
+
+class Subscription:
+    """One stream's place in the hub; :meth:`close` frees it (idempotent)."""
+
+    def __init__(self, hub: EventHub) -> None:
+        self._hub = hub
+        self.queue: asyncio.Queue[list[Event] | str] = asyncio.Queue(QUEUE_BATCHES)
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._hub._subs.discard(self)
+
+
+class EventHub:
+    """Fans one reader's events out to up to ``max_streams`` subscribers."""
+
+    def __init__(self, make_admin: Callable[[], Admin], max_streams: int) -> None:
+        self._make_admin = make_admin
+        self.max_streams = max_streams
+        self._subs: set[Subscription] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._admin: Admin | None = None
+
+    @property
+    def streams(self) -> int:
+        return len(self._subs)
+
+    def subscribe(self) -> Subscription:
+        if len(self._subs) >= self.max_streams:
+            raise TooManyStreams(f"{self.max_streams} event streams already open")
+        sub = Subscription(self)
+        self._subs.add(sub)
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+        return sub
+
+    async def close(self) -> None:
+        for sub in list(self._subs):
+            sub.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+    def _deliver(self, item: list[Event] | str) -> None:
+        for sub in list(self._subs):
+            try:
+                sub.queue.put_nowait(item)
+            except asyncio.QueueFull:
+                # The stream ends once its reader has drained what it holds.
+                log.warning("event stream dropped: client too slow")
+                sub.close()
+
+    async def _read(self) -> None:
+        if self._admin is None:
+            self._admin = self._make_admin()
+        cursors: dict[str, str] | None = None
+        while self._subs:
+            try:
+                evs, cursors = await self._admin.read_events(cursors, block_ms=BLOCK_MS)
+            except (RedisUnavailable, redis.RedisError, OSError) as exc:
+                self._deliver(str(exc))
+                await asyncio.sleep(1.0)
+                continue
+            if evs:
+                self._deliver(evs)
+
+
+def _error(message: str) -> bytes:
+    return f"event: error\ndata: {json.dumps({'message': message})}\n\n".encode()
+
+
+async def sse(sub: Subscription, ping_s: float) -> AsyncIterator[bytes]:
+    """The bytes of one stream: a greeting, events, a comment every ``ping_s`` when idle."""
+    try:
+        yield b": connected\n\n"
+        while True:
+            if sub.closed and sub.queue.empty():
+                yield _error("client too slow; reconnect")
+                return
+            try:
+                item = await asyncio.wait_for(sub.queue.get(), ping_s)
+            except TimeoutError:
+                yield b": ping\n\n"
+                continue
+            if isinstance(item, str):
+                yield _error(item)
+                continue
+            for e in item:
+                yield f"id: {e.id}\ndata: {json.dumps(e.to_dict())}\n\n".encode()
+    finally:
+        sub.close()

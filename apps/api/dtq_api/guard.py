@@ -1,0 +1,201 @@
+"""The API's front door, a pure ASGI middleware run before any route reads the request.
+
+In order, for every HTTP request:
+
+1. ``/api/v1`` needs the bearer token when ``DTQ_API_TOKEN`` is set: checked on the headers
+   alone, so a request without it is answered 401 before a byte of its body is read.
+2. A state-changing request (POST, PUT, PATCH, DELETE) must come from the server's own origin:
+   its ``Host`` must be one the server answers for (loopback names when bound to loopback,
+   plus ``DTQ_API_ALLOWED_HOSTS``), and its ``Origin`` (or ``Referer`` when no ``Origin``)
+   must name that same host. Browsers send ``Origin`` on every cross-site POST, so a foreign
+   page's form or ``fetch`` gets 403; scripts and the SDK send neither and pass.
+3. The body is read here, counted while it arrives (chunked or not), and refused with 413 as
+   soon as it passes the cap, without reading the rest. The route then gets the buffered body.
+4. Every response carries the security headers below.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The dashboard loads its own script and stylesheet only; its markup sets a few inline styles.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+# FastAPI's /docs page loads Swagger UI from a CDN and starts it with an inline script.
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "img-src 'self' data: https://fastapi.tiangolo.com; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+def is_loopback(host: str) -> bool:
+    return host.strip("[]").lower() in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def allowed_hosts(bind_host: str | None, extra: Iterable[str]) -> frozenset[str] | None:
+    """Host names state-changing requests may name; None means any (nothing to check against).
+
+    Bound to loopback, only loopback names (a DNS-rebound name is refused). Bound beyond it,
+    the names in ``extra`` when given, else any: the server cannot know its public names.
+    """
+    names = {h.lower().strip("[]") for h in extra}
+    if bind_host is not None and is_loopback(bind_host):
+        return frozenset(LOOPBACK_HOSTS | names)
+    return frozenset(names) if names else None
+
+
+def _hostname(netloc: str) -> str:
+    """``host[:port]`` to the host name, IPv6 brackets removed."""
+    if netloc.startswith("["):
+        return netloc[1 : netloc.find("]")].lower() if "]" in netloc else netloc.lower()
+    return netloc.rpartition(":")[0].lower() if ":" in netloc else netloc.lower()
+
+
+def _origin_netloc(value: str) -> str | None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    netloc = parts.netloc.lower().rpartition("@")[2]
+    default = ":443" if parts.scheme == "https" else ":80"
+    return netloc.removesuffix(default)
+
+
+def _error_message(status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]]
+                   ) -> tuple[Message, Message]:  # fmt: skip
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ],
+    }
+    return start, {"type": "http.response.body", "body": body}
+
+
+class Guard:
+    """See the module doc. ``max_body`` in bytes; ``hosts`` from :func:`allowed_hosts`."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        max_body: int,
+        hosts: frozenset[str] | None,
+    ) -> None:
+        self.app, self.token, self.max_body, self.hosts = app, token, max_body, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        csp = DOCS_CSP if path == "/docs" else CSP
+        extra = [*SECURITY_HEADERS, (b"content-security-policy", csp.encode())]
+
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        async def refuse(status: int, code: str, message: str, *hdrs: tuple[bytes, bytes]) -> None:
+            start, body = _error_message(status, code, message, [*hdrs, *extra])
+            await send(start)
+            await send(body)
+
+        headers: dict[bytes, bytes] = {}
+        for k, v in scope.get("headers", ()):
+            headers.setdefault(k.lower(), v)
+        api_path = path == "/api/v1" or path.startswith("/api/v1/")
+        if self.token and api_path and not self._token_ok(headers.get(b"authorization", b"")):
+            await refuse(401, "unauthorized", "missing or wrong bearer token",
+                         (b"www-authenticate", b"Bearer"))  # fmt: skip
+            return
+        if scope.get("method", "GET") in UNSAFE_METHODS:
+            why = self._cross_site(headers)
+            if why:
+                await refuse(403, "forbidden", why)
+                return
+        body = await self._read_body(headers, receive)
+        if body is None:
+            return  # the client left while sending
+        if isinstance(body, int):
+            await refuse(413, "payload_too_large", f"request body over {body} bytes",
+                         (b"connection", b"close"))  # fmt: skip
+            return
+        await self.app(scope, _replay(body, receive), send_secured)
+
+    def _token_ok(self, header: bytes) -> bool:
+        assert self.token is not None
+        scheme, _, given = header.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(
+            given.strip(), self.token.encode()
+        )
+
+    def _cross_site(self, headers: dict[bytes, bytes]) -> str | None:
+        host = headers.get(b"host", b"").decode("latin-1").lower()
+        if self.hosts is not None and _hostname(host) not in self.hosts:
+            return f"Host {host!r} is not one this server answers for (DTQ_API_ALLOWED_HOSTS)"
+        raw = headers.get(b"origin") or headers.get(b"referer")
+        if raw is None:
+            return None  # not sent by a browser page
+        origin = _origin_netloc(raw.decode("latin-1"))
+        if origin is None or origin != host.removesuffix(":80"):
+            return "cross-origin request refused (Origin/Referer is not this server)"
+        return None
+
+    async def _read_body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes | int | None:
+        """The whole body, the cap (int) once it is passed, or None when the client left."""
+        size = headers.get(b"content-length")
+        if size is not None and (not size.isdigit() or int(size) > self.max_body):
+            return self.max_body
+        if size is None and b"transfer-encoding" not in headers:
+            return b""
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk: bytes = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_body:
+                return self.max_body
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the buffered body once, then waits on the real one (disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        message: Message = await receive()
+        return message
+
+    return replay
