@@ -9,15 +9,16 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[api,dev]"
+	$(BIN)/pip install -q -e ".[api,dev,otel]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 lint: install
-	$(BIN)/ruff check libs apps tests
-	$(BIN)/ruff format --check libs apps tests
+	$(BIN)/ruff check libs apps tests docs/examples
+	$(BIN)/ruff format --check libs apps tests docs/examples
 	$(BIN)/mypy
+	$(BIN)/mypy docs/examples
 
 test: install
 	$(BIN)/pytest -q -p no:cacheprovider

@@ -135,7 +135,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local rk = base .. tid
     local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
       'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
-      'lrw', 'dflt')
+      'lrw', 'dflt', 'hdr')
     if r[1] == 'queued' and r[2] == eid then
       local fill = NOFILL
       if r[19] and r[19] ~= '' then fill = fill_declared(r) end
@@ -178,6 +178,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       started[o + 11] = r[12]
       started[o + 12] = r[13]
       started[o + 13] = r[14] or ''
+      started[o + 14] = r[20] or ''  -- headers for the worker's middleware (e.g. traceparent)
       remaining = remaining - 1
       return true
     end
@@ -237,7 +238,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     redis.call('HSET', KEYS[18], unpack(save))
   end
 
-  local out = {now, absorbed, expired, #started / 13}
+  local out = {now, absorbed, expired, #started / 14}
   for _, v in ipairs(started) do out[#out + 1] = v end
   out[#out + 1] = held
   local more = 0

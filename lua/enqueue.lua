@@ -9,17 +9,20 @@
 --              digit, the key's last character)
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks
--- ARGV[3..]    per task, 12 fields: 5 always given: tid, name, args(JSON), priority(0-9),
+-- ARGV[3..]    per task, 13 fields: 5 always given: tid, name, args(JSON), priority(0-9),
 --              max_retries (a number; or "~<letters><number>" when the enqueue left some of
 --              max_retries/timeout/expires to the worker's declaration: the letters, of "mte",
 --              are stored as the record's "dflt" (dtq/declared.py); the number is stored as
 --              maxr either way, dtq's default where "m" is among the letters, so a worker that
---              does not know "dflt" reads the record as before); then 7 options: kwargs(JSON or ''), timeout_s('' = none),
+--              does not know "dflt" reads the record as before); then 8 options: kwargs(JSON or
+--              ''), timeout_s('' = none),
 --              delay_ms(0 = now), expires_ms(0 = never, relative to now), idempotency key
 --              ('' = none), meta(JSON or ''), limit ('' = none, else
---              "concurrency|rate count|rate window ms|key", dtq/limits.py).
---              The last task may stop after its 5 fields when its 7 options are all empty
---              (a single enqueue of a plain task sends 7 arguments, not 14: each costs Redis
+--              "concurrency|rate count|rate window ms|key", dtq/limits.py), headers (JSON
+--              object of strings set by middleware, e.g. a W3C traceparent, or ''; stored as
+--              field hdr and handed to the worker in the claim reply).
+--              The last task may stop after its 5 fields when its 8 options are all empty
+--              (a single enqueue of a plain task sends 7 arguments, not 15: each costs Redis
 --              a Lua string).
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
@@ -37,7 +40,7 @@
 
 local maxlen = events_maxlen(ARGV[1])
 local n = tonumber(ARGV[2])
-local F = 12
+local F = 13
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[5], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
@@ -63,7 +66,7 @@ local out = nil
 for i = 0, n - 1 do
   local o = 3 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
-  local opts = ARGV[o + 5] ~= nil  -- the 7 options were sent
+  local opts = ARGV[o + 5] ~= nil  -- the 8 options were sent
   local delay, idem = 0, ''
   if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
   local status, created = nil, 1
@@ -101,11 +104,12 @@ for i = 0, n - 1 do
     end
     if opts then
       local kwargs, timeout, expires = ARGV[o + 5], ARGV[o + 6], tonumber(ARGV[o + 8])
-      local meta, lim = ARGV[o + 10], ARGV[o + 11]
+      local meta, lim, hdr = ARGV[o + 10], ARGV[o + 11], ARGV[o + 12]
       if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
       if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
       if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
       if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
+      if hdr ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = hdr end
       if lim ~= '' then
         local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
         for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end

@@ -23,7 +23,7 @@
 -- ARGV[4]      ms (server time): runs started before it are not this process's
 -- ARGV[5]      max pending entries read per band
 -- ARGV[6]      n, then ARGV[7..] n known runs, 2 fields each: priority, entry id
--- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 13 fields per run (as claim.lua),
+-- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 14 fields per run (as claim.lua),
 --              0, 0}
 
 local group, worker = ARGV[1], ARGV[2]
@@ -37,7 +37,7 @@ for i = 0, n - 1 do
 end
 local runs, absorbed = {}, 0
 -- Fields that may be unset on a record, and what claim.lua answers for them.
-local blank = {[8] = '', [10] = '', [15] = ''}
+local blank = {[8] = '', [10] = '', [15] = '', [16] = ''}
 for i = 1, 10 do
   local pending = {}
   if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -51,7 +51,8 @@ for i = 1, 10 do
       local r = {}
       if tid then
         r = redis.call('HMGET', base .. tid, 'status', 'eid', 'worker', 'started', 'attempt',
-          'name', 'args', 'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem')
+          'name', 'args', 'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem',
+          'hdr')
       end
       if r[1] == 'running' and r[2] == eid and r[3] == worker then
         if tonumber(r[4] or '0') >= since then
@@ -60,7 +61,7 @@ for i = 1, 10 do
           runs[o + 1] = tid
           runs[o + 2] = eid
           runs[o + 3] = r[5]
-          for f = 6, 15 do runs[o + f - 2] = r[f] or blank[f] or '0' end
+          for f = 6, 16 do runs[o + f - 2] = r[f] or blank[f] or '0' end
         end
       else
         drop_entry(KEYS[i], group, eid)
@@ -71,7 +72,7 @@ for i = 1, 10 do
     end
   end
 end
-local out = {now, absorbed, 0, #runs / 13}
+local out = {now, absorbed, 0, #runs / 14}
 for _, v in ipairs(runs) do out[#out + 1] = v end
 out[#out + 1] = 0
 out[#out + 1] = 0

@@ -128,7 +128,8 @@ def test_recover_returns_the_runs_a_lost_claim_started(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
     create_groups(r, qk)
-    tasks = [task(prio=p, kwargs='{"k": 1}') for p in (9, 5, 5, 0)]
+    # (With headers: recover.lua answers every field claim.lua does, middleware's included.)
+    tasks = [task(prio=p, kwargs='{"k": 1}', headers=f'{{"h":"{p}"}}') for p in (9, 5, 5, 0)]
     enqueue(run, qk, *tasks)
     lost = claim(run, qk, count=4).runs  # its reply "lost": the worker knows none of them
     assert len(lost) == 4

@@ -89,8 +89,8 @@ def test_enqueue_refuses_a_call_without_the_stream_of_a_tasks_band(
 def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
-    """A task without options is sent as 5 fields, not 12 (the single enqueue's hot path);
-    the record is the one the 12 fields make, and any option sends all 12."""
+    """A task without options is sent as 5 fields, not 13 (the single enqueue's hot path);
+    the record is the one the 13 fields make, and any option sends all 13."""
     plain, twin = task(args="[]"), task(args="[]")
     call = sc.enqueue_call(qk, [plain], 100)
     assert call.args == [100, 1, plain.tid, "t", "[]", 5, 3]
@@ -100,17 +100,18 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     assert short.pop("eid") != full.pop("eid")
     short.pop("enq"), full.pop("enq")
     assert short == full and short["status"] == "queued" and "kwargs" not in short
-    # Each option alone: all 12 fields go, and the record carries the option.
+    # Each option alone: all 13 fields go, and the record carries the option.
     options = {
         "kwargs": ({"kwargs": '{"a":1}'}, "kwargs"), "timeout": ({"timeout": 2.5}, "timeout"),
         "delay": ({"delay_ms": 60_000}, "due"), "expires": ({"expires_ms": 9_000}, "exp"),
         "idem": ({"idem": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
         "limit": ({"limit": "1|0|0|lk"}, "lk"),
+        "headers": ({"headers": '{"traceparent":"00-ab-cd-01"}'}, "hdr"),
     }  # fmt: skip
     for what, (kw, field) in options.items():
         t = task(**kw)
         c = sc.enqueue_call(qk, [t], 100)
-        assert len(c.args) == 2 + 12, what
+        assert len(c.args) == 2 + 13, what
         run(c)
         assert r.hget(qk.task(t.tid), field) is not None, what
     # In a batch, the last task may stop after its fixed fields too.
@@ -137,6 +138,24 @@ def test_enqueue_idempotency_key_returns_original(r: redis.Redis, run: Any, qk: 
     # A re-send of the call that made it (same tid) is that call's answer: created.
     assert enqueue(run, qk, t) == [sc.Enqueued(t.tid, "queued", True)]
     assert r.xlen(qk.stream(5)) == 1
+
+
+def test_claim_reply_carries_the_headers_set_at_enqueue(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Middleware headers (a trace context) reach the worker in the claim reply itself, with
+    no second round trip; a task without headers claims with "" in their place."""
+    groups(r, qk)
+    traced = task(
+        headers='{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    )
+    plain = task()
+    enqueue(run, qk, traced, plain)
+    runs = {c.tid: c for c in claim(run, qk).runs}
+    assert runs[traced.tid].headers == traced.headers
+    assert runs[plain.tid].headers == ""
+    assert r.hget(qk.task(traced.tid), "hdr") == traced.headers
+    assert r.hget(qk.task(plain.tid), "hdr") is None
 
 
 def test_claim_strict_priority_and_count_across_bands(

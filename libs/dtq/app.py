@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
+from dtq.middleware import Hooks, check_middleware
 from dtq.models import TaskHandle
 from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
@@ -85,14 +86,50 @@ class Task(Generic[P, R]):
 
 
 class App:
-    """Holds settings and the task registry. Settings come from the environment unless given."""
+    """Holds settings and the task registry. Settings come from the environment unless given.
 
-    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+    ``tracing=True`` (or ``DTQ_TRACING=1``) adds OpenTelemetry spans for enqueues and runs
+    (``pip install 'dtq[otel]'``; see :mod:`dtq.contrib.otel`).
+    """
+
+    def __init__(
+        self, settings: Settings | None = None, *, tracing: bool | None = None, **overrides: Any
+    ) -> None:
         self._settings = settings
         self._overrides = overrides
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._client: Client | None = None
         self._aclients: dict[int, AsyncClient] = {}
+        self._tracing = tracing
+        self.middleware: list[object] = []
+        self._hooks: Hooks | None = None
+        self._hooks_ready = False
+        # True once hooks() found no before_enqueue: a client's enqueue then tests this flag
+        # alone (no call); add_middleware and configure clear it.
+        self.no_enqueue_hooks = False
+
+    def add_middleware(self, middleware: object) -> None:
+        """Add a middleware: an object with any of ``before_enqueue``, ``around_task``,
+        ``on_outcome`` (see :mod:`dtq.middleware`). The first added is the outermost. Add it
+        before the worker starts (the worker reads the list once)."""
+        check_middleware(middleware)
+        self.middleware.append(middleware)
+        self._hooks_ready = self.no_enqueue_hooks = False
+
+    def hooks(self) -> Hooks | None:
+        """The middleware's hooks (with tracing's first when enabled), or None when none."""
+        if not self._hooks_ready:
+            mws = list(self.middleware)
+            tracing = self._tracing if self._tracing is not None else self.settings.tracing
+            if tracing:
+                from dtq.contrib.otel import OpenTelemetryMiddleware
+
+                if not any(isinstance(m, OpenTelemetryMiddleware) for m in mws):
+                    mws.insert(0, OpenTelemetryMiddleware())
+            self._hooks = Hooks.of(mws)
+            self._hooks_ready = True
+            self.no_enqueue_hooks = self._hooks is None or not self._hooks.before_enqueue
+        return self._hooks
 
     @property
     def settings(self) -> Settings:
@@ -106,6 +143,7 @@ class App:
         self._settings = settings
         self._client = None
         self._aclients.clear()
+        self._hooks_ready = self.no_enqueue_hooks = False  # DTQ_TRACING may differ
 
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...

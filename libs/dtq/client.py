@@ -25,6 +25,7 @@ from dtq.declared import pending as pending_declared
 from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
 from dtq.eviction import is_oom, out_of_memory_message
 from dtq.keys import Keys, split_task_id
+from dtq.middleware import EnqueueRequest, Hooks, before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
@@ -97,6 +98,49 @@ class _Base:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
             return None
         return self.app.defaults_for(name)
+
+    # --- middleware (dtq.middleware): before_enqueue sees each request before it is built ---
+
+    def _mw(self) -> Hooks | None:
+        app = self.app
+        if app is None or app.no_enqueue_hooks:  # the usual case: no call, no lookup
+            return None
+        hooks = app.hooks()
+        return hooks if hooks is not None and hooks.before_enqueue else None
+
+    def _request(
+        self, name: str, args: Any, kwargs: Mapping[str, Any] | None, options: dict[str, Any]
+    ) -> EnqueueRequest:
+        opts = {k: v for k, v in options.items() if v is not None}
+        metadata, queue = opts.pop("metadata", None), opts.pop("queue", None)
+        d = self._defaults(name)
+        q = queue or (d.queue if d is not None else "default")
+        return EnqueueRequest(name, args, kwargs, q, opts, dict(metadata or {}), {})
+
+    def _requests(self, items: Iterable[Mapping[str, Any]]) -> list[EnqueueRequest]:
+        reqs = []
+        for item in items:
+            if "name" not in item or not item.keys() <= ENQUEUE_FIELDS:
+                check_fields(item)
+            opts = {k: v for k, v in item.items() if k not in ("name", "args", "kwargs")}
+            reqs.append(self._request(item["name"], item.get("args"), item.get("kwargs"), opts))
+        return reqs
+
+    def _build(self, req: EnqueueRequest) -> tuple[str, sc.NewTask]:
+        return build_task(
+            self.settings, req.name, req.args, req.kwargs, defaults=self._defaults(req.name),
+            queue=req.queue, metadata=req.metadata or None, headers=req.headers or None,
+            **req.options,
+        )  # fmt: skip
+
+    def _group_requests(
+        self, reqs: list[EnqueueRequest]
+    ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
+        for i, req in enumerate(reqs):
+            q, task = self._build(req)
+            by_queue.setdefault(q, []).append((i, task))
+        return by_queue, len(reqs)
 
     def _group(
         self, items: Iterable[Mapping[str, Any]]
@@ -250,11 +294,22 @@ class AsyncClient(_Base):
         unique: bool | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
-        q, task = build_task(
-            self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
-            priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
-            idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
-        )  # fmt: skip
+        mw = self._mw()
+        if mw is None:
+            q, task = build_task(
+                self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+                priority=priority, delay=delay, eta=eta, max_retries=max_retries,
+                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
+                metadata=metadata, unique=unique,
+            )  # fmt: skip
+        else:
+            req = self._request(name, args, kwargs, dict(
+                queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
+                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
+                metadata=metadata, unique=unique,
+            ))  # fmt: skip
+            await before_enqueue_async(mw, req)
+            q, task = self._build(req)
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
@@ -269,7 +324,14 @@ class AsyncClient(_Base):
         are sent, or a bad item raises before anything is sent. A connection lost in
         mid-stream raises :class:`dtq.RedisUnavailable`; parts Redis already ran stay enqueued.
         """
-        by_queue, n = self._group(items)
+        mw = self._mw()
+        if mw is None:
+            by_queue, n = self._group(items)
+        else:
+            reqs = self._requests(items)
+            for req in reqs:
+                await before_enqueue_async(mw, req)
+            by_queue, n = self._group_requests(reqs)
         return await self._send(by_queue, n)
 
     async def _send(
@@ -420,11 +482,22 @@ class Client(_Base):
         unique: bool | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
-        q, task = build_task(
-            self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
-            priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
-            idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
-        )  # fmt: skip
+        mw = self._mw()
+        if mw is None:
+            q, task = build_task(
+                self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+                priority=priority, delay=delay, eta=eta, max_retries=max_retries,
+                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
+                metadata=metadata, unique=unique,
+            )  # fmt: skip
+        else:
+            req = self._request(name, args, kwargs, dict(
+                queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
+                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
+                metadata=metadata, unique=unique,
+            ))  # fmt: skip
+            before_enqueue_sync(mw, req)
+            q, task = self._build(req)
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
@@ -434,7 +507,14 @@ class Client(_Base):
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""
-        by_queue, n = self._group(items)
+        mw = self._mw()
+        if mw is None:
+            by_queue, n = self._group(items)
+        else:
+            reqs = self._requests(items)
+            for req in reqs:
+                before_enqueue_sync(mw, req)
+            by_queue, n = self._group_requests(reqs)
         return self._send(by_queue, n)
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:

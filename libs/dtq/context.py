@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +33,14 @@ class TaskContext:
     @property
     def fencing_token(self) -> int:
         return self.attempt
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Set at enqueue by middleware (``before_enqueue``), e.g. a W3C ``traceparent``.
+
+        Read from the run (decoded when asked, not stored here: most runs never ask)."""
+        raw = self.hooks.headers() if self.hooks is not None else ""
+        return json.loads(raw) if raw else {}
 
     def progress(
         self, current: float, total: float | None = None, message: str | None = None

@@ -34,6 +34,10 @@ class RunHooks(Protocol):
 
     def stop_requested(self) -> bool: ...
 
+    def headers(self) -> str:
+        """The run's middleware headers as stored (JSON object), or ""."""
+        ...
+
 
 def _number(value: Any, what: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

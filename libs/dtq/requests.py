@@ -99,6 +99,7 @@ def build_task(
     expires: float | timedelta | datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
     unique: bool | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[str, NewTask]:
     """Check one enqueue request; return its queue and the encoded task.
 
@@ -194,6 +195,7 @@ def build_task(
         meta,
         lim,
         unset,
+        headers=_headers(headers) if headers else "",
     )
 
 
@@ -206,6 +208,16 @@ def check_task_name(name: str) -> None:
         name.encode()
     except UnicodeEncodeError:
         raise InvalidRequest(f"task name {name!r} is not valid Unicode text") from None
+
+
+def _headers(headers: Mapping[str, str]) -> str:
+    """Middleware headers (dtq.middleware) as stored: a JSON object of strings."""
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise InvalidRequest("headers must map strings to strings")
+    out = json.dumps(dict(headers), separators=(",", ":"))
+    if len(out) > 4096:
+        raise SerializationError("headers must encode to at most 4096 bytes")
+    return out
 
 
 UNIQUE_PREFIX = "~u:"

@@ -657,6 +657,7 @@ class NewTask:
     meta: str
     limit: str = ""  # dtq.limits.Limit.encode(): "conc|count|window_ms|key", or ""
     unset: str = ""  # letters of what the enqueue left to the declaration (dtq.declared)
+    headers: str = ""  # JSON object of strings from middleware (dtq.middleware), or ""
 
     def maxr_arg(self) -> int | str:
         """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
@@ -684,11 +685,11 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
 def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
-    without options sends only its 5 fixed fields (enqueue.lua reads the missing 7 as empty)."""
+    without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
     if (
         t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
-        or t.meta or t.limit
+        or t.meta or t.limit or t.headers
     ):  # fmt: skip
         args = [events_maxlen, 1, *_task_args(t)]
     else:
@@ -698,11 +699,11 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
 
 
 def _task_args(t: NewTask) -> list[Any]:
-    """enqueue.lua's 12 fields of one task: the 5 fixed ones, then the 7 options."""
+    """enqueue.lua's 13 fields of one task: the 5 fixed ones, then the 8 options."""
     return [
         t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.kwargs,
         "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
-        t.idempotency_key, t.meta, t.limit,
+        t.idempotency_key, t.meta, t.limit, t.headers,
     ]  # fmt: skip
 
 
@@ -750,6 +751,8 @@ class Claimed:
     enqueued_ms: int
     priority: int
     idempotency_key: str
+    headers: str = ""
+    """JSON object of strings set by middleware at enqueue (e.g. a W3C traceparent), or ""."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -789,16 +792,16 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
     runs = []
     s = _s
-    for b in range(4, 4 + n * 13, 13):  # positional, no slice per run (claim is the hot path)
+    for b in range(4, 4 + n * 14, 14):  # positional, no slice per run (claim is the hot path)
         runs.append(
             Claimed(
                 queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
                 s(raw[b + 4]), s(raw[b + 5]), int(raw[b + 6]),
                 float(raw[b + 7]) if raw[b + 7] else None, int(raw[b + 8]), int(raw[b + 9]),
-                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]),
+                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]), s(raw[b + 13]),
             )
         )  # fmt: skip
-    tail = raw[4 + n * 13 :]
+    tail = raw[4 + n * 14 :]
     held = int(tail[0]) if tail else 0
     more = len(tail) > 1 and int(tail[1]) == 1
     return ClaimBatch(now, runs, absorbed=absorbed, expired=expired, held=held, more=more)

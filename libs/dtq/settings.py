@@ -117,6 +117,12 @@ class Settings(BaseSettings):
             value = [q.strip() for q in value.split(",") if q.strip()]
         return value
 
+    # --- tracing (dtq.contrib.otel) ---
+    tracing: bool = False
+    """OpenTelemetry spans for every enqueue (by a client that knows the app) and every run,
+    linked by a W3C trace context carried with the task. Needs ``pip install 'dtq[otel]'``;
+    ``App(tracing=...)`` overrides it. Spans go to the global tracer provider."""
+
     @field_validator("queues")
     @classmethod
     def _check_queues(cls, value: tuple[str, ...]) -> tuple[str, ...]:

@@ -18,7 +18,8 @@ use ``eager=True``)::
 Differences from a worker, on purpose: tasks run one at a time in the calling thread (async
 tasks on an event loop of their own), a sync task's timeout is not enforced, and retries are
 due at once (``retry_backoff_s=0``) so ``drain()`` runs them; delayed tasks run when their time
-comes, or at once with ``drain(include_delayed=True)``.
+comes, or at once with ``drain(include_delayed=True)``. The app's middleware runs as in a
+worker (``before_enqueue`` in the clients, ``around_task`` and ``on_outcome`` around each run).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.keys import GROUP, Keys, make_task_id
+from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.models import TaskHandle, TaskInfo
 from dtq.progress import progress_call
 from dtq.settings import Settings
@@ -60,6 +62,9 @@ class _Hooks:
     def stop_requested(self) -> bool:
         rec = self.tq.redis.hget(self.tq.keys.queue(self.queue).task(self.c.tid), "cancel")
         return rec is not None
+
+    def headers(self) -> str:
+        return self.c.headers
 
 
 class TestQueue:
@@ -251,8 +256,21 @@ class TestQueue:
         s = self.settings
         qk = self.keys.queue(queue)
         item: sc.Success | sc.Failure
+        mw = self.app.hooks()  # middleware, as a worker runs it (dtq.middleware)
+        ctx = TaskContext(
+            id=make_task_id(queue, c.tid), name=c.name, queue=queue, attempt=c.attempt,
+            retries=c.retries, max_retries=c.max_retries, worker_id=WORKER_ID,
+            deadline=None if c.timeout is None else time.time() + c.timeout,
+            hooks=_Hooks(self, queue, c),
+        )  # fmt: skip
+        started = time.monotonic()
+        result: Any = None
+        raised: BaseException | None = None
         try:
-            result = await self._invoke(queue, c)
+            if mw is None or not mw.around_task:
+                result = await self._invoke(ctx, c)
+            else:
+                result = await around(mw, ctx, lambda: self._invoke(ctx, c))
             payload = codec.dumps(result, "the task's result")
             if len(payload.encode()) > s.max_result_bytes:
                 raise SerializationError("result over DTQ_MAX_RESULT_BYTES")
@@ -260,11 +278,14 @@ class TestQueue:
         except SerializationError as exc:
             item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", -1)
         except Retry as exc:
+            raised = exc
             delay = 0 if exc.delay is None else int(exc.delay * 1000)
             item = sc.Failure(c.tid, c.eid, c.attempt, f"Retry: {exc}", delay)
         except Fail as exc:
+            raised = exc
             item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1)
         except Exception as exc:
+            raised = exc
             delay = int(s.retry_backoff_s * 1000 * 2**c.retries)
             err = f"{type(exc).__name__}: {exc}"[:2000]
             item = sc.Failure(c.tid, c.eid, c.attempt, err, delay)
@@ -272,22 +293,26 @@ class TestQueue:
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
         if isinstance(item, sc.Success):
             call = sc.complete_call(qk, WORKER_ID, [item], s.events_maxlen, s.result_ttl_s)
+            stored = sc.parse_complete(self._scripts.run(call))[0]
+            verdict = item.status if stored else "stale"
         else:
             call = sc.fail_call(qk, WORKER_ID, [item], s.events_maxlen, s.dlq_ttl_s)
-        self._scripts.run(call)
+            verdict = sc.parse_strings(self._scripts.run(call))[0]
+        if mw is not None and mw.on_outcome:
+            verdict = "retried" if verdict == "scheduled" else verdict
+            error = item.error if isinstance(item, sc.Failure) else None
+            outcome = RunOutcome(
+                verdict, time.monotonic() - started, error, raised,
+                result if isinstance(item, sc.Success) else None,
+            )  # fmt: skip
+            await notify_outcome(mw, ctx, outcome)
 
-    async def _invoke(self, queue: str, c: sc.Claimed) -> Any:
+    async def _invoke(self, ctx: TaskContext, c: sc.Claimed) -> Any:
         task = self.app.tasks.get(c.name)
         if task is None:
             raise Fail(f"unknown task {c.name!r}: not registered on this app")
         args = json.loads(c.args)
         kwargs = json.loads(c.kwargs) if c.kwargs else {}
-        ctx = TaskContext(
-            id=make_task_id(queue, c.tid), name=c.name, queue=queue, attempt=c.attempt,
-            retries=c.retries, max_retries=c.max_retries, worker_id=WORKER_ID,
-            deadline=None if c.timeout is None else time.time() + c.timeout,
-            hooks=_Hooks(self, queue, c),
-        )  # fmt: skip
         token = set_current(ctx)
         try:
             if task.is_async:

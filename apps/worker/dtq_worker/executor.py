@@ -15,9 +15,10 @@ from dtq import codec
 from dtq import scripts as sc
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
+from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
 from dtq.progress import ProgressWriter
 from dtq_worker.outcomes import Outcome
-from dtq_worker.runs import Run, StopReason
+from dtq_worker.runs import Hooked, Run, StopReason
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -75,6 +76,9 @@ class _Hooks:
     def stop_requested(self) -> bool:
         return self._run.stop_reason is not None
 
+    def headers(self) -> str:
+        return self._run.claimed.headers
+
     def report_progress(self, payload: str) -> None:
         if self.writer is not None:
             self.writer.report_progress(payload)
@@ -94,6 +98,10 @@ class Executor:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self._children: dict[tuple[Any, ...], Any] = {}
+        # The app's middleware (dtq.middleware), None when it has none: then a run costs one
+        # attribute test more than without the feature. Read once: middleware added after the
+        # worker started is not seen.
+        self.mw: Hooks | None = worker.app.hooks()
 
     def _metric(self, metric: Any, *labels: str) -> Any:
         """The labelled child of ``metric``, cached (``labels()`` locks and hashes per call)."""
@@ -118,11 +126,13 @@ class Executor:
                 max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
             )
         item: sc.Success | sc.Failure
+        # Middleware (self.mw) adds no local variable here: a bigger coroutine frame made sync
+        # runs measurably slower (tools/bench_executor.py).
         try:
             if run.stop_reason is not None:
                 # Stopped while it waited for a slot (claimed ahead): its body never runs.
                 raise asyncio.CancelledError
-            result = await self._invoke(run)
+            result = await (self._invoke(run) if self.mw is None else self._around(run))
             try:
                 payload = "null"
                 if result is not None:
@@ -143,8 +153,12 @@ class Executor:
             elif reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
                             extra=_extra(run, w.worker_id))  # fmt: skip
+                if self.mw is not None:
+                    await self._notify(run, "lost", None)
                 return
             else:
+                if self.mw is not None:
+                    await self._notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
         except Retry as exc:
             item = sc.Failure(
@@ -159,6 +173,8 @@ class Executor:
             item = sc.Failure(c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries))
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
+            if self.mw is not None:
+                await self._notify(run, "lost", item)
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
@@ -168,11 +184,56 @@ class Executor:
         # wraps the write in a task of its own.)
         run.writing = True
         w.release_slot(run)
-        verdict = await w.outcomes.write(
-            Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
-        )
+        try:
+            verdict = await w.outcomes.write(
+                Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
+            )
+        except BaseException:
+            if self.mw is not None:  # every hooked run hears its end (spans are not left open)
+                await self._notify(run, "lost", item)
+            raise
         run.answered = verdict is not None
         self._record(run, item, verdict)
+        if self.mw is not None:
+            v = "lost" if verdict is None else "retried" if verdict == "scheduled" else verdict
+            await self._notify(run, v, item)
+
+    def _context(self, run: Run, progress: _Hooks | None, deadline: float | None) -> TaskContext:
+        c = run.claimed
+        return TaskContext(
+            id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt, retries=c.retries,
+            max_retries=c.max_retries, worker_id=self.w.worker_id, deadline=deadline,
+            hooks=progress,
+        )  # fmt: skip
+
+    async def _around(self, run: Run) -> Any:
+        """The run inside the middleware's ``around_task`` hooks (one context for all)."""
+        assert self.mw is not None
+        timeout = run.claimed.timeout
+        deadline = None if timeout is None else time.time() + timeout
+        ctx = self._context(run, _Hooks(self.w, run, asyncio.get_running_loop()), deadline)
+        hk = run.hooked = Hooked(ctx)
+        set_current(ctx)
+        try:
+            hk.result = await around(self.mw, ctx, lambda: self._invoke(run))
+        except BaseException as exc:
+            hk.raised = exc
+            raise
+        return hk.result
+
+    async def _notify(self, run: Run, verdict: str, item: sc.Success | sc.Failure | None) -> None:
+        """Tell the ``on_outcome`` hooks what became of the run (never raises)."""
+        mw, hk = self.mw, run.hooked
+        run.hooked = None  # run -> ctx -> its hooks -> run: no cycle left behind
+        if mw is None or not mw.on_outcome:
+            return
+        if hk is None:  # a run stopped before its body
+            hk = Hooked(self._context(run, _Hooks(self.w, run, asyncio.get_running_loop()), None))
+        error = item.error if isinstance(item, sc.Failure) else None
+        raised = None if isinstance(hk.raised, asyncio.CancelledError) else hk.raised
+        result = hk.result if isinstance(item, sc.Success) else None
+        elapsed = time.monotonic() - run.started_mono
+        await notify_outcome(mw, hk.ctx, RunOutcome(verdict, elapsed, error, raised, result))
 
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         w, c = self.w, run.claimed
@@ -208,18 +269,20 @@ class Executor:
             raise Fail(f"arguments are not valid JSON: {exc}") from None
         timeout = c.timeout
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else time.time() + timeout
-        hooks = _Hooks(w, run, loop)
-        ctx: TaskContext | None = None
+        # Made already when middleware wraps the run (_around). No local more than without
+        # middleware: see execute().
+        ctx = None if run.hooked is None else run.hooked.ctx
+        if ctx is None:
+            deadline = None if timeout is None else time.time() + timeout
+            hooks = _Hooks(w, run, loop)
+        else:
+            deadline = ctx.deadline
+            hooks = ctx.hooks  # type: ignore[assignment]
 
         def context() -> TaskContext:  # made once: a child task asking later gets the same
             nonlocal ctx
             if ctx is None:
-                ctx = TaskContext(
-                    id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt,
-                    retries=c.retries, max_retries=c.max_retries, worker_id=w.worker_id,
-                    deadline=deadline, hooks=hooks,
-                )  # fmt: skip
+                ctx = self._context(run, hooks, deadline)
             return ctx
 
         if task.is_async:

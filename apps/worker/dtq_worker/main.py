@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         logs.setup(settings.log_format, settings.log_level)
         app = load_app(spec)
         app.configure(settings)
+        app.hooks()  # middleware and tracing (DTQ_TRACING without dtq[otel]: one line, exit 2)
     except ConfigError as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)

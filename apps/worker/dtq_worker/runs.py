@@ -6,8 +6,19 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
+from dtq.context import TaskContext
 from dtq.scripts import Claimed, RunRef
+
+
+@dataclass(slots=True)
+class Hooked:
+    """What middleware needs of a run beyond the run itself: made only when there is some."""
+
+    ctx: TaskContext
+    result: Any = None
+    raised: BaseException | None = None  # what the around_task chain raised
 
 
 class StopReason(Enum):
@@ -30,6 +41,7 @@ class Run:
     holds_slot: bool = False  # counted in Worker.active (its body runs): see Worker.release_slot
     answered: bool = False  # the fence answered the outcome write (stored or stale)
     waiting: bool = False  # claimed ahead (prefetch): in Worker.ready, its body not started
+    hooked: Hooked | None = None  # only when the app has middleware (Executor._around)
 
     @property
     def key(self) -> tuple[str, str]:
