@@ -223,8 +223,31 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    app = getattr(module, attr, None)
+        where = _where(exc)
+        raise ConfigError(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+            + (f" (at {where})" if where else "")
+        ) from None
+    if not hasattr(module, attr):
+        apps = sorted(k for k, v in vars(module).items() if isinstance(v, App))
+        hint = f"; dtq.App objects in it: {', '.join(apps)}" if apps else ""
+        raise ConfigError(f"module {module_name!r} has no attribute {attr!r}{hint}")
+    app = getattr(module, attr)
     if not isinstance(app, App):
         raise ConfigError(f"{spec!r} is not a dtq.App (found {type(app).__name__})")
     return app
+
+
+def _where(exc: BaseException) -> str | None:
+    """``file:line`` where an import failed in the user's code (not in importlib or dtq)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    found = None
+    skip = os.path.dirname(importlib.__file__)
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", skip)) and filename != __file__:
+            found = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found

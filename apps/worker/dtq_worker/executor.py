@@ -48,6 +48,22 @@ def _extra(run: Run, worker_id: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _detach(w: Worker, fut: asyncio.Future[Any]) -> None:
+    """Let a sync task's thread run on after its run was stopped (a thread cannot be killed).
+
+    Its outcome is discarded: the exception it may end with (a ``Fail`` after a cancel) is
+    taken here, or asyncio would log "Future exception was never retrieved" with a traceback.
+    """
+    w.detached_threads += 1
+
+    def done(f: asyncio.Future[Any]) -> None:
+        if not f.cancelled():
+            f.exception()
+        w.thread_returned()
+
+    fut.add_done_callback(done)
+
+
 class _Hooks:
     """A run's :class:`dtq.progress.RunHooks`; the progress writer is made on first use.
 
@@ -248,12 +264,10 @@ class Executor:
             return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
         except TimeoutError:
             # A thread cannot be killed: it runs on, its result discarded (see docs).
-            w.detached_threads += 1
-            fut.add_done_callback(lambda _f: w.thread_returned())
+            _detach(w, fut)
             raise TaskTimeout(
                 f"timed out after {timeout}s (sync task: its thread was left to finish)"
             ) from None
         except asyncio.CancelledError:
-            w.detached_threads += 1
-            fut.add_done_callback(lambda _f: w.thread_returned())
+            _detach(w, fut)
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import socket
 import time
@@ -10,6 +11,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.errors import ConfigError
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
 
@@ -17,6 +19,20 @@ if TYPE_CHECKING:
     from dtq_worker.worker import Worker
 
 log = logging.getLogger("dtq.heartbeat")
+
+
+def _dead_here(host: str, pid: str) -> bool:
+    """Whether the holder is a process of this host that no longer exists (a restart under a
+    fixed id need not wait for the dead one's heartbeat hash to expire)."""
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class Heartbeat:
@@ -55,6 +71,36 @@ class Heartbeat:
                 return
             pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
             await w.sleep_until_finished(pause)
+
+    def owner(self) -> str:
+        return f"{socket.gethostname()}:{self.w.pid}"
+
+    async def claim_id(self) -> None:
+        """Refuse to start under a worker id a live worker of another process holds.
+
+        Two processes with one id would share a consumer name, a heartbeat and the scheduler
+        lock token (both would lead). The heartbeat hash lives while its worker beats (its TTL
+        is 3 intervals), so a live one is there; HSETNX of the ``owner`` field makes the check
+        and the claim one step, so of two workers started at once one is refused.
+        """
+        w = self.w
+        key = w.keys.worker(w.worker_id)
+        me = self.owner()
+        async with w.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(key, "owner", me)
+            pipe.hget(key, "owner")
+            pipe.pttl(key)
+            _, holder, ttl = await pipe.execute()
+        if holder != me:
+            host, _, pid = (holder or "").rpartition(":")
+            if ttl > 0 and not _dead_here(host, pid):
+                raise ConfigError(
+                    f"worker id {w.worker_id!r} is in use by a live worker (pid {pid} on "
+                    f"{host}): give each worker its own --worker-id / DTQ_WORKER_ID"
+                )
+            await w.redis.hset(key, "owner", me)  # its holder is gone: take it over
+        if ttl < 0 or holder != me:  # it expires like a heartbeat unless beats follow
+            await w.redis.pexpire(key, int(w.settings.heartbeat_interval_s * 3000))
 
     def set_clock(self, reply: tuple[int, int]) -> None:
         """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""

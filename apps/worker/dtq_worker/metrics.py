@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from dtq.errors import ConfigError
 from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
 
 
@@ -58,4 +59,9 @@ class WorkerMetrics:
         )
 
     def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+        try:
+            start_http_server(port, registry=self.registry)
+        except OSError as exc:  # a busy or forbidden port is configuration, not a lost Redis
+            raise ConfigError(
+                f"DTQ_METRICS_PORT={port}: cannot listen: {exc.strerror or exc}"
+            ) from None

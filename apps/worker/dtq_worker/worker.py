@@ -47,6 +47,17 @@ EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
 CANCEL_HINTS_MAX = 4096
 
 
+# How long a starting worker retries a Redis that never answered (see prepare).
+STARTUP_UNREACHED_S = 2.0
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """Nothing answered: refused, reset, timed out (a LOADING reply is an answer)."""
+    if isinstance(exc, rex.BusyLoadingError):
+        return False
+    return isinstance(exc, OSError | rex.ConnectionError | rex.TimeoutError)
+
+
 class Worker:
     def __init__(
         self, app: App, settings: Settings, queue_caps: dict[str, int] | None = None
@@ -347,7 +358,16 @@ class Worker:
     async def prepare(self) -> None:
         """Check the schema version and create the streams and group; retry while unreachable."""
         backoff = Backoff(log, "startup")
-        deadline = time.monotonic() + self.settings.effective_heartbeat_ttl_s
+        began = time.monotonic()
+        # A Redis that never answered (nothing listening, a wrong DTQ_REDIS_URL: what a first
+        # try meets) is given STARTUP_UNREACHED_S (a supervisor restarts the worker); one that
+        # answers with a transient error (LOADING after a restart, a failover) the heartbeat TTL.
+        never_reached = began + min(
+            STARTUP_UNREACHED_S,
+            self.settings.heartbeat_interval_s,
+            self.settings.effective_heartbeat_ttl_s,
+        )
+        reached = False
         while True:
             try:
                 await self.redis.set(self.keys.schema, SCHEMA_VERSION, nx=True)
@@ -358,15 +378,21 @@ class Worker:
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
                 await self.check_eviction()
+                await self.heartbeat.claim_id()
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
                 return
             except (SchemaMismatch, ConfigError):
                 raise
             except Exception as exc:
-                if not is_transient(exc) or time.monotonic() > deadline:
+                reached = reached or not _no_answer(exc)
+                deadline = (
+                    began + self.settings.effective_heartbeat_ttl_s if reached else never_reached
+                )
+                left = deadline - time.monotonic()
+                if not is_transient(exc) or left < 0:
                     raise
-                await asyncio.sleep(backoff.failed(exc))
+                await asyncio.sleep(min(backoff.failed(exc), left + 0.01))  # a last try at it
 
     async def check_eviction(self) -> None:
         """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
