@@ -597,10 +597,10 @@ class Admin:
         nxt = None if pos < 0 or pos >= await self._r.zcard(key) else str(pos)
         return Page(items, nxt)
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
+    async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
         split_task_id(task_id)
-        call = self.client._cancel_call(task_id, CANCEL_REASON)
+        call = self.client._cancel_call(task_id, reason)
         res = sc.parse_cancel(await self._run(call))
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")

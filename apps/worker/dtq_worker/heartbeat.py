@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -11,6 +12,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.declared import TASKS_FIELD
 from dtq.errors import ConfigError
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
@@ -45,6 +47,9 @@ class Heartbeat:
         # heartbeat times are on the Redis clock, which retention and observers compare them
         # with, whatever this host's wall clock says (or how it jumps).
         self.clock_offset_ms: int | None = None
+        # The owner and the task names go with the first beat and the first after a failed one
+        # (the hash may have expired meanwhile), not with every beat.
+        self.publish = True
 
     async def loop(self) -> None:
         w = self.w
@@ -146,6 +151,14 @@ class Heartbeat:
                         "status": status or self.status(),
                     },
                 )
+                if self.publish:
+                    pipe.hset(
+                        key,
+                        mapping={
+                            "owner": self.owner(),
+                            TASKS_FIELD: json.dumps(sorted(w.app.tasks)),
+                        },
+                    )
                 pipe.pexpire(key, hb_ttl_ms)
                 pipe.zadd(w.keys.workers, {w.worker_id: now_ms})
                 queues = list(by_queue)
@@ -159,10 +172,14 @@ class Heartbeat:
                 raise
             w.metrics.redis_errors.labels("heartbeat").inc()
             self.backoff.failed(exc)
+            self.publish = True
             w.healthy.clear()
             w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
             return False
         self.backoff.ok()
+        if self.publish:
+            del replies[1]  # the HSET of the owner and the names
+        self.publish = False
         self.last_ok = time.monotonic()
         w.metrics.heartbeat_age.set(0)
         w.healthy.set()
