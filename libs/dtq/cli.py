@@ -225,10 +225,12 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
     d = _run(lambda a: a.get_task(task_id, history=history))
 
     def human() -> None:
-        for k in ("id", "name", "queue", "status", "priority", "attempt", "retries",
-                  "max_retries", "requeues", "worker_id", "enqueued_at", "started_at",
+        for k in ("id", "name", "queue", "status", "priority", "attempt", "failures",
+                  "retries_left", "requeues", "worker_id", "enqueued_at", "started_at",
                   "finished_at", "due_at"):  # fmt: skip
-            if d.get(k) not in (None, ""):
+            if k == "retries_left":
+                click.echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
+            elif d.get(k) not in (None, ""):
                 click.echo(f"{k:>12}: {d[k]}")
         click.echo(f"{'args':>12}: {json.dumps(d['args'])}")
         if d.get("kwargs"):
@@ -237,6 +239,10 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
             click.echo(f"{'result':>12}: {json.dumps(d['result'])}")
         if d.get("error"):
             click.echo(f"{'error':>12}: {d['error']}")
+        if d.get("traceback"):
+            click.echo("traceback:")
+            for line in d["traceback"].rstrip().splitlines():
+                click.echo(f"  {line}")
         if history:
             click.echo("history:")
             for e in d.get("history", []):

@@ -28,6 +28,22 @@ TERMINAL = frozenset(
 )
 
 
+MAX_TRACEBACK_CHARS = 8192
+"""Most characters of a failure's traceback kept in its task record."""
+
+
+def clip_traceback(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters: the head (where it began) and the tail (the
+    innermost frames and the exception itself) are kept, the middle is cut."""
+    if len(text) <= limit:
+        return text
+    marker = "\n... ({} characters cut) ...\n"
+    room = limit - len(marker.format(len(text)))
+    head = room // 4
+    tail = room - head
+    return text[:head] + marker.format(len(text) - head - tail) + text[len(text) - tail :]
+
+
 def _ms_to_dt(raw: str | None) -> datetime | None:
     if not raw:
         return None
@@ -46,7 +62,8 @@ class TaskInfo:
     attempt: int
     """Runs started so far; also the fencing token of the current run."""
     retries: int
-    """Failed attempts counted against ``max_retries``."""
+    """Failed runs so far (also ``failures``); a ``Fail`` counts too. Kept by this name for
+    compatibility: ``failures`` and ``retries_left`` read right."""
     max_retries: int
     interruptions: int
     args: list[Any]
@@ -65,6 +82,13 @@ class TaskInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     progress: dict[str, Any] | None = None
     """The last ``current_task().progress(...)`` report: current, total, message, attempt."""
+    traceback: str | None = None
+    """The traceback of the last failed run's exception (at most MAX_TRACEBACK_CHARS), if the
+    last failure had one (a ``Retry`` request or a timeout has none)."""
+    failures: int = 0
+    """Failed runs so far (the same count as ``retries``)."""
+    retries_left: int = 0
+    """Retries the task may still spend: ``max_retries`` minus ``failures``, at least 0."""
 
     @classmethod
     def from_record(cls, task_id: str, queue: str, rec: dict[str, str]) -> TaskInfo:
@@ -94,6 +118,9 @@ class TaskInfo:
             cancel_requested="cancel" in rec,
             metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
             progress=json.loads(rec["progress"]) if rec.get("progress") else None,
+            traceback=rec.get("tb"),
+            failures=int(rec.get("retries", 0)),
+            retries_left=max(0, int(rec.get("maxr", 0)) - int(rec.get("retries", 0))),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import asyncio
 import json
 import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.keys import GROUP, Keys, make_task_id
-from dtq.models import TaskHandle, TaskInfo
+from dtq.models import TaskHandle, TaskInfo, clip_traceback
 from dtq.progress import progress_call
 from dtq.settings import Settings
 
@@ -263,11 +264,11 @@ class TestQueue:
             delay = 0 if exc.delay is None else int(exc.delay * 1000)
             item = sc.Failure(c.tid, c.eid, c.attempt, f"Retry: {exc}", delay)
         except Fail as exc:
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1)
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1, _traceback(exc))
         except Exception as exc:
             delay = int(s.retry_backoff_s * 1000 * 2**c.retries)
             err = f"{type(exc).__name__}: {exc}"[:2000]
-            item = sc.Failure(c.tid, c.eid, c.attempt, err, delay)
+            item = sc.Failure(c.tid, c.eid, c.attempt, err, delay, _traceback(exc))
         if self.redis.hexists(qk.task(c.tid), "cancel") and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
         if isinstance(item, sc.Success):
@@ -306,6 +307,10 @@ class TestQueue:
     async def _aafter_enqueue(self) -> None:
         if self.eager and not getattr(self._draining, "on", False):
             await self.adrain()
+
+
+def _traceback(exc: BaseException) -> str:
+    return clip_traceback("".join(traceback.format_exception(exc)))
 
 
 def _capture(coro: Any) -> tuple[bool, Any]:

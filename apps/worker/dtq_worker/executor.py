@@ -9,12 +9,14 @@ import json
 import logging
 import random
 import time
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from dtq import codec
 from dtq import scripts as sc
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
+from dtq.models import clip_traceback
 from dtq.progress import ProgressWriter
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Run, StopReason
@@ -46,6 +48,11 @@ def _extra(run: Run, worker_id: str) -> dict[str, Any]:
         "task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name,
         "worker": worker_id,
     }  # fmt: skip
+
+
+def _traceback(exc: BaseException) -> str:
+    """The failure's traceback for its task record (failure path only), bounded in size."""
+    return clip_traceback("".join(traceback.format_exception(exc)))
 
 
 def _detach(w: Worker, fut: asyncio.Future[Any]) -> None:
@@ -167,12 +174,14 @@ class Executor:
                 c.tid, c.eid, c.attempt, f"Retry: {exc}", retry_delay_ms(w, c.retries, exc.delay)
             )
         except Fail as exc:
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY)
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY, _traceback(exc))
         except TaskTimeout as exc:
             item = sc.Failure(c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(w, c.retries))
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"[:2000]
-            item = sc.Failure(c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries))
+            item = sc.Failure(
+                c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries), _traceback(exc)
+            )
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
             return  # result discarded; the fence would refuse it anyway
