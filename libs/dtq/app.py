@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
@@ -53,6 +54,7 @@ class Task(Generic[P, R]):
     fn: Callable[P, R] | Callable[P, Awaitable[R]]
     name: str
     defaults: TaskDefaults
+    call_options: EnqueueOptions | None = None
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -62,26 +64,56 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        """Enqueue with the task's own defaults (type-checked arguments). Blocking."""
-        return self.app.client().enqueue(self.name, list(args), kwargs)
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Enqueue with the task's own defaults (type-checked arguments). Blocking.
 
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        """Enqueue with the task's own defaults (type-checked arguments), from asyncio."""
-        return await self.app.async_client().enqueue(self.name, list(args), kwargs)
+        Sent through the app's own client (``app.client()``: the App's settings, i.e. the
+        ``DTQ_*`` environment unless the App was given settings). To send through a
+        :class:`dtq.Client` you built, use ``client.enqueue(task, ...)`` (same typing).
+        """
+        return self.app.client().enqueue(self, *args, **kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Enqueue with the task's own defaults (type-checked arguments), from asyncio, through
+        the app's own client (see :meth:`enqueue`)."""
+        return await self.app.async_client().enqueue(self, *args, **kwargs)
+
+    def options(self, **options: Any) -> Task[P, R]:
+        """This task with per-call enqueue options (any of :class:`EnqueueOptions`' fields), for
+        ``client.enqueue(task.options(delay=5), ...)``; the registered task is unchanged."""
+        bound = EnqueueOptions(**options)  # refuses an unknown option
+        return dataclasses.replace(self, call_options=bound)
 
     def enqueue_with(
         self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle:
+    ) -> TaskHandle[R]:
         """Enqueue with per-call options (delay, priority, idempotency key, ...)."""
         return self.app.client().enqueue(self.name, list(args), kwargs, **options.as_kwargs())
 
     async def aenqueue_with(
         self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle:
+    ) -> TaskHandle[R]:
         return await self.app.async_client().enqueue(
             self.name, list(args), kwargs, **options.as_kwargs()
         )
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The enqueue fields of a call of this task (its name, arguments and call options)."""
+        fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
+        if self.call_options is not None:
+            fields.update((k, v) for k, v in self.call_options.as_kwargs().items() if v is not None)
+        return fields
+
+
+class _Register(Protocol):
+    """What ``@app.task(...)`` returns: registers a function; an async one's handle is typed by
+    what its coroutine returns."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class App:
@@ -108,6 +140,9 @@ class App:
         self._aclients.clear()
 
     @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
@@ -121,7 +156,7 @@ class App:
         timeout: float | None = None,
         limit: Limit | None = None,
         unique: bool = False,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    ) -> _Register: ...
 
     def task(  # type: ignore[misc]
         self,

@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
+from dtq.app import App, Task
 from dtq.connection import async_redis, sync_redis
 from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
 from dtq.eviction import is_oom, out_of_memory_message
@@ -27,10 +28,11 @@ from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from dtq.app import App
     from dtq.cancellation import CancelSummary
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 _STATUS = {s.value: s for s in TaskStatus}
 # Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts. The first
 # part is small, so Redis starts while the client still encodes (it idles until a part is sent).
@@ -195,9 +197,16 @@ class AsyncClient(_Base):
                 raise RedisUnavailable(out_of_memory_message(exc)) from None
             raise
 
+    @overload
+    async def enqueue(
+        self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[R]: ...
+
+    @overload
     async def enqueue(
         self,
         name: str,
+        /,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
         *,
@@ -211,10 +220,41 @@ class AsyncClient(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+    ) -> TaskHandle[Any]: ...
+
+    async def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Enqueue one task; one round trip. Returns its handle (``.id``).
+
+        ``enqueue("reports.build", args=[...], kwargs={...}, queue=..., ...)`` by name, or
+        ``enqueue(send_email, to=..., subject=...)`` through the task object: arguments checked
+        by mypy against the function, the handle typed by its result, the task's declared
+        defaults applied, options via ``send_email.options(delay=5)``.
+        """
+        if isinstance(name, Task):
+            return await self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
+        return await self._enqueue(name, *args, **kwargs)
+
+    async def _enqueue(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        defaults: TaskDefaults | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        unique: bool | None = None,
     ) -> TaskHandle:
-        """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         q, task = build_task(
-            self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+            self.settings, name, args, kwargs, defaults=defaults or self._defaults(name),
+            queue=queue,
             priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
             idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
         )  # fmt: skip
@@ -267,11 +307,20 @@ class AsyncClient(_Base):
         rec: Any = await self._io(lambda: self.redis.hgetall(self.keys.queue(queue).task(tid)))
         return self._info(task_id, rec)
 
-    async def result(self, task_id: str, timeout: float | None = None) -> Any:
+    @overload
+    async def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
+
+    @overload
+    async def result(self, task_id: str, timeout: float | None = None) -> Any: ...
+
+    async def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`.
 
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
+        Given a handle typed by its task's result, mypy knows the result's type.
         """
+        if not isinstance(task_id, str):
+            task_id = task_id.id
         queue, tid = split_task_id(task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         async with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:
@@ -350,9 +399,14 @@ class Client(_Base):
                 raise RedisUnavailable(out_of_memory_message(exc)) from None
             raise
 
+    @overload
+    def enqueue(self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]: ...
+
+    @overload
     def enqueue(
         self,
         name: str,
+        /,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
         *,
@@ -366,10 +420,41 @@ class Client(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+    ) -> TaskHandle[Any]: ...
+
+    def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Enqueue one task; one round trip. Returns its handle (``.id``).
+
+        ``enqueue("reports.build", args=[...], kwargs={...}, queue=..., ...)`` by name, or
+        ``enqueue(send_email, to=..., subject=...)`` through the task object: arguments checked
+        by mypy against the function, the handle typed by its result, the task's declared
+        defaults applied, options via ``send_email.options(delay=5)``.
+        """
+        if isinstance(name, Task):
+            return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
+        return self._enqueue(name, *args, **kwargs)
+
+    def _enqueue(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        defaults: TaskDefaults | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        unique: bool | None = None,
     ) -> TaskHandle:
-        """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         q, task = build_task(
-            self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+            self.settings, name, args, kwargs, defaults=defaults or self._defaults(name),
+            queue=queue,
             priority=priority, delay=delay, eta=eta, max_retries=max_retries, timeout=timeout,
             idempotency_key=idempotency_key, expires=expires, metadata=metadata, unique=unique,
         )  # fmt: skip
@@ -417,8 +502,16 @@ class Client(_Base):
         )
         return self._info(task_id, rec)
 
-    def result(self, task_id: str, timeout: float | None = None) -> Any:
+    @overload
+    def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
+
+    @overload
+    def result(self, task_id: str, timeout: float | None = None) -> Any: ...
+
+    def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
+        if not isinstance(task_id, str):
+            task_id = task_id.id
         queue, tid = split_task_id(task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:

@@ -6,7 +6,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 
 class TaskStatus(StrEnum):
@@ -136,9 +138,17 @@ class TaskInfo:
         return out
 
 
+R = TypeVar("R", default=Any)
+
+
 @dataclass(frozen=True, slots=True)
-class TaskHandle:
-    """What enqueue returns: the task's id, plus whether this call created it."""
+class TaskHandle(Generic[R]):
+    """What enqueue returns: the task's id, plus whether this call created it.
+
+    Typed by the task's result when enqueued through its :class:`dtq.app.Task` object
+    (``client.enqueue(send_email, ...)`` gives a ``TaskHandle[dict]``, and
+    ``client.result(handle)`` a ``dict``); by name, a ``TaskHandle[Any]``.
+    """
 
     id: str
     queue: str
