@@ -17,6 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import redis
@@ -92,6 +93,18 @@ def _short_time(iso: str | None) -> str:
     if not iso:
         return "-"
     return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _zoned_time(iso: str | None, tz: str | None) -> str:
+    """A time in zone ``tz`` with the zone's abbreviation, and in UTC beside it."""
+    if not iso or not tz or tz == "UTC":
+        return _short_time(iso) + (" UTC" if iso else "")
+    when = datetime.fromisoformat(iso)
+    try:
+        local = when.astimezone(ZoneInfo(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        return _short_time(iso) + " UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({when.astimezone(UTC):%H:%M:%S} UTC)"
 
 
 def _clip(text: str | None, n: int = 60) -> str:
@@ -467,7 +480,7 @@ def schedules(queue: str | None, as_json: bool) -> None:
         rows = [
             (s["name"], s["queue"], s["task"],
              s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
-             s.get("tz") or "", _short_time(s.get("next_fire_at")))
+             s.get("tz") or "", _zoned_time(s.get("next_fire_at"), s.get("tz")))
             for s in periodic
         ]  # fmt: skip
         _table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
