@@ -25,7 +25,7 @@ from dtq import eviction
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
-from dtq.connection import async_redis
+from dtq.connection import async_redis, default_url_warning, display_url
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
@@ -477,8 +477,12 @@ class Worker:
                 s.effective_heartbeat_ttl_s, s.visibility_timeout_s,
             )  # fmt: skip
         self.emit_worker_event("worker_started", ",".join(self.queues))
-        log.info("worker %s started: queues=%s concurrency=%d tasks=%d", self.worker_id,
-                 ",".join(self.queues), s.worker_concurrency, len(self.app.tasks))  # fmt: skip
+        log.info("worker %s started: redis=%s prefix=%s queues=%s concurrency=%d tasks=%d",
+                 self.worker_id, display_url(s.redis_url), s.key_prefix, ",".join(self.queues),
+                 s.worker_concurrency, len(self.app.tasks))  # fmt: skip
+        unset = default_url_warning(s)
+        if unset:
+            log.warning("%s", unset)
         stopping = lambda: self.stopping  # noqa: E731
         loops = [
             self.spawn(supervise("poll", self.consumer.loop, stopping, self._restarted)),
