@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -124,3 +125,26 @@ def test_worker_without_redis_exits_promptly_saying_where_it_looked(tmp_path: Pa
     last = p.stderr.strip().splitlines()[-1]
     assert "Redis unreachable" in last and str(port) in last and "DTQ_REDIS_URL" in last, last
     assert took < 12, took  # generous: the startup window is 2 s; the TTL alone was 15 s
+
+
+async def test_owner_and_task_names_are_published_again_after_the_hash_expired(
+    settings: Settings, r: redis.Redis
+) -> None:
+    from tests.apps.lifecycle import app
+    from tests.conftest import running_worker
+
+    async with running_worker(app, settings) as w:
+        key = f"{settings.key_prefix}:worker:{w.worker_id}"
+        await _until(lambda: r.hget(key, "tasks") is not None)
+        r.delete(key)  # as if it expired while the process was frozen
+        await _until(lambda: r.hget(key, "tasks") is not None and r.hget(key, "owner"))
+        assert "echo" in json.loads(r.hget(key, "tasks") or "[]")
+
+
+async def _until(pred: Any, timeout: float = 20.0) -> None:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)

@@ -177,9 +177,12 @@ class Heartbeat:
             w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
             return False
         self.backoff.ok()
-        if self.publish:
+        published = self.publish
+        if published:
             del replies[1]  # the HSET of the owner and the names
-        self.publish = False
+        # Fields new to the hash: it had expired (a frozen process, a Redis restart) and was
+        # made again by this beat: the owner and the names go with the next one.
+        self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
         w.metrics.heartbeat_age.set(0)
         w.healthy.set()
