@@ -24,9 +24,9 @@ import redis
 
 from dtq.admin import Admin, Conflict, UnknownQueue
 from dtq.client import CANCEL_REASON
-from dtq.declared import declared
 from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.settings import Settings, load_settings
+from dtq.worker_tasks import declared_by_workers
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 T = TypeVar("T")
@@ -215,7 +215,7 @@ def enqueue(
             max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
             expires=expiry, metadata=metadata, unique=unique,
         )  # fmt: skip
-        return h, await declared(a.redis, a.keys, h.queue, name)
+        return h, await declared_by_workers(a.redis, a.keys, h.queue, name)
 
     h, known = _run(go)
     if known is False:

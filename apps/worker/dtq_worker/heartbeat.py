@@ -12,8 +12,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
-from dtq.declared import TASKS_FIELD
 from dtq.errors import ConfigError
+from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
 
@@ -151,7 +151,8 @@ class Heartbeat:
                         "status": status or self.status(),
                     },
                 )
-                if self.publish:
+                published = self.publish  # read once: another beat may run meanwhile
+                if published:
                     pipe.hset(
                         key,
                         mapping={
@@ -177,7 +178,6 @@ class Heartbeat:
             w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
             return False
         self.backoff.ok()
-        published = self.publish
         if published:
             del replies[1]  # the HSET of the owner and the names
         # Fields new to the hash: it had expired (a frozen process, a Redis restart) and was

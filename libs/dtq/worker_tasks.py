@@ -1,9 +1,11 @@
-"""Which task names the live workers declare, so ``dtq enqueue`` can warn about a name no worker
+"""Which task names the live workers run, so ``dtq enqueue`` can warn about a name no worker
 runs (such a task waits, then fails on the worker that takes it).
 
 Each worker publishes its task names (a JSON list) in the ``tasks`` field of its heartbeat
 hash, which expires with the worker. When the per-queue declarations hash ``P:{q}:decl``
-(task name -> declared defaults, written by workers at start) exists, it answers instead.
+(task name -> declared defaults, written by workers at start; see ``dtq.declared`` where it
+exists) is there, it answers instead: :func:`decl_key` is the one place to switch to
+``QueueKeys.decl``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def decl_key(keys: Keys, queue: str) -> str:
     return f"{keys.queue(queue).base}:decl"
 
 
-async def declared(r: Any, keys: Keys, queue: str, name: str) -> bool | None:
+async def declared_by_workers(r: Any, keys: Keys, queue: str, name: str) -> bool | None:
     """Whether some worker declares task ``name`` for ``queue``.
 
     None when nothing is known: no declarations hash and no live worker that publishes its
