@@ -11,6 +11,7 @@
 -- KEYS[16]     P:{q}:sched   (rate-limited tasks wait there until their window has room)
 -- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py and _common.lua)
 -- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
+-- KEYS[19]     P:{q}:decl    (task name -> "max_retries|timeout|expires_ms" workers declared)
 --
 -- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair) returns the claim reply
 -- documented in claim.lua.
@@ -95,6 +96,37 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return true
   end
 
+  -- The values a record left to the declaration of its task (field dflt: letters of "mte",
+  -- dtq/declared.py) are fixed by its first claim: fill_declared() puts them in r (take()'s
+  -- HMGET) and returns the fields to write with the run's start, so every later step (fail,
+  -- reclaim, requeue, a retry's claim) reads them in the record. maxr is there from the
+  -- enqueue (dtq's default, for workers that do not know dflt): "m" replaces it.
+  local decls = {}  -- task name -> {max_retries, timeout, expires ms}, read once per call
+  local function fill_declared(r)
+    local d = decls[r[5]]
+    if d == nil then
+      local raw = redis.call('HGET', KEYS[19], r[5])
+      local dm, dt, de
+      if raw then dm, dt, de = string.match(raw, '^(%d+)|([^|]*)|(%d*)$') end
+      d = dm and {dm, dt, de} or {'3', '', ''}  -- none or unreadable: DEFAULT_MAX_RETRIES
+      decls[r[5]] = d
+    end
+    local f, w = r[19], {'dflt', ''}
+    local all = f == 'mte'
+    if all or string.find(f, 'm', 1, true) then
+      r[8] = d[1]; w[3] = 'maxr'; w[4] = d[1]
+    end
+    if not r[9] and d[2] ~= '' and (all or string.find(f, 't', 1, true)) then
+      r[9] = d[2]; w[#w + 1] = 'timeout'; w[#w + 1] = d[2]
+    end
+    if not r[3] and d[3] ~= '' and (all or string.find(f, 'e', 1, true)) then
+      r[3] = string.format('%d', tonumber(r[12]) + tonumber(d[3]))  -- counts from the enqueue
+      w[#w + 1] = 'exp'; w[#w + 1] = r[3]
+    end
+    return w
+  end
+  local NOFILL = {}
+
   -- Handle one delivered entry of band i; returns true when a run started.
   local function take(i, entry)
     scanned = scanned + 1
@@ -103,11 +135,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local rk = base .. tid
     local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
       'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
-      'lrw')
+      'lrw', 'dflt')
     if r[1] == 'queued' and r[2] == eid then
+      local fill = NOFILL
+      if r[19] and r[19] ~= '' then fill = fill_declared(r) end
       if r[3] and tonumber(r[3]) <= now then
         drop_entry(KEYS[i], group, eid)
-        redis.call('HSET', rk, 'error', 'expired before it started')
+        redis.call('HSET', rk, 'error', 'expired before it started', unpack(fill))
         finish(rk, 'expired', now, ttl, done_prefix .. tid, KEYS[15])
         emit(KEYS[12], maxlen, 'expired', tid, r[4], worker, '')
         expired = expired + 1
@@ -120,7 +154,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       local attempt = tonumber(r[4]) + 1
       local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
       redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
-        'started', nows)
+        'started', nows, unpack(fill))
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end

@@ -7,33 +7,47 @@
 -- KEYS[12]     P:{q}:events
 -- KEYS[13]     P:{q}:t:<tid>  (the task record)
 -- KEYS[14]     P:{q}:idem:
+-- KEYS[15]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- ARGV[1]      tid, ARGV[2] events maxlen, ARGV[3] record TTL (s), ARGV[4] done channel,
--- ARGV[5]      cancel hint channel, ARGV[6] reason
+-- ARGV[5]      cancel hint channel, ARGV[6] reason,
+-- ARGV[7]      how long the reply is kept for a re-send (ms; with KEYS[15])
 -- Returns      {outcome, status}: outcome 'cancelled' | 'requested' | 'unchanged' | 'missing'
+--              A re-send of a call (same nonce) gets the first send's reply and changes nothing
+--              (see _replay.lua).
+--
+-- include: _replay
 
-local tid, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local rk = KEYS[13]
-local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel')
-local status = r[1]
-if not status then return {'missing', ''} end
-local now = now_ms()
-if status == 'queued' then
-  -- The entry is not delivered yet (claiming is atomic with delivery): deleting it is enough.
-  -- A task parked behind a limit has no entry; the release skips it once it is cancelled.
-  if r[2] then redis.call('XDEL', KEYS[stream_index(r[3])], r[2]) end
-elseif status == 'scheduled' then
-  redis.call('ZREM', KEYS[11], tid)
-elseif status == 'running' then
-  if r[6] then return {'requested', status} end
-  redis.call('HSET', rk, 'cancel', ARGV[6])
-  redis.call('PUBLISH', ARGV[5], tid)
-  emit(KEYS[12], maxlen, 'cancel_requested', tid, r[4], r[5], ARGV[6])
-  return {'requested', status}
-else
-  return {'unchanged', status}
+local reply_key = KEYS[15]
+local again = replayed(reply_key)
+if again then return again end
+
+local function cancel()
+  local tid, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  local rk = KEYS[13]
+  local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel')
+  local status = r[1]
+  if not status then return {'missing', ''} end
+  local now = now_ms()
+  if status == 'queued' then
+    -- The entry is not delivered yet (claiming is atomic with delivery): deleting it is enough.
+    -- A task parked behind a limit has no entry; the release skips it once it is cancelled.
+    if r[2] then redis.call('XDEL', KEYS[stream_index(r[3])], r[2]) end
+  elseif status == 'scheduled' then
+    redis.call('ZREM', KEYS[11], tid)
+  elseif status == 'running' then
+    if r[6] then return {'requested', status} end
+    redis.call('HSET', rk, 'cancel', ARGV[6])
+    redis.call('PUBLISH', ARGV[5], tid)
+    emit(KEYS[12], maxlen, 'cancel_requested', tid, r[4], r[5], ARGV[6])
+    return {'requested', status}
+  else
+    return {'unchanged', status}
+  end
+  redis.call('HSET', rk, 'error', ARGV[6])
+  redis.call('HDEL', rk, 'eid', 'due')
+  finish(rk, 'cancelled', now, ttl, ARGV[4], KEYS[14])
+  emit(KEYS[12], maxlen, 'cancelled', tid, r[4], '', ARGV[6])
+  return {'cancelled', 'cancelled'}
 end
-redis.call('HSET', rk, 'error', ARGV[6])
-redis.call('HDEL', rk, 'eid', 'due')
-finish(rk, 'cancelled', now, ttl, ARGV[4], KEYS[14])
-emit(KEYS[12], maxlen, 'cancelled', tid, r[4], '', ARGV[6])
-return {'cancelled', 'cancelled'}
+
+return keep_reply(reply_key, ARGV[7], cancel())

@@ -14,6 +14,9 @@
 -- KEYS[16]     P:{q}:sched   (rate-limited tasks wait there until their window has room)
 -- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py)
 -- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
+-- KEYS[19]     P:{q}:decl    (task name -> defaults workers declared: a task enqueued by a
+--              client that did not know it gets, at its first claim, the values the enqueue
+--              left unset from there; dtq/declared.py)
 -- ARGV[1]      consumer group
 -- ARGV[2]      worker id (consumer name)
 -- ARGV[3]      count: free slots

@@ -3,20 +3,23 @@
 -- A run may write its outcome only while the record still says it is running this very
 -- attempt on this worker. A stale writer (its run was reclaimed, cancelled or requeued) is
 -- rejected, counted in stats.stale_writes, and touches nothing else: the entry then belongs to
--- someone else.
+-- someone else. A re-send of a write that landed (its reply was lost: the record names this
+-- attempt and worker and already holds the status asked for) is answered 1, as the first send
+-- was, and writes nothing again (no event, no stale count).
 --
 -- Then, when ARGV[7] > 0, it claims up to that many new entries exactly as claim.lua does
 -- (claim_entries() in _claim.lua): the worker refills the slots this batch frees in the same
 -- round trip. The outcomes are written first, so a run's end and the next start are ordered.
 --
--- KEYS[1..18]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
---              (a limited run frees its place, see _common.lua), fair
+-- KEYS[1..19]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
+--              (a limited run frees its place, see _common.lua), fair, decl
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7]      claim count (0: claim nothing), ARGV[8] 1 = fair mode (see claim.lua)
 -- ARGV[9..]    per run, 5 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
 --              payload (the result JSON, or the cancel reason)
--- Returns      list of n integers: 1 stored, 0 rejected (stale); when ARGV[7] > 0 one more
+-- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
+--              0 rejected (stale); when ARGV[7] > 0 one more
 --              element follows: claim.lua's reply
 -- include: _claim
 
@@ -58,6 +61,8 @@ for i = 0, n - 1 do
     end
     emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
     out[#out + 1] = 1
+  elseif r[1] == status and r[2] == attempt and r[3] == worker then
+    out[#out + 1] = 1  -- a replay (see above): only reached when the fence failed
   else
     redis.call('HINCRBY', KEYS[13], 'stale_writes', 1)
     out[#out + 1] = 0

@@ -7,12 +7,20 @@
 -- KEYS[3]      P:{q}:t:      (task record key prefix)
 -- KEYS[4]      P:{q}:idem:
 -- ARGV[1]      events maxlen
+-- KEYS[5]      P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- ARGV[2]      n, ARGV[3..] n tids
+-- ARGV[3 + n]  how long the reply is kept for a re-send (ms; with KEYS[5])
 -- Returns      list of n: 'discarded' | 'missing' (no record and not listed) | the unchanged
---              task's status
+--              task's status. A re-send of a call (same nonce) gets the first send's reply and
+--              changes nothing (see _replay.lua).
+--
+-- include: _replay
 
 local maxlen, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local base, idem_base = KEYS[3], KEYS[4]
+local reply_key = KEYS[5]
+local again = replayed(reply_key)
+if again then return again end
 local out = {}
 for i = 1, n do
   local tid = ARGV[2 + i]
@@ -36,4 +44,4 @@ for i = 1, n do
     out[#out + 1] = r[1]
   end
 end
-return out
+return keep_reply(reply_key, ARGV[3 + n], out)

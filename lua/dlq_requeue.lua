@@ -13,18 +13,28 @@
 -- KEYS[13]     P:{q}:t:      (task record key prefix)
 -- KEYS[14]     P:{q}:idem:
 -- ARGV[1]      events maxlen
--- ARGV[2]      new max_retries ('' keeps the task's own)
+-- ARGV[2]      new max_retries ('' keeps the task's own; given, it also takes "m" out of the
+--              record's dflt: see dtq/declared.py)
 -- ARGV[3]      allowed states, comma separated (e.g. 'failed' or 'failed,cancelled,expired')
+-- KEYS[15]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- ARGV[4]      n, ARGV[5..] n tids
+-- ARGV[5 + n]  how long the reply is kept for a re-send (ms; with KEYS[15])
 -- Returns      list of n: 'requeued' | 'missing' | the unchanged task's status
+--              A re-send of a call (same nonce) gets the first send's reply and changes nothing
+--              (see _replay.lua).
+--
+-- include: _replay
 
 local maxlen, new_maxr, allowed, n = tonumber(ARGV[1]), ARGV[2], ',' .. ARGV[3] .. ',', tonumber(ARGV[4])
 local base, idem_base = KEYS[13], KEYS[14]
+local reply_key = KEYS[15]
+local again = replayed(reply_key)
+if again then return again end
 local out = {}
 for i = 1, n do
   local tid = ARGV[4 + i]
   local rk = base .. tid
-  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem')
+  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem', 'dflt')
   if not r[1] then
     redis.call('ZREM', KEYS[11], tid)
     out[#out + 1] = 'missing'
@@ -34,7 +44,11 @@ for i = 1, n do
   else
     local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
     redis.call('HSET', rk, 'status', 'queued', 'eid', eid, 'retries', 0, 'intr', 0)
-    if new_maxr ~= '' then redis.call('HSET', rk, 'maxr', new_maxr) end
+    if new_maxr ~= '' then
+      redis.call('HSET', rk, 'maxr', new_maxr)
+      -- Given now, it overrides the declaration a never-claimed task's first claim would apply.
+      if r[6] then redis.call('HSET', rk, 'dflt', (string.gsub(r[6], 'm', ''))) end
+    end
     redis.call('HINCRBY', rk, 'requeues', 1)
     redis.call('HDEL', rk, 'finished', 'result', 'due', 'cancel', 'started')
     -- An expired task retried by hand gets a chance to run: its deadline is dropped.
@@ -54,4 +68,4 @@ for i = 1, n do
     out[#out + 1] = 'requeued'
   end
 end
-return out
+return keep_reply(reply_key, ARGV[5 + n], out)

@@ -10,7 +10,11 @@
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks
 -- ARGV[3..]    per task, 12 fields: 5 always given: tid, name, args(JSON), priority(0-9),
---              max_retries; then 7 options: kwargs(JSON or ''), timeout_s('' = none),
+--              max_retries (a number; or "~<letters><number>" when the enqueue left some of
+--              max_retries/timeout/expires to the worker's declaration: the letters, of "mte",
+--              are stored as the record's "dflt" (dtq/declared.py); the number is stored as
+--              maxr either way, dtq's default where "m" is among the letters, so a worker that
+--              does not know "dflt" reads the record as before); then 7 options: kwargs(JSON or ''), timeout_s('' = none),
 --              delay_ms(0 = now), expires_ms(0 = never, relative to now), idempotency key
 --              ('' = none), meta(JSON or ''), limit ('' = none, else
 --              "concurrency|rate count|rate window ms|key", dtq/limits.py).
@@ -88,8 +92,14 @@ for i = 0, n - 1 do
       end
     end
     local h = NONE  -- the record's optional fields
-    if opts then
+    local maxr, dflt = ARGV[o + 4], nil
+    if string.byte(maxr) == 126 then  -- '~': some values are left to the declaration
+      dflt, maxr = string.match(maxr, '^~(%l+)(%d+)$')
+      h = {'dflt', dflt}
+    elseif opts then
       h = {}
+    end
+    if opts then
       local kwargs, timeout, expires = ARGV[o + 5], ARGV[o + 6], tonumber(ARGV[o + 8])
       local meta, lim = ARGV[o + 10], ARGV[o + 11]
       if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
@@ -107,7 +117,7 @@ for i = 0, n - 1 do
     end
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
     redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'prio', prio,
-      'maxr', ARGV[o + 4], 'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows,
+      'maxr', maxr, 'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows,
       'status', status, wk, wv, unpack(h))
     emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
   end

@@ -1,6 +1,8 @@
 -- fail.lua: store a failed run; schedule its retry or end it "failed" (dead-letter queue).
 --
--- Fenced like complete.lua. A failure spends one retry; while retries <= max_retries and a
+-- Fenced like complete.lua. A re-send of a write that landed (its reply was lost: the record
+-- names this attempt and worker and is no longer running) is answered with the record's status
+-- and writes nothing again (no event, no retry spent, no stale count). A failure spends one retry; while retries <= max_retries and a
 -- retry is allowed, the task goes to the schedule with the given delay, else it ends failed.
 -- A run whose cancel was requested (the durable cancel flag) ends "cancelled" instead, whatever
 -- its retries: no retry spent, not in the DLQ (its failure is the detail of the event).
@@ -19,7 +21,9 @@
 --              retry delay ms (-1: no retry allowed, e.g. dtq.Fail or an unstorable result)
 -- ARGV[7+5n..] optional: per run (in the same order) the failure's traceback text, stored in
 --              the record's 'tb' field; '' removes a kept one. Absent: 'tb' is left as it is.
--- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'
+-- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
+--              the status the record has now ('scheduled', 'failed', 'cancelled', or what
+--              followed: 'queued', ...)
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -50,6 +54,8 @@ for i = 0, n - 1 do
     elseif tb then
       redis.call('HSET', rk, 'tb', tb)
     end
+  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
+    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
   else
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'

@@ -14,12 +14,21 @@
 -- ARGV[1]      consumer group
 -- ARGV[2]      limit: most entries/tasks/held lists examined in this call (>= 1)
 -- ARGV[3]      events maxlen
+-- KEYS[16]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- ARGV[4]      done channel prefix (waiters of a purged task are woken with 'purged')
+-- ARGV[5]      how long the reply is kept for a re-send (ms; with KEYS[16])
 -- Returns      {queued removed, scheduled removed, more (1 when the limit was reached)}
+--              A re-send of a call (same nonce) gets the first send's reply and changes nothing
+--              (see _replay.lua): the counts stay those of the batch it removed.
+--
+-- include: _replay
 
 local group, limit, maxlen, done_prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local base, idem_base = KEYS[13], KEYS[14]
 local seen, nq, ns = 0, 0, 0
+local reply_key = KEYS[16]
+local again = replayed(reply_key)
+if again then return again end
 
 local function forget(tid)
   local rk = base .. tid
@@ -102,4 +111,4 @@ if nq + ns > 0 then
 end
 local more = 0
 if seen >= limit then more = 1 end
-return {nq, ns, more}
+return keep_reply(reply_key, ARGV[5], {nq, ns, more})

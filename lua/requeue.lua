@@ -5,6 +5,9 @@
 -- whose body never started (claimed ahead, see DTQ_WORKER_PREFETCH) go back with no
 -- interruption counted: ARGV[9] = 0. A run whose cancel was requested (the durable cancel
 -- flag) ends "cancelled" instead of going back: no retry spent, no interruption counted.
+-- A re-send of a hand-back that landed (its reply was lost: the record names this attempt and
+-- worker and is no longer running) is answered with the record's status and writes nothing
+-- again (fenced like complete.lua).
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:sched
@@ -19,7 +22,8 @@
 -- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
 -- ARGV[9]      1: the runs' bodies started (count an interruption); 0: they never did
 -- ARGV[10..]   per run, 3 fields: tid, eid, attempt
--- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale'
+-- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a
+--              re-send, the status the record has now
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -58,6 +62,8 @@ for i = 0, n - 1 do
       local err = 'interrupted by worker shutdown ' .. intr .. ' times'
       out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], true, delay, err)
     end
+  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
+    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
   else
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'

@@ -16,6 +16,8 @@
 -- KEYS[16]     P:{q}:events
 -- KEYS[17]     P:{q}:stats
 -- KEYS[18]     P:{q}:fair
+-- KEYS[19]     P:{q}:decl  (the declarations workers published: no worker consumes the queue
+--              now, and one that does again publishes them again when it starts)
 -- ARGV[1]      consumer group, ARGV[2] 1 = delete the empty keys when it holds nothing
 -- Returns      1 when the queue holds nothing, else 0
 

@@ -18,7 +18,7 @@ def soak_passes(cfg: Config, out: Path) -> None:
     assert not failed, json.dumps({"failed": failed, "problems": report["problems"]})[:5000]
     fig = report["figures"]
     # The soak must really have hurt: every fault kind happened and runs were interrupted.
-    assert set(fig["faults"]) == {"kill", "stop", "redis", "cut"}
+    assert set(fig["faults"]) == {"kill", "stop", "redis", "cut", "lostreply"}
     assert fig["interrupted_runs"] > 0
     assert fig["status"] == {"succeeded": fig["tasks"]}
 

@@ -256,8 +256,9 @@ async def test_async_bulk_after_a_restart_loses_no_part(
             return sum([await c.redis.xlen(s) for s in c.keys.queue("default").streams])
 
         # The dead lane is found before anything is sent. The usual path may still meet another
-        # dead pooled connection (redis-py 8's asyncio from_url client does not retry): then the
-        # call raises and nothing was enqueued. Either way no part is lost or doubled.
+        # dead pooled connection: the client re-sends (DTQ_CLIENT_RETRIES), and with retries
+        # set to 0 the call raises and nothing was enqueued. Either way no part is lost or
+        # doubled.
         try:
             hs = await c.enqueue_many(items)
         except RedisUnavailable:

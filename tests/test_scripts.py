@@ -240,8 +240,9 @@ def test_complete_is_fenced(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     assert rec["status"] == "succeeded" and rec["result"] == '{"x": 1}'
     assert 0 < r.ttl(qk.task(c.tid)) <= 60
     assert r.xlen(qk.stream(5)) == 0 and r.xpending(qk.stream(5), GROUP)["pending"] == 0
-    # Replay: the second write is stale (already finished) and changes nothing.
-    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [good], 100, 60))) == [False]
+    # Replay (a re-send after a lost reply): answered as stored, and changes nothing.
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [good], 100, 60))) == [True]
+    assert r.hget(qk.stats, "stale_writes") == "2"
 
 
 def test_complete_then_claims_in_the_same_call(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -262,7 +263,7 @@ def test_complete_then_claims_in_the_same_call(r: redis.Redis, run: Any, qk: Que
     assert r.hget(qk.task(waiting[2].tid), "status") == "queued"
     # A stale outcome still claims (the slot is free either way); a paused queue claims nothing
     # but the outcome is stored.
-    stale = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
+    stale = sc.Success(c.tid, c.eid, c.attempt + 1, "succeeded", "1")
     stored, batch = sc.parse_complete_claim(
         Q, run(sc.complete_call(qk, "w1", [stale], 100, 60, claim=5))
     )
@@ -275,9 +276,9 @@ def test_complete_then_claims_in_the_same_call(r: redis.Redis, run: Any, qk: Que
         Q, run(sc.complete_call(qk, "w1", [ok], 100, 60, claim=5))
     )
     assert stored == [True] and batch is not None and batch.paused and not batch.runs
-    # Without a claim count the reply is the verdicts alone (as before).
+    # Without a claim count the reply is the verdicts alone (as before; this one a replay).
     stored, batch = sc.parse_complete_claim(Q, run(sc.complete_call(qk, "w1", [ok], 100, 60)))
-    assert stored == [False] and batch is None
+    assert stored == [True] and batch is None
 
 
 def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -286,7 +287,8 @@ def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys)
     assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     assert r.hget(qk.task(c.tid), "status") == "scheduled"
     assert r.zscore(qk.sched, c.tid) is not None
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
+    # A re-send (lost reply) is answered as the first send was (tests/test_script_replay.py).
+    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     p = sc.parse_promote(run(sc.promote_call(qk, 100, 100)))
     assert p.promoted == 1
     c2 = claim(run, qk).runs[0]

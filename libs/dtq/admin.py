@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -34,9 +34,10 @@ from dtq import eviction
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
+from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
-from dtq.models import TaskInfo, TaskStatus
+from dtq.models import TaskInfo, TaskStatus, ms_to_datetime
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -67,12 +68,14 @@ class Conflict(DtqError):
 # --- script calls ----------------------------------------------------------------------------
 
 
-def purge_call(qk: QueueKeys, limit: int, events_maxlen: int) -> sc.Call:
-    return sc.Call(
-        "purge",
-        [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base, qk.lim_base],
-        [GROUP, limit, events_maxlen, qk.done_base],
-    )
+def purge_call(qk: QueueKeys, limit: int, events_maxlen: int, nonce: str | None = None) -> sc.Call:
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+    keys = [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base, qk.lim_base]
+    args: list[Any] = [GROUP, limit, events_maxlen, qk.done_base]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(sc.REPLY_TTL_MS)
+    return sc.Call("purge", keys, args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,35 +96,38 @@ def dlq_requeue_call(
     events_maxlen: int,
     max_retries: int | None = None,
     allowed: Sequence[str] = ("failed",),
+    nonce: str | None = None,
 ) -> sc.Call:
-    return sc.Call(
-        "dlq_requeue",
-        [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base],
-        [
-            events_maxlen,
-            "" if max_retries is None else max_retries,
-            ",".join(allowed),
-            len(tids),
-            *tids,
-        ],
-    )
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+    keys = [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base]
+    args: list[Any] = [
+        events_maxlen, "" if max_retries is None else max_retries, ",".join(allowed), len(tids),
+        *tids,
+    ]  # fmt: skip
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(sc.REPLY_TTL_MS)
+    return sc.Call("dlq_requeue", keys, args)
 
 
-def dlq_discard_call(qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int) -> sc.Call:
-    return sc.Call(
-        "dlq_discard",
-        [qk.dlq, qk.events, qk.task_base, qk.idem_base],
-        [events_maxlen, len(tids), *tids],
-    )
+def dlq_discard_call(
+    qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int, nonce: str | None = None
+) -> sc.Call:
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+    keys = [qk.dlq, qk.events, qk.task_base, qk.idem_base]
+    args: list[Any] = [events_maxlen, len(tids), *tids]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(sc.REPLY_TTL_MS)
+    return sc.Call("dlq_discard", keys, args)
 
 
 # --- views -----------------------------------------------------------------------------------
 
 
 def _iso(ms: float | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+    dt = ms_to_datetime(ms)  # None for a time no datetime holds (a bad record is still listed)
+    return None if dt is None else dt.isoformat()
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +262,7 @@ def _glob_escape(s: str) -> str:
 
 
 def _check_queue_name(name: str) -> None:
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
 
 
@@ -281,14 +287,16 @@ class Admin:
     ) -> None:
         self.settings = settings or load_settings()
         self.keys = Keys(self.settings.key_prefix)
+        # Re-sends after a blip (DTQ_CLIENT_RETRIES): reads, and state changes made safe to
+        # re-send (docs/faults.md, "Connection blips at the SDK").
         self.redis: aredis.Redis = redis_client or async_redis(
-            self.settings.redis_url, decode_responses=True
+            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
         )
         # redis-py's command stubs are unions of bytes/str; this client decodes to str.
         self._r: Any = self.redis
         # With the app, enqueues get each task's declared defaults (queue, priority, limits).
         self.client = AsyncClient(settings=self.settings, redis_client=self.redis, app=app)
-        self.scripts = sc.AsyncScripts(self.redis)
+        self.scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 
     async def __aenter__(self) -> Admin:
         return self
@@ -315,6 +323,8 @@ class Admin:
             return await self.scripts.run(call)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+        except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+            raise RedisUnavailable(f"Redis refused the write: {exc}") from None
 
     # --- queues ----------------------------------------------------------------------------
 
@@ -323,7 +333,7 @@ class Admin:
         names: set[str] = set(await self._r.smembers(self.keys.queues))
         for w in await self.list_workers():
             names.update(w.queues)
-        return sorted(n for n in names if QUEUE_NAME_RE.match(n))
+        return sorted(n for n in names if QUEUE_NAME_RE.fullmatch(n))
 
     async def _queue_exists(self, name: str) -> bool:
         _check_queue_name(name)
@@ -407,7 +417,12 @@ class Admin:
     async def pause(self, name: str) -> bool:
         """Stop workers taking from the queue (running tasks finish). True if it changed."""
         qk = await self._require_queue(name)
-        changed = bool(await self._r.set(qk.paused, str(int(time.time() * 1000)), nx=True))
+        # The value names this call: re-sent after a lost reply, SET NX finds the key set and
+        # the value tells that it was this very call (only the key's existence pauses).
+        mark = f"{int(time.time() * 1000)} {sc.new_nonce()}"
+        changed = bool(await self._r.set(qk.paused, mark, nx=True))
+        if not changed:
+            changed = await self._r.get(qk.paused) == mark
         if changed:
             await self._queue_event(qk, "paused")
         return changed
@@ -430,7 +445,8 @@ class Admin:
         qk = await self._require_queue(name)
         queued = scheduled = 0
         while True:
-            res = parse_purge(await self._run(purge_call(qk, batch, self.settings.events_maxlen)))
+            call = purge_call(qk, batch, self.settings.events_maxlen, nonce=sc.new_nonce())
+            res = parse_purge(await self._run(call))
             queued += res.queued
             scheduled += res.scheduled
             if progress is not None:
@@ -541,21 +557,44 @@ class Admin:
             for k in keys:
                 pipe.hgetall(k)
             recs = await pipe.execute()
+        decls = await self._declared_of(keys, recs)
         out: list[TaskInfo] = []
-        for k, rec in zip(keys, recs, strict=True):
+        for k, rec, decl in zip(keys, recs, decls, strict=True):
             if not rec or "status" not in rec:
                 continue
             if status is not None and rec["status"] != status:
                 continue
             if name is not None and rec.get("name") != name:
                 continue
-            info = self._info_from_key(k, rec)
+            info = self._info_from_key(k, rec, decl)
             if info is not None:
                 out.append(info)
         out.sort(key=lambda t: t.id)
         return out
 
-    def _info_from_key(self, key: str, rec: dict[str, str]) -> TaskInfo | None:
+    async def _declared_of(
+        self, keys: Sequence[str], recs: Sequence[dict[str, str]]
+    ) -> list[str | None]:
+        """The published declaration of each record still waiting for one (dtq.declared),
+        None for the others; one pipelined round trip, and none when no record waits."""
+        want = [
+            (i, k)
+            for i, (k, rec) in enumerate(zip(keys, recs, strict=True))
+            if rec and pending_declared(rec)
+        ]
+        out: list[str | None] = [None] * len(keys)
+        if want:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for i, k in want:
+                    # P:{q}:t:<tid> -> P:{q}:decl (dtq/keys.py)
+                    pipe.hget(k.rpartition(":t:")[0] + ":decl", recs[i].get("name", ""))
+                for (i, _), raw in zip(want, await pipe.execute(), strict=True):
+                    out[i] = raw
+        return out
+
+    def _info_from_key(
+        self, key: str, rec: dict[str, str], declared: str | None = None
+    ) -> TaskInfo | None:
         # key = P:{P:queue}:t:<tid>
         head, sep, tid = key.rpartition(":t:")
         start = head.find("{" + self.keys.prefix + ":")
@@ -563,7 +602,7 @@ class Admin:
             return None
         queue = head[start + len(self.keys.prefix) + 2 : -1]
         try:
-            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec)
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
         except (ValueError, KeyError):
             return None
 
@@ -584,8 +623,9 @@ class Admin:
             for i, tid in enumerate(tids):
                 rec = await self._r.hgetall(qk.task(tid))
                 if rec and rec.get("status") == status and name in (None, rec.get("name")):
+                    [decl] = await self._declared_of([qk.task(tid)], [rec])
                     items.append(
-                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec).to_dict()
+                        TaskInfo.from_record(make_task_id(queue, tid), queue, rec, decl).to_dict()
                     )
                     if len(items) >= limit:
                         pos = pos + i + 1
@@ -638,6 +678,7 @@ class Admin:
             events_maxlen=self.settings.events_maxlen,
             max_retries=max_retries,
             allowed=allowed,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )
         return sc.parse_strings(await self._run(call))
 
@@ -816,7 +857,9 @@ class Admin:
                 outcomes = await self._requeue(qk, tids, max_retries)
                 ok = "requeued"
             else:
-                call = dlq_discard_call(qk, tids, events_maxlen=self.settings.events_maxlen)
+                call = dlq_discard_call(
+                    qk, tids, events_maxlen=self.settings.events_maxlen, nonce=sc.new_nonce()
+                )
                 outcomes = sc.parse_strings(await self._run(call))
                 ok = "discarded"
             for o in outcomes:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.models import TaskHandle
-from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults
+from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -156,6 +156,7 @@ class App:
         timeout: float | None = None,
         limit: Limit | None = None,
         unique: bool = False,
+        expires: float | timedelta | None = None,
     ) -> _Register: ...
 
     def task(  # type: ignore[misc]
@@ -170,27 +171,37 @@ class App:
         timeout: float | None = None,
         limit: Limit | None = None,
         unique: bool = False,
+        expires: float | timedelta | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function (sync or async) as a task. Name defaults to module.function.
 
         ``limit`` (a :class:`dtq.Limit`) caps runs and starts per key across all workers.
+        ``max_retries``, ``timeout`` and ``expires`` (seconds after the enqueue by which a run
+        must start) govern the task however it is enqueued, by name from any client too: the
+        worker publishes them and the claim applies them where the enqueue gave no value.
         ``unique=True``: while a task of this name with the same arguments is queued, scheduled
         or running, enqueueing it again returns that task (see docs/lifecycle.md).
         """
-        if not QUEUE_NAME_RE.match(queue):
+        if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
             raise InvalidRequest(f"bad queue name {queue!r}")
         if not 0 <= priority <= 9:
             raise InvalidRequest("priority must be an integer from 0 to 9")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidRequest("max_retries must be a non-negative integer")
         if timeout is not None and timeout <= 0:
             raise InvalidRequest("timeout must be positive")
+        if isinstance(expires, timedelta):
+            expires = expires.total_seconds()
+        if expires is not None and not expires > 0:
+            raise InvalidRequest("expires must be a positive number of seconds")
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             tname = name or f"{f.__module__}.{f.__qualname__}"
+            check_task_name(tname)
             if tname in self.tasks:
                 raise InvalidRequest(f"task {tname!r} is registered twice")
-            t: Task[P, R] = Task(
-                self, f, tname, TaskDefaults(queue, priority, max_retries, timeout, limit, unique)
-            )
+            d = TaskDefaults(queue, priority, max_retries, timeout, limit, unique, expires)
+            t: Task[P, R] = Task(self, f, tname, d)
             self.tasks[tname] = t
             return t
 

@@ -25,6 +25,7 @@ import redis
 from dtq.admin import Admin, Conflict, UnknownQueue
 from dtq.client import CANCEL_REASON
 from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
+from dtq.logs import one_line
 from dtq.settings import Settings, load_settings
 from dtq.worker_tasks import declared_by_workers
 
@@ -42,9 +43,10 @@ class Failed(Exception):
 def _settings(ctx: click.Context) -> Settings:
     obj = ctx.find_root().obj or {}
     overrides: dict[str, Any] = {}
-    if obj.get("redis_url"):
+    # Given but empty is refused by the settings (one line, exit 2), not taken as "unset".
+    if obj.get("redis_url") is not None:
         overrides["redis_url"] = obj["redis_url"]
-    if obj.get("prefix"):
+    if obj.get("prefix") is not None:
         overrides["key_prefix"] = obj["prefix"]
     return load_settings(**overrides)
 
@@ -61,22 +63,28 @@ def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
+def _echo(text: Any = "", err: bool = False) -> None:
+    """One line of human output: control characters in a name or an error text are shown
+    escaped, so a stored name cannot forge table rows or drive the terminal."""
+    click.echo(one_line(str(text)), err=err)
+
+
 def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
     if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
+        click.echo(json.dumps(data, indent=2, default=str))  # (JSON escapes controls)
     else:
         human()
 
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
     if not rows:
-        click.echo("(none)")
+        _echo("(none)")
         return
     cells = [[("" if c is None else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    _echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
     for r in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        _echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _age(seconds: float | None) -> str:
@@ -92,7 +100,10 @@ def _age(seconds: float | None) -> str:
 def _short_time(iso: str | None) -> str:
     if not iso:
         return "-"
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError):
+        return str(iso)  # shown as stored
 
 
 def _zoned_time(iso: str | None, tz: str | None) -> str:
@@ -167,8 +178,8 @@ def _json_arg(value: str | None, what: str) -> Any:
 @click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
 @click.option("--timeout", type=float, help="Seconds a run may take.")
 @click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
-@click.option("--expires", help="Seconds, or an ISO 8601 time (with zone): not started by then, "
-              "it ends expired.")  # fmt: skip
+@click.option("--expires", help="Seconds from now, or an ISO 8601 time (with zone), by which a "
+              "run must start; else it ends expired.")  # fmt: skip
 @click.option("--metadata", "metadata_json", help="A JSON object kept with the task.")
 @click.option(
     "--unique",
@@ -193,7 +204,8 @@ def enqueue(
     unique: bool | None,
     as_json: bool,
 ) -> None:
-    """Enqueue task NAME.
+    """Enqueue task NAME. Retry budget, timeout and expiry left out come from the task's
+    declaration in the worker (``@app.task``).
 
     Warns (on stderr) when no live worker of the queue declares NAME: such a task waits, and
     fails on the worker that takes it.
@@ -219,13 +231,13 @@ def enqueue(
 
     h, known = _run(go)
     if known is False:
-        click.echo(f"warning: no live worker of queue {h.queue!r} declares task {name!r}: it "
+        _echo(f"warning: no live worker of queue {h.queue!r} declares task {name!r}: it "
                    "waits, and fails on the worker that takes it", err=True)  # fmt: skip
     elif known is None:
-        click.echo(f"warning: no live worker consumes queue {h.queue!r}: the task waits for "
+        _echo(f"warning: no live worker consumes queue {h.queue!r}: the task waits for "
                    "one", err=True)  # fmt: skip
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
-    _emit(data, as_json, lambda: click.echo(f"{h.id} {h.status.value}"
+    _emit(data, as_json, lambda: _echo(f"{h.id} {h.status.value}"
                                             + ("" if h.created else " (existing)")))  # fmt: skip
 
 
@@ -239,30 +251,30 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
 
     def human() -> None:
         for k in ("id", "name", "queue", "status", "priority", "attempt", "failures",
-                  "retries_left", "requeues", "worker_id", "enqueued_at", "started_at",
-                  "finished_at", "due_at"):  # fmt: skip
+                  "retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id",
+                  "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
             if k == "retries_left":
-                click.echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
+                _echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
             elif d.get(k) not in (None, ""):
-                click.echo(f"{k:>12}: {d[k]}")
-        click.echo(f"{'args':>12}: {json.dumps(d['args'])}")
+                _echo(f"{k:>12}: {d[k]}")
+        _echo(f"{'args':>12}: {json.dumps(d['args'])}")
         if d.get("kwargs"):
-            click.echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
+            _echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
         if d.get("result") is not None:
-            click.echo(f"{'result':>12}: {json.dumps(d['result'])}")
+            _echo(f"{'result':>12}: {json.dumps(d['result'])}")
         if d.get("error"):
-            click.echo(f"{'error':>12}: {d['error']}")
+            _echo(f"{'error':>12}: {d['error']}")
         if d.get("traceback"):
-            click.echo("traceback:")
+            _echo("traceback:")
             for line in d["traceback"].rstrip().splitlines():
-                click.echo(f"  {line}")
+                _echo(f"  {line}")
         if history:
-            click.echo("history:")
+            _echo("history:")
             for e in d.get("history", []):
                 attempt = f" attempt {e['attempt']}" if e.get("attempt") else ""
                 worker = f" on {e['worker']}" if e.get("worker") else ""
                 detail = f" ({_clip(e['detail'])})" if e.get("detail") else ""
-                click.echo(f"  {_short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
+                _echo(f"  {_short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
 
     _emit(d, as_json, human)
 
@@ -295,7 +307,7 @@ def tasks(
         ]  # fmt: skip
         _table(rows, ["id", "name", "status", "attempt", "enqueued", "error"])
         if page.next_cursor:
-            click.echo(f"more: --cursor {page.next_cursor}")
+            _echo(f"more: --cursor {page.next_cursor}")
 
     _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
@@ -330,7 +342,7 @@ def cancel(
             click.confirm(f"Cancel every unfinished task matching {what}?", abort=True, err=True)
         summary = _run(lambda a: a.client.cancel_many(queue=queue, name=name, reason=why))
         done = f"cancelled {summary.cancelled}, asked {summary.requested} running ones to stop"
-        _emit(summary.to_dict(), as_json, lambda: click.echo(done))
+        _emit(summary.to_dict(), as_json, lambda: _echo(done))
         return
 
     async def go(a: Admin) -> list[dict[str, Any]]:
@@ -340,7 +352,7 @@ def cancel(
 
     def human() -> None:
         for d in results:
-            click.echo(f"{d['id']}: {d['outcome']} ({d['status']})")
+            _echo(f"{d['id']}: {d['outcome']} ({d['status']})")
 
     _emit(results[0] if len(results) == 1 else results, as_json, human)
     ended = [d for d in results if d["outcome"] == "unchanged"]
@@ -355,7 +367,7 @@ def cancel(
 def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
     """Run a failed, cancelled or expired task again (same id, history kept)."""
     d = _run(lambda a: a.retry(task_id, max_retries=max_retries))
-    _emit(d, as_json, lambda: click.echo(f"{task_id}: queued"))
+    _emit(d, as_json, lambda: _echo(f"{task_id}: queued"))
 
 
 # --- queues ----------------------------------------------------------------------------------
@@ -388,7 +400,7 @@ def pause(queue: str, as_json: bool) -> None:
     """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish."""
     changed = _run(lambda a: a.pause(queue))
     _emit({"queue": queue, "paused": True, "changed": changed}, as_json,
-          lambda: click.echo(f"{queue}: paused" + ("" if changed else " (already)")))  # fmt: skip
+          lambda: _echo(f"{queue}: paused" + ("" if changed else " (already)")))  # fmt: skip
 
 
 @cli.command(epilog=EPILOG)
@@ -399,7 +411,7 @@ def resume(queue: str, as_json: bool) -> None:
     changed = _run(lambda a: a.resume(queue))
     note = "" if changed else " (was not paused)"
     _emit({"queue": queue, "paused": False, "changed": changed}, as_json,
-          lambda: click.echo(f"{queue}: resumed{note}"))  # fmt: skip
+          lambda: _echo(f"{queue}: resumed{note}"))  # fmt: skip
 
 
 def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
@@ -437,7 +449,7 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
 
     res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
     _emit({"queue": queue, **res.to_dict()}, as_json,
-          lambda: click.echo(f"{queue}: purged {res.done} tasks "
+          lambda: _echo(f"{queue}: purged {res.done} tasks "
                              f"({res.skipped['queued']} queued, "
                              f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
 
@@ -476,7 +488,7 @@ def schedules(queue: str | None, as_json: bool) -> None:
     periodic, delayed = _run(go)
 
     def human() -> None:
-        click.echo("periodic schedules:")
+        _echo("periodic schedules:")
         rows = [
             (s["name"], s["queue"], s["task"],
              s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
@@ -484,7 +496,7 @@ def schedules(queue: str | None, as_json: bool) -> None:
             for s in periodic
         ]  # fmt: skip
         _table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
-        click.echo("delayed tasks and retries:")
+        _echo("delayed tasks and retries:")
         _table([(d.task_id, d.name, d.kind, _short_time(d.due_at)) for d in delayed],
                ["task", "name", "kind", "due"])  # fmt: skip
 
@@ -536,7 +548,7 @@ def dlq_list(
         ]  # fmt: skip
         _table(rows, ["task", "name", "failed", "attempts", "error"])
         if page.next_cursor:
-            click.echo(f"more: --cursor {page.next_cursor}")
+            _echo(f"more: --cursor {page.next_cursor}")
 
     _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
@@ -631,13 +643,13 @@ def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
                       err=True)  # fmt: skip
     n = _with_bar("purging", lambda a: a.dlq_count(queue),
                   lambda a, p: a.dlq_purge(queue, progress=p), as_json)  # fmt: skip
-    _emit({"discarded": n}, as_json, lambda: click.echo(f"discarded {n} dead letters"))
+    _emit({"discarded": n}, as_json, lambda: _echo(f"discarded {n} dead letters"))
 
 
 def _report(verb: str, res: Any, as_json: bool) -> None:
     def human() -> None:
         skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
-        click.echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
+        _echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
 
     _emit(res.to_dict(), as_json, human)
     if res.done == 0 and res.skipped:
@@ -672,7 +684,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="dtq", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        _echo("aborted", err=True)
         sys.exit(EXIT_FAILED)
     except click.ClickException as exc:
         exc.show()
@@ -680,13 +692,19 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except (ConfigError, InvalidRequest) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_REDIS)
+    except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+        _echo(f"error: Redis refused the write: {exc}", err=True)  # (as the SDK says it)
+        sys.exit(EXIT_REDIS)
+    except redis.ResponseError as exc:
+        _echo(f"error: Redis answered with an error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
     except (UnknownTask, UnknownQueue, Conflict, Failed, DtqError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 

@@ -7,6 +7,8 @@ scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -19,13 +21,14 @@ import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq.app import App, Task
-from dtq.connection import async_redis, sync_redis
-from dtq.errors import RedisUnavailable, TaskFailed, UnknownTask
+from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, sync_redis
+from dtq.declared import pending as pending_declared
+from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
 from dtq.eviction import is_oom, out_of_memory_message
 from dtq.keys import Keys, split_task_id
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
-from dtq.settings import Settings, load_settings
+from dtq.settings import Settings, checked_redis_url, load_settings
 
 if TYPE_CHECKING:
     from dtq.cancellation import CancelSummary
@@ -47,6 +50,8 @@ def _bulk_parts(n: int) -> list[tuple[int, int]]:
 
 
 CANCEL_REASON = "cancelled by request"
+# How long a client trusts its own registration of a queue in P:queues (see _Base).
+REGISTER_EVERY_S = 60.0
 
 
 def cancel_channel(keys: Keys) -> str:
@@ -58,18 +63,37 @@ def _unavailable(exc: Exception) -> RedisUnavailable:
     return RedisUnavailable(f"Redis unreachable: {exc}")
 
 
+_BLIPS = (redis.ConnectionError, redis.TimeoutError)
+# Error replies of a Redis that cannot take writes now: the call did not take effect (a
+# streamed bulk enqueue: the parts before it did). Raised as RedisUnavailable, a DtqError.
+_REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+
+
+def _refused(exc: Exception) -> RedisUnavailable:
+    if is_oom(exc):
+        return RedisUnavailable(out_of_memory_message(exc))
+    return RedisUnavailable(f"Redis refused the write: {exc}")
+
+
+def _resend_delay(attempt: int) -> float:
+    """Jittered wait before re-sending a streamed bulk enqueue (as redis-py's own re-sends)."""
+    return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
+
+
 class _Base:
     def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
         if settings is None:
             settings = app.settings if app is not None else load_settings()
-        if url is not None:
-            settings = settings.model_copy(update={"redis_url": url})
+        if url is not None:  # (model_copy does not validate: check it here)
+            settings = settings.model_copy(update={"redis_url": checked_redis_url(url)})
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.app = app
-        # Queues this client has added to the registry set (P:queues); later enqueues to them
-        # skip the SADD and so need no pipeline.
-        self._registered: set[str] = set()
+        # Queues this client has added to the registry set (P:queues), each until when: later
+        # enqueues to them skip the SADD and so need no pipeline. The registration is renewed
+        # after REGISTER_EVERY_S, so a keyspace flushed meanwhile (FLUSHALL, a restore) lists
+        # the queue again.
+        self._registered: dict[str, float] = {}
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
@@ -83,7 +107,11 @@ class _Base:
         settings = self.settings
         n = 0
         for i, item in enumerate(items):
-            if "name" not in item or not item.keys() <= ENQUEUE_FIELDS:
+            try:
+                plain = "name" in item and item.keys() <= ENQUEUE_FIELDS
+            except (TypeError, AttributeError):  # not a mapping
+                raise InvalidRequest(f"item {i} is not a dict of enqueue fields") from None
+            if not plain:
                 check_fields(item)  # says which field is wrong
             # An item's fields are build_task's keyword arguments (checked just above).
             q, task = build_task(settings, defaults=self._defaults(item["name"]), **item)
@@ -102,9 +130,15 @@ class _Base:
         for j, (i, _) in enumerate(tasks):
             out[i] = _Base._handle(queue, raw, 3 * j)
 
+    def _unregistered(self, queues: Iterable[str]) -> list[str]:
+        """Those of ``queues`` this client has not registered lately."""
+        now = time.monotonic()
+        return [q for q in queues if self._registered.get(q, 0.0) < now]
+
     def _single(self, queue: str, task: sc.NewTask) -> sc.Call | None:
         """The script call enqueueing ``task`` alone, if this client registered ``queue``."""
-        if queue not in self._registered:
+        until = self._registered.get(queue)
+        if until is None or until < time.monotonic():
             return None
         return sc.enqueue_one_call(self.keys.prefix, queue, task, self.settings.events_maxlen)
 
@@ -145,14 +179,15 @@ class _Base:
             ttl_s=self.settings.result_ttl_s,
             hint_channel=cancel_channel(self.keys),
             reason=reason,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )
 
     @staticmethod
-    def _info(task_id: str, rec: dict[str, str]) -> TaskInfo:
+    def _info(task_id: str, rec: dict[str, str], declared: str | None = None) -> TaskInfo:
         if not rec:
             raise UnknownTask(f"no task {task_id} (never enqueued, or its record expired)")
         queue, _ = split_task_id(task_id)
-        return TaskInfo.from_record(task_id, queue, rec)
+        return TaskInfo.from_record(task_id, queue, rec, declared)
 
     @staticmethod
     def _outcome(info: TaskInfo) -> Any:
@@ -174,9 +209,13 @@ class AsyncClient(_Base):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: aredis.Redis = redis_client or sc.hiredis_packing(
-            async_redis(self.settings.redis_url, decode_responses=True)
+            async_redis(
+                self.settings.redis_url,
+                retries=self.settings.client_retries,
+                decode_responses=True,
+            )
         )
-        self._scripts = sc.AsyncScripts(self.redis)
+        self._scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -192,10 +231,8 @@ class AsyncClient(_Base):
             return await fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
-        except redis.ResponseError as exc:
-            if is_oom(exc):
-                raise RedisUnavailable(out_of_memory_message(exc)) from None
-            raise
+        except _REFUSED as exc:
+            raise _refused(exc) from None
 
     @overload
     async def enqueue(
@@ -287,10 +324,10 @@ class AsyncClient(_Base):
             self._place(out, plan[k][0], plan[k][1], raw)
 
         async def go() -> None:
-            new = by_queue.keys() - self._registered
+            new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
                 await self.redis.sadd(self.keys.queues, *new)
-                self._registered.update(new)
+                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
             else:  # streamed: Redis runs one part while the next is encoded
@@ -298,14 +335,31 @@ class AsyncClient(_Base):
                     (self._enqueue_call(*self._part(p)) for p in plan), place
                 )
 
-        await self._io(go)
+        # A streamed batch cut by a blip is sent again whole (redis-py re-sends single calls):
+        # every task keeps its id, and enqueue.lua answers the parts that ran with their tasks.
+        async def send() -> None:
+            attempt = 0
+            while True:
+                try:
+                    return await go()
+                except _BLIPS:
+                    if len(plan) == 1 or attempt >= self.settings.client_retries:
+                        raise
+                await asyncio.sleep(_resend_delay(attempt))
+                attempt += 1
+
+        await self._io(send)
         return [h for h in out if h is not None]
 
     async def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
         queue, tid = split_task_id(task_id)
-        rec: Any = await self._io(lambda: self.redis.hgetall(self.keys.queue(queue).task(tid)))
-        return self._info(task_id, rec)
+        qk = self.keys.queue(queue)
+        rec: Any = await self._io(lambda: self.redis.hgetall(qk.task(tid)))
+        decl: Any = None
+        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
+            decl = await self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
+        return self._info(task_id, rec, decl)
 
     @overload
     async def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
@@ -376,9 +430,9 @@ class Client(_Base):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: redis.Redis = redis_client or sync_redis(
-            self.settings.redis_url, decode_responses=True
+            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
         )
-        self._scripts = sc.SyncScripts(self.redis)
+        self._scripts = sc.SyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 
     def __enter__(self) -> Client:
         return self
@@ -394,10 +448,8 @@ class Client(_Base):
             return fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _unavailable(exc) from None
-        except redis.ResponseError as exc:
-            if is_oom(exc):
-                raise RedisUnavailable(out_of_memory_message(exc)) from None
-            raise
+        except _REFUSED as exc:
+            raise _refused(exc) from None
 
     @overload
     def enqueue(self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]: ...
@@ -480,10 +532,10 @@ class Client(_Base):
             self._place(out, plan[k][0], plan[k][1], raw)
 
         def go() -> None:
-            new = by_queue.keys() - self._registered
+            new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
                 self.redis.sadd(self.keys.queues, *new)
-                self._registered.update(new)
+                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
             else:
@@ -491,16 +543,31 @@ class Client(_Base):
                 # and makes the handles of the one before (every item was validated first).
                 self._scripts.run_many((self._enqueue_call(*self._part(p)) for p in plan), place)
 
-        self._io(go)
+        def send() -> None:  # a streamed batch cut by a blip is sent again whole (AsyncClient)
+            attempt = 0
+            while True:
+                try:
+                    return go()
+                except _BLIPS:
+                    if len(plan) == 1 or attempt >= self.settings.client_retries:
+                        raise
+                time.sleep(_resend_delay(attempt))
+                attempt += 1
+
+        self._io(send)
         return [h for h in out if h is not None]
 
     def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
         queue, tid = split_task_id(task_id)
+        qk = self.keys.queue(queue)
         rec: dict[str, str] = self._io(
-            lambda: self.redis.hgetall(self.keys.queue(queue).task(tid))  # type: ignore[arg-type,return-value]
+            lambda: self.redis.hgetall(qk.task(tid))  # type: ignore[arg-type,return-value]
         )
-        return self._info(task_id, rec)
+        decl = None
+        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
+            decl = self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
+        return self._info(task_id, rec, decl)  # type: ignore[arg-type]
 
     @overload
     def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...

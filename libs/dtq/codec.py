@@ -13,9 +13,21 @@ _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 def dumps(value: Any, what: str) -> str:
     """Encode ``value`` as compact JSON or raise SerializationError saying what was refused."""
     try:
-        return _encoder.encode(value)
-    except (TypeError, ValueError) as exc:
+        text = _encoder.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} must be JSON-serializable: {exc}") from None
+    if not text.isascii():  # (one C scan) it must also be sendable: a lone surrogate is not
+        utf8(text, what)
+    return text
+
+
+def utf8(text: str, what: str) -> None:
+    """Raise SerializationError unless ``text`` encodes as UTF-8 (a lone surrogate such as
+    "\\ud800" does not); found at validation, not half-way through sending a batch."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise SerializationError(f"{what} is not valid Unicode text: {exc.reason}") from None
 
 
 def encode_args(args: Any, kwargs: Any, limit: int) -> tuple[str, str]:

@@ -14,7 +14,10 @@ from urllib.parse import unquote, urlparse
 
 import redis
 import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -56,8 +59,25 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     )
 
 
-def sync_redis(url: str, **kwargs: Any) -> redis.Redis:
-    """A blocking client for ``url`` (any form dtq accepts)."""
+# The SDK's re-send backoff: full jitter over an exponential from 50 ms, capped at 1 s.
+RETRY_BASE_S, RETRY_CAP_S = 0.05, 1.0
+
+
+def _with_retries(kwargs: dict[str, Any], retries: int, retry_class: Any) -> dict[str, Any]:
+    if retries > 0 and "retry" not in kwargs:
+        backoff = ExponentialWithJitterBackoff(base=RETRY_BASE_S, cap=RETRY_CAP_S)
+        kwargs = {**kwargs, "retry": retry_class(backoff, retries)}
+    return kwargs
+
+
+def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
+    """A blocking client for ``url`` (any form dtq accepts).
+
+    ``retries`` > 0: a command that meets a connection error or a timeout is re-sent that many
+    times at most (jittered backoff). Only for clients whose every call is safe to re-send
+    (the SDK's, see docs/faults.md); the worker keeps 0 and handles its own failures.
+    """
+    kwargs = _with_retries(kwargs, retries, Retry)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = Sentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
@@ -68,8 +88,9 @@ def sync_redis(url: str, **kwargs: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **kwargs)
 
 
-def async_redis(url: str, **kwargs: Any) -> aredis.Redis:
-    """An asyncio client for ``url`` (any form dtq accepts)."""
+def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
+    """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis."""
+    kwargs = _with_retries(kwargs, retries, AsyncRetry)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = AsyncSentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]

@@ -26,6 +26,8 @@ Per queue (tag ``{P:q}``)::
     P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
     P:{q}:schedules:next   zset schedule name -> next fire time (ms)
     P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
+    P:{q}:decl             hash task name -> "max_retries|timeout|expires_ms" a worker declared
+    P:{q}:reply:<nonce>    a state-changing SDK call's reply, kept a minute for its re-send
 
 Global::
 
@@ -43,6 +45,7 @@ Global::
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -84,11 +87,18 @@ def make_task_id(queue: str, tid: str) -> str:
     return f"{queue}:{tid}"
 
 
+# A queue name, matched whole: with ``$`` "default\n" would pass (``$`` matches before a final
+# newline) and name a queue no worker consumes. Use ``fullmatch`` (``\Z`` keeps ``match`` safe).
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}\Z")
+_TASK_ID_RE = re.compile(r"([A-Za-z0-9_.\-]{1,100}):([A-Za-z0-9_.\-]{1,128})")
+
+
 def split_task_id(task_id: str) -> tuple[str, str]:
-    queue, sep, tid = task_id.rpartition(":")
-    if not sep or not queue or not tid or "{" in task_id or "}" in task_id:
+    """(queue, tid) of a public task id; :class:`BadTaskId` for anything else (None included)."""
+    m = _TASK_ID_RE.fullmatch(task_id) if isinstance(task_id, str) else None
+    if m is None:
         raise BadTaskId(f"not a dtq task id: {task_id!r}")
-    return queue, tid
+    return m.group(1), m.group(2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +172,10 @@ class QueueKeys:
         """Zset: schedule name -> next fire time (ms)."""
         return f"{self.base}:schedules:next"
 
+    def reply(self, nonce: str) -> str:
+        """String: the kept reply of the state-changing call ``nonce`` (lua/_replay.lua)."""
+        return f"{self.base}:reply:{nonce}"
+
     @property
     def schedules_last(self) -> str:
         """Hash: schedule name -> tid of its last fired task (for overlap=False)."""
@@ -185,6 +199,12 @@ class QueueKeys:
     @property
     def fair(self) -> str:
         return f"{self.base}:fair"
+
+    @property
+    def decl(self) -> str:
+        """Hash: task name -> its declared defaults, published by workers (see dtq.declared).
+        Not work: purge leaves it; retention drops it with a queue it forgets."""
+        return f"{self.base}:decl"
 
     def all_fixed(self) -> list[str]:
         """Every key of the queue that is not per task: what purge and retention must know."""

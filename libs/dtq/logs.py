@@ -4,9 +4,28 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any
+
+# Control characters in a message (a task name, an error text) would let it forge log lines or
+# drive a terminal: the text format shows them escaped (JSON escapes them itself).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character shown as an escape, so it stays one line."""
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
 
 _STD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -33,6 +52,10 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
         self.converter = time.gmtime
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # The line itself; a traceback appended after it keeps its own lines.
+        return one_line(super().formatMessage(record))
 
 
 def setup(fmt: str = "text", level: str = "INFO") -> None:

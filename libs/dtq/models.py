@@ -10,6 +10,8 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
+from dtq.declared import fill as fill_declared
+
 
 class TaskStatus(StrEnum):
     QUEUED = "queued"
@@ -46,10 +48,23 @@ def clip_traceback(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
     return text[:head] + marker.format(len(text) - head - tail) + text[len(text) - tail :]
 
 
-def _ms_to_dt(raw: str | None) -> datetime | None:
-    if not raw:
+def ms_to_datetime(raw: str | float | None) -> datetime | None:
+    """A stored time (server milliseconds) as a datetime; None when unset, or when it is not a
+    time a datetime can hold (a record written before times were bounded, or by hand): a reader
+    shows such a task rather than failing on it."""
+    if raw is None or raw == "":
         return None
-    return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    try:
+        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:  # a number stored as float text ("1.7e12")
+        return datetime.fromtimestamp(float(raw) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+_ms_to_dt = ms_to_datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +99,12 @@ class TaskInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     progress: dict[str, Any] | None = None
     """The last ``current_task().progress(...)`` report: current, total, message, attempt."""
+    defaults: str | None = None
+    """Where ``max_retries``, ``timeout`` and ``expires_at`` come from while the task waits for
+    its first claim, when its enqueue left some unset (a client that did not know the task):
+    ``"declared"``, a worker's ``@app.task`` declaration; ``"default"``, no worker declared the
+    name yet, so dtq's defaults. The claim fixes them in the record; then (and for every task
+    whose enqueue gave or knew them) None: the values shown are the task's own."""
     traceback: str | None = None
     """The traceback of the last failed run's exception (at most MAX_TRACEBACK_CHARS), if the
     last failure had one (a ``Retry`` request or a timeout has none)."""
@@ -93,7 +114,14 @@ class TaskInfo:
     """Retries the task may still spend: ``max_retries`` minus ``failures``, at least 0."""
 
     @classmethod
-    def from_record(cls, task_id: str, queue: str, rec: dict[str, str]) -> TaskInfo:
+    def from_record(
+        cls, task_id: str, queue: str, rec: dict[str, str], declared: str | None = None
+    ) -> TaskInfo:
+        """``declared``: the task name's published declaration (``P:{q}:decl``), read by the
+        caller when the record still leaves values to it (:func:`dtq.declared.pending`)."""
+        defaults = None
+        if rec.get("dflt"):
+            rec, defaults = fill_declared(rec, declared)
         result = json.loads(rec["result"]) if "result" in rec else None
         return cls(
             id=task_id,
@@ -120,6 +148,7 @@ class TaskInfo:
             cancel_requested="cancel" in rec,
             metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
             progress=json.loads(rec["progress"]) if rec.get("progress") else None,
+            defaults=defaults,
             traceback=rec.get("tb"),
             failures=int(rec.get("retries", 0)),
             retries_left=max(0, int(rec.get("maxr", 0)) - int(rec.get("retries", 0))),

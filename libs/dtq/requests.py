@@ -16,7 +16,7 @@ from dtq.errors import InvalidRequest, SerializationError
 from dtq.keys import new_tid
 from dtq.limits import Limit
 from dtq.scripts import NewTask
-from dtq.settings import QUEUE_NAME_RE, Settings
+from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
@@ -38,6 +38,13 @@ class TaskDefaults:
     timeout: float | None = None
     limit: Limit | None = None
     unique: bool = False
+    expires: float | None = None
+    """Seconds after its enqueue by which a run must have started, else it ends ``expired``."""
+
+
+# The farthest a delay, eta, expiry or timeout may reach: every stored time stays a datetime
+# (a year-9999 eta was written, then failed every reader of the task and of the schedule).
+MAX_SPAN_S = 10 * 365 * 86_400
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
@@ -47,6 +54,8 @@ def _seconds(value: float | timedelta | None, what: str) -> float | None:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidRequest(f"{what} must be a number of seconds")
+    if not -MAX_SPAN_S <= value <= MAX_SPAN_S:
+        raise InvalidRequest(f"{what} must be at most {MAX_SPAN_S} seconds (10 years) from now")
     return float(value)
 
 
@@ -55,12 +64,13 @@ def _until(value: float | timedelta | datetime | str | None, what: str) -> float
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidRequest(f"{what} must be timezone-aware")
-        return value.timestamp() - time.time()
+        return _seconds(value.timestamp() - time.time(), what)
     if isinstance(value, str):
         try:
-            return _until(datetime.fromisoformat(value), what)
+            when = datetime.fromisoformat(value)
         except ValueError:
             raise InvalidRequest(f"{what} must be an ISO 8601 datetime or seconds") from None
+        return _until(when, what)
     return _seconds(value, what)
 
 
@@ -98,9 +108,11 @@ def build_task(
     d = defaults or _DEFAULTS
     if not isinstance(name, str) or not name or len(name) > 200:
         raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
+    if not name.isprintable():  # (one C call for the usual name; the precise checks after it)
+        check_task_name(name)
     q = queue or d.queue
     if type(q) is not str or q not in _queue_ok:
-        if not isinstance(q, str) or not QUEUE_NAME_RE.match(q):
+        if not isinstance(q, str) or not QUEUE_NAME_RE.fullmatch(q):
             raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
         if len(_queue_ok) < 1024:
             _queue_ok.add(q)
@@ -111,6 +123,17 @@ def build_task(
         prio = int(prio)  # an IntEnum, say: hiredis packs plain ints only
     if not 0 <= prio <= 9:
         raise InvalidRequest("priority must be an integer from 0 to 9")
+    # A task this client does not know is governed by the worker's declaration where the
+    # enqueue gave no value: the record says which it left unset (dtq/declared.py).
+    unset = ""
+    if defaults is None:
+        if max_retries is None and timeout is None and expires is None:
+            unset = "mte"  # a plain by-name enqueue
+        else:
+            unset = (
+                ("m" if max_retries is None else "") + ("t" if timeout is None else "")
+                + ("e" if expires is None else "")
+            )  # fmt: skip
     mr = d.max_retries if max_retries is None else max_retries
     if type(mr) is not int:
         if not _is_int(mr):
@@ -123,6 +146,8 @@ def build_task(
         to = _seconds(timeout, "timeout")
     if to is not None and to <= 0:
         raise InvalidRequest("timeout must be positive")
+    if expires is None:
+        expires = d.expires
     delay_ms = 0
     if delay is not None or eta is not None:
         if delay is not None and eta is not None:
@@ -140,6 +165,8 @@ def build_task(
             raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
         if idempotency_key.startswith(UNIQUE_PREFIX):
             raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
+        if not idempotency_key.isascii():
+            codec.utf8(idempotency_key, "idempotency_key")
     a, k = codec.encode_args(args, kwargs, settings.max_payload_bytes)
     if idempotency_key is None and (d.unique if unique is None else unique):
         idempotency_key = unique_key(name, a, kwargs)
@@ -148,10 +175,37 @@ def build_task(
         meta = codec.dumps(dict(metadata), "metadata")
         if len(meta) > 4096:
             raise SerializationError("metadata must encode to at most 4096 bytes")
+    lim = ""
+    if d.limit is not None:
+        lim = d.limit.encode(name, args, kwargs)
+        if not lim.isascii():
+            codec.utf8(lim, "limit key")
     return q, NewTask(
-        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
-        d.limit.encode(name, args, kwargs) if d.limit is not None else "",
-    )  # fmt: skip
+        new_tid(),
+        name,
+        a,
+        k,
+        prio,
+        mr,
+        to,
+        delay_ms,
+        expires_ms,
+        idempotency_key or "",
+        meta,
+        lim,
+        unset,
+    )
+
+
+def check_task_name(name: str) -> None:
+    """Refuse a task name with control characters (a newline forged log lines and CLI rows) or
+    text that cannot be sent as UTF-8 (a lone surrogate)."""
+    if CONTROL_RE.search(name):
+        raise InvalidRequest(f"task name {name!r} holds control characters")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"task name {name!r} is not valid Unicode text") from None
 
 
 UNIQUE_PREFIX = "~u:"

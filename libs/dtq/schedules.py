@@ -38,8 +38,9 @@ from dtq import codec
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
 from dtq.keys import Keys, QueueKeys, make_task_id
-from dtq.requests import TaskDefaults, build_task
-from dtq.settings import QUEUE_NAME_RE, Settings
+from dtq.models import ms_to_datetime
+from dtq.requests import MAX_SPAN_S, TaskDefaults, build_task, check_task_name
+from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis as AsyncRedis
@@ -148,9 +149,12 @@ class Schedule:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not 0 < len(self.name) <= 200:
             raise InvalidRequest("schedule name must be a string of 1 to 200 characters")
+        if CONTROL_RE.search(self.name):
+            raise InvalidRequest(f"schedule name {self.name!r} holds control characters")
         if not isinstance(self.task, str) or not self.task:
             raise InvalidRequest("schedule needs a task name")
-        if not QUEUE_NAME_RE.match(self.queue):
+        check_task_name(self.task)
+        if not isinstance(self.queue, str) or not QUEUE_NAME_RE.fullmatch(self.queue):
             raise InvalidRequest(f"bad queue name {self.queue!r}")
         if (self.cron is None) == (self.every is None):
             raise InvalidRequest("give exactly one of cron= and every=")
@@ -158,9 +162,11 @@ class Schedule:
             isinstance(self.every, bool)
             or not isinstance(self.every, int | float)
             or not math.isfinite(self.every)
-            or self.every < MIN_EVERY_S
+            or not MIN_EVERY_S <= self.every <= MAX_SPAN_S
         ):
-            raise InvalidRequest(f"every must be a number of seconds >= {MIN_EVERY_S:g}")
+            raise InvalidRequest(
+                f"every must be a number of seconds from {MIN_EVERY_S:g} to at most {MAX_SPAN_S}"
+            )
         if self.cron is not None:
             if not isinstance(self.cron, str) or (
                 len(self.cron.split()) != 5 and not self.cron.startswith("@")
@@ -359,7 +365,7 @@ def _infos(
         out.append(
             ScheduleInfo(
                 s,
-                _dt(int(float(nxt))) if nxt is not None else None,
+                ms_to_datetime(nxt),  # None if unreadable: the schedule is still listed
                 make_task_id(queue, last) if last else None,
             )
         )
@@ -489,7 +495,7 @@ def fire_call(
         [
             s.name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
             1 if s.overlap else 0, events_maxlen, fire_ms or expected_ms,
-            task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
+            task.tid, task.name, task.args, task.kwargs, task.priority, task.maxr_arg(),
             "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
             task.limit,
         ],

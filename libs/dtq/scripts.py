@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import os
 import re
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -293,12 +294,18 @@ class AsyncScripts:
     Any ``lua/<name>.lua`` can be called; each is registered on first use.
     """
 
-    def __init__(self, redis: AsyncRedis) -> None:
+    def __init__(self, redis: AsyncRedis, *, replay_safe: bool = False) -> None:
+        """``replay_safe``: as for :class:`SyncScripts`."""
         self._redis = redis
+        self._replay_safe = replay_safe
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         # Several lanes: calls of one process overlap (a worker has two outcome writes in
         # flight, a heartbeat, a claim), and each would otherwise take the slow path.
         self._lanes: list[AsyncLane] = []
+        # Told of every call outside a pipeline whose reply may have been lost after Redis ran
+        # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
+        # looks for the runs such a claim started (lua/recover.lua).
+        self.on_reply_lost: Callable[[Call], None] | None = None
 
     def _obj(self, name: str) -> Any:
         obj = self._objs.get(name)
@@ -313,17 +320,36 @@ class AsyncScripts:
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
-        if pipe is None:
-            lane = self._free_lane()
-            if lane is not None:
-                lane.busy = True
-                try:
-                    return await lane.call(_evalsha_args(obj.sha, call))
-                except (NoScriptError, ConnectionError):
-                    pass  # nothing ran, or the lane was dropped: the usual path loads / reconnects
-                finally:
-                    lane.busy = False
-        return await obj(keys=call.keys, args=call.args, client=pipe)
+        if pipe is not None:
+            return await obj(keys=call.keys, args=call.args, client=pipe)
+        lane = self._free_lane()
+        if lane is not None:
+            lane.busy = True
+            try:
+                return await lane.call(_evalsha_args(obj.sha, call))
+            except NoScriptError:
+                pass  # nothing ran: the usual path loads the script
+            except ConnectionError:
+                # The lane was dropped (the usual path reconnects and sends again); the first
+                # send may have run, its reply lost.
+                self._reply_lost(call)
+            except (RedisTimeoutError, TimeoutError):
+                # The lane was dropped; the call may have run. Only a runner whose calls are
+                # safe to re-send (the SDK's) sends it again.
+                self._reply_lost(call)
+                if not self._replay_safe:
+                    raise
+            finally:
+                lane.busy = False
+        try:
+            return await obj(keys=call.keys, args=call.args)
+        except (ConnectionError, RedisTimeoutError, TimeoutError):
+            self._reply_lost(call)
+            raise
+
+    def _reply_lost(self, call: Call) -> None:
+        if self.on_reply_lost is not None:
+            self.on_reply_lost(call)
 
     async def run_many(
         self, calls: Iterable[Call], each: Callable[[int, Any], None] | None = None
@@ -491,8 +517,11 @@ def _read(conn: Any) -> Any:
 class SyncScripts:
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
 
-    def __init__(self, redis: SyncRedis) -> None:
+    def __init__(self, redis: SyncRedis, *, replay_safe: bool = False) -> None:
+        """``replay_safe``: every call run here may be re-sent (the SDK's: see docs/faults.md),
+        so a lane call that timed out goes the usual way too, whose retry policy re-sends it."""
         self._redis = redis
+        self._replay_safe = replay_safe
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         self._lane: Any = None
         self._lane_forks = -1
@@ -591,6 +620,11 @@ class SyncScripts:
         except ConnectionError:
             self._drop_lane()
             return _MISS
+        except RedisTimeoutError:
+            self._drop_lane()
+            if self._replay_safe:
+                return _MISS
+            raise
         except BaseException:
             self._drop_lane()
             raise
@@ -615,13 +649,18 @@ class NewTask:
     args: str
     kwargs: str
     priority: int
-    max_retries: int
+    max_retries: int  # dtq's default when left to the worker's declaration ("m" in unset)
     timeout: float | None
     delay_ms: int
     expires_ms: int
     idempotency_key: str
     meta: str
     limit: str = ""  # dtq.limits.Limit.encode(): "conc|count|window_ms|key", or ""
+    unset: str = ""  # letters of what the enqueue left to the declaration (dtq.declared)
+
+    def maxr_arg(self) -> int | str:
+        """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
+        return f"~{self.unset}{self.max_retries}" if self.unset else self.max_retries
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,14 +692,15 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
     ):  # fmt: skip
         args = [events_maxlen, 1, *_task_args(t)]
     else:
-        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, t.max_retries]
+        mr = t.maxr_arg() if t.unset else t.max_retries
+        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
 
 
 def _task_args(t: NewTask) -> list[Any]:
     """enqueue.lua's 12 fields of one task: the 5 fixed ones, then the 7 options."""
     return [
-        t.tid, t.name, t.args, t.priority, t.max_retries, t.kwargs,
+        t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.kwargs,
         "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
         t.idempotency_key, t.meta, t.limit,
     ]  # fmt: skip
@@ -679,7 +719,7 @@ def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, 
 def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
     return (
         *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
-        qk.lim_base, qk.fair,
+        qk.lim_base, qk.fair, qk.decl,
     )  # fmt: skip
 
 
@@ -876,6 +916,25 @@ def requeue_call(
     )  # fmt: skip
 
 
+def recover_call(
+    qk: QueueKeys,
+    worker_id: str,
+    known: Iterable[tuple[int, str]],
+    *,
+    events_maxlen: int,
+    since_ms: int,
+    per_band: int = 1000,
+) -> Call:
+    """Find this worker's runs whose claim reply was lost (lua/recover.lua); ``known``: the
+    (priority, entry id) of every run the worker holds or left unanswered. Its reply is
+    claim.lua's: :func:`parse_claim`."""
+    args: list[Any] = [GROUP, worker_id, events_maxlen, since_ms, per_band, 0]
+    for prio, eid in known:
+        args += [prio, eid]
+    args[5] = (len(args) - 6) // 2
+    return Call("recover", [*qk.streams, qk.events, qk.stats, qk.task_base], args)
+
+
 # --- reclaim, touch, promote -----------------------------------------------------------------
 
 
@@ -977,14 +1036,34 @@ class CancelResult:
     status: str
 
 
+# How long a state-changing SDK call's reply is kept for its re-send (lua/_replay.lua): longer
+# than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus timeouts).
+REPLY_TTL_MS = 60_000
+
+
+def new_nonce() -> str:
+    """A per-call nonce: the same call re-sent after a blip carries it and gets the first
+    send's reply (lua/_replay.lua)."""
+    return secrets.token_hex(8)
+
+
 def cancel_call(
-    qk: QueueKeys, tid: str, *, events_maxlen: int, ttl_s: int, hint_channel: str, reason: str
+    qk: QueueKeys,
+    tid: str,
+    *,
+    events_maxlen: int,
+    ttl_s: int,
+    hint_channel: str,
+    reason: str,
+    nonce: str | None = None,
 ) -> Call:
-    return Call(
-        "cancel",
-        [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base],
-        [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason],
-    )
+    """``nonce``: answer a re-send of this very call with its first reply (see new_nonce)."""
+    keys = [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base]
+    args: list[Any] = [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason]
+    if nonce is not None:
+        keys.append(qk.reply(nonce))
+        args.append(REPLY_TTL_MS)
+    return Call("cancel", keys, args)
 
 
 def parse_cancel(raw: list[Any]) -> CancelResult:
@@ -1006,7 +1085,7 @@ def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
 def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
     """1 when the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
     keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
-    return Call("retention_queue", [*keys, qk.stats, qk.fair], [GROUP, 1 if drop else 0])
+    return Call("retention_queue", [*keys, qk.stats, qk.fair, qk.decl], [GROUP, 1 if drop else 0])
 
 
 def lock_call(key: str, token: str, lease_ms: int) -> Call:

@@ -14,8 +14,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dtq.errors import ConfigError
+from dtq.keys import QUEUE_NAME_RE as QUEUE_NAME_RE  # (re-exported: its old home)
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+WORKER_ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+# Characters no name may hold: C0 and C1 controls, DEL, and the Unicode line separators (a
+# name with a newline forged a whole log line and a CLI table row).
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def default_worker_id() -> str:
@@ -74,6 +78,10 @@ class Settings(BaseSettings):
     """Largest encoded arguments accepted at enqueue."""
     max_result_bytes: int = Field(1_048_576, gt=0)
     """Largest encoded result stored; a larger one ends the task failed."""
+    client_retries: int = Field(3, ge=0, le=10)
+    """How often an SDK, CLI or API call is re-sent after a connection blip (reset, refused,
+    timed out), with a jittered backoff from 50 ms up to 1 s; 0 raises at once. Only calls
+    that are safe to re-send are (see the README, "Connection blips")."""
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream; 0 disables events."""
     dlq_max: int = Field(100_000, ge=0)
@@ -83,7 +91,9 @@ class Settings(BaseSettings):
     dead_worker_ttl_s: float = Field(3600.0, gt=0)
     """A worker silent this long is dropped from the worker list and its consumers deleted."""
     metrics_port: int | None = Field(None, ge=1, le=65535)
-    """When set, the worker serves Prometheus ``/metrics`` on this port."""
+    """When set, the worker serves Prometheus ``/metrics`` on this port, and its probes:
+    ``/healthz`` (the process and its event loop answer) and ``/readyz`` (Redis reachable and
+    heartbeats landing)."""
     api_token: str | None = None
     """When set, every ``/api/v1`` call needs ``Authorization: Bearer <token>``."""
     log_format: Literal["text", "json"] = "text"
@@ -104,7 +114,7 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one queue is needed")
         for q in value:
-            if not QUEUE_NAME_RE.match(q):
+            if not QUEUE_NAME_RE.fullmatch(q):
                 raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
@@ -142,19 +152,22 @@ class Settings(BaseSettings):
             parsed.port  # noqa: B018 - raises on a non-numeric port
         except ValueError as exc:
             raise ValueError(f"bad port ({exc})") from None
+        check_url_options(value)
         return value
 
     @field_validator("key_prefix")
     @classmethod
     def _check_prefix(cls, value: str) -> str:
-        if not value or any(c in value for c in "{}: \t\n"):
-            raise ValueError("must be non-empty without braces, colons or spaces")
+        if not value or any(c in value for c in "{}: ") or CONTROL_RE.search(value):
+            raise ValueError(
+                "must be non-empty without braces, colons, spaces or control characters"
+            )
         return value
 
     @field_validator("worker_id")
     @classmethod
     def _check_worker_id(cls, value: str) -> str:
-        if not re.match(r"^[A-Za-z0-9_.\-]{1,64}$", value):
+        if not WORKER_ID_RE.fullmatch(value):
             raise ValueError("use 1-64 letters, digits, '_', '.', '-'")
         return value
 
@@ -178,6 +191,26 @@ class Settings(BaseSettings):
     @property
     def effective_heartbeat_ttl_s(self) -> float:
         return self.heartbeat_ttl_s or 3 * self.heartbeat_interval_s
+
+
+def check_url_options(url: str) -> None:
+    """Raise ValueError naming a query option of ``url`` redis-py would refuse (a bad number,
+    an unknown name) now, not as a traceback at the first connection. Connects to nothing."""
+    import redis
+
+    try:
+        redis.ConnectionPool.from_url(url).make_connection()
+    except (ValueError, TypeError) as exc:
+        detail = str(exc).rpartition("__init__() ")[2]
+        raise ValueError(f"bad option: {detail}") from None
+
+
+def checked_redis_url(url: str) -> str:
+    """``url`` if it is a valid DTQ_REDIS_URL, else :class:`ConfigError` naming the setting."""
+    try:
+        return Settings._check_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"invalid setting DTQ_REDIS_URL: {exc}") from None
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -18,10 +18,11 @@ TERMINAL = ("succeeded", "failed", "cancelled", "expired")
 
 @dataclass
 class Fault:
-    kind: str  # kill | stop | redis | cut
+    kind: str  # kill | stop | redis | cut | lostreply
     start: float
-    end: float  # when the fault was lifted (kill: the kill itself)
+    end: float  # when the fault was lifted (kill: the kill itself; lostreply: the reply lost)
     worker: str = ""  # kill, stop: the victim
+    detail: str = ""  # lostreply: whose reply (claim, claim+xread, complete)
 
 
 @dataclass
@@ -83,6 +84,7 @@ def analyze(
     stats: dict[str, int],
     claims_lost_logged: int,
     stale_rejected_logged: int,
+    adopted_logged: int = 0,
 ) -> dict[str, Any]:
     lives = {w.wid: w for w in workers}
     frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -217,7 +219,7 @@ def analyze(
                 restarts.append(min(nxt) - f.start)
         recovery.append(
             {
-                "kind": f.kind,
+                "kind": f"{f.kind} ({f.detail})" if f.detail else f.kind,
                 "worker": f.worker,
                 "at": round(f.start, 3),
                 "lasted_s": round(f.end - f.start, 3),
@@ -270,6 +272,7 @@ def analyze(
             "fence_rejections": stats.get("stale_writes", 0),
             "stale_rejected_logged": stale_rejected_logged,
             "duplicates_absorbed": stats.get("absorbed", 0),
+            "runs_adopted_after_lost_reply_logged": adopted_logged,
             "faults": dict(_count_kinds(faults)),
             "worker_exits": dict(codes),
             "recovery_first_finish_s_max": _max(r["first_finish_after_s"] for r in recovery),

@@ -2,6 +2,10 @@
 
 While cut, every open connection is aborted (the worker sees a reset) and new ones are accepted
 and closed at once (connection reset on the first read), as when a network path goes away.
+
+A reply can also be lost or held back on its way from Redis (:meth:`Proxy.drop_reply_when`,
+:meth:`Proxy.hold_reply_when`): the command reaches Redis and runs, and the client never gets
+its answer (the link is aborted instead), or gets it only when released.
 """
 
 from __future__ import annotations
@@ -9,6 +13,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# How long a dropped reply's link keeps swallowing what Redis sends before it is aborted: the
+# replies of commands written together (a pipeline, the idle XREAD and its claim) all go.
+DROP_LINGER_S = 0.1
+
+
+@dataclass(eq=False)
+class ReplyRule:
+    """One-shot: the first chunk a client sends that ``match`` accepts arms its link; the replies
+    Redis then sends on that link are dropped (``hold=False``) or held until released."""
+
+    match: Callable[[bytes], bool]
+    hold: bool = False
+    matched: threading.Event = field(default_factory=threading.Event)  # the command went out
+    fired: threading.Event = field(default_factory=threading.Event)  # a reply was dropped/held
+    released: threading.Event = field(default_factory=threading.Event)
 
 
 class Proxy:
@@ -18,6 +41,8 @@ class Proxy:
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
         self._ready = threading.Event()
+        self._rule: ReplyRule | None = None
+        self.replies_dropped = 0
         self._thread = threading.Thread(target=self._main, name="chaos-proxy", daemon=True)
 
     def start(self) -> Proxy:
@@ -47,9 +72,38 @@ class Proxy:
             return
         self._writers |= {writer, uw}
 
-        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        armed: list[ReplyRule] = []  # the rule this link's client command matched
+
+        async def up(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            tail = b""  # so a marker split across two reads still matches
             try:
                 while data := await r.read(65536):
+                    rule = self._rule
+                    if rule is not None and not armed and rule.match(tail + data):
+                        self._rule = None
+                        armed.append(rule)
+                        rule.matched.set()
+                    tail = data[-128:]
+                    w.write(data)
+                    await w.drain()
+            except (OSError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                w.transport.abort()
+
+        async def down(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                while data := await r.read(65536):
+                    if armed:
+                        rule = armed.pop()
+                        rule.fired.set()
+                        if not rule.hold:
+                            await self._swallow(r)
+                            self.replies_dropped += 1
+                            uw.transport.abort()
+                            break
+                        while not rule.released.is_set() and not w.transport.is_closing():
+                            await asyncio.sleep(0.005)
                     w.write(data)
                     await w.drain()
             except (OSError, asyncio.IncompleteReadError):
@@ -58,8 +112,34 @@ class Proxy:
                 w.transport.abort()
 
         with contextlib.suppress(Exception):
-            await asyncio.gather(pump(reader, uw), pump(ur, writer))
+            await asyncio.gather(up(reader, uw), down(ur, writer))
         self._writers -= {writer, uw}
+
+    @staticmethod
+    async def _swallow(r: asyncio.StreamReader) -> None:
+        end = time.monotonic() + DROP_LINGER_S
+        with contextlib.suppress(TimeoutError, OSError):
+            while (left := end - time.monotonic()) > 0:
+                async with asyncio.timeout(left):
+                    if not await r.read(65536):
+                        return
+
+    def drop_reply_when(self, match: Callable[[bytes], bool]) -> ReplyRule:
+        """Lose the reply of the next command ``match`` accepts (bytes as the client sent
+        them): Redis runs it, then the link is aborted instead of answering."""
+        rule = self._rule = ReplyRule(match)
+        return rule
+
+    def hold_reply_when(self, match: Callable[[bytes], bool]) -> ReplyRule:
+        """Hold back the reply of the next command ``match`` accepts until
+        ``rule.released.set()`` (Redis has run it meanwhile)."""
+        rule = self._rule = ReplyRule(match, hold=True)
+        return rule
+
+    def clear_rule(self, rule: ReplyRule) -> None:
+        """Disarm ``rule`` if no command matched it yet."""
+        if self._rule is rule:
+            self._rule = None
 
     def _cut(self) -> None:
         self.up = False

@@ -3,7 +3,9 @@
 Starts a redis-server with AOF, a TCP proxy in front of it, and several ``dtq-worker``
 subprocesses that reach Redis only through the proxy. Tasks of mixed length are enqueued while a
 seeded fault driver repeatedly SIGKILLs a worker (a supervisor starts a new one), SIGSTOPs one past
-the visibility timeout and resumes it, restarts Redis, and cuts and restores the proxy's links.
+the visibility timeout and resumes it, restarts Redis, cuts and restores the proxy's links, and
+loses one reply after Redis ran the command (a claim, the idle XREAD's claim, or an outcome write
+with its refill claim: the proxy aborts the link instead of answering).
 After the faults stop, it waits for every task to end and checks the journals (tests/chaos/app.py)
 against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every check passes.
 """
@@ -11,6 +13,7 @@ against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every chec
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -27,6 +30,7 @@ from typing import Any
 import redis
 
 from dtq import Client
+from dtq import scripts as sc
 from dtq.keys import Keys, split_task_id
 from dtq.settings import Settings
 from tests.chaos.check import Fault, WorkerLife, analyze, markdown, read_journals
@@ -35,7 +39,9 @@ from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"
-KINDS = ("kill", "stop", "redis", "cut")
+KINDS = ("kill", "stop", "redis", "cut", "lostreply")
+# Which reply the lostreply fault loses: a script call whose bytes hold the script's sha.
+LOST_REPLY_TARGETS = ("claim", "claim+xread", "complete")
 
 
 @dataclass
@@ -199,7 +205,34 @@ class Soak:
             self.proxy.cut()
             time.sleep(rng.uniform(0.3, 3.0))
             self.proxy.restore()
+        elif kind == "lostreply":
+            first = rng.randrange(len(LOST_REPLY_TARGETS))
+            # The chosen kind of call, else the next (a busy fleet sends few idle pairs).
+            for k in range(len(LOST_REPLY_TARGETS)):
+                target = LOST_REPLY_TARGETS[(first + k) % len(LOST_REPLY_TARGETS)]
+                lost = self.lose_replies(target, rng.uniform(1.0, 2.0))
+                if lost:
+                    self.faults.append(Fault(kind, t0, time.time(), victim, f"{target} x{lost}"))
+                    return
+                print(f"[chaos] lostreply {target}: no such call went out", flush=True)
+            return
         self.faults.append(Fault(kind, t0, time.time(), victim))
+
+    def lose_replies(self, target: str, seconds: float) -> int:
+        """Lose the reply of every call of ``target`` for ``seconds`` (one at a time: each
+        lost reply aborts its link); returns how many were lost."""
+        script, _, with_xread = target.partition("+")
+        sha = hashlib.sha1(sc.source(script).encode()).hexdigest().encode()
+        end, lost = time.time() + seconds, 0
+        while (left := end - time.time()) > 0:
+            rule = self.proxy.drop_reply_when(
+                lambda d: sha in d and (b"XREAD" in d) == bool(with_xread)
+            )
+            if rule.fired.wait(left):
+                lost += 1
+            else:
+                self.proxy.clear_rule(rule)
+        return lost
 
     # --- the soak ------------------------------------------------------------------------------
 
@@ -303,6 +336,7 @@ class Soak:
         logs = [p.read_text(errors="replace") for p in (self.out / "logs").glob("*.log")]
         claims_lost = sum(t.count("claim lost: ") for t in logs)
         stale_logged = sum(t.count("stale outcome rejected") for t in logs)
+        adopted = sum(t.count("adopted run after a lost reply") for t in logs)
         result = analyze(
             ids=self.ids,
             records=records,
@@ -315,6 +349,7 @@ class Soak:
             stats=stats,
             claims_lost_logged=claims_lost,
             stale_rejected_logged=stale_logged,
+            adopted_logged=adopted,
         )
         cfg = asdict(self.cfg)
         report = {"config": cfg, "wall_s": round(wall, 1), **result}

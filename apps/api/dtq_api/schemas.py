@@ -48,7 +48,13 @@ class EnqueueRequest(BaseModel):
         extra="forbid", json_schema_extra={"not": {"required": ["delay", "eta"]}}
     )
 
-    name: str = Field(min_length=1, max_length=200, description="Registered task name.")
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        # What the SDK refuses (dtq.settings.CONTROL_RE): no control characters.
+        pattern=r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$",
+        description="Registered task name (no control characters).",
+    )
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
@@ -108,6 +114,12 @@ class Task(Open):  # type: ignore[no-redef]
     requeues: int | None = None
     created: bool | None = Field(None, description="On enqueue: false for an existing task.")
     history: list[Event] | None = None
+    defaults: Literal["declared", "default"] | None = Field(
+        None,
+        description="Before its first claim, for a task enqueued without knowing it: where the "
+        "max_retries/timeout/expires_at left unset come from (a worker's declaration, or dtq's "
+        "defaults where no worker declared the name). Null once claimed, or when all were given.",
+    )
 
 
 class TaskPage(BaseModel):

@@ -104,6 +104,8 @@ class Consumer:
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
         for queue in w.queues:
+            if w.recovery.active(queue):
+                await w.recovery.wait(queue)  # its claims wait for it (recovery.py)
             free = w.free_slots(queue)
             if free <= 0 or w.stopping:
                 drained = False
@@ -132,6 +134,10 @@ class Consumer:
         w.reserve(queue, free)
         try:
             raw = await send()
+        except Exception as exc:
+            if is_transient(exc):  # it may have run, its reply lost (the idle pair's case)
+                w.recovery.request(queue)
+            raise
         finally:
             w.reserve(queue, -free)
         batch = sc.parse_claim(queue, raw)
@@ -181,7 +187,7 @@ class Consumer:
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long it waits; the timeout bounds a hung connection.
-            if free <= 0 or w.stopping:
+            if free <= 0 or w.stopping or w.recovery.active(queue):
                 async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
                     await self._wake.call(args)
                 return None
@@ -207,7 +213,9 @@ class Consumer:
                 self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
                 self._wake_conn = conn
         claim = w.scripts.evalsha(self._claim_call(queue, free))
-        if w.stopping:  # the stop came during the awaits above: no claim now (the loop ends)
+        if w.stopping or w.recovery.active(queue):
+            # The stop came during the awaits above (no claim now: the loop ends), or a recovery
+            # of the queue is pending (the loop's next claim waits for it).
             return None
         # From here to the write (call_pair) nothing yields: a stop that comes later finds
         # ``waiting`` set and the id known, and unblocks the XREAD.

@@ -50,6 +50,11 @@ class Heartbeat:
         # The owner and the task names go with the first beat and the first after a failed one
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
+        worker.metrics.heartbeat_age.set_function(self.age)
+
+    def age(self) -> float:
+        """Seconds since the last heartbeat Redis took (since start before the first)."""
+        return time.monotonic() - self.last_ok
 
     async def loop(self) -> None:
         w = self.w
@@ -63,6 +68,7 @@ class Heartbeat:
             # it resumes; its touch then reports the claims it lost instead.
             if ok:
                 failing_since = None
+                w.recovery.tick()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
@@ -175,7 +181,6 @@ class Heartbeat:
             self.backoff.failed(exc)
             self.publish = True
             w.healthy.clear()
-            w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
             return False
         self.backoff.ok()
         if published:
@@ -184,7 +189,6 @@ class Heartbeat:
         # made again by this beat: the owner and the names go with the next one.
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
-        w.metrics.heartbeat_age.set(0)
         w.healthy.set()
         for r in runs:
             r.leased_mono = sent  # renewed by this beat (a lost one is dropped just below)

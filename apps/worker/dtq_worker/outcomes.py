@@ -81,6 +81,7 @@ class OutcomeWriter:
             and not w.stopping
             and not w.consumer.waiting
             and w.healthy.is_set()
+            and not w.recovery.active(queue)
         )
 
     async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
@@ -130,6 +131,12 @@ class OutcomeWriter:
                     for call in calls:
                         await w.scripts.run(call, pipe)
                     replies = await pipe.execute()
+        except Exception as exc:
+            # The refill claim may have run with its reply lost (a single call over the lane
+            # tells the recovery itself, see AsyncScripts.on_reply_lost).
+            if refill is not None and is_transient(exc):
+                w.recovery.request(refill[0])
+            raise
         finally:
             if refill is not None:
                 w.reserve(refill[0], -refill[1])

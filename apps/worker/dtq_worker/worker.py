@@ -26,16 +26,19 @@ from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
 from dtq.connection import async_redis, default_url_warning, display_url
+from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.health import HealthServer, loop_answers
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
 from dtq_worker.reaper import Reaper
+from dtq_worker.recovery import Recovery
 from dtq_worker.runs import Run, StopReason
 from dtq_worker.scheduler import Scheduler
 from dtq_worker.supervisor import supervise
@@ -110,6 +113,8 @@ class Worker:
         self.counters: dict[str, int] = {}
         self.detached_threads = 0
         self.healthy = asyncio.Event()
+        self.prepared = False
+        self.http: HealthServer | None = None
         self.slot_freed = asyncio.Event()
         self._stop = asyncio.Event()
         self._finished = asyncio.Event()
@@ -121,6 +126,8 @@ class Worker:
         self.reaper = Reaper(self)
         self.scheduler = Scheduler(self)
         self.heartbeat = Heartbeat(self)
+        self.recovery = Recovery(self)
+        self.scripts.on_reply_lost = self.recovery.reply_lost
         self._bg: set[asyncio.Task[Any]] = set()
 
     # --- state ---------------------------------------------------------------------------
@@ -170,6 +177,11 @@ class Worker:
         if sent is not None:
             run.leased_mono = sent
         old = self.inflight.get(run.key)
+        if old is not None and old.claimed.attempt == claimed.attempt:
+            # The same run twice (a recovery and a claim reply both carrying it): it runs once.
+            log.warning("run %s attempt %d is already held here; not started again",
+                        run.task_id, claimed.attempt)  # fmt: skip
+            return
         if old is not None:
             # An older attempt of this task still runs here (this worker was frozen, its run
             # was reclaimed, and it has now claimed the task again): claim.lua starts a new
@@ -287,6 +299,8 @@ class Worker:
     def _forget(self, run: Run) -> None:
         if self.inflight.get(run.key) is run:
             del self.inflight[run.key]
+            if not run.answered:
+                self.recovery.forgotten(run)
             if run.waiting:  # its body never started
                 self.ready.remove(run)
                 run.waiting = False
@@ -381,6 +395,8 @@ class Worker:
                 await self.heartbeat.claim_id()
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
+                sec, usec = await self.redis.time()
+                self.recovery.since_ms = sec * 1000 + usec // 1000
                 return
             except (SchemaMismatch, ConfigError):
                 raise
@@ -406,10 +422,19 @@ class Worker:
             log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
+        """Create each consumed queue's streams and group, and publish there what each task
+        declares (max_retries, timeout, expires: dtq.declared), which the claim applies to tasks
+        enqueued by clients that never imported them. Every task, whatever queue it names (one
+        enqueued by name may be sent to any queue); again whenever the streams were found gone
+        (a flush), so the declarations come back with them."""
+        decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
-                for stream in self.keys.queue(q).streams:
+                qk = self.keys.queue(q)
+                for stream in qk.streams:
                     pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                if decl:
+                    pipe.hset(qk.decl, mapping=decl)  # type: ignore[arg-type]
             replies = await pipe.execute(raise_on_error=False)
         for r in replies:
             if isinstance(r, Exception) and "BUSYGROUP" not in str(r):
@@ -466,9 +491,21 @@ class Worker:
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
         s = self.settings
-        await self.prepare()
         if s.metrics_port:
-            self.metrics.serve(s.metrics_port)
+            # Up before prepare(): the probes answer (not ready) while Redis is awaited.
+            self.http = HealthServer(
+                self.metrics.registry, loop_answers(asyncio.get_running_loop()), self.readiness
+            )
+            self.http.start(s.metrics_port)
+        try:
+            return await self._serve()
+        finally:
+            self._stop_http()  # an in-process worker must free its port when it ends
+
+    async def _serve(self) -> int:
+        s = self.settings
+        await self.prepare()
+        self.prepared = True
         self.healthy.set()
         if s.effective_heartbeat_ttl_s >= s.visibility_timeout_s:
             log.warning(
@@ -504,6 +541,23 @@ class Worker:
         if timer is not None:
             timer.cancel()  # stopped in time; an in-process worker must not end its host later
         return code
+
+    def readiness(self) -> str:
+        """/readyz's answer (read from the probe's thread): "ok", or why not."""
+        if self.stopping:
+            return "draining"
+        if not self.prepared:
+            return "starting"
+        if not self.healthy.is_set():
+            return "redis unreachable"
+        if self.heartbeat.age() > self.settings.effective_heartbeat_ttl_s:
+            return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
+        return "ok"
+
+    def _stop_http(self) -> None:
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
 
     def _restarted(self, loop: str, exc: BaseException) -> None:
         self.metrics.loop_restarts.labels(loop).inc()
@@ -566,6 +620,9 @@ class Worker:
             leftovers = [r for r in leftovers if not r.answered]
             if leftovers:
                 await self._hand_back(leftovers)
+        # Runs a late claim started whose reply was lost: handed back, spending nothing. After
+        # the leftovers, so a stop while Redis is away does not wait for this to cancel them.
+        await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
         # Runs stopped for another reason (cancel, claim loss) finish their own writes.
         others = [r.task for r in self.inflight.values() if r.task and not r.task.done()]
         if others:
@@ -584,6 +641,10 @@ class Worker:
         await self._hand_back(unstarted, started=False)
         for r in unstarted:  # not handed back (Redis stayed away): reclaimed after the timeout
             self._forget(r)
+
+    async def hand_back(self, runs: list[Run], started: bool = True) -> None:
+        """Hand ``runs`` back to their queues (see _hand_back)."""
+        await self._hand_back(runs, started)
 
     async def _hand_back(self, runs: list[Run], started: bool = True) -> None:
         """requeue.lua for every leftover run; retried while Redis is away, up to the deadline.

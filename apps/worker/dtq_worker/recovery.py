@@ -1,0 +1,168 @@
+"""Finding the runs a lost reply hid from this worker (lua/recover.lua), and taking them up.
+
+A claim whose reply never came back (the connection dropped after Redis ran it) has marked its
+runs running under this worker; nothing else would ever touch them, and after the visibility
+timeout the reaper would call them lost and spend a retry. After every call that may have
+claimed and failed that way (scripts.AsyncScripts.on_reply_lost, the idle claim pair), and
+periodically, recover.lua returns them; they are launched here (or handed back, spending
+nothing, while the worker stops).
+
+The race: a claim whose reply is merely slow has runs that look exactly like lost ones. So a
+recovery of a queue is sent only while no claim of that queue is in flight, and no claim of it is
+sent while its recovery is pending (the poll loop, the outcome writer's refill and the idle claim
+pair ask :meth:`Recovery.active`); ``Worker.launch`` also refuses a second copy of a run it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from dtq import scripts as sc
+from dtq_worker.faults import is_transient
+from dtq_worker.runs import Run
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.recovery")
+
+# How long the (priority, entry id) of a run forgotten without an answer from the fence is still
+# listed as known: its entry stays pending to this worker until the reaper takes it (the body
+# ran; adopting it would start the same attempt twice).
+UNANSWERED_KEEP_VISIBILITY = 3
+
+
+class Recovery:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self._busy: dict[str, asyncio.Event] = {}  # queue -> set when its recovery is over
+        self._queue_of = {worker.keys.queue(q).task_base: q for q in worker.queues}
+        self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
+        self._failed: set[str] = set()  # queues whose last recovery did not get through
+        self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
+        self.last = time.monotonic()
+
+    @property
+    def period(self) -> float:
+        """The periodic check: a few times per visibility timeout (a run hidden by a lost reply
+        must be found before the reaper calls it lost), at most once per heartbeat."""
+        s = self.w.settings
+        return max(s.heartbeat_interval_s, s.visibility_timeout_s / 4)
+
+    def active(self, queue: str) -> bool:
+        """A recovery of ``queue`` is pending or in flight: send no claim of it."""
+        return queue in self._busy
+
+    async def wait(self, queue: str) -> None:
+        ev = self._busy.get(queue)
+        if ev is not None:
+            await ev.wait()
+
+    def reply_lost(self, call: sc.Call) -> None:
+        """AsyncScripts.on_reply_lost: a call that may have claimed lost its reply."""
+        claims = call.script == "claim" or (call.script == "complete" and int(call.args[6]) > 0)
+        if claims:
+            queue = self._queue_of.get(call.keys[13])
+            if queue is not None:
+                self.request(queue)
+
+    def request(self, queue: str) -> None:
+        """Recover ``queue`` soon (once no claim of it is in flight); one at a time per queue."""
+        if queue not in self._busy:
+            self._busy[queue] = asyncio.Event()
+            self.w.spawn(self._recover(queue))
+
+    def tick(self) -> None:
+        """From the heartbeat loop: the periodic check of every queue."""
+        if time.monotonic() - self.last >= self.period:
+            self.last = time.monotonic()
+            for q in self.w.queues:
+                self.request(q)
+
+    def forgotten(self, run: Run) -> None:
+        """A run left this worker without the fence answering its outcome (its write failed,
+        its claim was lost): its entry, if still pending here, is the reaper's, not adoptable."""
+        c = run.claimed
+        keep = self.w.settings.visibility_timeout_s * UNANSWERED_KEEP_VISIBILITY
+        self._unanswered[(c.queue, c.priority, c.eid)] = time.monotonic() + keep
+
+    def _known(self, queue: str) -> list[tuple[int, str]]:
+        now = time.monotonic()
+        for k, until in list(self._unanswered.items()):
+            if until < now:
+                del self._unanswered[k]
+        known = [(q_p_e[1], q_p_e[2]) for q_p_e in self._unanswered if q_p_e[0] == queue]
+        known += [
+            (r.claimed.priority, r.claimed.eid)
+            for r in self.w.inflight.values()
+            if r.claimed.queue == queue
+        ]
+        return known
+
+    async def _recover(self, queue: str) -> None:
+        w = self.w
+        done = self._busy[queue]
+        try:
+            # No claim of this queue is sent from now on (active()); wait out those in flight.
+            while w.claiming_per_queue.get(queue, 0) > 0:
+                await asyncio.sleep(0.005)
+            s = w.settings
+            call = sc.recover_call(
+                w.keys.queue(queue), w.worker_id, self._known(queue),
+                events_maxlen=s.events_maxlen, since_ms=self.since_ms,
+            )  # fmt: skip
+            sent = time.monotonic()
+            try:
+                batch = sc.parse_claim(queue, await w.scripts.run(call))
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # A renewed-but-unreported run is found again by the next check.
+                log.debug("recovery of %s failed: %s", queue, exc)
+                self._failed.add(queue)
+                return
+            self._failed.discard(queue)
+            if batch.absorbed:
+                w.metrics.absorbed.inc(batch.absorbed)
+            fresh = []
+            for c in batch.runs:
+                old = w.inflight.get((queue, c.tid))
+                if old is not None and old.claimed.attempt == c.attempt:
+                    continue
+                w.metrics.adopted.inc()
+                back = " (handing it back: stopping)" if w.stopping else ""
+                log.warning("adopted run after a lost reply: %s:%s attempt %d%s",
+                            queue, c.tid, c.attempt, back)  # fmt: skip
+                fresh.append(c)
+            if w.stopping:
+                # Its body never started: back to the queue, no interruption, no retry spent.
+                await w.hand_back([Run(c) for c in fresh], started=False)
+            else:
+                for c in fresh:
+                    w.launch(c, sent)
+        except Exception:
+            log.exception("recovery of %s failed", queue)
+        finally:
+            del self._busy[queue]
+            done.set()
+
+    async def settle(self, timeout: float) -> None:
+        """Shutdown: a last check of every queue (lost replies of the drain's claims), its runs
+        handed back; retried while Redis is away, for at most ``timeout``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        todo = set(self.w.queues)
+        while todo and loop.time() < end:
+            for q in todo:
+                self.request(q)
+            waits = [asyncio.ensure_future(ev.wait()) for ev in self._busy.values()]
+            if waits:
+                await asyncio.wait(waits, timeout=max(0.0, end - loop.time()))
+                for t in waits:
+                    t.cancel()
+            todo = {q for q in todo if q in self._failed or q in self._busy}
+            if todo:
+                await asyncio.sleep(0.1)

@@ -1,0 +1,79 @@
+"""Defaults a worker declares (``@app.task(max_retries=, timeout=, expires=)``), for tasks
+enqueued by clients that never imported the task.
+
+A client that knows the task fills the declared values into the record at enqueue, as before.
+One that does not (a plain ``Client``, the HTTP API without ``--app``, ``dtq enqueue``) writes
+what it was given and names what it left unset in the record field ``dflt``: letters of
+:data:`FIELDS` (``m`` max_retries, ``t`` timeout, ``e`` expires). ``maxr`` is written either
+way (dtq's default where unset), so a worker older than this reads the record as before.
+Workers publish their declarations per queue in ``P:{q}:decl`` (task name -> :func:`encode`)
+when they start, and the first claim of the task fills the record's unset fields from it
+(``lua/_claim.lua``), so every script after it (fail, reclaim, requeue) reads the effective
+values from the record.
+
+Where no worker declared the name the claim uses dtq's defaults: ``DEFAULT_MAX_RETRIES``
+retries, no timeout, no expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
+
+FIELDS = "mte"  # max_retries, timeout, expires: the letters of the record's "dflt" field
+
+
+def encode(d: TaskDefaults) -> str:
+    """``"max_retries|timeout_s|expires_ms"``, empty where the task declares none."""
+    timeout = "" if d.timeout is None else repr(float(d.timeout))
+    expires = "" if d.expires is None else str(max(1, round(d.expires * 1000)))
+    return f"{d.max_retries}|{timeout}|{expires}"
+
+
+def declarations(tasks: Iterable[tuple[str, TaskDefaults]]) -> dict[str, str]:
+    """The hash a worker publishes: every task it runs, whatever queue it was declared on (a
+    task enqueued by name may be sent to any queue the worker consumes)."""
+    return {name: encode(d) for name, d in tasks}
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    max_retries: int
+    timeout: float | None
+    expires_ms: int | None
+
+
+def decode(raw: str | None) -> Declared | None:
+    """A published declaration, or None for a missing or unreadable one."""
+    if not raw:
+        return None
+    try:
+        m, t, e = raw.split("|")
+        return Declared(int(m), float(t) if t else None, int(e) if e else None)
+    except ValueError:
+        return None
+
+
+def pending(rec: Mapping[str, str]) -> str:
+    """The letters of the fields a record still leaves to a declaration ('' once claimed)."""
+    return rec.get("dflt") or ""
+
+
+def fill(rec: Mapping[str, str], raw: str | None) -> tuple[dict[str, str], str | None]:
+    """What a not-yet-claimed record will run with: its fields with the unset ones filled as
+    the claim will fill them, and where they came from ("declared", "default"; None when
+    nothing was unset). Display only: the claim is what fixes them."""
+    letters = pending(rec)
+    if not letters:
+        return dict(rec), None
+    d = decode(raw)
+    out = dict(rec)
+    if "m" in letters:
+        out["maxr"] = str(d.max_retries if d else DEFAULT_MAX_RETRIES)
+    if d is not None and "t" in letters and "timeout" not in rec and d.timeout is not None:
+        out["timeout"] = repr(d.timeout)
+    if d is not None and "e" in letters and "exp" not in rec and d.expires_ms is not None:
+        out["exp"] = str(int(rec.get("enq") or 0) + d.expires_ms)
+    return out, "declared" if d else "default"
