@@ -3,9 +3,8 @@ runs (such a task waits, then fails on the worker that takes it).
 
 Each worker publishes its task names (a JSON list) in the ``tasks`` field of its heartbeat
 hash, which expires with the worker. When the per-queue declarations hash ``P:{q}:decl``
-(task name -> declared defaults, written by workers at start; see ``dtq.declared`` where it
-exists) is there, it answers instead: :func:`decl_key` is the one place to switch to
-``QueueKeys.decl``.
+(task name -> declared defaults, written by workers at start; see :mod:`dtq.declared`) is
+there, it answers instead.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ TASKS_FIELD = "tasks"
 
 def decl_key(keys: Keys, queue: str) -> str:
     """The per-queue declarations hash ``P:{q}:decl`` (task name -> declared defaults)."""
-    return f"{keys.queue(queue).base}:decl"
+    return keys.queue(queue).decl
 
 
 async def declared_by_workers(r: Any, keys: Keys, queue: str, name: str) -> bool | None:
