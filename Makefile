@@ -3,6 +3,9 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs dtq and its API only, not the developer toolchain (mypy, playwright, ...).
+DEMO_VENV ?= build/demo-venv
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: install lint test test-fast demo bench chaos chaos-long clean docker-test docker-clean
 
@@ -12,7 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[api,dev,otel]"
 	touch $(STAMP)
 
+$(DEMO_STAMP): pyproject.toml
+	$(PY) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install -q -e ".[api]"
+	touch $(DEMO_STAMP)
+
 install: $(STAMP)
+	@echo "dtq is installed in $(VENV): run 'source $(VENV)/bin/activate' to put dtq, dtq-worker and dtq-api on your PATH (or call $(BIN)/dtq ...)"
 
 lint: install
 	$(BIN)/ruff check libs apps tests docs/examples
@@ -26,8 +35,10 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
-demo: install
-	$(BIN)/python -m dtq.dev
+# Runs until Ctrl-C (dtq dev --keep). Uses the developer venv when `make install` made one.
+demo:
+	@if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep; \
+	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep; fi
 
 bench: install
 	$(BIN)/python -m dtq.benchmark $(BENCH_ARGS)

@@ -19,6 +19,8 @@
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
 --              retry delay ms (-1: no retry allowed, e.g. dtq.Fail or an unstorable result)
+-- ARGV[7+5n..] optional: per run (in the same order) the failure's traceback text, stored in
+--              the record's 'tb' field; '' removes a kept one. Absent: 'tb' is left as it is.
 -- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
 --              the status the record has now ('scheduled', 'failed', 'cancelled', or what
 --              followed: 'queued', ...)
@@ -45,6 +47,12 @@ for i = 0, n - 1 do
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[7], err)
     else
       out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay >= 0, delay, err)
+    end
+    local tb = ARGV[7 + n * 5 + i]
+    if tb == '' then
+      redis.call('HDEL', rk, 'tb')
+    elseif tb then
+      redis.call('HSET', rk, 'tb', tb)
     end
   elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
     out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed

@@ -99,7 +99,7 @@ def test_queues_pause_resume_purge_with_confirmation(dtq: Any, client: Client) -
     assert dtq("resume", "default").code == 0
     # Declining the prompt changes nothing and exits 1.
     r = dtq("purge", "default", stdin="n\n")
-    assert r.code == 1 and "Delete 30 queued and 1 scheduled" in r.out
+    assert r.code == 1 and "Delete 30 queued and 1 scheduled" in r.err  # prompts go to stderr
     assert dtq("queues", "default", "--json").json()["queued"] == 30
     r = dtq("purge", "default", stdin="y\n")
     assert r.code == 0 and "purged 31 tasks" in r.out

@@ -715,10 +715,10 @@ class Admin:
         except (ValueError, KeyError):
             return None  # a record this version cannot read is left out, not a 500
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
+    async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
         split_task_id(task_id)
-        call = self.client._cancel_call(task_id, CANCEL_REASON)
+        call = self.client._cancel_call(task_id, reason)
         res = sc.parse_cancel(await self._run(call))
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
@@ -54,6 +55,7 @@ class Task(Generic[P, R]):
     fn: Callable[P, R] | Callable[P, Awaitable[R]]
     name: str
     defaults: TaskDefaults
+    call_options: EnqueueOptions | None = None
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -63,26 +65,56 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        """Enqueue with the task's own defaults (type-checked arguments). Blocking."""
-        return self.app.client().enqueue(self.name, list(args), kwargs)
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Enqueue with the task's own defaults (type-checked arguments). Blocking.
 
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        """Enqueue with the task's own defaults (type-checked arguments), from asyncio."""
-        return await self.app.async_client().enqueue(self.name, list(args), kwargs)
+        Sent through the app's own client (``app.client()``: the App's settings, i.e. the
+        ``DTQ_*`` environment unless the App was given settings). To send through a
+        :class:`dtq.Client` you built, use ``client.enqueue(task, ...)`` (same typing).
+        """
+        return self.app.client().enqueue(self, *args, **kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Enqueue with the task's own defaults (type-checked arguments), from asyncio, through
+        the app's own client (see :meth:`enqueue`)."""
+        return await self.app.async_client().enqueue(self, *args, **kwargs)
+
+    def options(self, **options: Any) -> Task[P, R]:
+        """This task with per-call enqueue options (any of :class:`EnqueueOptions`' fields), for
+        ``client.enqueue(task.options(delay=5), ...)``; the registered task is unchanged."""
+        bound = EnqueueOptions(**options)  # refuses an unknown option
+        return dataclasses.replace(self, call_options=bound)
 
     def enqueue_with(
         self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle:
+    ) -> TaskHandle[R]:
         """Enqueue with per-call options (delay, priority, idempotency key, ...)."""
         return self.app.client().enqueue(self.name, list(args), kwargs, **options.as_kwargs())
 
     async def aenqueue_with(
         self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle:
+    ) -> TaskHandle[R]:
         return await self.app.async_client().enqueue(
             self.name, list(args), kwargs, **options.as_kwargs()
         )
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The enqueue fields of a call of this task (its name, arguments and call options)."""
+        fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
+        if self.call_options is not None:
+            fields.update((k, v) for k, v in self.call_options.as_kwargs().items() if v is not None)
+        return fields
+
+
+class _Register(Protocol):
+    """What ``@app.task(...)`` returns: registers a function; an async one's handle is typed by
+    what its coroutine returns."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class App:
@@ -146,6 +178,9 @@ class App:
         self._hooks_ready = self.no_enqueue_hooks = False  # DTQ_TRACING may differ
 
     @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
@@ -160,7 +195,7 @@ class App:
         limit: Limit | None = None,
         unique: bool = False,
         expires: float | timedelta | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    ) -> _Register: ...
 
     def task(  # type: ignore[misc]
         self,
@@ -272,8 +307,31 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    app = getattr(module, attr, None)
+        where = _where(exc)
+        raise ConfigError(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+            + (f" (at {where})" if where else "")
+        ) from None
+    if not hasattr(module, attr):
+        apps = sorted(k for k, v in vars(module).items() if isinstance(v, App))
+        hint = f"; dtq.App objects in it: {', '.join(apps)}" if apps else ""
+        raise ConfigError(f"module {module_name!r} has no attribute {attr!r}{hint}")
+    app = getattr(module, attr)
     if not isinstance(app, App):
         raise ConfigError(f"{spec!r} is not a dtq.App (found {type(app).__name__})")
     return app
+
+
+def _where(exc: BaseException) -> str | None:
+    """``file:line`` where an import failed in the user's code (not in importlib or dtq)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    found = None
+    skip = os.path.dirname(importlib.__file__)
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", skip)) and filename != __file__:
+            found = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found

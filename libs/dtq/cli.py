@@ -17,14 +17,17 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import redis
 
 from dtq.admin import Admin, Conflict, UnknownQueue, filled_page
+from dtq.client import CANCEL_REASON
 from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.logs import one_line
 from dtq.settings import Settings, load_settings
+from dtq.worker_tasks import declared_by_workers
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 T = TypeVar("T")
@@ -103,6 +106,18 @@ def _short_time(iso: str | None) -> str:
         return str(iso)  # shown as stored
 
 
+def _zoned_time(iso: str | None, tz: str | None) -> str:
+    """A time in zone ``tz`` with the zone's abbreviation, and in UTC beside it."""
+    if not iso or not tz or tz == "UTC":
+        return _short_time(iso) + (" UTC" if iso else "")
+    when = datetime.fromisoformat(iso)
+    try:
+        local = when.astimezone(ZoneInfo(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        return _short_time(iso) + " UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({when.astimezone(UTC):%H:%M:%S} UTC)"
+
+
 def _clip(text: str | None, n: int = 60) -> str:
     if not text:
         return ""
@@ -114,6 +129,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dtq", prog_name="dtq", message="%(prog)s %(version)s")
 @click.option("--redis-url", envvar="DTQ_REDIS_URL", help="Redis URL (DTQ_REDIS_URL).")
 @click.option("--prefix", envvar="DTQ_KEY_PREFIX", help="Key prefix (DTQ_KEY_PREFIX).")
 @click.pass_context
@@ -123,6 +139,23 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
 
 
 # --- tasks -----------------------------------------------------------------------------------
+
+
+def _expires(value: str | None) -> float | datetime | None:
+    """``--expires``: seconds from now, or an ISO 8601 time with its zone."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter("seconds, or an ISO 8601 time", param_hint="--expires") from None
+    if when.tzinfo is None:
+        raise click.BadParameter("give the time's zone, e.g. +00:00", param_hint="--expires")
+    return when
 
 
 def _json_arg(value: str | None, what: str) -> Any:
@@ -144,8 +177,16 @@ def _json_arg(value: str | None, what: str) -> Any:
 @click.option("--eta", help="ISO 8601 time (with zone) before which it does not run.")
 @click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
 @click.option("--timeout", type=float, help="Seconds a run may take.")
-@click.option("--expires", type=float, help="Seconds from now by which a run must start.")
 @click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
+@click.option("--expires", help="Seconds from now, or an ISO 8601 time (with zone), by which a "
+              "run must start; else it ends expired.")  # fmt: skip
+@click.option("--metadata", "metadata_json", help="A JSON object kept with the task.")
+@click.option(
+    "--unique",
+    is_flag=True,
+    default=None,
+    help="While a task of NAME with these arguments is unfinished, return it instead.",
+)
 @json_option
 def enqueue(
     name: str,
@@ -157,23 +198,44 @@ def enqueue(
     eta: str | None,
     max_retries: int | None,
     timeout: float | None,
-    expires: float | None,
     idempotency_key: str | None,
+    expires: str | None,
+    metadata_json: str | None,
+    unique: bool | None,
     as_json: bool,
 ) -> None:
     """Enqueue task NAME. Retry budget, timeout and expiry left out come from the task's
-    declaration in the worker (``@app.task``)."""
-    args = _json_arg(args_json, "--args")
-    kwargs = _json_arg(kwargs_json, "--kwargs")
+    declaration in the worker (``@app.task``).
 
-    async def go(a: Admin) -> Any:
-        return await a.client.enqueue(
+    Warns (on stderr) when no live worker of the queue declares NAME: such a task waits, and
+    fails on the worker that takes it.
+    """
+    args = _json_arg(args_json, "--args")
+    if args is not None and not isinstance(args, list):
+        raise click.BadParameter("must be a JSON list, e.g. '[1, \"a\"]'", param_hint="--args")
+    kwargs = _json_arg(kwargs_json, "--kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+    metadata = _json_arg(metadata_json, "--metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--metadata")
+    expiry = _expires(expires)
+
+    async def go(a: Admin) -> tuple[Any, bool | None]:
+        h = await a.client.enqueue(
             name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
             max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
-            expires=expires,
+            expires=expiry, metadata=metadata, unique=unique,
         )  # fmt: skip
+        return h, await declared_by_workers(a.redis, a.keys, h.queue, name)
 
-    h = _run(go)
+    h, known = _run(go)
+    if known is False:
+        _echo(f"warning: no live worker of queue {h.queue!r} declares task {name!r}: it "
+                   "waits, and fails on the worker that takes it", err=True)  # fmt: skip
+    elif known is None:
+        _echo(f"warning: no live worker consumes queue {h.queue!r}: the task waits for "
+                   "one", err=True)  # fmt: skip
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
     _emit(data, as_json, lambda: _echo(f"{h.id} {h.status.value}"
                                             + ("" if h.created else " (existing)")))  # fmt: skip
@@ -188,10 +250,12 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
     d = _run(lambda a: a.get_task(task_id, history=history))
 
     def human() -> None:
-        for k in ("id", "name", "queue", "status", "priority", "attempt", "retries",
-                  "max_retries", "timeout", "expires_at", "defaults", "requeues", "worker_id",
+        for k in ("id", "name", "queue", "status", "priority", "attempt", "failures",
+                  "retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id",
                   "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
-            if d.get(k) not in (None, ""):
+            if k == "retries_left":
+                _echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
+            elif d.get(k) not in (None, ""):
                 _echo(f"{k:>12}: {d[k]}")
         _echo(f"{'args':>12}: {json.dumps(d['args'])}")
         if d.get("kwargs"):
@@ -200,6 +264,10 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
             _echo(f"{'result':>12}: {json.dumps(d['result'])}")
         if d.get("error"):
             _echo(f"{'error':>12}: {d['error']}")
+        if d.get("traceback"):
+            _echo("traceback:")
+            for line in d["traceback"].rstrip().splitlines():
+                _echo(f"  {line}")
         if history:
             _echo("history:")
             for e in d.get("history", []):
@@ -250,14 +318,51 @@ def tasks(
 
 
 @cli.command(epilog=EPILOG)
-@click.argument("task_id")
+@click.argument("task_ids", nargs=-1)
+@click.option("--reason", "-r", help="Recorded as the cancelled task's error.")
+@click.option("--queue", "-q", help="Bulk: every unfinished task of this queue.")
+@click.option("--name", "-n", help="Bulk: every unfinished task of this name.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (bulk form).")
 @json_option
-def cancel(task_id: str, as_json: bool) -> None:
-    """Cancel a task (a running one is asked to stop)."""
-    d = _run(lambda a: a.cancel(task_id))
-    _emit(d, as_json, lambda: _echo(f"{task_id}: {d['outcome']} ({d['status']})"))
-    if d["outcome"] == "unchanged":
-        raise Failed(f"task {task_id} already ended {d['status']}")
+def cancel(
+    task_ids: tuple[str, ...],
+    reason: str | None,
+    queue: str | None,
+    name: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Cancel tasks: TASK_IDS, or every unfinished one of --queue and/or --name.
+
+    A queued or scheduled task ends cancelled at once; a running one is asked to stop.
+    """
+    why = reason or CANCEL_REASON
+    if task_ids and (queue or name):
+        raise click.UsageError("give task ids, or --queue/--name, not both")
+    if not task_ids and not (queue or name):
+        raise click.UsageError("give task ids, or --queue and/or --name")
+    if not task_ids:
+        what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
+        if not yes:
+            click.confirm(f"Cancel every unfinished task matching {what}?", abort=True, err=True)
+        summary = _run(lambda a: a.client.cancel_many(queue=queue, name=name, reason=why))
+        done = f"cancelled {summary.cancelled}, asked {summary.requested} running ones to stop"
+        _emit(summary.to_dict(), as_json, lambda: _echo(done))
+        return
+
+    async def go(a: Admin) -> list[dict[str, Any]]:
+        return [await a.cancel(t, reason=why) for t in task_ids]
+
+    results = _run(go)
+
+    def human() -> None:
+        for d in results:
+            _echo(f"{d['id']}: {d['outcome']} ({d['status']})")
+
+    _emit(results[0] if len(results) == 1 else results, as_json, human)
+    ended = [d for d in results if d["outcome"] == "unchanged"]
+    if ended:
+        raise Failed(", ".join(f"task {d['id']} already ended {d['status']}" for d in ended))
 
 
 @cli.command(epilog=EPILOG)
@@ -315,10 +420,13 @@ def resume(queue: str, as_json: bool) -> None:
 
 
 def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
-              op: Callable[[Admin, Callable[[int], None]], Awaitable[T]]) -> T:  # fmt: skip
-    """Run a bulk operation with a progress bar on stderr."""
+              op: Callable[[Admin, Callable[[int], None]], Awaitable[T]],
+              quiet: bool = False) -> T:  # fmt: skip
+    """Run a bulk operation with a progress bar on stderr (none when ``quiet``: --json)."""
 
     async def go(a: Admin) -> T:
+        if quiet:
+            return await op(a, lambda _n: None)
         total = await total_fn(a)
         with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
             return await op(a, bar.update)
@@ -337,13 +445,14 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
         click.confirm(
             f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?",
             abort=True,
+            err=True,
         )
 
     async def total(a: Admin) -> int:
         q = await a.get_queue(queue)
         return q.queued + q.scheduled
 
-    res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p))
+    res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
     _emit({"queue": queue, **res.to_dict()}, as_json,
           lambda: _echo(f"{queue}: purged {res.done} tasks "
                              f"({res.skipped['queued']} queued, "
@@ -388,7 +497,7 @@ def schedules(queue: str | None, as_json: bool) -> None:
         rows = [
             (s["name"], s["queue"], s["task"],
              s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
-             s.get("tz") or "", _short_time(s.get("next_fire_at")))
+             s.get("tz") or "", _zoned_time(s.get("next_fire_at"), s.get("tz")))
             for s in periodic
         ]  # fmt: skip
         _table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
@@ -403,9 +512,12 @@ def schedules(queue: str | None, as_json: bool) -> None:
 # --- dead letters ----------------------------------------------------------------------------
 
 
-@cli.group(epilog=EPILOG)
-def dlq() -> None:
-    """Dead-letter queue: failed tasks. list, requeue, discard, purge."""
+@cli.group(epilog=EPILOG, invoke_without_command=True)
+@click.pass_context
+def dlq(ctx: click.Context) -> None:
+    """Dead-letter queue: failed tasks. list (the default), requeue, discard, purge."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(dlq_list)
 
 
 def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -459,6 +571,7 @@ def _bulk(
     error: str | None,
     yes: bool,
     op: Callable[[Admin, list[str] | None, Callable[[int], None]], Awaitable[Any]],
+    as_json: bool = False,
 ) -> Any:
     if ids and (all_ or queue or name or error):
         raise click.UsageError("give task ids, or filters/--all, not both")
@@ -469,12 +582,12 @@ def _bulk(
             f"{k}={v}" for k, v in (("queue", queue), ("name", name), ("error", error)) if v
         )
         click.confirm(f"{verb} every dead letter{' matching ' + what if what else ''}?",
-                      abort=True)  # fmt: skip
+                      abort=True, err=True)  # fmt: skip
 
     async def total(a: Admin) -> int:
         return len(ids) if ids else await a.dlq_count(queue)
 
-    return _with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p))
+    return _with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p), as_json)
 
 
 @dlq.command("requeue", epilog=EPILOG)
@@ -499,6 +612,7 @@ def dlq_requeue(
         "requeue", ids, all_, queue, name, error, yes,
         lambda a, tids, p: a.dlq_requeue(tids, queue=queue, name=name, error=error,
                                          max_retries=max_retries, progress=p),
+        as_json,
     )  # fmt: skip
     _report("requeued", res, as_json)
 
@@ -522,6 +636,7 @@ def dlq_discard(
     res = _bulk(
         "discard", ids, all_, queue, name, error, yes,
         lambda a, tids, p: a.dlq_discard(tids, queue=queue, name=name, error=error, progress=p),
+        as_json,
     )  # fmt: skip
     _report("discarded", res, as_json)
 
@@ -533,9 +648,10 @@ def dlq_discard(
 def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
     """Delete every dead letter (of one queue, or all)."""
     if not yes:
-        click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True)
+        click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True,
+                      err=True)  # fmt: skip
     n = _with_bar("purging", lambda a: a.dlq_count(queue),
-                  lambda a, p: a.dlq_purge(queue, progress=p))  # fmt: skip
+                  lambda a, p: a.dlq_purge(queue, progress=p), as_json)  # fmt: skip
     _emit({"discarded": n}, as_json, lambda: _echo(f"discarded {n} dead letters"))
 
 

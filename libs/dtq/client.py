@@ -14,12 +14,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
+from dtq.app import App, Task
 from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, sync_redis
 from dtq.declared import pending as pending_declared
 from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
@@ -31,10 +32,11 @@ from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
 
 if TYPE_CHECKING:
-    from dtq.app import App
     from dtq.cancellation import CancelSummary
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 _STATUS = {s.value: s for s in TaskStatus}
 # Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts. The first
 # part is small, so Redis starts while the client still encodes (it idles until a part is sent).
@@ -109,11 +111,16 @@ class _Base:
         return hooks if hooks is not None and hooks.before_enqueue else None
 
     def _request(
-        self, name: str, args: Any, kwargs: Mapping[str, Any] | None, options: dict[str, Any]
+        self,
+        name: str,
+        args: Any,
+        kwargs: Mapping[str, Any] | None,
+        options: dict[str, Any],
+        defaults: TaskDefaults | None = None,
     ) -> EnqueueRequest:
         opts = {k: v for k, v in options.items() if v is not None}
         metadata, queue = opts.pop("metadata", None), opts.pop("queue", None)
-        d = self._defaults(name)
+        d = defaults or self._defaults(name)
         q = queue or (d.queue if d is not None else "default")
         return EnqueueRequest(name, args, kwargs, q, opts, dict(metadata or {}), {})
 
@@ -126,9 +133,12 @@ class _Base:
             reqs.append(self._request(item["name"], item.get("args"), item.get("kwargs"), opts))
         return reqs
 
-    def _build(self, req: EnqueueRequest) -> tuple[str, sc.NewTask]:
+    def _build(
+        self, req: EnqueueRequest, defaults: TaskDefaults | None = None
+    ) -> tuple[str, sc.NewTask]:
         return build_task(
-            self.settings, req.name, req.args, req.kwargs, defaults=self._defaults(req.name),
+            self.settings, req.name, req.args, req.kwargs,
+            defaults=defaults or self._defaults(req.name),
             queue=req.queue, metadata=req.metadata or None, headers=req.headers or None,
             **req.options,
         )  # fmt: skip
@@ -276,9 +286,16 @@ class AsyncClient(_Base):
         except _REFUSED as exc:
             raise _refused(exc) from None
 
+    @overload
+    async def enqueue(
+        self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[R]: ...
+
+    @overload
     async def enqueue(
         self,
         name: str,
+        /,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
         *,
@@ -292,12 +309,44 @@ class AsyncClient(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+    ) -> TaskHandle[Any]: ...
+
+    async def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Enqueue one task; one round trip. Returns its handle (``.id``).
+
+        ``enqueue("reports.build", args=[...], kwargs={...}, queue=..., ...)`` by name, or
+        ``enqueue(send_email, to=..., subject=...)`` through the task object: arguments checked
+        by mypy against the function, the handle typed by its result, the task's declared
+        defaults applied, options via ``send_email.options(delay=5)``.
+        """
+        if isinstance(name, Task):
+            return await self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
+        return await self._enqueue(name, *args, **kwargs)
+
+    async def _enqueue(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        defaults: TaskDefaults | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        unique: bool | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         mw = self._mw()
+        d = defaults or self._defaults(name)
         if mw is None:
             q, task = build_task(
-                self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+                self.settings, name, args, kwargs, defaults=d, queue=queue,
                 priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
                 metadata=metadata, unique=unique,
@@ -307,9 +356,9 @@ class AsyncClient(_Base):
                 queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
                 metadata=metadata, unique=unique,
-            ))  # fmt: skip
+            ), d)  # fmt: skip
             await before_enqueue_async(mw, req)
-            q, task = self._build(req)
+            q, task = self._build(req, d)
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
@@ -383,11 +432,20 @@ class AsyncClient(_Base):
             decl = await self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
         return self._info(task_id, rec, decl)
 
-    async def result(self, task_id: str, timeout: float | None = None) -> Any:
+    @overload
+    async def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
+
+    @overload
+    async def result(self, task_id: str, timeout: float | None = None) -> Any: ...
+
+    async def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`.
 
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
+        Given a handle typed by its task's result, mypy knows the result's type.
         """
+        if not isinstance(task_id, str):
+            task_id = task_id.id
         queue, tid = split_task_id(task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         async with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:
@@ -464,9 +522,14 @@ class Client(_Base):
         except _REFUSED as exc:
             raise _refused(exc) from None
 
+    @overload
+    def enqueue(self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]: ...
+
+    @overload
     def enqueue(
         self,
         name: str,
+        /,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
         *,
@@ -480,12 +543,44 @@ class Client(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+    ) -> TaskHandle[Any]: ...
+
+    def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Enqueue one task; one round trip. Returns its handle (``.id``).
+
+        ``enqueue("reports.build", args=[...], kwargs={...}, queue=..., ...)`` by name, or
+        ``enqueue(send_email, to=..., subject=...)`` through the task object: arguments checked
+        by mypy against the function, the handle typed by its result, the task's declared
+        defaults applied, options via ``send_email.options(delay=5)``.
+        """
+        if isinstance(name, Task):
+            return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
+        return self._enqueue(name, *args, **kwargs)
+
+    def _enqueue(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        defaults: TaskDefaults | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        unique: bool | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         mw = self._mw()
+        d = defaults or self._defaults(name)
         if mw is None:
             q, task = build_task(
-                self.settings, name, args, kwargs, defaults=self._defaults(name), queue=queue,
+                self.settings, name, args, kwargs, defaults=d, queue=queue,
                 priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
                 metadata=metadata, unique=unique,
@@ -495,9 +590,9 @@ class Client(_Base):
                 queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
                 metadata=metadata, unique=unique,
-            ))  # fmt: skip
+            ), d)  # fmt: skip
             before_enqueue_sync(mw, req)
-            q, task = self._build(req)
+            q, task = self._build(req, d)
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
@@ -564,8 +659,16 @@ class Client(_Base):
             decl = self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
         return self._info(task_id, rec, decl)  # type: ignore[arg-type]
 
-    def result(self, task_id: str, timeout: float | None = None) -> Any:
+    @overload
+    def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
+
+    @overload
+    def result(self, task_id: str, timeout: float | None = None) -> Any: ...
+
+    def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
+        if not isinstance(task_id, str):
+            task_id = task_id.id
         queue, tid = split_task_id(task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:

@@ -99,3 +99,24 @@ def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
         )
         return aclient
     return aredis.Redis.from_url(url, **kwargs)
+
+
+def display_url(url: str) -> str:
+    """``url`` without its password, for logs."""
+    parsed = urlparse(url)
+    if not parsed.password:
+        return url
+    netloc = parsed.netloc.rpartition("@")[2]
+    user = f"{parsed.username}:***@" if parsed.username else ":***@"
+    return parsed._replace(netloc=user + netloc).geturl()
+
+
+def default_url_warning(settings: Any) -> str | None:
+    """A warning when ``DTQ_REDIS_URL`` was left unset: the default, localhost:6379, may be a
+    Redis that is not meant for this (someone else's, another project's)."""
+    if "redis_url" in settings.model_fields_set:
+        return None
+    return (
+        f"DTQ_REDIS_URL is not set: using the default {settings.redis_url}, whatever Redis "
+        "listens there; set DTQ_REDIS_URL (or try everything on a private Redis: dtq dev)"
+    )

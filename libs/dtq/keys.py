@@ -34,7 +34,9 @@ Global::
     P:schema               layout version, checked by workers at start
     P:queues               set of queue names seen
     P:workers              zset worker id -> last heartbeat (ms)
-    P:worker:<id>          worker heartbeat hash, expires after 3 heartbeat intervals
+    P:worker:<id>          worker heartbeat hash, expires after 3 heartbeat intervals; its
+                           ``owner`` (host:pid) keeps a second process off a live id, its
+                           ``tasks`` (JSON list) are the names the worker declares
     P:lock:scheduler:<q>   scheduler leader lock of queue q (value: worker id)
     P:lock:retention       retention pass lease (value: worker id)
     P:events:workers       capped stream of worker started/stopped events

@@ -6,7 +6,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from dtq.declared import fill as fill_declared
 
@@ -28,6 +30,22 @@ class TaskStatus(StrEnum):
 TERMINAL = frozenset(
     {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.EXPIRED}
 )
+
+
+MAX_TRACEBACK_CHARS = 8192
+"""Most characters of a failure's traceback kept in its task record."""
+
+
+def clip_traceback(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters: the head (where it began) and the tail (the
+    innermost frames and the exception itself) are kept, the middle is cut."""
+    if len(text) <= limit:
+        return text
+    marker = "\n... ({} characters cut) ...\n"
+    room = limit - len(marker.format(len(text)))
+    head = room // 4
+    tail = room - head
+    return text[:head] + marker.format(len(text) - head - tail) + text[len(text) - tail :]
 
 
 def ms_to_datetime(raw: str | float | None) -> datetime | None:
@@ -61,7 +79,8 @@ class TaskInfo:
     attempt: int
     """Runs started so far; also the fencing token of the current run."""
     retries: int
-    """Failed attempts counted against ``max_retries``."""
+    """Failed runs so far (also ``failures``); a ``Fail`` counts too. Kept by this name for
+    compatibility: ``failures`` and ``retries_left`` read right."""
     max_retries: int
     interruptions: int
     args: list[Any]
@@ -86,6 +105,13 @@ class TaskInfo:
     ``"declared"``, a worker's ``@app.task`` declaration; ``"default"``, no worker declared the
     name yet, so dtq's defaults. The claim fixes them in the record; then (and for every task
     whose enqueue gave or knew them) None: the values shown are the task's own."""
+    traceback: str | None = None
+    """The traceback of the last failed run's exception (at most MAX_TRACEBACK_CHARS), if the
+    last failure had one (a ``Retry`` request or a timeout has none)."""
+    failures: int = 0
+    """Failed runs so far (the same count as ``retries``)."""
+    retries_left: int = 0
+    """Retries the task may still spend: ``max_retries`` minus ``failures``, at least 0."""
 
     @classmethod
     def from_record(
@@ -123,6 +149,9 @@ class TaskInfo:
             metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
             progress=json.loads(rec["progress"]) if rec.get("progress") else None,
             defaults=defaults,
+            traceback=rec.get("tb"),
+            failures=int(rec.get("retries", 0)),
+            retries_left=max(0, int(rec.get("maxr", 0)) - int(rec.get("retries", 0))),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,9 +167,17 @@ class TaskInfo:
         return out
 
 
+R = TypeVar("R", default=Any)
+
+
 @dataclass(frozen=True, slots=True)
-class TaskHandle:
-    """What enqueue returns: the task's id, plus whether this call created it."""
+class TaskHandle(Generic[R]):
+    """What enqueue returns: the task's id, plus whether this call created it.
+
+    Typed by the task's result when enqueued through its :class:`dtq.app.Task` object
+    (``client.enqueue(send_email, ...)`` gives a ``TaskHandle[dict]``, and
+    ``client.result(handle)`` a ``dict``); by name, a ``TaskHandle[Any]``.
+    """
 
     id: str
     queue: str

@@ -857,6 +857,7 @@ class Failure:
     attempt: int
     error: str
     retry_delay_ms: int  # -1: no retry allowed
+    traceback: str = ""  # "": none (a kept one is removed: it belonged to an older failure)
 
 
 def fail_call(
@@ -865,6 +866,7 @@ def fail_call(
     args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(failures)]
     for f in failures:
         args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
+    args += [f.traceback for f in failures]  # the optional trailing block
     return Call(
         "fail",
         [

@@ -28,7 +28,9 @@ import asyncio
 import json
 import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import fakeredis
@@ -39,10 +41,12 @@ from dtq.app import App
 from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
-from dtq.keys import GROUP, Keys, make_task_id
+from dtq.keys import GROUP, Keys, make_task_id, split_task_id
 from dtq.middleware import RunOutcome, around, notify_outcome
-from dtq.models import TaskHandle, TaskInfo
+from dtq.models import TaskHandle, TaskInfo, clip_traceback
 from dtq.progress import progress_call
+from dtq.schedules import ScheduleRunner
+from dtq.schedules import declared as declared_schedules
 from dtq.settings import Settings
 
 __all__ = ["TestQueue"]
@@ -97,6 +101,7 @@ class TestQueue:
         self._aclients: dict[int, AsyncClient] = {}
         self._draining = threading.local()
         self._saved: tuple[Any, ...] | None = None
+        self._offset_ms = 0  # the test clock's lead over the real one (advance())
 
     # --- binding to the app -----------------------------------------------------------------
 
@@ -189,18 +194,94 @@ class TestQueue:
         Returns the final state of each task that ran, in the order they ran.
         ``include_delayed=True`` also runs delayed tasks before their time.
         """
-        coro = self.adrain(include_delayed=include_delayed, max_runs=max_runs)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        # Called from async code: run on a loop of our own in a helper thread.
-        box: list[Any] = []
-        t = threading.Thread(target=lambda: box.append(_capture(coro)))
-        t.start()
-        t.join()
-        result: list[TaskInfo] = _unwrap(box[0])
+        result: list[TaskInfo] = _blocking(
+            self.adrain(include_delayed=include_delayed, max_runs=max_runs)
+        )
         return result
+
+    # --- the test clock: periodic schedules and delayed tasks ------------------------------
+
+    def now(self) -> datetime:
+        """The test clock: the real time plus what :meth:`advance` added."""
+        return datetime.fromtimestamp(self._now_ms() / 1000, tz=UTC)
+
+    def _now_ms(self) -> int:
+        return int(time.time() * 1000) + self._offset_ms
+
+    def fire_due(self) -> list[str]:
+        """Fire every periodic schedule due at the test clock, as a worker's scheduler would
+        (grace, overlap and catch-up rules included). Returns the ids of the tasks enqueued;
+        :meth:`drain` runs them. The app's declared schedules are stored on the first call."""
+        fired: list[str] = _blocking(self.afire_due())
+        return fired
+
+    def advance(self, seconds: float) -> list[str]:
+        """Move the test clock ``seconds`` forward, firing each periodic schedule at each of its
+        fire times on the way, in order (an ``every=30`` schedule fires 4 times in
+        ``advance(120)``). Delayed tasks and retries due by then run on the next
+        :meth:`drain`. Returns the ids of the tasks fired."""
+        fired: list[str] = _blocking(self.aadvance(seconds))
+        return fired
+
+    async def afire_due(self) -> list[str]:
+        """:meth:`fire_due` for async tests."""
+        return await self._fire(self._runner())
+
+    async def aadvance(self, seconds: float, max_fires: int = 100_000) -> list[str]:
+        """:meth:`advance` for async tests."""
+        if seconds < 0:
+            raise ValueError("the test clock only moves forward")
+        runner = self._runner()
+        fired = await self._fire(runner)  # stores the declared schedules at the old time
+        target = self._now_ms() + int(seconds * 1000)
+        for _ in range(max_fires):
+            upcoming = self._next_fire_ms()
+            if upcoming is None or upcoming > target:
+                break
+            self._offset_ms += max(0, upcoming - self._now_ms())
+            fired += await self._fire(runner)
+        else:
+            raise RuntimeError(f"advance() stopped after {max_fires} schedule fires")
+        self._offset_ms += max(0, target - self._now_ms())
+        fired += await self._fire(runner)
+        return fired
+
+    def _next_fire_ms(self) -> int | None:
+        """The soonest next fire time of any stored schedule."""
+        soonest: int | None = None
+        for q in self._schedule_queues():
+            first: Any = self.redis.zrange(self.keys.queue(q).schedules_next, 0, 0, withscores=True)
+            if first and (soonest is None or int(first[0][1]) < soonest):
+                soonest = int(first[0][1])
+        return soonest
+
+    def _runner(self) -> ScheduleRunner:
+        r = fakeredis.FakeAsyncRedis(server=self.server, decode_responses=True)
+        runner = ScheduleRunner(r, sc.AsyncScripts(r), self.keys, self.settings, self.app)
+        runner.now_ms = self._async_now  # type: ignore[method-assign]
+        return runner
+
+    async def _async_now(self) -> int:
+        return self._now_ms()
+
+    def _schedule_queues(self) -> list[str]:
+        queues: set[str] = set(self.redis.smembers(self.keys.queues))  # type: ignore[arg-type]
+        queues.update(s.queue for s in declared_schedules(self.app))
+        return sorted(queues)
+
+    async def _fire(self, runner: ScheduleRunner) -> list[str]:
+        fired: list[str] = []
+        for q in self._schedule_queues():
+            qk = self.keys.queue(q)
+            before: dict[str, str] = self.redis.hgetall(qk.schedules_last)  # type: ignore[assignment]
+            runner._next_sync.pop(q, None)  # code-declared schedules synced on every call
+            await runner.tick(q)
+            after: dict[str, str] = self.redis.hgetall(qk.schedules_last)  # type: ignore[assignment]
+            fired += [make_task_id(q, tid) for n, tid in after.items() if before.get(n) != tid]
+        if fired:
+            self.redis.sadd(self.keys.queues, *{split_task_id(t)[0] for t in fired})
+            self._after_enqueue()
+        return fired
 
     async def adrain(
         self, *, include_delayed: bool = False, max_runs: int = 10_000
@@ -230,8 +311,14 @@ class TestQueue:
         q: str
         for q in sorted(members):
             qk = self.keys.queue(q)
-            if include_delayed:
-                due: Any = self.redis.zrange(qk.sched, 0, -1)
+            if include_delayed or self._offset_ms:
+                # Due now (for promote.lua, on the real clock): every delayed task, or those
+                # due by the test clock.
+                due: Any = (
+                    self.redis.zrange(qk.sched, 0, -1)
+                    if include_delayed
+                    else self.redis.zrange(qk.sched, "-inf", self._now_ms(), byscore=True)
+                )
                 if due:
                     self.redis.zadd(qk.sched, dict.fromkeys(due, 0))
             self._scripts.run(sc.promote_call(qk, 1000, s.events_maxlen))
@@ -283,12 +370,12 @@ class TestQueue:
             item = sc.Failure(c.tid, c.eid, c.attempt, f"Retry: {exc}", delay)
         except Fail as exc:
             raised = exc
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1)
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1, _traceback(exc))
         except Exception as exc:
             raised = exc
             delay = int(s.retry_backoff_s * 1000 * 2**c.retries)
             err = f"{type(exc).__name__}: {exc}"[:2000]
-            item = sc.Failure(c.tid, c.eid, c.attempt, err, delay)
+            item = sc.Failure(c.tid, c.eid, c.attempt, err, delay, _traceback(exc))
         if self.redis.hexists(qk.task(c.tid), "cancel") and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
         if isinstance(item, sc.Success):
@@ -331,6 +418,24 @@ class TestQueue:
     async def _aafter_enqueue(self) -> None:
         if self.eager and not getattr(self._draining, "on", False):
             await self.adrain()
+
+
+def _traceback(exc: BaseException) -> str:
+    return clip_traceback("".join(traceback.format_exception(exc)))
+
+
+def _blocking(coro: Any) -> Any:
+    """Run ``coro`` to its end from sync code, also when called from inside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Called from async code: run on a loop of our own in a helper thread.
+    box: list[Any] = []
+    t = threading.Thread(target=lambda: box.append(_capture(coro)))
+    t.start()
+    t.join()
+    return _unwrap(box[0])
 
 
 def _capture(coro: Any) -> tuple[bool, Any]:

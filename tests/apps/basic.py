@@ -126,3 +126,21 @@ async def bad_result() -> object:
 def die() -> None:
     record_start("die")
     os._exit(17)
+
+
+def _deep_helper(size: int) -> None:
+    raise KeyError("x" * size)
+
+
+@app.task(name="fails_deep", max_retries=1)
+def fails_deep(size: int = 10) -> None:
+    """A sync task whose failure happens in a helper: its traceback names both functions."""
+    _deep_helper(size)
+
+
+@app.task(name="fails_then_retries", max_retries=1)
+async def fails_then_retries() -> None:
+    """First run: an exception (traceback kept); second: a Retry request (not an error)."""
+    if current_task().attempt == 1:
+        raise ValueError("first run broke")
+    raise Retry(delay=0)

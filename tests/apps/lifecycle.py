@@ -8,7 +8,7 @@ import time
 
 import redis
 
-from dtq import App, current_task
+from dtq import App, Fail, current_task
 
 app = App()
 
@@ -86,3 +86,16 @@ async def echo(x: object = None) -> object:
 async def uniq(user: int, *, full: bool = False) -> int:
     note("run")
     return user
+
+
+@app.task(name="sync_fail_on_cancel")
+def sync_fail_on_cancel(seconds: float) -> str:
+    """A sync task that notices the cancel and ends with dtq.Fail from its thread."""
+    note("start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if current_task().cancel_requested:
+            note("noticed")
+            raise Fail("gave up after the cancel")
+        time.sleep(0.02)
+    return "done"

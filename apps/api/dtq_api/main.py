@@ -6,20 +6,31 @@ Exit codes: 0 after a graceful stop, 2 for a bad setting or option.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
-
-import uvicorn
 
 from dtq import logs
 from dtq.app import load_app
 from dtq.errors import ConfigError
 from dtq.settings import load_settings
-from dtq_api.app import create_app
-from dtq_api.guard import is_loopback
 
 log = logging.getLogger("dtq.api")
+MISSING_EXTRA = "dtq-api: the HTTP API needs the 'api' extra: pip install 'dtq[api]' ({})"
+
+
+def require_api_extra() -> None:
+    """Exit 2 with one line naming the extra to install when FastAPI or uvicorn is missing.
+
+    Checked before parsing the command line, so even ``--help`` says it, not a traceback.
+    """
+    for module in ("fastapi", "uvicorn"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            print(MISSING_EXTRA.format(f"{exc.name or module} is not installed"), file=sys.stderr)
+            sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    require_api_extra()
+    import uvicorn
+
+    from dtq_api.app import create_app
+    from dtq_api.guard import is_loopback
+
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings()

@@ -110,12 +110,15 @@ class Task(Open):  # type: ignore[no-redef]
     status: TaskStatus
     priority: int
     attempt: int
-    retries: int
+    retries: int = Field(description="Failed runs so far (same as failures).")
     max_retries: int
+    failures: int = Field(0, description="Failed runs so far.")
+    retries_left: int = Field(0, description="Retries the task may still spend.")
     args: list[Any]
     kwargs: dict[str, Any]
     result: Any = None
     error: str | None = None
+    traceback: str | None = Field(None, description="The last failed run's traceback.")
     worker_id: str | None = None
     enqueued_at: str | None = None
     started_at: str | None = None

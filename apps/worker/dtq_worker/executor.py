@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import time
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from dtq import codec
@@ -16,6 +17,7 @@ from dtq import scripts as sc
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
+from dtq.models import clip_traceback
 from dtq.progress import ProgressWriter
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Hooked, Run, StopReason
@@ -47,6 +49,27 @@ def _extra(run: Run, worker_id: str) -> dict[str, Any]:
         "task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name,
         "worker": worker_id,
     }  # fmt: skip
+
+
+def _traceback(exc: BaseException) -> str:
+    """The failure's traceback for its task record (failure path only), bounded in size."""
+    return clip_traceback("".join(traceback.format_exception(exc)))
+
+
+def _detach(w: Worker, fut: asyncio.Future[Any]) -> None:
+    """Let a sync task's thread run on after its run was stopped (a thread cannot be killed).
+
+    Its outcome is discarded: the exception it may end with (a ``Fail`` after a cancel) is
+    taken here, or asyncio would log "Future exception was never retrieved" with a traceback.
+    """
+    w.detached_threads += 1
+
+    def done(f: asyncio.Future[Any]) -> None:
+        if not f.cancelled():
+            f.exception()
+        w.thread_returned()
+
+    fut.add_done_callback(done)
 
 
 class _Hooks:
@@ -165,12 +188,14 @@ class Executor:
                 c.tid, c.eid, c.attempt, f"Retry: {exc}", retry_delay_ms(w, c.retries, exc.delay)
             )
         except Fail as exc:
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY)
+            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY, _traceback(exc))
         except TaskTimeout as exc:
             item = sc.Failure(c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(w, c.retries))
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"[:2000]
-            item = sc.Failure(c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries))
+            item = sc.Failure(
+                c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries), _traceback(exc)
+            )
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
             if self.mw is not None:
@@ -311,12 +336,10 @@ class Executor:
             return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
         except TimeoutError:
             # A thread cannot be killed: it runs on, its result discarded (see docs).
-            w.detached_threads += 1
-            fut.add_done_callback(lambda _f: w.thread_returned())
+            _detach(w, fut)
             raise TaskTimeout(
                 f"timed out after {timeout}s (sync task: its thread was left to finish)"
             ) from None
         except asyncio.CancelledError:
-            w.detached_threads += 1
-            fut.add_done_callback(lambda _f: w.thread_returned())
+            _detach(w, fut)
             raise

@@ -25,6 +25,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from dtq.errors import ConfigError
+
 # How long /healthz waits for the event loop. Above any pause a healthy loop takes (a gc run, a
 # burst of outcome writes), well below a probe's timeout (the k8s manifests use 5 s).
 LOOP_ANSWER_TIMEOUT_S = 2.0
@@ -83,7 +85,12 @@ class HealthServer:
         return [body]
 
     def start(self, port: int, addr: str = "0.0.0.0") -> None:
-        self._server = make_server(addr, port, self, _Server, handler_class=_QuietHandler)
+        try:
+            self._server = make_server(addr, port, self, _Server, handler_class=_QuietHandler)
+        except OSError as exc:  # a busy or forbidden port is configuration, not a lost Redis
+            raise ConfigError(
+                f"DTQ_METRICS_PORT={port}: cannot listen: {exc.strerror or exc}"
+            ) from None
         t = threading.Thread(target=self._server.serve_forever, name="dtq-health", daemon=True)
         t.start()
 

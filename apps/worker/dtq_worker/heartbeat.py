@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import socket
 import time
@@ -10,6 +12,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.errors import ConfigError
+from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
 
@@ -17,6 +21,20 @@ if TYPE_CHECKING:
     from dtq_worker.worker import Worker
 
 log = logging.getLogger("dtq.heartbeat")
+
+
+def _dead_here(host: str, pid: str) -> bool:
+    """Whether the holder is a process of this host that no longer exists (a restart under a
+    fixed id need not wait for the dead one's heartbeat hash to expire)."""
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class Heartbeat:
@@ -29,6 +47,9 @@ class Heartbeat:
         # heartbeat times are on the Redis clock, which retention and observers compare them
         # with, whatever this host's wall clock says (or how it jumps).
         self.clock_offset_ms: int | None = None
+        # The owner and the task names go with the first beat and the first after a failed one
+        # (the hash may have expired meanwhile), not with every beat.
+        self.publish = True
         worker.metrics.heartbeat_age.set_function(self.age)
 
     def age(self) -> float:
@@ -61,6 +82,36 @@ class Heartbeat:
                 return
             pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
             await w.sleep_until_finished(pause)
+
+    def owner(self) -> str:
+        return f"{socket.gethostname()}:{self.w.pid}"
+
+    async def claim_id(self) -> None:
+        """Refuse to start under a worker id a live worker of another process holds.
+
+        Two processes with one id would share a consumer name, a heartbeat and the scheduler
+        lock token (both would lead). The heartbeat hash lives while its worker beats (its TTL
+        is 3 intervals), so a live one is there; HSETNX of the ``owner`` field makes the check
+        and the claim one step, so of two workers started at once one is refused.
+        """
+        w = self.w
+        key = w.keys.worker(w.worker_id)
+        me = self.owner()
+        async with w.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(key, "owner", me)
+            pipe.hget(key, "owner")
+            pipe.pttl(key)
+            _, holder, ttl = await pipe.execute()
+        if holder != me:
+            host, _, pid = (holder or "").rpartition(":")
+            if ttl > 0 and not _dead_here(host, pid):
+                raise ConfigError(
+                    f"worker id {w.worker_id!r} is in use by a live worker (pid {pid} on "
+                    f"{host}): give each worker its own --worker-id / DTQ_WORKER_ID"
+                )
+            await w.redis.hset(key, "owner", me)  # its holder is gone: take it over
+        if ttl < 0 or holder != me:  # it expires like a heartbeat unless beats follow
+            await w.redis.pexpire(key, int(w.settings.heartbeat_interval_s * 3000))
 
     def set_clock(self, reply: tuple[int, int]) -> None:
         """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""
@@ -106,6 +157,15 @@ class Heartbeat:
                         "status": status or self.status(),
                     },
                 )
+                published = self.publish  # read once: another beat may run meanwhile
+                if published:
+                    pipe.hset(
+                        key,
+                        mapping={
+                            "owner": self.owner(),
+                            TASKS_FIELD: json.dumps(sorted(w.app.tasks)),
+                        },
+                    )
                 pipe.pexpire(key, hb_ttl_ms)
                 pipe.zadd(w.keys.workers, {w.worker_id: now_ms})
                 queues = list(by_queue)
@@ -119,9 +179,15 @@ class Heartbeat:
                 raise
             w.metrics.redis_errors.labels("heartbeat").inc()
             self.backoff.failed(exc)
+            self.publish = True
             w.healthy.clear()
             return False
         self.backoff.ok()
+        if published:
+            del replies[1]  # the HSET of the owner and the names
+        # Fields new to the hash: it had expired (a frozen process, a Redis restart) and was
+        # made again by this beat: the owner and the names go with the next one.
+        self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
         w.healthy.set()
         for r in runs:

@@ -144,6 +144,7 @@ def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
         from dtq_worker.faults import is_transient
 
         if is_transient(exc):
-            print(f"dtq-worker: Redis unreachable: {exc}", file=sys.stderr)
+            print(f"dtq-worker: Redis unreachable: {exc} (is Redis running? DTQ_REDIS_URL "
+                  "says where it is)", file=sys.stderr)  # fmt: skip
             return EXIT_REDIS_LOST
         raise

@@ -25,7 +25,7 @@ from dtq import eviction
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
-from dtq.connection import async_redis
+from dtq.connection import async_redis, default_url_warning, display_url
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
@@ -48,6 +48,17 @@ log = logging.getLogger("dtq.worker")
 EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
 # At most this many cancel hints are kept for tasks not held here (Worker.cancel_hints).
 CANCEL_HINTS_MAX = 4096
+
+
+# How long a starting worker retries a Redis that never answered (see prepare).
+STARTUP_UNREACHED_S = 2.0
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """Nothing answered: refused, reset, timed out (a LOADING reply is an answer)."""
+    if isinstance(exc, rex.BusyLoadingError):
+        return False
+    return isinstance(exc, OSError | rex.ConnectionError | rex.TimeoutError)
 
 
 class Worker:
@@ -361,7 +372,16 @@ class Worker:
     async def prepare(self) -> None:
         """Check the schema version and create the streams and group; retry while unreachable."""
         backoff = Backoff(log, "startup")
-        deadline = time.monotonic() + self.settings.effective_heartbeat_ttl_s
+        began = time.monotonic()
+        # A Redis that never answered (nothing listening, a wrong DTQ_REDIS_URL: what a first
+        # try meets) is given STARTUP_UNREACHED_S (a supervisor restarts the worker); one that
+        # answers with a transient error (LOADING after a restart, a failover) the heartbeat TTL.
+        never_reached = began + min(
+            STARTUP_UNREACHED_S,
+            self.settings.heartbeat_interval_s,
+            self.settings.effective_heartbeat_ttl_s,
+        )
+        reached = False
         while True:
             try:
                 await self.redis.set(self.keys.schema, SCHEMA_VERSION, nx=True)
@@ -372,6 +392,7 @@ class Worker:
                         f"this dtq expects {SCHEMA_VERSION!r}"
                     )
                 await self.check_eviction()
+                await self.heartbeat.claim_id()
                 await self.ensure_groups()
                 await self.redis.sadd(self.keys.queues, *self.queues)
                 sec, usec = await self.redis.time()
@@ -380,9 +401,14 @@ class Worker:
             except (SchemaMismatch, ConfigError):
                 raise
             except Exception as exc:
-                if not is_transient(exc) or time.monotonic() > deadline:
+                reached = reached or not _no_answer(exc)
+                deadline = (
+                    began + self.settings.effective_heartbeat_ttl_s if reached else never_reached
+                )
+                left = deadline - time.monotonic()
+                if not is_transient(exc) or left < 0:
                     raise
-                await asyncio.sleep(backoff.failed(exc))
+                await asyncio.sleep(min(backoff.failed(exc), left + 0.01))  # a last try at it
 
     async def check_eviction(self) -> None:
         """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
@@ -488,8 +514,12 @@ class Worker:
                 s.effective_heartbeat_ttl_s, s.visibility_timeout_s,
             )  # fmt: skip
         self.emit_worker_event("worker_started", ",".join(self.queues))
-        log.info("worker %s started: queues=%s concurrency=%d tasks=%d", self.worker_id,
-                 ",".join(self.queues), s.worker_concurrency, len(self.app.tasks))  # fmt: skip
+        log.info("worker %s started: redis=%s prefix=%s queues=%s concurrency=%d tasks=%d",
+                 self.worker_id, display_url(s.redis_url), s.key_prefix, ",".join(self.queues),
+                 s.worker_concurrency, len(self.app.tasks))  # fmt: skip
+        unset = default_url_warning(s)
+        if unset:
+            log.warning("%s", unset)
         stopping = lambda: self.stopping  # noqa: E731
         loops = [
             self.spawn(supervise("poll", self.consumer.loop, stopping, self._restarted)),

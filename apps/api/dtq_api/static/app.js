@@ -287,13 +287,14 @@ const views = {
       </div>
       <dl class="fields" data-testid="task-fields">
         ${field("name", esc(t.name))}${field("queue", esc(t.queue))}${field("status", badge(t.status))}
-        ${field("priority", t.priority)}${field("attempt", t.attempt)}${field("retries", `${t.retries} of ${t.max_retries}`)}
+        ${field("priority", t.priority)}${field("attempt", t.attempt)}${field("failures", t.failures ?? t.retries)}${field("retries left", `${t.retries_left ?? Math.max(0, t.max_retries - t.retries)} of ${t.max_retries}`)}
         ${field("requeues", t.requeues ?? 0)}${field("worker", esc(t.worker_id || "-"))}
         ${field("enqueued", when(t.enqueued_at))}${field("started", when(t.started_at))}${field("finished", when(t.finished_at))}
         ${field("args", `<pre>${esc(JSON.stringify(t.args, null, 1))}</pre>`)}
         ${field("kwargs", `<pre>${esc(JSON.stringify(t.kwargs, null, 1))}</pre>`)}
         ${field("result", `<pre data-testid="task-result">${esc(JSON.stringify(t.result, null, 1))}</pre>`)}
         ${field("error", `<span class="error" data-testid="task-error">${esc(t.error || "-")}</span>`)}
+        ${t.traceback ? field("traceback", `<pre class="traceback" data-testid="task-traceback">${esc(t.traceback)}</pre>`) : ""}
       </dl>
       <h3>Attempt history</h3>
       <table data-testid="history"><tr><th>time</th><th>event</th><th>attempt</th><th>worker</th><th>detail</th></tr>
