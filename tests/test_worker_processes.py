@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,8 @@ def test_parent_readyz_is_503_while_redis_is_down(
     assert w.proc.poll() is None
     fresh_redis.start()
     wait_until(lambda: status(base + "/readyz") == 200, timeout=30, interval=0.1)
+    w.signal(signal.SIGTERM)
+    assert w.wait(60) == 0
 
 
 def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -345,3 +348,29 @@ def test_a_second_sigterm_makes_every_process_skip_its_drain(
         assert out.count("skipping the drain") == 2, out
         # The interrupted runs were handed back, not lost: they wait to run again.
         assert all(c.get(h.id).status in ("queued", "running") for h in hs)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.slow
+def test_a_killed_parent_takes_its_processes_down_and_its_port_dir_is_removed_later(
+    redis_server: RedisServer, prefix: str, spawn_worker: Any
+) -> None:
+    settings = pool_settings(redis_server, prefix)
+    w, _ = start_pool(spawn_worker, settings, "pp")
+    kids = list(children(w.proc.pid).values())
+    tmp = Path(tempfile.gettempdir())
+    (left,) = tmp.glob(f"dtq-pool-{w.proc.pid}-*")
+    w.kill()
+    # No orphans running tasks without a supervisor: the kernel tells each to stop (drain).
+    wait_until(lambda: all(_gone(k) for k in kids), timeout=60)
+    assert left.exists()  # nobody could clean up after a SIGKILL...
+    w2, _ = start_pool(spawn_worker, settings, "pq")
+    assert not left.exists()  # ...until the next parent starts
+    w2.signal(signal.SIGTERM)
+    assert w2.wait(60) == 0

@@ -60,6 +60,7 @@ LOOP_STALE_S = 5.0
 # exit) before the parent SIGKILLs one that still runs.
 KILL_GRACE_S = 10.0
 
+DIR_PREFIX = "dtq-pool-"  # then the parent's pid: a dead parent's directory is removed
 _CLEAN = {EXIT_OK, -signal.SIGTERM, -signal.SIGINT}  # a child stopped before its handlers
 
 
@@ -74,6 +75,20 @@ def child_ids(settings: Settings, n: int) -> list[str | None]:
             f"({last!r} exceeds 64 characters)"
         )
     return [f"{settings.worker_id}-{i}" for i in range(n)]
+
+
+def _remove_stale_dirs() -> None:
+    """Remove the port directories of parents that died without cleaning up (SIGKILL)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = d.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except OSError:  # alive (another user's): not ours to touch
+            pass
 
 
 def backoff_s(short_deaths: int) -> float:
@@ -103,7 +118,8 @@ class Pool:
         self.tick = time.monotonic()
         self._signals: list[int] = []
         self._stop_at: float | None = None
-        self._dir = Path(tempfile.mkdtemp(prefix="dtq-pool-"))
+        _remove_stale_dirs()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
         ids = child_ids(settings, n)
         publish = settings.metrics_port is not None
         self.slots = [
