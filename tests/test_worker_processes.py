@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -250,6 +251,14 @@ def test_a_bad_app_is_refused_once_by_the_parent_with_exit_2(
     done = run_cli(settings, APP, "--processes", "12", "--worker-id", long_id)
     assert done.returncode == 2
     assert "too long for 12 processes" in done.stderr
+    with socket.socket() as taken:  # the parent's port is in use: refused before any child
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = run_cli(settings, APP, "--processes", "2", DTQ_METRICS_PORT=port)
+    assert done.returncode == 2
+    assert f"cannot serve DTQ_METRICS_PORT {port}" in done.stderr
+    assert "process 0 started" not in done.stdout + done.stderr
 
 
 @pytest.mark.slow

@@ -245,7 +245,12 @@ class Pool:
             if self.settings.metrics_port is not None:
                 self.http = HealthServer(_registry(self.endpoints), self.endpoints.live,
                                          self.endpoints.ready)  # fmt: skip
-                self.http.start(self.settings.metrics_port)
+                try:
+                    self.http.start(self.settings.metrics_port)
+                except OSError as exc:  # the port is taken: before any child starts
+                    print(f"dtq-worker: cannot serve DTQ_METRICS_PORT "
+                          f"{self.settings.metrics_port}: {exc}", file=sys.stderr)  # fmt: skip
+                    return EXIT_CONFIG
             if not self._signals:
                 log.info("starting %d worker processes", self.n)
                 for slot in self.slots:
@@ -306,4 +311,9 @@ def check(settings: Settings) -> None:
 
 def run_pool(settings: Settings, argv: list[str], early_signals: list[int]) -> int:
     """Supervise ``settings.worker_processes`` workers started with ``argv``; the exit code."""
-    return Pool(settings, argv, settings.worker_processes).run(early_signals)
+    try:
+        pool = Pool(settings, argv, settings.worker_processes)
+    except OSError as exc:  # no writable temporary directory
+        print(f"dtq-worker: cannot create the processes' port directory: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return pool.run(early_signals)
