@@ -383,3 +383,18 @@ def test_a_killed_parent_takes_its_processes_down_and_its_port_dir_is_removed_la
     assert not left.exists()  # ...until the next parent starts
     w2.signal(signal.SIGTERM)
     assert w2.wait(60) == 0
+
+
+@pytest.mark.slow
+def test_redis_lost_for_good_ends_the_pool_with_exit_1(
+    fresh_redis: RedisServer, prefix: str, spawn_worker: Any
+) -> None:
+    # Heartbeat TTL 0.6 s: each child stops itself (exit 1) soon after Redis goes, and again
+    # after each restart (it waits one TTL for Redis at its start).
+    settings = pool_settings(fresh_redis, prefix)
+    w, _ = start_pool(spawn_worker, settings, "pl")
+    fresh_redis.stop()
+    assert w.wait(120) == 1
+    out = w.output()
+    assert "giving up" in out
+    assert "restarting in" in out

@@ -11,10 +11,11 @@ a second here) once per start, which only matters for restarts.
   child keeps it: its earlier self's runs are left to the reaper, docs/design.md); otherwise
   each child generates its own.
 - Restarts: a child that dies is started again after a backoff of 0.25 s x 2^k, k being how
-  many times in a row that slot's child died within ``STABLE_S`` of its start (capped at
+  many times in a row that slot's child died within ``stable_s`` of its start (capped at
   ``BACKOFF_MAX_S``). "They keep dying" means: one slot's child died ``RESTART_LIMIT`` times
-  in a row, each time within ``STABLE_S`` of its start. Then the parent stops the others
-  (drain) and exits 1. A child that ran ``STABLE_S`` or more resets its slot's count.
+  in a row, each time within ``stable_s`` of its start. Then the parent stops the others
+  (drain) and exits 1. A child that ran ``stable_s`` or more resets its slot's count.
+  ``stable_s`` is ``STABLE_S`` (30 s), or twice the heartbeat TTL if that is longer.
 - A child that exits 2 (bad configuration found at its start, e.g. the schema version or the
   eviction policy) is not restarted: a restart cannot mend it. The others drain; exit 2.
 - Signals: the first SIGTERM/SIGINT is sent on to every child (each drains); a second one is
@@ -117,6 +118,9 @@ class Pool:
         self.restarts = 0
         self.tick = time.monotonic()
         self._signals: list[int] = []
+        # A child that cannot reach Redis exits 1 after one heartbeat TTL: such deaths must
+        # count as quick ones too, or a pool would restart forever without Redis.
+        self.stable_s = max(STABLE_S, 2 * settings.effective_heartbeat_ttl_s)
         self._stop_at: float | None = None
         _remove_stale_dirs()
         self._dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
@@ -187,10 +191,12 @@ class Pool:
             self.code = EXIT_CONFIG
             self._begin_stop(signal.SIGTERM)
             return
-        slot.short_deaths = slot.short_deaths + 1 if lived < STABLE_S else 0
+        slot.short_deaths = slot.short_deaths + 1 if lived < self.stable_s else 0
         if slot.short_deaths >= RESTART_LIMIT:
-            log.error("process %d died %d times in a row within %.0fs of its start (last exit "
-                      "%d): giving up", slot.index, slot.short_deaths, STABLE_S, code)  # fmt: skip
+            log.error(
+                "process %d died %d times in a row within %.0fs of its start (last exit %d): "
+                "giving up", slot.index, slot.short_deaths, self.stable_s, code,
+            )  # fmt: skip
             self.code = EXIT_REDIS_LOST
             self._begin_stop(signal.SIGTERM)
             return
