@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     """Queues a worker consumes, comma separated, in order of preference."""
     worker_concurrency: int = Field(16, gt=0, le=10_000)
     """Task bodies running at once per worker process (a run writing its outcome holds none)."""
+    worker_processes: int = Field(1, ge=1, le=256)
+    """Worker processes ``dtq-worker`` runs (``--processes``). Above 1, a parent supervises that
+    many full workers (ids ``<DTQ_WORKER_ID>-<i>``, or generated), restarts one that dies and
+    serves one DTQ_METRICS_PORT for all (docs/operations.md, "Worker processes")."""
     worker_prefetch: int = Field(0, ge=0, le=10_000)
     """Runs a worker claims ahead, beyond its concurrency, to start the moment a body ends (no
     claim round trip between two runs). While they wait they count as running (leased by the

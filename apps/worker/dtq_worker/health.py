@@ -94,6 +94,12 @@ class HealthServer:
         t = threading.Thread(target=self._server.serve_forever, name="dtq-health", daemon=True)
         t.start()
 
+    @property
+    def port(self) -> int:
+        """The bound port (the kernel's pick when started on port 0)."""
+        assert self._server is not None, "not started"
+        return int(self._server.server_port)
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

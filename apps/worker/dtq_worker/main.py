@@ -21,6 +21,7 @@ from dtq import logs
 from dtq.app import App, load_app
 from dtq.errors import ConfigError, DtqError
 from dtq.settings import load_settings
+from dtq_worker import poolchild
 from dtq_worker.worker import EXIT_CONFIG, EXIT_REDIS_LOST, Worker
 
 log = logging.getLogger("dtq.worker")
@@ -53,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--worker-id", help="consumer name (DTQ_WORKER_ID)")
     p.add_argument(
+        "--processes",
+        type=int,
+        help="worker processes under one supervising parent (DTQ_WORKER_PROCESSES)",
+    )
+    p.add_argument(
         "--queue-concurrency",
         help="per-queue caps on this worker, e.g. bulk=4,critical=12 (DTQ_QUEUE_CONCURRENCY)",
     )
@@ -77,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     # (it then stops at once, exit 0) instead of killing the process half-started.
     signal.signal(signal.SIGTERM, _remember_signal)
     signal.signal(signal.SIGINT, _remember_signal)
+    poolchild.follow_parent()  # a --processes child: stop should the parent die
     args = build_parser().parse_args(argv)
     overrides: dict[str, Any] = {}
     if args.queues:
@@ -91,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         overrides["queue_concurrency"] = args.queue_concurrency
     if args.fair:
         overrides["fair"] = True
+    if args.processes is not None:
+        overrides["worker_processes"] = args.processes
     try:
         settings = load_settings(**overrides)
         spec = args.app or os.environ.get("DTQ_APP")
@@ -104,9 +113,18 @@ def main(argv: list[str] | None = None) -> None:
         app = load_app(spec)
         app.configure(settings)
         app.hooks()  # middleware and tracing (DTQ_TRACING without dtq[otel]: one line, exit 2)
+        if settings.worker_processes > 1:
+            from dtq_worker import pool
+
+            pool.check(settings)
     except ConfigError as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    if settings.worker_processes > 1:
+        # Checked once here (APP and settings); children are fresh processes (pool.py).
+        code = pool.run_pool(settings, sys.argv[1:] if argv is None else argv, _early_signals)
+        logging.shutdown()
+        sys.exit(code)
     # Everything made so far (modules, the app, settings) lives for the whole process: keep it
     # out of the collector's generations, so collections scan only what runs create.
     gc.freeze()

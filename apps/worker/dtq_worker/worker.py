@@ -30,6 +30,7 @@ from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
+from dtq_worker import poolchild
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
@@ -491,12 +492,17 @@ class Worker:
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
         s = self.settings
-        if s.metrics_port:
+        pool_port_file = poolchild.port_file()  # a --processes child: a private port
+        if s.metrics_port or pool_port_file:
             # Up before prepare(): the probes answer (not ready) while Redis is awaited.
             self.http = HealthServer(
                 self.metrics.registry, loop_answers(asyncio.get_running_loop()), self.readiness
             )
-            self.http.start(s.metrics_port)
+            if pool_port_file:
+                self.http.start(0, "127.0.0.1")
+                poolchild.publish_port(pool_port_file, self.http.port)
+            else:
+                self.http.start(s.metrics_port or 0)
         try:
             return await self._serve()
         finally:

@@ -1,0 +1,325 @@
+"""``dtq-worker APP --processes N``: a parent that supervises N full worker processes.
+
+How children start: each is a fresh ``python -m dtq_worker`` (subprocess), not a fork. The
+parent has imported the app (to refuse a bad APP or setting once, exit 2, before any child) and
+may run threads (its HTTP port, whatever the app's import started); forking a process with
+threads copies locks held by threads that do not exist in the child, and an event loop (uvloop
+or asyncio) must not be shared across a fork. A spawned child pays its own imports (well under
+a second here) once per start, which only matters for restarts.
+
+- Ids: with DTQ_WORKER_ID (or ``--worker-id``) set, child ``i`` is ``<id>-<i>`` (a restarted
+  child keeps it: its earlier self's runs are left to the reaper, docs/design.md); otherwise
+  each child generates its own.
+- Restarts: a child that dies is started again after a backoff of 0.25 s x 2^k, k being how
+  many times in a row that slot's child died within ``stable_s`` of its start (capped at
+  ``BACKOFF_MAX_S``). "They keep dying" means: one slot's child died ``RESTART_LIMIT`` times
+  in a row, each time within ``stable_s`` of its start. Then the parent stops the others
+  (drain) and exits 1. A child that ran ``stable_s`` or more resets its slot's count.
+  ``stable_s`` is ``STABLE_S`` (30 s), or twice the heartbeat TTL if that is longer.
+- A child that exits 2 (bad configuration found at its start, e.g. the schema version or the
+  eviction policy) is not restarted: a restart cannot mend it. The others drain; exit 2.
+- Signals: the first SIGTERM/SIGINT is sent on to every child (each drains); a second one is
+  sent on too (each skips its drain). Children run in their own session, so a terminal's ^C
+  reaches them once, through the parent. A child gets SIGTERM should the parent die (Linux).
+- Exit code after a stop: 2 if a child exited 2, 1 if a child exited otherwise than cleanly
+  (1 for Redis loss, or killed), else 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from dtq.errors import ConfigError
+from dtq.settings import WORKER_ID_RE, Settings
+from dtq_worker import poolchild
+from dtq_worker.health import HealthServer
+from dtq_worker.poolhttp import ChildView, PoolEndpoints
+from dtq_worker.worker import EXIT_CONFIG, EXIT_OK, EXIT_REDIS_LOST
+
+log = logging.getLogger("dtq.worker.pool")
+
+RESTART_LIMIT = 5
+STABLE_S = 30.0
+BACKOFF_BASE_S = 0.25
+BACKOFF_MAX_S = 10.0
+TICK_S = 0.05
+# The parent's loop is live when it turned within this (it sleeps TICK_S between turns).
+LOOP_STALE_S = 5.0
+# After a stop was forwarded: how long past the children's own deadlines (drain, then hard
+# exit) before the parent SIGKILLs one that still runs.
+KILL_GRACE_S = 10.0
+
+DIR_PREFIX = "dtq-pool-"  # then the parent's pid: a dead parent's directory is removed
+_CLEAN = {EXIT_OK, -signal.SIGTERM, -signal.SIGINT}  # a child stopped before its handlers
+
+
+def child_ids(settings: Settings, n: int) -> list[str | None]:
+    """Each child's worker id: ``<id>-<i>`` when one was given, else None (it makes its own)."""
+    if "worker_id" not in settings.model_fields_set:
+        return [None] * n
+    last = f"{settings.worker_id}-{n - 1}"
+    if not WORKER_ID_RE.fullmatch(last):
+        raise ConfigError(
+            f"DTQ_WORKER_ID {settings.worker_id!r} is too long for {n} processes "
+            f"({last!r} exceeds 64 characters)"
+        )
+    return [f"{settings.worker_id}-{i}" for i in range(n)]
+
+
+def _remove_stale_dirs() -> None:
+    """Remove the port directories of parents that died without cleaning up (SIGKILL)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = d.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except OSError:  # alive (another user's): not ours to touch
+            pass
+
+
+def backoff_s(short_deaths: int) -> float:
+    return float(min(BACKOFF_BASE_S * 2**short_deaths, BACKOFF_MAX_S))
+
+
+@dataclass
+class Slot:
+    index: int
+    worker_id: str | None
+    port_file: Path | None
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    short_deaths: int = 0
+    restart_at: float | None = None
+    codes: list[int] = field(default_factory=list)
+
+
+class Pool:
+    def __init__(self, settings: Settings, argv: list[str], n: int) -> None:
+        self.settings = settings
+        self.argv = argv
+        self.n = n
+        self.stopping = False
+        self.code: int | None = None  # decided early: give-up (1) or a child's config error (2)
+        self.restarts = 0
+        self.tick = time.monotonic()
+        self._signals: list[int] = []
+        # A child that cannot reach Redis exits 1 after one heartbeat TTL: such deaths must
+        # count as quick ones too, or a pool would restart forever without Redis.
+        self.stable_s = max(STABLE_S, 2 * settings.effective_heartbeat_ttl_s)
+        self._stop_at: float | None = None
+        _remove_stale_dirs()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
+        ids = child_ids(settings, n)
+        publish = settings.metrics_port is not None
+        self.slots = [
+            Slot(i, ids[i], self._dir / f"{i}.port" if publish else None) for i in range(n)
+        ]
+        self.endpoints = PoolEndpoints(self._views, self._live, lambda: self.stopping,
+                                       lambda: self.restarts)  # fmt: skip
+        self.http: HealthServer | None = None
+
+    # --- probes' view -------------------------------------------------------------------------
+
+    def _views(self) -> list[ChildView]:
+        out = []
+        for s in self.slots:
+            port = None
+            if s.port_file is not None and s.proc is not None and s.proc.poll() is None:
+                port = poolchild.read_port(s.port_file)
+            out.append(ChildView(s.index, port))
+        return out
+
+    def _live(self) -> str:
+        age = time.monotonic() - self.tick
+        return "ok" if age < LOOP_STALE_S else f"supervision loop stalled {age:.0f}s"
+
+    # --- children -----------------------------------------------------------------------------
+
+    def _env(self, slot: Slot) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("DTQ_METRICS_PORT", None)  # the parent serves it
+        env.pop(poolchild.PORT_FILE_ENV, None)
+        env[poolchild.PARENT_ENV] = str(os.getpid())
+        if slot.port_file is not None:
+            env[poolchild.PORT_FILE_ENV] = str(slot.port_file)
+        return env
+
+    def _start(self, slot: Slot) -> None:
+        args = [*self.argv, "--processes", "1"]  # argparse: the last one wins
+        if slot.worker_id is not None:
+            args += ["--worker-id", slot.worker_id]
+        if slot.port_file is not None:
+            slot.port_file.unlink(missing_ok=True)
+        slot.proc = subprocess.Popen(
+            [sys.executable, "-m", "dtq_worker", *args],
+            env=self._env(slot),
+            start_new_session=True,
+        )
+        slot.started = time.monotonic()
+        slot.restart_at = None
+        log.info("process %d started: pid %d%s", slot.index, slot.proc.pid,
+                 f", worker id {slot.worker_id}" if slot.worker_id else "")  # fmt: skip
+
+    def _reaped(self, slot: Slot, code: int) -> None:
+        """Slot's child ended with ``code``: decide what follows."""
+        slot.proc = None
+        slot.codes.append(code)
+        self.endpoints.retire(slot.index)
+        if slot.port_file is not None:
+            slot.port_file.unlink(missing_ok=True)
+        if self.stopping:
+            log.info("process %d stopped (exit %d)", slot.index, code)
+            return
+        lived = time.monotonic() - slot.started
+        if code == EXIT_CONFIG:
+            log.error("process %d exited 2 (bad configuration): stopping all", slot.index)
+            self.code = EXIT_CONFIG
+            self._begin_stop(signal.SIGTERM)
+            return
+        slot.short_deaths = slot.short_deaths + 1 if lived < self.stable_s else 0
+        if slot.short_deaths >= RESTART_LIMIT:
+            log.error(
+                "process %d died %d times in a row within %.0fs of its start (last exit %d): "
+                "giving up", slot.index, slot.short_deaths, self.stable_s, code,
+            )  # fmt: skip
+            self.code = EXIT_REDIS_LOST
+            self._begin_stop(signal.SIGTERM)
+            return
+        delay = backoff_s(slot.short_deaths)
+        log.warning("process %d died (exit %d) after %.1fs: restarting in %.2fs",
+                    slot.index, code, lived, delay)  # fmt: skip
+        slot.restart_at = time.monotonic() + delay
+
+    # --- signals and stop ---------------------------------------------------------------------
+
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        self._signals.append(sig)
+
+    def _begin_stop(self, sig: int) -> None:
+        first = not self.stopping
+        self.stopping = True
+        if first:
+            s = self.settings
+            self._stop_at = time.monotonic() + s.drain_timeout_s + s.hard_exit_s + KILL_GRACE_S
+        for slot in self.slots:
+            slot.restart_at = None
+            if slot.proc is not None and slot.proc.poll() is None:
+                os.kill(slot.proc.pid, sig)
+
+    def _handle_signals(self) -> None:
+        while self._signals:
+            sig = self._signals.pop(0)
+            name = signal.Signals(sig).name
+            if not self.stopping:
+                log.info("%s: stopping %d processes (drain)", name, self.n)
+            else:
+                log.warning("second %s: processes skip their drain", name)
+            self._begin_stop(sig)
+
+    def _final_code(self) -> int:
+        if self.code is not None:
+            return self.code
+        last = [s.codes[-1] for s in self.slots if s.codes]
+        if EXIT_CONFIG in last:
+            return EXIT_CONFIG
+        if any(c not in _CLEAN for c in last):
+            return EXIT_REDIS_LOST
+        return EXIT_OK
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run(self, early_signals: list[int]) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        self._signals.extend(early_signals)
+        try:
+            if self.settings.metrics_port is not None:
+                self.http = HealthServer(_registry(self.endpoints), self.endpoints.live,
+                                         self.endpoints.ready)  # fmt: skip
+                try:
+                    self.http.start(self.settings.metrics_port)
+                except OSError as exc:  # the port is taken: before any child starts
+                    print(f"dtq-worker: cannot serve DTQ_METRICS_PORT "
+                          f"{self.settings.metrics_port}: {exc}", file=sys.stderr)  # fmt: skip
+                    return EXIT_CONFIG
+            if not self._signals:
+                log.info("starting %d worker processes", self.n)
+                for slot in self.slots:
+                    self._start(slot)
+            self._loop()
+            return self._final_code()
+        finally:
+            self._cleanup()
+
+    def _loop(self) -> None:
+        while True:
+            self.tick = now = time.monotonic()
+            self._handle_signals()
+            for slot in self.slots:
+                if slot.proc is not None:
+                    code = slot.proc.poll()
+                    if code is not None:
+                        self._reaped(slot, code)
+            self._handle_signals()
+            if self.stopping:
+                if all(s.proc is None for s in self.slots):
+                    return
+                if self._stop_at is not None and now > self._stop_at:
+                    for s in self.slots:
+                        if s.proc is not None and s.proc.poll() is None:
+                            log.error("process %d still runs past its deadlines: killing",
+                                      s.index)  # fmt: skip
+                            s.proc.kill()
+                    self._stop_at = None
+            else:
+                for slot in self.slots:
+                    if slot.restart_at is not None and now >= slot.restart_at:
+                        self.restarts += 1
+                        self._start(slot)
+            time.sleep(TICK_S)
+
+    def _cleanup(self) -> None:
+        for slot in self.slots:  # only reached with children alive on an unexpected error
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.kill()
+                slot.proc.wait()
+        if self.http is not None:
+            self.http.stop()
+        self.endpoints.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _registry(collector: PoolEndpoints) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    return reg
+
+
+def check(settings: Settings) -> None:
+    """Raise ConfigError for settings no child could run with (before any child starts)."""
+    child_ids(settings, settings.worker_processes)
+
+
+def run_pool(settings: Settings, argv: list[str], early_signals: list[int]) -> int:
+    """Supervise ``settings.worker_processes`` workers started with ``argv``; the exit code."""
+    try:
+        pool = Pool(settings, argv, settings.worker_processes)
+    except OSError as exc:  # no writable temporary directory
+        print(f"dtq-worker: cannot create the processes' port directory: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return pool.run(early_signals)

@@ -1,0 +1,56 @@
+"""What a ``dtq-worker --processes N`` child does differently from a lone worker (pool.py).
+
+Two things, both driven by variables the parent sets (underscored: not settings):
+
+- ``_DTQ_POOL_PORT_FILE``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on a private
+  loopback port the kernel picks, and write that port to this file, for the parent to read and
+  aggregate. A child never binds DTQ_METRICS_PORT: the parent serves it.
+- ``_DTQ_POOL_PARENT``: the parent's pid. The child asks the kernel for a SIGTERM should the
+  parent die (Linux), so a SIGKILLed parent does not leave orphans running tasks: they drain.
+
+Imports nothing heavy: the worker's entry point imports it before the app.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+PORT_FILE_ENV = "_DTQ_POOL_PORT_FILE"
+PARENT_ENV = "_DTQ_POOL_PARENT"
+_PR_SET_PDEATHSIG = 1
+
+
+def port_file() -> str | None:
+    return os.environ.get(PORT_FILE_ENV) or None
+
+
+def publish_port(path: str, port: int) -> None:
+    """Write the port atomically: the parent never reads half a number."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(str(port))
+    tmp.replace(path)
+
+
+def read_port(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def follow_parent() -> None:
+    """In a pool child: get SIGTERM when the parent dies (Linux only; elsewhere a no-op)."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # pragma: no cover - no prctl: the child stays on its own
+        return
+    if os.getppid() != int(parent):  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
