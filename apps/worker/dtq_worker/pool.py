@@ -253,9 +253,8 @@ class Pool:
                                          self.endpoints.ready)  # fmt: skip
                 try:
                     self.http.start(self.settings.metrics_port)
-                except OSError as exc:  # the port is taken: before any child starts
-                    print(f"dtq-worker: cannot serve DTQ_METRICS_PORT "
-                          f"{self.settings.metrics_port}: {exc}", file=sys.stderr)  # fmt: skip
+                except ConfigError as exc:  # the port is taken: before any child starts
+                    print(f"dtq-worker: {exc}", file=sys.stderr)
                     return EXIT_CONFIG
             if not self._signals:
                 log.info("starting %d worker processes", self.n)
