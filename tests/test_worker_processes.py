@@ -257,7 +257,7 @@ def test_a_bad_app_is_refused_once_by_the_parent_with_exit_2(
         port = str(taken.getsockname()[1])
         done = run_cli(settings, APP, "--processes", "2", DTQ_METRICS_PORT=port)
     assert done.returncode == 2
-    assert f"cannot serve DTQ_METRICS_PORT {port}" in done.stderr
+    assert f"DTQ_METRICS_PORT={port}: cannot listen" in done.stderr
     assert "process 0 started" not in done.stdout + done.stderr
 
 
