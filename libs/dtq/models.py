@@ -86,6 +86,11 @@ class TaskInfo:
     ``"declared"``, a worker's ``@app.task`` declaration; ``"default"``, no worker declared the
     name yet, so dtq's defaults. The claim fixes them in the record; then (and for every task
     whose enqueue gave or knew them) None: the values shown are the task's own."""
+    steps: list[dict[str, Any]] | None = None
+    """A workflow's steps (docs/workflows.md): index, task id and status ("waiting" until the
+    steps it waits for succeeded); None for a task."""
+    tree: Any = None
+    """A workflow's shape: nested ``{"chain"|"group"|"chord": [...]}`` of step indices."""
 
     @classmethod
     def from_record(
@@ -134,6 +139,8 @@ class TaskInfo:
                 value = value.isoformat()
             elif isinstance(value, TaskStatus):
                 value = value.value
+            elif value is None and name in ("steps", "tree"):
+                continue  # a task, not a workflow: its form is unchanged
             out[name] = value
         return out
 

@@ -832,7 +832,7 @@ def complete_call(
     ]  # fmt: skip
     for o in outcomes:
         args += [o.tid, o.eid, o.attempt, o.status, o.payload]
-    return Call("complete", list(_claim_keys(qk)), args)
+    return Call("complete", [*_claim_keys(qk), qk.flow_base, qk.flowq], args)
 
 
 def parse_complete(raw: list[Any]) -> list[bool]:
@@ -866,7 +866,7 @@ def fail_call(
         "fail",
         [
             *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base,
+            qk.lim_base, qk.flow_base, qk.flowq,
         ],
         args,
     )  # fmt: skip
@@ -908,7 +908,7 @@ def requeue_call(
         "requeue",
         [
             *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base,
+            qk.lim_base, qk.flow_base, qk.flowq,
         ],
         args,
     )  # fmt: skip
@@ -976,7 +976,10 @@ def reclaim_call(
     entries adopted."""
     return Call(
         "reclaim",
-        [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
+        [
+            *qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base,
+            qk.flow_base, qk.flowq,
+        ],
         [
             GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base, band,
             cursor, steps,
@@ -1059,7 +1062,7 @@ def cancel_call(
     keys = [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base]
     args: list[Any] = [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason]
     if nonce is not None:
-        keys.append(qk.reply(nonce))
+        keys += [qk.reply(nonce), qk.flow_base, qk.flowq]
         args.append(REPLY_TTL_MS)
     return Call("cancel", keys, args)
 

@@ -1,0 +1,197 @@
+"""The workflow transitions on a real Redis, driven by hand: enqueue, join, replay, stale,
+races, failure, resume, cancel, and the cross-slot handover (docs/workflows.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from dtq import Client, Settings, TaskFailed, chain, chord, group, sig
+from dtq import scripts as sc
+from dtq.admin import dlq_requeue_call
+from dtq.keys import Keys, QueueKeys, split_task_id
+from tests.conftest import create_groups
+
+W = "w1"
+
+
+@pytest.fixture
+def client(settings: Settings) -> Any:
+    with Client(settings=settings) as c:
+        yield c
+
+
+def qk_of(settings: Settings, queue: str) -> QueueKeys:
+    return Keys(settings.key_prefix).queue(queue)
+
+
+def claim(r: redis.Redis, settings: Settings, queue: str, worker: str = W) -> list[sc.Claimed]:
+    qk = qk_of(settings, queue)
+    create_groups(r, qk)
+    return sc.parse_claim(
+        queue, sc.SyncScripts(r).run(sc.claim_call(qk, worker, 100, 100, 60))
+    ).runs
+
+
+def complete(
+    r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, result: Any, worker: str = W
+) -> bool:
+    qk = qk_of(settings, queue)
+    s = sc.Success(c.tid, c.eid, c.attempt, "succeeded", json.dumps(result))
+    return sc.parse_complete(sc.SyncScripts(r).run(sc.complete_call(qk, worker, [s], 100, 60)))[0]
+
+
+def fail(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, err: str) -> str:
+    qk = qk_of(settings, queue)
+    f = sc.Failure(c.tid, c.eid, c.attempt, err, -1)  # no retry: ends failed
+    return sc.parse_strings(sc.SyncScripts(r).run(sc.fail_call(qk, W, [f], 100, 60)))[0]
+
+
+def args_of(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed) -> Any:
+    return json.loads(r.hget(qk_of(settings, queue).task(c.tid), "args"))  # type: ignore[arg-type]
+
+
+def test_chain_passes_each_result_on_and_ends_with_the_last(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(chain(sig("a", [1]), sig("b", [10]), sig("c")))
+    assert split_task_id(h.id)[1].startswith("wf") and h.created
+    [a] = claim(r, settings, "default")  # only the first step exists yet
+    assert a.name == "a" and claim(r, settings, "default") == []
+    assert client.get(h.id).status == "running"
+    assert complete(r, settings, "default", a, 2)
+    [b] = claim(r, settings, "default")
+    assert b.name == "b" and args_of(r, settings, "default", b) == [2, 10]
+    assert complete(r, settings, "default", b, {"x": 12})
+    [c] = claim(r, settings, "default")
+    assert args_of(r, settings, "default", c) == [{"x": 12}]
+    assert complete(r, settings, "default", c, "done")
+    info = client.get(h.id)
+    assert info.status == "succeeded" and info.result == "done"
+    assert info.steps is not None and [s["status"] for s in info.steps] == ["succeeded"] * 3
+    assert client.result(h.id, timeout=1) == "done"
+
+
+def test_chord_callback_gets_results_in_member_order_once(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(chord(group(*(sig("m", [i]) for i in range(5))), sig("total")))
+    runs = claim(r, settings, "default")
+    assert sorted(json.loads(r.hget(qk_of(settings, "default").task(x.tid), "args"))[0]
+                  for x in runs) == [0, 1, 2, 3, 4]  # fmt: skip
+    by_arg = {args_of(r, settings, "default", x)[0]: x for x in runs}
+    for i in (4, 2, 0, 3):  # out of order
+        assert complete(r, settings, "default", by_arg[i], i * 10)
+    assert claim(r, settings, "default") == []  # the callback waits for member 1
+    # Replay: member 4's outcome written again (a lost reply) counts nothing twice.
+    assert complete(r, settings, "default", by_arg[4], 40)
+    assert claim(r, settings, "default") == []
+    assert complete(r, settings, "default", by_arg[1], 10)
+    [cb] = claim(r, settings, "default")
+    assert cb.name == "total" and args_of(r, settings, "default", cb) == [[0, 10, 20, 30, 40]]
+    assert claim(r, settings, "default") == []  # exactly one callback
+    assert complete(r, settings, "default", cb, 100)
+    assert client.result(h.id, timeout=1) == 100
+
+
+def test_stale_write_of_a_member_does_not_count(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(chord(group(sig("m", [1]), sig("m", [2])), sig("total")))
+    m1, m2 = claim(r, settings, "default")
+    # A writer that does not hold the run (another worker, an old attempt) is rejected.
+    assert not complete(r, settings, "default", m1, 1, worker="intruder")
+    # So is an earlier attempt's late write.
+    assert not complete(r, settings, "default", dataclasses.replace(m1, attempt=0), 1)
+    fk = qk_of(settings, "default").flow(split_task_id(h.id)[1])
+    assert r.hget(fk, "left") == "3" and not r.hexists(fk, "r0")
+    assert complete(r, settings, "default", m1, 1) and complete(r, settings, "default", m2, 2)
+    [cb] = claim(r, settings, "default")
+    assert args_of(r, settings, "default", cb) == [[1, 2]]
+
+
+def test_two_members_finishing_at_once_release_the_callback_once(
+    r: redis.Redis, redis_server: Any, settings: Settings, client: Client
+) -> None:
+    """A real race: many pairs of members complete from two threads on two connections."""
+    for _ in range(20):
+        h = client.enqueue_workflow(chord(group(sig("m", [1]), sig("m", [2])), sig("total")))
+        m1, m2 = claim(r, settings, "default")
+        barrier = threading.Barrier(2)
+        oks: list[bool] = []
+
+        def go(c: sc.Claimed, v: int, barrier: threading.Barrier, oks: list[bool]) -> None:
+            conn = redis_server.client()
+            barrier.wait()
+            oks.append(complete(conn, settings, "default", c, v))
+            conn.close()
+
+        ts = [threading.Thread(target=go, args=(m, v, barrier, oks)) for m, v in ((m1, 1), (m2, 2))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert oks == [True, True]
+        [cb] = claim(r, settings, "default")
+        assert args_of(r, settings, "default", cb) == [[1, 2]]
+        assert complete(r, settings, "default", cb, 3)
+        assert client.get(h.id).status == "succeeded"
+
+
+def test_failed_step_fails_the_flow_and_a_requeue_from_the_dlq_resumes_it(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(chain(sig("a"), group(sig("b"), sig("c")), sig("d")))
+    [a] = claim(r, settings, "default")
+    assert complete(r, settings, "default", a, 1)
+    b, c = sorted(claim(r, settings, "default"), key=lambda x: x.name)
+    assert args_of(r, settings, "default", b) == [1] == args_of(r, settings, "default", c)
+    assert fail(r, settings, "default", b, "ValueError: boom") == "failed"
+    info = client.get(h.id)
+    assert info.status == "failed" and info.error is not None
+    assert "step 1" in info.error and b.tid in info.error and "boom" in info.error
+    with pytest.raises(TaskFailed):
+        client.result(h.id, timeout=1)
+    assert complete(r, settings, "default", c, 3)
+    assert claim(r, settings, "default") == []  # d never starts while the flow is failed
+    # An operator requeues b from the dead-letter queue; it runs again and succeeds.
+    qk = qk_of(settings, "default")
+    sc.SyncScripts(r).run(dlq_requeue_call(qk, [b.tid], events_maxlen=100))
+    assert r.hget(qk.task(b.tid), "status") == "queued"
+    [b2] = claim(r, settings, "default")
+    assert b2.tid == b.tid
+    assert complete(r, settings, "default", b2, 2)
+    [d] = claim(r, settings, "default")
+    assert args_of(r, settings, "default", d) == [[2, 3]]
+    assert complete(r, settings, "default", d, "ok")
+    assert client.result(h.id, timeout=1) == "ok"
+
+
+def test_cancel_stops_waiting_steps_and_cancels_queued_ones(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(chain(group(sig("a"), sig("b")), sig("c")))
+    a, b = claim(r, settings, "default")
+    h2 = client.enqueue_workflow(chain(sig("x"), sig("y")))
+    assert client.cancel(h.id) is True
+    assert client.get(h.id).status == "cancelled"
+    qk = qk_of(settings, "default")
+    assert r.hget(qk.task(a.tid), "cancel") and r.hget(qk.task(b.tid), "cancel")
+    assert complete(r, settings, "default", a, 1) and complete(r, settings, "default", b, 2)
+    [x] = claim(r, settings, "default")  # c never starts; the other flow goes on
+    assert x.name == "x"
+    assert client.cancel(h2.id) is True
+    assert r.hget(qk.task(x.tid), "cancel")
+    # a queued step of a cancelled flow ends cancelled at once
+    h3 = client.enqueue_workflow(chain(sig("p"), sig("q")))
+    assert client.cancel(h3.id)
+    info = client.get(h3.id)
+    assert info.status == "cancelled" and info.steps is not None
+    assert [s["status"] for s in info.steps] == ["cancelled", "waiting"]
+    with pytest.raises(TaskFailed):
+        client.result(h3.id, timeout=1)
