@@ -33,6 +33,7 @@ from dtq.settings import Settings
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.flowmover import FlowMover
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
@@ -113,6 +114,7 @@ class Worker:
         self.scheduler = Scheduler(self)
         self.heartbeat = Heartbeat(self)
         self.recovery = Recovery(self)
+        self.flows = FlowMover(self)  # workflow handovers between slots (flowmover.py)
         self.scripts.on_reply_lost = self.recovery.reply_lost
         self._bg: set[asyncio.Task[Any]] = set()
 
@@ -484,6 +486,7 @@ class Worker:
                 supervise("heartbeat", self.heartbeat.loop, lambda: self.finished, self._restarted)
             ),
             self.spawn(supervise("cancels", self._cancel_listener, stopping, self._restarted)),
+            self.spawn(supervise("flows", self.flows.loop, stopping, self._restarted)),
         ]
         await self._stop.wait()
         code = await self.shutdown()

@@ -1,0 +1,95 @@
+"""Workflows run by real workers: same queue, across queues (the cross-slot handover),
+failure and retries, cancel, and a big group (docs/workflows.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dtq import AsyncClient, Settings, TaskFailed, chain, chord, group, sig
+from dtq.keys import Keys, split_task_id
+from tests.apps.flows import add, app, double
+from tests.conftest import running_worker
+
+
+@pytest.fixture
+def both(settings: Settings) -> Settings:
+    return settings.model_copy(update={"queues": ["default", "other"]})
+
+
+async def test_chain_across_queues_moves_through_the_outboxes(both: Settings) -> None:
+    """a on default (the home), b on other (another slot on a cluster), c back home."""
+    async with running_worker(app, both), AsyncClient(settings=both, app=app) as c:
+        h = await c.enqueue_workflow(chain(add.s(1, 2), sig("double"), sig("add", [10])))
+        assert await c.result(h.id, timeout=20) == 16
+        info = await c.get(h.id)
+        assert info.steps is not None and [s["id"].split(":")[0] for s in info.steps] == [
+            "default", "other", "default",
+        ]  # fmt: skip
+        # A flow whose first step is on "other" is homed there; its steps come back to default.
+        h2 = await c.enqueue_workflow(chain(double.s(5), sig("add", [1])))
+        assert split_task_id(h2.id)[0] == "other"
+        assert await c.result(h2.id, timeout=20) == 11
+        # Every handover was moved and acknowledged: the outboxes are empty.
+        for q in ("default", "other"):
+            assert await c.redis.xlen(Keys(both.key_prefix).queue(q).flowq) == 0
+
+
+async def test_chord_with_members_on_two_queues(both: Settings) -> None:
+    async with running_worker(app, both), AsyncClient(settings=both, app=app) as c:
+        members = [sig("ident", [i]) if i % 2 else sig("double", [i]) for i in range(10)]
+        h = await c.enqueue_workflow(chord(group(*members), sig("total")))
+        want = [i if i % 2 else i * 2 for i in range(10)]
+        assert await c.result(h.id, timeout=20) == want
+        # nesting: a chain inside a group, a group inside a chain
+        flow = chain(
+            sig("add", [1, 1]),
+            group(chain(sig("double"), sig("double")), sig("add", [3])),
+            sig("total"),
+        )
+        h = await c.enqueue_workflow(flow)
+        assert await c.result(h.id, timeout=20) == [8, 5]
+        assert (await c.get(h.id)).tree == {"chain": [0, {"group": [{"chain": [1, 2]}, 3]}, 4]}
+
+
+async def test_failed_step_fails_the_flow_after_its_retries(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue_workflow(chain(sig("add", [1, 2]), sig("boom"), sig("total")))
+        with pytest.raises(TaskFailed) as exc:
+            await c.result(h.id, timeout=20)
+        info = await c.get(h.id)
+        assert info.steps is not None
+        boom = await c.get(info.steps[1]["id"])
+        assert boom.status == "failed" and boom.attempt == 2  # its retry ran, as for any task
+        assert exc.value.status == "failed" and "step 1" in (info.error or "")
+        assert [s["status"] for s in info.steps] == ["succeeded", "failed", "waiting"]
+
+
+async def test_cancel_a_flow_with_a_running_step(settings: Settings) -> None:
+    async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue_workflow(chain(sig("ident", [1], kwargs={"sleep": 0.5}), sig("total")))
+        for _ in range(200):
+            info = await c.get(h.id)
+            if info.status == "running":
+                break
+            await asyncio.sleep(0.02)
+        assert await c.cancel(h.id) is True
+        with pytest.raises(TaskFailed):
+            await c.result(h.id, timeout=20)
+        await asyncio.sleep(0.8)  # the running step ended (sync bodies run on)
+        info = await c.get(h.id)
+        assert info.status == "cancelled" and info.steps is not None
+        assert info.steps[1]["status"] == "waiting"  # the callback never started
+
+
+async def test_group_of_10000_members_enqueues_in_one_call_and_joins(settings: Settings) -> None:
+    n = 10_000
+    async with AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue_workflow(
+            chord(group(*(sig("ident", [i]) for i in range(n))), sig("total"))
+        )
+        fk = Keys(settings.key_prefix).queue("default").flow(split_task_id(h.id)[1])
+        assert await c.redis.hget(fk, "n") == str(n + 1)
+        async with running_worker(app, settings.model_copy(update={"worker_concurrency": 32})):
+            assert await c.result(h.id, timeout=240) == list(range(n))
