@@ -13,6 +13,7 @@ import redis
 
 from dtq import Client, Settings, TaskFailed, chain, chord, group, sig
 from dtq import scripts as sc
+from dtq import workflows as wf
 from dtq.admin import dlq_requeue_call
 from dtq.keys import Keys, QueueKeys, split_task_id
 from tests.conftest import create_groups
@@ -195,3 +196,64 @@ def test_cancel_stops_waiting_steps_and_cancels_queued_ones(
     assert [s["status"] for s in info.steps] == ["cancelled", "waiting"]
     with pytest.raises(TaskFailed):
         client.result(h3.id, timeout=1)
+
+
+def outbox(r: redis.Redis, settings: Settings, queue: str) -> list[dict[str, str]]:
+    entries = r.xrange(qk_of(settings, queue).flowq)
+    return [f for _, f in entries]  # type: ignore[misc]
+
+
+def test_cross_slot_handover_is_moved_exactly_once(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    """A step on another queue (another slot on a cluster) is released through the home's
+    outbox and reports back through its own; moving either twice changes nothing."""
+    run = sc.SyncScripts(r).run
+    h = client.enqueue_workflow(chain(sig("a"), sig("b", queue="other"), sig("c")))
+    home, ftid = split_task_id(h.id)
+    assert home == "default"
+    [a] = claim(r, settings, "default")
+    assert complete(r, settings, "default", a, 1)
+    [put] = outbox(r, settings, "default")
+    assert put["k"] == "put" and json.loads(put["args"]) == [1]
+    other = qk_of(settings, "other")
+    assert run(wf.put_call(other, put["spec"], put["args"], 100)) == 1
+    assert run(wf.put_call(other, put["spec"], put["args"], 100)) == 0  # moved again: no-op
+    [b] = claim(r, settings, "other")
+    assert claim(r, settings, "other") == [] and b.name == "b"
+    assert complete(r, settings, "other", b, 2)
+    assert complete(r, settings, "other", b, 2)  # a re-sent outcome: no second note
+    [note] = outbox(r, settings, "other")
+    assert note["k"] == "note" and note["s"] == "succeeded" and note["p"] == "2"
+    nhome, nftid, step = wf.parse_flow_key(settings.key_prefix, note["f"])
+    assert (nhome, nftid, step) == (home, ftid, "1")
+    hk = qk_of(settings, home)
+    assert run(wf.apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)) == 1
+    assert run(wf.apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)) == 0
+    [c] = claim(r, settings, "default")
+    assert claim(r, settings, "default") == [] and args_of(r, settings, "default", c) == [2]
+    assert complete(r, settings, "default", c, 3)
+    assert client.result(h.id, timeout=1) == 3
+
+
+def test_enqueue_workflow_is_validated_before_anything_is_sent(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    from dtq import InvalidRequest, SerializationError
+
+    before = r.dbsize()
+    with pytest.raises(InvalidRequest):
+        client.enqueue_workflow(chain(sig("a"), sig("b", queue="bad queue")))
+    with pytest.raises(SerializationError):
+        client.enqueue_workflow(group(sig("a"), sig("b", [object()])))
+    with pytest.raises(InvalidRequest):
+        sig("a", idempotency_key="k")
+    with pytest.raises(InvalidRequest):
+        group()
+    assert r.dbsize() == before
+    # A re-send of the same enqueue (a lost reply) creates nothing twice.
+    p = wf.plan(chain(sig("a"), sig("b")), settings)
+    call, _ = wf.enqueue_call(Keys(settings.key_prefix), p, 100)
+    run = sc.SyncScripts(r).run
+    assert run(call) == ["running", 1] and run(call) == ["running", 0]
+    assert len(claim(r, settings, "default")) == 1
