@@ -93,3 +93,20 @@ async def test_group_of_10000_members_enqueues_in_one_call_and_joins(settings: S
         assert await c.redis.hget(fk, "n") == str(n + 1)
         async with running_worker(app, settings.model_copy(update={"worker_concurrency": 32})):
             assert await c.result(h.id, timeout=240) == list(range(n))
+
+
+def test_testqueue_runs_flows() -> None:
+    from dtq.testing import TestQueue
+
+    with TestQueue(app) as tq:
+        c = app.client()
+        h = c.enqueue_workflow(
+            chord(group(sig("add", [1, 0]), sig("double", [2]), sig("add", [3, 0])), sig("sum"))
+        )
+        h2 = c.enqueue_workflow(chain(double.s(4), sig("add", [1])))
+        tq.drain()
+        assert c.result(h.id, timeout=1) == 8
+        assert c.result(h2.id, timeout=1) == 9
+    with TestQueue(app, eager=True):
+        h = app.client().enqueue_workflow(chain(add.s(1, 2), sig("double")))
+        assert app.client().get(h.id).result == 6

@@ -245,6 +245,24 @@ def apply_call(
     )
 
 
+def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> Call | None:
+    """The move of one outbox entry (``P:{q}:flowq``): ``flow_apply`` of a ``note`` at its
+    flow's home, ``flow_put`` of a ``put`` on its step's queue; None for an unknown kind."""
+    kind = fields.get("k")
+    if kind == "note":
+        home, ftid, step = parse_flow_key(keys.prefix, fields["f"])
+        status = fields["s"]
+        s = settings
+        ttl = s.result_ttl_s if status == "succeeded" else max(s.result_ttl_s, s.dlq_ttl_s)
+        return apply_call(
+            keys.queue(home), ftid, step, status, fields["p"], settings.events_maxlen, ttl
+        )
+    if kind == "put":
+        queue = json.loads(fields["spec"])[0]
+        return put_call(keys.queue(queue), fields["spec"], fields["args"], settings.events_maxlen)
+    return None
+
+
 def cancel_call(home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int) -> Call:
     return Call(
         "flow_cancel",

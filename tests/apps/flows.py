@@ -46,6 +46,11 @@ def total(xs: list[int]) -> list[int]:
     return xs
 
 
+@app.task(name="sum")
+def sum_(xs: list[int]) -> int:
+    return sum(xs)
+
+
 @app.task(name="boom", max_retries=1)
 def boom(*_: object) -> None:
     raise ValueError("boom")

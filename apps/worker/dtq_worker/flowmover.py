@@ -17,7 +17,6 @@ deleted only after its move succeeded.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -119,21 +118,8 @@ class FlowMover:
 
     async def move(self, fields: dict[str, str]) -> None:
         """Move one handover (see the module's docstring)."""
-        s = self.w.settings
-        kind = fields.get("k")
-        if kind == "note":
-            home, ftid, step = wf.parse_flow_key(self.w.keys.prefix, fields["f"])
-            status = fields["s"]
-            ttl = s.result_ttl_s if status == "succeeded" else max(s.result_ttl_s, s.dlq_ttl_s)
-            call = wf.apply_call(
-                self.w.keys.queue(home), ftid, step, status, fields["p"], s.events_maxlen, ttl
-            )
-        elif kind == "put":
-            queue = json.loads(fields["spec"])[0]
-            call = wf.put_call(
-                self.w.keys.queue(queue), fields["spec"], fields["args"], s.events_maxlen
-            )
-        else:
-            log.warning("unknown workflow handover %r dropped", kind)
+        call = wf.handover_call(self.w.keys, self.w.settings, fields)
+        if call is None:
+            log.warning("unknown workflow handover %r dropped", fields.get("k"))
             return
         await self.w.scripts.run(call)
