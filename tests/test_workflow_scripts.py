@@ -257,3 +257,36 @@ def test_enqueue_workflow_is_validated_before_anything_is_sent(
     run = sc.SyncScripts(r).run
     assert run(call) == ["running", 1] and run(call) == ["running", 0]
     assert len(claim(r, settings, "default")) == 1
+
+
+def test_dtq_task_draws_the_flow_tree_and_the_api_form_has_steps(
+    r: redis.Redis, settings: Settings, client: Client, capsys: Any, monkeypatch: Any
+) -> None:
+    from dtq.cli import main
+
+    h = client.enqueue_workflow(chain(sig("a"), group(sig("b"), chain(sig("c"), sig("d")))))
+    [a] = claim(r, settings, "default")
+    assert complete(r, settings, "default", a, 1)
+    monkeypatch.setenv("DTQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("DTQ_KEY_PREFIX", settings.key_prefix)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["task", h.id, "--no-history"])
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None)
+    lines = out[out.index("steps:") :].splitlines()[1:8]
+    ids = [x["id"] for x in client.get(h.id).steps or []]
+    assert [ln.rstrip() for ln in lines] == [
+        "  chain",
+        f"  ├─ [0] a succeeded  {ids[0]}",
+        "  └─ group",
+        f"     ├─ [1] b queued  {ids[1]}",
+        "     └─ chain",
+        f"        ├─ [2] c queued  {ids[2]}",
+        f"        └─ [3] d waiting  {ids[3]}",
+    ]
+    d = client.get(h.id).to_dict()
+    assert d["status"] == "running" and [s["status"] for s in d["steps"]] == [
+        "succeeded", "queued", "queued", "waiting",
+    ]  # fmt: skip
+    assert d["tree"] == {"chain": [0, {"group": [1, {"chain": [2, 3]}]}]}

@@ -376,7 +376,7 @@ class AsyncClient(_Base):
         if rec:
             pipe = self.redis.pipeline(transaction=False)
             for k in self._step_keys(rec):
-                pipe.hget(k, "status")
+                pipe.hmget(k, "status", "name")
             statuses = await self._io(pipe.execute)
         return self._flow_info(task_id, rec, statuses)
 
@@ -577,7 +577,7 @@ class Client(_Base):
         if rec:
             pipe = self.redis.pipeline(transaction=False)
             for k in self._step_keys(rec):
-                pipe.hget(k, "status")
+                pipe.hmget(k, "status", "name")
             statuses = self._io(pipe.execute)
         return self._flow_info(task_id, rec, statuses)
 

@@ -288,16 +288,28 @@ def step_fields(n: int) -> list[str]:
     return [f"q{i}" for i in range(n)]
 
 
-def flow_record(task_id: str, rec: dict[str, str], step_status: list[str | None]) -> dict[str, Any]:
-    """The flow as a task-like record, plus its steps (id, status) and tree."""
+def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
+    """The flow as a task-like record, plus its steps (index, id, name, status) and tree.
+    ``step_recs``: [status, name] of each step's task record (None: not created yet)."""
+    split_task_id(task_id)
     st = rec.get("status", "running")
+    statuses = [(x or [None])[0] for x in step_recs]
     if st == "running":
-        started = any(s not in (None, "queued", "scheduled") for s in step_status)
+        started = any(s not in (None, "queued", "scheduled") for s in statuses)
         st = "running" if started else "queued"
     steps = []
-    for i, s in enumerate(step_status):
-        steps.append({"index": i, "id": rec.get(f"q{i}", ""), "status": s or "waiting"})
-    split_task_id(task_id)
+    for i, x in enumerate(step_recs):
+        status, name = (x if x else [None, None])[:2]
+        if name is None and f"x{i}" in rec:
+            name = json.loads(rec[f"x{i}"])[2]
+        steps.append(
+            {
+                "index": i,
+                "id": rec.get(f"q{i}", ""),
+                "name": name or "",
+                "status": status or "waiting",
+            }
+        )
     return {
         "status": st,
         "rec": {
@@ -309,3 +321,23 @@ def flow_record(task_id: str, rec: dict[str, str], step_status: list[str | None]
         "steps": steps,
         "tree": json.loads(rec.get("tree", "null")),
     }  # fmt: skip
+
+
+def render_tree(tree: Any, steps: list[dict[str, Any]]) -> list[str]:
+    """The lines ``dtq task FLOW_ID`` prints: the flow's shape with each step's status."""
+    out: list[str] = []
+
+    def walk(node: Any, pre: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        if isinstance(node, int):
+            s = steps[node]
+            out.append(f"{pre}{branch}[{s['index']}] {s['name']} {s['status']}  {s['id']}")
+            return
+        ((kind, kids),) = node.items()
+        out.append(f"{pre}{branch}{kind}")
+        inner = pre + ("" if top else ("   " if last else "│  "))
+        for j, k in enumerate(kids):
+            walk(k, inner, j == len(kids) - 1, False)
+
+    walk(tree, "", True, True)
+    return out
