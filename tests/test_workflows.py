@@ -110,3 +110,27 @@ def test_testqueue_runs_flows() -> None:
     with TestQueue(app, eager=True):
         h = app.client().enqueue_workflow(chain(add.s(1, 2), sig("double")))
         assert app.client().get(h.id).result == 6
+
+
+async def test_http_api_returns_a_flow_with_its_steps(settings: Settings) -> None:
+    import httpx
+    from dtq_api.app import create_app
+
+    async with AsyncClient(settings=settings, app=app) as c:
+        h = await c.enqueue_workflow(chain(sig("add", [1, 2]), sig("double")))
+        transport = httpx.ASGITransport(app=create_app(settings))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            resp = await http.get(f"/api/v1/tasks/{h.id}")
+            assert resp.status_code == 200, resp.text
+            d = resp.json()
+            assert d["id"] == h.id and d["status"] == "queued" and d["name"] == "workflow"
+            assert [(s["name"], s["status"]) for s in d["steps"]] == [
+                ("add", "queued"), ("double", "waiting"),
+            ]  # fmt: skip
+            assert d["tree"] == {"chain": [0, 1]}
+            async with running_worker(
+                app, settings.model_copy(update={"queues": ["default", "other"]})
+            ):
+                assert await c.result(h.id, timeout=20) == 6
+            d = (await http.get(f"/api/v1/tasks/{h.id}")).json()
+            assert d["status"] == "succeeded" and d["result"] == 6
