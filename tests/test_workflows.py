@@ -114,6 +114,7 @@ def test_testqueue_runs_flows() -> None:
 
 async def test_http_api_returns_a_flow_with_its_steps(settings: Settings) -> None:
     import httpx
+
     from dtq_api.app import create_app
 
     async with AsyncClient(settings=settings, app=app) as c:
