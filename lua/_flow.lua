@@ -27,6 +27,18 @@
 -- ttl (s, text or number), done_prefix} of the queue the script runs on.
 
 local function flow_lib()
+  -- The public flow id ("<home queue>:<ftid>") and step index of a record's flow field.
+  local function flow_public(fl)
+    local home, ftid, i = string.match(fl, ':([%w_%.%-]+)}:f:([^|]+)|(%d+)$')
+    return (home or '?') .. ':' .. (ftid or '?'), i or '?'
+  end
+
+  -- The detail of a step's outcome event: "flow <flow id> step <i>".
+  local function flow_detail(fl)
+    local id, i = flow_public(fl)
+    return 'flow ' .. id .. ' step ' .. i
+  end
+
   -- Create the task record of a step from its spec (JSON array of strings: queue, tid, name,
   -- args, kwargs, prio, maxr (as enqueue.lua's field), timeout, delay_ms, expires_ms, meta,
   -- flow field, task key prefix of its queue) with its final args. Nothing when it exists
@@ -58,7 +70,7 @@ local function flow_lib()
       'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status, wk, wv,
       'flow', spec[12], unpack(h))
     if K.maxlen > 0 then
-      local flow_id = string.match(spec[12], '^(.*)|')
+      local flow_id = flow_public(spec[12])
       redis.call('XADD', K.events, 'MAXLEN', '~', string.format('%d', K.maxlen), '*',
         'type', 'enqueued', 'tid', tid, 'attempt', '0', 'worker', '', 'detail', status,
         'flow', flow_id)
@@ -173,5 +185,5 @@ local function flow_lib()
     end
   end
   return {create_step = flow_create_step, apply = flow_apply, note = flow_note,
-    release = flow_release, event = flow_event}
+    release = flow_release, event = flow_event, detail = flow_detail}
 end

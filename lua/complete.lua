@@ -63,9 +63,12 @@ for i = 0, n - 1 do
       redis.call('HSET', rk, 'error', r[8] or payload)
       finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
     end
-    emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
-    if r[9] then
-      flow_lib().note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
+    if not r[9] then
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
+    else  -- a workflow step: its event names the flow; then the flow's join, in this call
+      local F = flow_lib()
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[9]))
+      F.note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
         fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
         done_prefix = done_prefix}, r[9], status, status == 'succeeded' and payload
         or (r[8] or payload))

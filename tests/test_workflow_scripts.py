@@ -76,6 +76,17 @@ def test_chain_passes_each_result_on_and_ends_with_the_last(
     assert info.status == "succeeded" and info.result == "done"
     assert info.steps is not None and [s["status"] for s in info.steps] == ["succeeded"] * 3
     assert client.result(h.id, timeout=1) == "done"
+    # Events carry the flow id: each step's enqueue and outcome, and the flow's own.
+    qk = qk_of(settings, "default")
+    events = [f for _, f in r.xrange(qk.events)]  # type: ignore[misc]
+    assert {
+        (e["type"], e["detail"]) for e in events if e["tid"] == b.tid and e["type"] == "succeeded"
+    } == {("succeeded", f"flow {h.id} step 1")}
+    assert [e.get("flow") for e in events if e["tid"] == c.tid and e["type"] == "enqueued"] == [
+        h.id
+    ]
+    ftid = split_task_id(h.id)[1]
+    assert [e["type"] for e in events if e["tid"] == ftid] == ["flow_enqueued", "flow_succeeded"]
 
 
 def test_chord_callback_gets_results_in_member_order_once(
