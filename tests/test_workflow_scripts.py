@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from dtq import Client, Settings, TaskFailed, chain, chord, group, sig
+from dtq import Client, InvalidRequest, Settings, TaskFailed, chain, chord, group, sig
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.admin import dlq_requeue_call
@@ -301,3 +301,19 @@ def test_dtq_task_draws_the_flow_tree_and_the_api_form_has_steps(
         "succeeded", "queued", "queued", "waiting",
     ]  # fmt: skip
     assert d["tree"] == {"chain": [0, {"group": [1, {"chain": [2, 3]}]}]}
+
+
+def test_cancelling_one_queued_step_cancels_its_flow(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(chord(group(sig("a"), sig("b")), sig("c")))
+    info = client.get(h.id)
+    assert info.steps is not None
+    assert client.cancel(info.steps[1]["id"]) is True
+    info = client.get(h.id)
+    assert info.status == "cancelled" and "step 1" in (info.error or "")
+    [a] = claim(r, settings, "default")
+    assert complete(r, settings, "default", a, 1)
+    assert claim(r, settings, "default") == []  # the callback never starts
+    with pytest.raises(InvalidRequest):
+        client.enqueue_workflow(chain(sig("a", expires=10), sig("b")))

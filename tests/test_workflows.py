@@ -135,3 +135,18 @@ async def test_http_api_returns_a_flow_with_its_steps(settings: Settings) -> Non
                 assert await c.result(h.id, timeout=20) == 6
             d = (await http.get(f"/api/v1/tasks/{h.id}")).json()
             assert d["status"] == "succeeded" and d["result"] == 6
+
+
+async def test_a_step_result_over_the_limit_fails_the_step_and_the_flow(
+    settings: Settings,
+) -> None:
+    s = settings.model_copy(update={"max_result_bytes": 1000})
+    async with running_worker(app, s), AsyncClient(settings=s, app=app) as c:
+        ok = await c.enqueue_workflow(chain(sig("big", [10]), sig("total")))
+        h = await c.enqueue_workflow(chain(sig("big", [5000]), sig("total")))
+        with pytest.raises(TaskFailed):
+            await c.result(h.id, timeout=20)
+        info = await c.get(h.id)
+        assert "DTQ_MAX_RESULT_BYTES" in (info.error or "") and info.steps is not None
+        assert [x["status"] for x in info.steps] == ["failed", "waiting"]
+        assert await c.result(ok.id, timeout=20) == "x" * 10  # total() returns its input

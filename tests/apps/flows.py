@@ -51,6 +51,11 @@ def sum_(xs: list[int]) -> int:
     return sum(xs)
 
 
+@app.task(name="big", max_retries=0)
+def big(n: int) -> str:
+    return "x" * n
+
+
 @app.task(name="boom", max_retries=1)
 def boom(*_: object) -> None:
     raise ValueError("boom")
