@@ -150,3 +150,25 @@ async def test_a_step_result_over_the_limit_fails_the_step_and_the_flow(
         assert "DTQ_MAX_RESULT_BYTES" in (info.error or "") and info.steps is not None
         assert [x["status"] for x in info.steps] == ["failed", "waiting"]
         assert await c.result(ok.id, timeout=20) == "x" * 10  # total() returns its input
+
+
+def test_the_examples_of_docs_workflows_run() -> None:
+    """docs/workflows.md: the first python block defines the tasks, the second uses them."""
+    import re
+    import sys
+    import types
+    from pathlib import Path
+
+    from dtq.testing import TestQueue
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "workflows.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    mod = types.ModuleType("flows_demo")
+    sys.modules["flows_demo"] = mod
+    try:
+        exec(compile(blocks[0], "flows_demo", "exec"), mod.__dict__)
+        with TestQueue(mod.app, eager=True):
+            exec(compile(blocks[1], "docs/workflows.md", "exec"), dict(mod.__dict__))
+    finally:
+        del sys.modules["flows_demo"]
