@@ -317,3 +317,19 @@ def test_cancelling_one_queued_step_cancels_its_flow(
     assert claim(r, settings, "default") == []  # the callback never starts
     with pytest.raises(InvalidRequest):
         client.enqueue_workflow(chain(sig("a", expires=10), sig("b")))
+
+
+def test_dtq_cancel_takes_a_flow_id(
+    r: redis.Redis, settings: Settings, client: Client, capsys: Any, monkeypatch: Any
+) -> None:
+    from dtq.cli import main
+
+    h = client.enqueue_workflow(chain(sig("a"), sig("b")))
+    monkeypatch.setenv("DTQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("DTQ_KEY_PREFIX", settings.key_prefix)
+    with pytest.raises(SystemExit) as exc:
+        main(["cancel", h.id])
+    assert exc.value.code in (0, None), capsys.readouterr()
+    info = client.get(h.id)
+    assert info.status == "cancelled" and info.steps is not None
+    assert [s["status"] for s in info.steps] == ["cancelled", "waiting"]
