@@ -36,16 +36,20 @@ def test_chords_survive_killed_and_frozen_workers(
         ids = []
         for f in range(FLOWS):
             members = [
-                sig("ident", [i], {"sleep": 0.05}, max_retries=20,
+                sig("ident", [i], {"sleep": 0.1}, max_retries=20,
                     queue="other" if (i + f) % 3 == 0 else "default")
                 for i in range(MEMBERS)
             ]  # fmt: skip
-            ids.append(c.enqueue_workflow(chord(group(*members), sig("total", max_retries=20))).id)
+            ids.append(
+                c.enqueue_workflow(
+                    chord(group(*members), sig("total", [], {"sleep": 0.5}, max_retries=20))
+                ).id
+            )
         # Faults while the flows run: kill one worker and start another, freeze one past the
         # visibility timeout and let it go on (its late outcomes are fenced out).
         n = 3
-        deadline = time.monotonic() + 120
-        for round_ in range(6):
+        deadline = time.monotonic() + 180
+        for round_ in range(10):
             time.sleep(0.6)
             victim = workers[rng.randrange(len(workers))]
             if round_ % 2 == 0:

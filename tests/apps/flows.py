@@ -41,8 +41,10 @@ def ident(x: int, sleep: float = 0.0) -> int:
 
 
 @app.task(name="total")
-def total(xs: list[int]) -> list[int]:
+def total(xs: list[int], sleep: float = 0.0) -> list[int]:
     _started("cb")
+    if sleep:
+        time.sleep(sleep)
     return xs
 
 
