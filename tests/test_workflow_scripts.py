@@ -333,3 +333,37 @@ def test_dtq_cancel_takes_a_flow_id(
     info = client.get(h.id)
     assert info.status == "cancelled" and info.steps is not None
     assert [s["status"] for s in info.steps] == ["cancelled", "waiting"]
+
+
+def test_a_step_lost_past_its_budget_or_handed_back_cancelled_ends_its_flow(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    """The other ways a step ends: reclaim ("worker lost", no retry left) fails the flow,
+    on another queue through the outbox; a hand-back of a run whose cancel was requested
+    cancels it."""
+    run = sc.SyncScripts(r).run
+    flow = chord(group(sig("x"), sig("a", max_retries=0, queue="other")), sig("b"))
+    h = client.enqueue_workflow(flow)
+    assert split_task_id(h.id)[0] == "default"  # the home; a's first move was the client's
+    [a] = claim(r, settings, "other")
+    other = qk_of(settings, "other")
+    call = sc.reclaim_call(other, "reaper", min_idle_ms=0, count=10, events_maxlen=100, ttl_s=60)
+    assert sc.parse_reclaim(run(call)).failed == 1
+    [note] = outbox(r, settings, "other")
+    assert note["s"] == "failed" and "worker lost" in note["p"]
+    home, ftid, step = wf.parse_flow_key(settings.key_prefix, note["f"])
+    run(wf.apply_call(qk_of(settings, home), ftid, step, note["s"], note["p"], 100, 60))
+    info = client.get(h.id)
+    assert info.status == "failed" and "worker lost" in (info.error or "")
+
+    h2 = client.enqueue_workflow(chain(sig("c"), sig("d")))
+    [c] = [x for x in claim(r, settings, "default") if x.name == "c"]  # (x: the first flow's)
+    qk = qk_of(settings, "default")
+    r.hset(qk.task(c.tid), "cancel", "stop it")  # the durable flag, as cancel.lua sets it
+    ref = sc.RunRef(c.tid, c.eid, c.attempt)
+    call = sc.requeue_call(qk, W, [ref], events_maxlen=100, ttl_s=60, max_interruptions=3,
+                           retry_delay_ms=0)  # fmt: skip
+    assert sc.parse_strings(run(call)) == ["cancelled"]
+    info = client.get(h2.id)
+    assert info.status == "cancelled" and "stop it" in (info.error or "")
+    assert claim(r, settings, "default") == []
