@@ -346,6 +346,7 @@ def test_a_step_lost_past_its_budget_or_handed_back_cancelled_ends_its_flow(
     h = client.enqueue_workflow(flow)
     assert split_task_id(h.id)[0] == "default"  # the home; a's first move was the client's
     [a] = claim(r, settings, "other")
+    assert a.name == "a"
     other = qk_of(settings, "other")
     call = sc.reclaim_call(other, "reaper", min_idle_ms=0, count=10, events_maxlen=100, ttl_s=60)
     assert sc.parse_reclaim(run(call)).failed == 1
