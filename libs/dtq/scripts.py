@@ -1086,7 +1086,8 @@ def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
 def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
     """1 when the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
     keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
-    return Call("retention_queue", [*keys, qk.stats, qk.fair, qk.decl], [GROUP, 1 if drop else 0])
+    keys += [qk.stats, qk.fair, qk.decl, qk.flowq]
+    return Call("retention_queue", keys, [GROUP, 1 if drop else 0])
 
 
 def lock_call(key: str, token: str, lease_ms: int) -> Call:
