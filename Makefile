@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint test test-fast demo bench chaos chaos-long clean
+.PHONY: install lint test test-fast demo bench chaos chaos-long clean docker-test docker-clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,16 @@ chaos: install
 
 chaos-long: install
 	$(BIN)/python -m tests.chaos.run --minutes 15
+
+# Builds the image and the compose stack with a private dockerd and runs them (root, Debian;
+# installs docker.io, docker-compose, debootstrap, prometheus if missing). tests/docker_stack.py.
+docker-test: install
+	$(BIN)/pip install -q -e ".[api,dev,deploy]"
+	$(BIN)/python -m tests.docker_stack
+
+# Drops the cached debootstrap base and the docker-test image store.
+docker-clean:
+	rm -rf build/docker /tmp/dtq-docker-cache
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache

@@ -35,8 +35,9 @@ async def test_retention_forgets_queue_names_that_hold_nothing(
         second = await ret.run_once()
         assert first.queues_forgotten == 0 and second.queues_forgotten == 2
         assert sorted(r.smembers(keys.queues)) == ["busy", "default", "later", "sched"]
-        # The forgotten queue's empty keys are gone too.
-        assert not [k for k in r.scan_iter(f"{keys.prefix}:{{{keys.prefix}:typo}}*")]
+        # The forgotten queue's empty keys are gone too (a purge's kept reply expires by itself).
+        left = [k for k in r.scan_iter(f"{keys.prefix}:{{{keys.prefix}:typo}}*") if r.ttl(k) < 0]
+        assert not left
     # A name used again is registered again by the client that uses it.
     with Client(settings=s) as c:
         c.enqueue("nop", queue="typo")

@@ -44,3 +44,10 @@ async def flaky(succeed_on: int) -> str:
 async def reject(order_id: str) -> None:
     """Ends failed at once (dtq.Fail): listed in the dead-letter queue, no retries."""
     raise Fail(f"order {order_id} is invalid")
+
+
+@app.task(name="examples.sleep", max_retries=3)
+async def sleep(seconds: float) -> float:
+    """A long task: shows work in flight, and a stopped worker handing it back to another."""
+    await asyncio.sleep(seconds)
+    return seconds

@@ -91,7 +91,9 @@ class Settings(BaseSettings):
     dead_worker_ttl_s: float = Field(3600.0, gt=0)
     """A worker silent this long is dropped from the worker list and its consumers deleted."""
     metrics_port: int | None = Field(None, ge=1, le=65535)
-    """When set, the worker serves Prometheus ``/metrics`` on this port."""
+    """When set, the worker serves Prometheus ``/metrics`` on this port, and its probes:
+    ``/healthz`` (the process and its event loop answer) and ``/readyz`` (Redis reachable and
+    heartbeats landing)."""
     api_token: str | None = None
     """When set, every ``/api/v1`` call needs ``Authorization: Bearer <token>``."""
     log_format: Literal["text", "json"] = "text"

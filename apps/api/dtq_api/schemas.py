@@ -48,7 +48,13 @@ class EnqueueRequest(BaseModel):
         extra="forbid", json_schema_extra={"not": {"required": ["delay", "eta"]}}
     )
 
-    name: str = Field(min_length=1, max_length=200, description="Registered task name.")
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        # What the SDK refuses (dtq.settings.CONTROL_RE): no control characters.
+        pattern=r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$",
+        description="Registered task name (no control characters).",
+    )
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")

@@ -29,6 +29,11 @@ class Heartbeat:
         # heartbeat times are on the Redis clock, which retention and observers compare them
         # with, whatever this host's wall clock says (or how it jumps).
         self.clock_offset_ms: int | None = None
+        worker.metrics.heartbeat_age.set_function(self.age)
+
+    def age(self) -> float:
+        """Seconds since the last heartbeat Redis took (since start before the first)."""
+        return time.monotonic() - self.last_ok
 
     async def loop(self) -> None:
         w = self.w
@@ -115,11 +120,9 @@ class Heartbeat:
             w.metrics.redis_errors.labels("heartbeat").inc()
             self.backoff.failed(exc)
             w.healthy.clear()
-            w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
             return False
         self.backoff.ok()
         self.last_ok = time.monotonic()
-        w.metrics.heartbeat_age.set(0)
         w.healthy.set()
         for r in runs:
             r.leased_mono = sent  # renewed by this beat (a lost one is dropped just below)

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
+
+# Task run and wait times span milliseconds to hours: prometheus_client's default buckets stop
+# at 10 s, so a 120 s task read as p95 = 10 s. Each bound at most ~2.5x the one before.
+TASK_TIME_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, float("inf"),
+)  # fmt: skip
+
+# Every place that counts a Redis error or a loop restart under a ``loop`` label: their series
+# exist at 0 from the start, so rate() and alerts see the first error as a step.
+LOOPS = ("poll", "heartbeat", "outcome", "reaper", "scheduler", "cancels", "flows")
 
 
 class WorkerMetrics:
@@ -23,11 +34,13 @@ class WorkerMetrics:
             r,
         )
         self.duration = HotHistogramFamily(
-            "dtq_task_duration_seconds", "Run time of tasks", ["queue", "task"], r
-        )
+            "dtq_task_duration_seconds", "Run time of tasks", ["queue", "task"], r,
+            TASK_TIME_BUCKETS,
+        )  # fmt: skip
         self.wait = HotHistogramFamily(
-            "dtq_task_wait_seconds", "Time from enqueue to first start", ["queue"], r
-        )
+            "dtq_task_wait_seconds", "Time from enqueue to first start", ["queue"], r,
+            TASK_TIME_BUCKETS,
+        )  # fmt: skip
         self.reclaimed = Counter(
             "dtq_tasks_reclaimed_total", "Runs of lost workers put back by this reaper", registry=r
         )
@@ -59,9 +72,11 @@ class WorkerMetrics:
             registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
         )
+        for loop in LOOPS:
+            self.redis_errors.labels(loop)
+            self.loop_restarts.labels(loop)
+        # Read at scrape time (heartbeat.py points it at its clock): it keeps growing while a
+        # heartbeat hangs, not only when one fails.
         self.heartbeat_age = Gauge(
             "dtq_worker_heartbeat_age_seconds", "Seconds since the last good heartbeat", registry=r
         )
-
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)

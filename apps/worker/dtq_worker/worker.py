@@ -34,6 +34,7 @@ from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
+from dtq_worker.health import HealthServer, loop_answers
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
@@ -102,6 +103,8 @@ class Worker:
         self.counters: dict[str, int] = {}
         self.detached_threads = 0
         self.healthy = asyncio.Event()
+        self.prepared = False
+        self.http: HealthServer | None = None
         self.slot_freed = asyncio.Event()
         self._stop = asyncio.Event()
         self._finished = asyncio.Event()
@@ -464,9 +467,21 @@ class Worker:
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
         s = self.settings
-        await self.prepare()
         if s.metrics_port:
-            self.metrics.serve(s.metrics_port)
+            # Up before prepare(): the probes answer (not ready) while Redis is awaited.
+            self.http = HealthServer(
+                self.metrics.registry, loop_answers(asyncio.get_running_loop()), self.readiness
+            )
+            self.http.start(s.metrics_port)
+        try:
+            return await self._serve()
+        finally:
+            self._stop_http()  # an in-process worker must free its port when it ends
+
+    async def _serve(self) -> int:
+        s = self.settings
+        await self.prepare()
+        self.prepared = True
         self.healthy.set()
         if s.effective_heartbeat_ttl_s >= s.visibility_timeout_s:
             log.warning(
@@ -499,6 +514,23 @@ class Worker:
         if timer is not None:
             timer.cancel()  # stopped in time; an in-process worker must not end its host later
         return code
+
+    def readiness(self) -> str:
+        """/readyz's answer (read from the probe's thread): "ok", or why not."""
+        if self.stopping:
+            return "draining"
+        if not self.prepared:
+            return "starting"
+        if not self.healthy.is_set():
+            return "redis unreachable"
+        if self.heartbeat.age() > self.settings.effective_heartbeat_ttl_s:
+            return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
+        return "ok"
+
+    def _stop_http(self) -> None:
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
 
     def _restarted(self, loop: str, exc: BaseException) -> None:
         self.metrics.loop_restarts.labels(loop).inc()

@@ -1,0 +1,94 @@
+"""The worker's HTTP port (DTQ_METRICS_PORT): ``/metrics``, ``/healthz`` and ``/readyz``.
+
+It runs in its own thread so it answers whatever the event loop is doing, and says so:
+
+- ``/healthz`` (liveness) asks the event loop to run a no-op and waits for it. A loop held by a
+  blocking call, or a frozen process, fails it (503, or no answer at all): restarting such a
+  process is the cure. A Redis outage does not fail it: a restart would not help.
+- ``/readyz`` (readiness) answers 200 while Redis is reachable and heartbeats land, 503 while
+  they fail or the worker drains. It tells a rollout or a PodDisruptionBudget whether this
+  worker takes work; it costs nothing per task (it reads what the heartbeat loop records).
+
+Answers are JSON ``{"status": ...}``: ``ok`` or why not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+# How long /healthz waits for the event loop. Above any pause a healthy loop takes (a gc run, a
+# burst of outcome writes), well below a probe's timeout (the k8s manifests use 5 s).
+LOOP_ANSWER_TIMEOUT_S = 2.0
+
+Check = Callable[[], str]  # "ok", or why not
+StartResponse = Callable[..., Any]
+
+
+def loop_answers(loop: asyncio.AbstractEventLoop, timeout: float = LOOP_ANSWER_TIMEOUT_S) -> Check:
+    """A liveness check: the loop runs a no-op scheduled from this thread within ``timeout``."""
+
+    def check() -> str:
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            loop.call_soon_threadsafe(done.set_result, None)
+        except RuntimeError:  # the loop is closed: the worker has finished
+            return "event loop closed"
+        try:
+            done.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return "event loop not answering"
+        return "ok"
+
+    return check
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: no log
+        pass
+
+
+class HealthServer:
+    """Serves the registry on /metrics and the two checks on /healthz and /readyz."""
+
+    def __init__(self, registry: CollectorRegistry, live: Check, ready: Check) -> None:
+        self._metrics = make_wsgi_app(registry)
+        self._checks = {"/healthz": live, "/readyz": ready}
+        self._server: _Server | None = None
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        check = self._checks.get(environ.get("PATH_INFO", ""))
+        if check is None:
+            return self._metrics(environ, start_response)  # type: ignore[no-any-return]
+        try:
+            word = check()
+        except Exception as exc:  # a probe must answer, whatever went wrong
+            word = f"check failed: {exc}"
+        body = json.dumps({"status": word}).encode()
+        code = "200 OK" if word == "ok" else "503 Service Unavailable"
+        start_response(code, [("Content-Type", "application/json"),
+                              ("Content-Length", str(len(body)))])  # fmt: skip
+        return [body]
+
+    def start(self, port: int, addr: str = "0.0.0.0") -> None:
+        self._server = make_server(addr, port, self, _Server, handler_class=_QuietHandler)
+        t = threading.Thread(target=self._server.serve_forever, name="dtq-health", daemon=True)
+        t.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
