@@ -368,3 +368,22 @@ def test_a_step_lost_past_its_budget_or_handed_back_cancelled_ends_its_flow(
     info = client.get(h2.id)
     assert info.status == "cancelled" and "stop it" in (info.error or "")
     assert claim(r, settings, "default") == []
+
+
+def test_cancel_wins_over_a_cross_slot_release_still_in_an_outbox(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    """A flow cancelled while its released step's "put" waits in the home's outbox: moving
+    the put afterwards creates nothing, the step never runs."""
+    run = sc.SyncScripts(r).run
+    h = client.enqueue_workflow(chain(sig("a"), sig("b", queue="other")))
+    [a] = claim(r, settings, "default")
+    assert complete(r, settings, "default", a, 1)
+    [put] = outbox(r, settings, "default")  # b is released, not yet on its queue
+    assert client.cancel(h.id) is True
+    other = qk_of(settings, "other")
+    assert run(wf.put_call(other, put["spec"], put["args"], 100)) == 0
+    assert claim(r, settings, "other") == []
+    info = client.get(h.id)
+    assert info.status == "cancelled" and info.steps is not None
+    assert [s["status"] for s in info.steps] == ["succeeded", "cancelled"]

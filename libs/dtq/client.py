@@ -227,6 +227,11 @@ class _Base:
         ttl = self.settings.result_ttl_s
         return wf.cancel_call(self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen)
 
+    def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
+        """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
+        q, tid = split_task_id(step_id)
+        return wf.tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
+
     @staticmethod
     def _outcome(info: TaskInfo) -> Any:
         if info.status == TaskStatus.SUCCEEDED:
@@ -431,7 +436,10 @@ class AsyncClient(_Base):
                 raise UnknownTask(f"no workflow {task_id}")
             for step in raw[1:]:
                 c = self._cancel_call(step, reason)
-                await self._io(lambda c=c: self._scripts.run(c))  # type: ignore[misc]
+                res = sc.parse_cancel(await self._io(lambda c=c: self._scripts.run(c)))  # type: ignore[misc]
+                if res.outcome == "missing":  # on its way to its queue: it never runs
+                    t = self._tomb_call(step, reason)
+                    await self._io(lambda t=t: self._scripts.run(t))  # type: ignore[misc]
             return bool(raw[0] in ("running", "failed"))
         call = self._cancel_call(task_id, reason)
         raw = await self._io(lambda: self._scripts.run(call))
@@ -628,7 +636,10 @@ class Client(_Base):
                 raise UnknownTask(f"no workflow {task_id}")
             for step in raw[1:]:
                 c = self._cancel_call(step, reason)
-                self._io(lambda c=c: self._scripts.run(c))  # type: ignore[misc]
+                res = sc.parse_cancel(self._io(lambda c=c: self._scripts.run(c)))  # type: ignore[misc]
+                if res.outcome == "missing":  # on its way to its queue: it never runs
+                    t = self._tomb_call(step, reason)
+                    self._io(lambda t=t: self._scripts.run(t))  # type: ignore[misc]
             return bool(raw[0] in ("running", "failed"))
         call = self._cancel_call(task_id, reason)
         res = sc.parse_cancel(self._io(lambda: self._scripts.run(call)))

@@ -272,6 +272,11 @@ def cancel_call(home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen
     )
 
 
+def tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
+    """flow_tomb.lua: a cancelled flow's step not created yet is written cancelled."""
+    return Call("flow_tomb", [qk.task(tid)], [reason, ttl])
+
+
 def parse_flow_key(prefix: str, flow_field: str) -> tuple[str, str, str]:
     """(home queue, ftid, step index) of a step record's ``flow`` field."""
     fkey, _, step = flow_field.rpartition("|")
