@@ -17,6 +17,7 @@ deleted only after its move succeeded.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -57,29 +58,34 @@ class FlowMover:
             self._grouped.add(s)
 
     async def loop(self) -> None:
-        w = self.w
-        boxes = self._outboxes()
-        streams = list(boxes)
+        """One reader per outbox, side by side: each outbox is in its own slot on a cluster,
+        so one blocking XREADGROUP cannot name two of them."""
+        streams = list(self._outboxes())
         await self._ensure_groups(streams)
+        async with asyncio.TaskGroup() as tg:  # one reader failing restarts them all
+            for s in streams:
+                tg.create_task(self._read(s))
+
+    async def _read(self, stream: str) -> None:
+        w = self.w
         last_sweep = 0.0
         while not w.stopping:
             # Entries a dead mover left unacknowledged: taken over after the visibility timeout.
             now = time.monotonic()
             if now - last_sweep > max(1.0, w.settings.visibility_timeout_s / 2):
                 last_sweep = now
-                for s in streams:
-                    await self._take_over(s)
+                await self._take_over(stream)
             try:
                 reply: Any = await w.blocking.xreadgroup(
-                    MOVERS, w.worker_id, dict.fromkeys(streams, ">"), count=BATCH, block=BLOCK_MS
+                    MOVERS, w.worker_id, {stream: ">"}, count=BATCH, block=BLOCK_MS
                 )
             except aredis.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
-                self._grouped.clear()  # the outbox was deleted (a flush): make it again
-                await self._ensure_groups(streams)
+                self._grouped.discard(stream)  # the outbox was deleted (a flush, retention)
+                await self._ensure_groups([stream])
                 continue
-            for stream, entries in reply or []:
+            for _, entries in reply or []:
                 await self._move_all(stream, entries)
 
     async def _take_over(self, stream: str) -> None:
