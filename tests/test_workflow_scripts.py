@@ -76,6 +76,7 @@ def test_chain_passes_each_result_on_and_ends_with_the_last(
     assert info.status == "succeeded" and info.result == "done"
     assert info.steps is not None and [s["status"] for s in info.steps] == ["succeeded"] * 3
     assert client.result(h.id, timeout=1) == "done"
+    assert client.get(f"default:{b.tid}").flow == h.id  # a step names its flow
     # Events carry the flow id: each step's enqueue and outcome, and the flow's own.
     qk = qk_of(settings, "default")
     events = [f for _, f in r.xrange(qk.events)]  # type: ignore[misc]

@@ -49,6 +49,14 @@ def ms_to_datetime(raw: str | float | None) -> datetime | None:
 _ms_to_dt = ms_to_datetime
 
 
+def _flow_id(field_: str) -> str | None:
+    """The public flow id of a step record's ``flow`` field (``P:{P:home}:f:<ftid>|<i>``)."""
+    head, sep, ftid = field_.rpartition("|")[0].rpartition("}:f:")
+    if not sep or ":" not in head:
+        return None
+    return f"{head.rsplit(':', 1)[1]}:{ftid}"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
     """Everything known about one task, as stored in its record."""
@@ -91,6 +99,8 @@ class TaskInfo:
     steps it waits for succeeded); None for a task."""
     tree: Any = None
     """A workflow's shape: nested ``{"chain"|"group"|"chord": [...]}`` of step indices."""
+    flow: str | None = None
+    """A workflow step's flow id (``<home queue>:wf...``); None for a task of no flow."""
 
     @classmethod
     def from_record(
@@ -128,6 +138,7 @@ class TaskInfo:
             metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
             progress=json.loads(rec["progress"]) if rec.get("progress") else None,
             defaults=defaults,
+            flow=_flow_id(rec["flow"]) if "flow" in rec else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,7 +150,7 @@ class TaskInfo:
                 value = value.isoformat()
             elif isinstance(value, TaskStatus):
                 value = value.value
-            elif value is None and name in ("steps", "tree"):
+            elif value is None and name in ("steps", "tree", "flow"):
                 continue  # a task, not a workflow: its form is unchanged
             out[name] = value
         return out
