@@ -13,7 +13,8 @@ import pytest
 import redis
 
 from dtq import Client, Settings, chord, group, sig
-from tests.conftest import make_settings
+from dtq.keys import Keys
+from tests.conftest import make_settings, wait_until
 
 APP = "tests.apps.flows:app"
 FLOWS = 8
@@ -76,4 +77,7 @@ def test_chords_survive_killed_and_frozen_workers(
         assert info.steps[-1]["id"] in cb_tasks
     members = Counter((tid, attempt) for tid, attempt, tag in starts if tag != "cb")
     assert max(members.values()) == 1  # and so did every member attempt
+    # Every handover was moved and deleted, also those a killed or frozen mover held.
+    keys = Keys(prefix)
+    wait_until(lambda: all(r.xlen(keys.queue(q).flowq) == 0 for q in ("default", "other")), 60)
     print(f"callback attempts: {len(cb)} for {FLOWS} flows; member attempts {len(members)}")
