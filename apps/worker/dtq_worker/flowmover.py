@@ -80,7 +80,7 @@ class FlowMover:
                     MOVERS, w.worker_id, {stream: ">"}, count=BATCH, block=BLOCK_MS
                 )
             except aredis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
+                if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                     raise
                 self._grouped.discard(stream)  # the outbox was deleted (a flush, retention)
                 await self._ensure_groups([stream])
