@@ -4,6 +4,7 @@ failure and retries, cancel, and a big group (docs/workflows.md)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,33 @@ def test_the_examples_of_docs_workflows_run() -> None:
             exec(compile(blocks[1], "docs/workflows.md", "exec"), dict(mod.__dict__))
     finally:
         del sys.modules["flows_demo"]
+
+
+async def test_a_handover_left_by_a_dead_mover_is_taken_over(both: Settings) -> None:
+    """A mover that read a handover and died before moving it: a live worker takes the entry
+    over after the visibility timeout and moves it."""
+    from dtq import scripts as sc
+    from tests.conftest import create_groups
+
+    keys = Keys(both.key_prefix)
+    async with AsyncClient(settings=both, app=app) as c:
+        h = await c.enqueue_workflow(chain(sig("add", [1, 2]), sig("double")))
+        r = c.redis
+        home = keys.queue("default")
+        await asyncio.to_thread(create_groups, _sync(both), home)
+        run = sc.AsyncScripts(r).run
+        [a] = sc.parse_claim("default", await run(sc.claim_call(home, "w0", 1, 100, 60))).runs
+        s = sc.Success(a.tid, a.eid, a.attempt, "succeeded", "3")
+        await run(sc.complete_call(home, "w0", [s], 100, 60))
+        await r.xgroup_create(home.flowq, "movers", id="0", mkstream=True)
+        got = await r.xreadgroup("movers", "ghost", {home.flowq: ">"}, count=10)
+        assert got and got[0][1][0][1]["k"] == "put"  # pending to the dead mover "ghost"
+        async with running_worker(app, both):
+            assert await c.result(h.id, timeout=30) == 6
+        assert await r.xlen(home.flowq) == 0
+
+
+def _sync(s: Settings) -> Any:
+    import redis
+
+    return redis.Redis.from_url(s.redis_url, decode_responses=True)
