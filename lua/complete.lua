@@ -13,7 +13,8 @@
 --
 -- KEYS[1..19]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
 --              (a limited run frees its place, see _common.lua), fair, decl
--- KEYS[20]     P:{q}:f: (workflows homed here), KEYS[21] P:{q}:flowq (workflow outbox):
+-- KEYS[20]     P:{q}:f: (workflows homed here), KEYS[21] P:{q}:flowq (workflow outbox), as
+--              claim.lua:
 --              a workflow step's outcome runs its flow's join in this same call
 --              (flow_note in _flow.lua; a plain task pays one more HMGET field, nothing else)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
@@ -24,8 +25,8 @@
 -- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
 --              0 rejected (stale); when ARGV[7] > 0 one more
 --              element follows: claim.lua's reply
--- include: _claim
 -- include: _flow
+-- include: _claim
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text

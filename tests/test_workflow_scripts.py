@@ -317,7 +317,7 @@ def test_cancelling_one_queued_step_cancels_its_flow(
     assert complete(r, settings, "default", a, 1)
     assert claim(r, settings, "default") == []  # the callback never starts
     with pytest.raises(InvalidRequest):
-        client.enqueue_workflow(chain(sig("a", expires=10), sig("b")))
+        client.enqueue_workflow(chain(sig("a", unique=True), sig("b")))
 
 
 def test_dtq_cancel_takes_a_flow_id(
@@ -388,3 +388,22 @@ def test_cancel_wins_over_a_cross_slot_release_still_in_an_outbox(
     info = client.get(h.id)
     assert info.status == "cancelled" and info.steps is not None
     assert [s["status"] for s in info.steps] == ["succeeded", "cancelled"]
+
+
+def test_a_step_that_expires_at_its_claim_fails_its_flow(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    """A declared expiry (the worker's @app.task(expires=...)) ends a waiting step "expired"
+    at its claim: its flow fails then, in the claim's call, rather than staying running."""
+    h = client.enqueue_workflow(chain(sig("a"), sig("b")))
+    qk = qk_of(settings, "default")
+    info = client.get(h.id)
+    assert info.steps is not None
+    _, tid = split_task_id(info.steps[0]["id"])
+    r.hset(qk.task(tid), "exp", "1")  # its expiry passed (as a declared one fills it in)
+    assert claim(r, settings, "default") == []
+    assert r.hget(qk.task(tid), "status") == "expired"
+    info = client.get(h.id)
+    assert info.status == "failed" and "expired" in (info.error or "")
+    with pytest.raises(TaskFailed):
+        client.result(h.id, timeout=1)

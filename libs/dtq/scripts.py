@@ -719,7 +719,7 @@ def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, 
 def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
     return (
         *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
-        qk.lim_base, qk.fair, qk.decl,
+        qk.lim_base, qk.fair, qk.decl, qk.flow_base, qk.flowq,
     )  # fmt: skip
 
 
@@ -832,7 +832,7 @@ def complete_call(
     ]  # fmt: skip
     for o in outcomes:
         args += [o.tid, o.eid, o.attempt, o.status, o.payload]
-    return Call("complete", [*_claim_keys(qk), qk.flow_base, qk.flowq], args)
+    return Call("complete", list(_claim_keys(qk)), args)
 
 
 def parse_complete(raw: list[Any]) -> list[bool]:

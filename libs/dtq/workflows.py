@@ -27,15 +27,17 @@ __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", 
 
 # Enqueue options a step may carry. An idempotency key (or unique) would make a second flow's
 # step answer with the first flow's task, which belongs to another flow: refused.
-# An expiry is refused too: a step that ends "expired" at its claim would not be reported to
-# its flow (the claim is the hot path; docs/workflows.md, "Limits").
-STEP_OPTIONS = frozenset({"queue", "priority", "delay", "max_retries", "timeout", "metadata"})
+# A step's delay and expiry count from its release (when what it waits for succeeded).
+STEP_OPTIONS = frozenset(
+    {"queue", "priority", "delay", "max_retries", "timeout", "expires", "metadata"}
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Sig:
     """One step: a task name, its arguments and enqueue options (``queue``, ``priority``,
-    ``delay``, ``max_retries``, ``timeout``, ``metadata``)."""
+    ``delay``, ``max_retries``, ``timeout``, ``expires``, ``metadata``; a delay or expiry
+    counts from the step's release)."""
 
     name: str
     args: tuple[Any, ...] = ()
@@ -158,10 +160,9 @@ def plan(flow: Flow, settings: Settings, defaults_for: Any = None, ftid: str | N
                 d = defaults_for(node.name)
             q, t = build_task(settings, node.name, list(node.args), node.kwargs, defaults=d,
                               **node.options)  # fmt: skip
-            if t.idempotency_key or t.limit or t.expires_ms:
+            if t.idempotency_key or t.limit:
                 raise InvalidRequest(
-                    f"step {node.name!r}: unique tasks, limits and expiry are not supported in "
-                    "workflows"
+                    f"step {node.name!r}: unique tasks and limits are not supported in workflows"
                 )
             i = len(steps)
             deps = _deps(inp, set())
