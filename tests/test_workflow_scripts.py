@@ -407,3 +407,25 @@ def test_a_step_that_expires_at_its_claim_fails_its_flow(
     assert info.status == "failed" and "expired" in (info.error or "")
     with pytest.raises(TaskFailed):
         client.result(h.id, timeout=1)
+
+
+def test_steps_made_ready_while_the_flow_is_failed_wait_for_its_resume(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    h = client.enqueue_workflow(group(chain(sig("a"), sig("b")), chain(sig("c"), sig("d"))))
+    a, c = sorted(claim(r, settings, "default"), key=lambda x: x.name)
+    assert fail(r, settings, "default", a, "boom") == "failed"
+    assert complete(r, settings, "default", c, 3)
+    assert claim(r, settings, "default") == []  # d is ready but held: the flow failed
+    info = client.get(h.id)
+    assert info.status == "failed" and info.steps is not None
+    assert [s["status"] for s in info.steps] == ["failed", "waiting", "succeeded", "waiting"]
+    qk = qk_of(settings, "default")
+    sc.SyncScripts(r).run(dlq_requeue_call(qk, [a.tid], events_maxlen=100))
+    [a2] = claim(r, settings, "default")
+    assert complete(r, settings, "default", a2, 1)  # resumes: releases b, and the held d
+    b, d = sorted(claim(r, settings, "default"), key=lambda x: x.name)
+    assert (b.name, d.name) == ("b", "d")
+    assert args_of(r, settings, "default", b) == [1] and args_of(r, settings, "default", d) == [3]
+    assert complete(r, settings, "default", b, 2) and complete(r, settings, "default", d, 4)
+    assert client.result(h.id, timeout=1) == [2, 4]
