@@ -14,8 +14,7 @@
 -- KEYS[1..19]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
 --              (a limited run frees its place, see _common.lua), fair, decl
 -- KEYS[20]     P:{q}:f: (workflows homed here), KEYS[21] P:{q}:flowq (workflow outbox), as
---              claim.lua:
---              a workflow step's outcome runs its flow's join in this same call
+--              claim.lua: a workflow step's outcome runs its flow's join in this same call
 --              (flow_note in _flow.lua; a plain task pays one more HMGET field, nothing else)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
