@@ -12,6 +12,8 @@
 -- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py and _common.lua)
 -- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
 -- KEYS[19]     P:{q}:decl    (task name -> "max_retries|timeout|expires_ms" workers declared)
+-- KEYS[20]     P:{q}:f:, KEYS[21] P:{q}:flowq: a workflow step found expired ends its flow
+--              (flow_note in _flow.lua; the including script includes _flow too)
 --
 -- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair) returns the claim reply
 -- documented in claim.lua.
@@ -145,6 +147,12 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         finish(rk, 'expired', now, ttl, done_prefix .. tid, KEYS[15])
         emit(KEYS[12], maxlen, 'expired', tid, r[4], worker, '')
         expired = expired + 1
+        local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
+        if fl then
+          flow_lib().note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
+            fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl,
+            done_prefix = done_prefix}, fl, 'expired', 'expired before it started')
+        end
         return false
       end
       if not admit(i, eid, tid, rk, r) then

@@ -8,6 +8,8 @@
 -- KEYS[13]     P:{q}:t:<tid>  (the task record)
 -- KEYS[14]     P:{q}:idem:
 -- KEYS[15]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
+-- KEYS[16..17] P:{q}:f:, P:{q}:flowq (optional, with KEYS[15]): a workflow step that ends
+--              cancelled here cancels its flow in this same call (flow_note in _flow.lua)
 -- ARGV[1]      tid, ARGV[2] events maxlen, ARGV[3] record TTL (s), ARGV[4] done channel,
 -- ARGV[5]      cancel hint channel, ARGV[6] reason,
 -- ARGV[7]      how long the reply is kept for a re-send (ms; with KEYS[15])
@@ -16,6 +18,7 @@
 --              (see _replay.lua).
 --
 -- include: _replay
+-- include: _flow
 
 local reply_key = KEYS[15]
 local again = replayed(reply_key)
@@ -24,7 +27,7 @@ if again then return again end
 local function cancel()
   local tid, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local rk = KEYS[13]
-  local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel')
+  local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel', 'flow')
   local status = r[1]
   if not status then return {'missing', ''} end
   local now = now_ms()
@@ -47,6 +50,13 @@ local function cancel()
   redis.call('HDEL', rk, 'eid', 'due')
   finish(rk, 'cancelled', now, ttl, ARGV[4], KEYS[14])
   emit(KEYS[12], maxlen, 'cancelled', tid, r[4], '', ARGV[6])
+  if r[7] and KEYS[17] then
+    local base = string.sub(rk, 1, #rk - #tid)
+    flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
+      fbase = KEYS[16], flowq = KEYS[17], maxlen = maxlen, ttl = ttl,
+      done_prefix = string.sub(KEYS[16], 1, -3) .. 'done:'},
+      r[7], 'cancelled', ARGV[6])
+  end
   return {'cancelled', 'cancelled'}
 end
 

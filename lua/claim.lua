@@ -17,6 +17,7 @@
 -- KEYS[19]     P:{q}:decl    (task name -> defaults workers declared: a task enqueued by a
 --              client that did not know it gets, at its first claim, the values the enqueue
 --              left unset from there; dtq/declared.py)
+-- KEYS[20]     P:{q}:f:, KEYS[21] P:{q}:flowq (a workflow step found expired ends its flow)
 -- ARGV[1]      consumer group
 -- ARGV[2]      worker id (consumer name)
 -- ARGV[3]      count: free slots
@@ -45,6 +46,7 @@
 --
 -- The transition itself is claim_entries() in _claim.lua, which complete.lua also runs to
 -- refill the slots its runs free (one round trip per batch on the hot path).
+-- include: _flow
 -- include: _claim
 
 return claim_entries(ARGV[1], ARGV[2], tonumber(ARGV[3]), events_maxlen(ARGV[4]),

@@ -13,6 +13,9 @@
 --
 -- KEYS[1..19]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
 --              (a limited run frees its place, see _common.lua), fair, decl
+-- KEYS[20]     P:{q}:f: (workflows homed here), KEYS[21] P:{q}:flowq (workflow outbox), as
+--              claim.lua: a workflow step's outcome runs its flow's join in this same call
+--              (flow_note in _flow.lua; a plain task pays one more HMGET field, nothing else)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7]      claim count (0: claim nothing), ARGV[8] 1 = fair mode (see claim.lua)
@@ -21,6 +24,7 @@
 -- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
 --              0 rejected (stale); when ARGV[7] > 0 one more
 --              element follows: claim.lua's reply
+-- include: _flow
 -- include: _claim
 
 local group, worker = ARGV[1], ARGV[2]
@@ -37,7 +41,7 @@ for i = 0, n - 1 do
   local status, payload = ARGV[o + 3], ARGV[o + 4]
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
-    'cancel')
+    'cancel', 'flow')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local si = stream_index(r[4])
     local ids = acks[si]
@@ -59,7 +63,16 @@ for i = 0, n - 1 do
       redis.call('HSET', rk, 'error', r[8] or payload)
       finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
     end
-    emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
+    if not r[9] then
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
+    else  -- a workflow step: its event names the flow; then the flow's join, in this call
+      local F = flow_lib()
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[9]))
+      F.note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
+        fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
+        done_prefix = done_prefix}, r[9], status, status == 'succeeded' and payload
+        or (r[8] or payload))
+    end
     out[#out + 1] = 1
   elseif r[1] == status and r[2] == attempt and r[3] == worker then
     out[#out + 1] = 1  -- a replay (see above): only reached when the fence failed

@@ -15,6 +15,8 @@
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
 -- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
+-- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
+--              fails (cancels) its flow in this same call (flow_note in _flow.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
@@ -24,6 +26,7 @@
 -- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
 --              the status the record has now ('scheduled', 'failed', 'cancelled', or what
 --              followed: 'queued', ...)
+-- include: _flow
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -39,7 +42,7 @@ for i = 0, n - 1 do
   local delay = tonumber(ARGV[o + 4])
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
-    'cancel')
+    'cancel', 'flow')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
@@ -53,6 +56,11 @@ for i = 0, n - 1 do
       redis.call('HDEL', rk, 'tb')
     elseif tb then
       redis.call('HSET', rk, 'tb', tb)
+    end
+    if r[8] and out[#out] ~= 'scheduled' then
+      flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
+        fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
+        done_prefix = done_prefix}, r[8], out[#out], r[7] or err)
     end
   elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
     out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed

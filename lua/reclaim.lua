@@ -21,6 +21,8 @@
 -- KEYS[14]     P:{q}:t:
 -- KEYS[15]     P:{q}:idem:
 -- KEYS[16]     P:{q}:lim:  (limit key prefix: a lost limited run frees its place)
+-- KEYS[17]     P:{q}:f:, KEYS[18] P:{q}:flowq: a workflow step that ends failed or cancelled
+--              here fails (cancels) its flow in this same call (flow_note in _flow.lua)
 -- ARGV[1]      group, ARGV[2] reclaimer's worker id, ARGV[3] min idle ms (visibility timeout),
 -- ARGV[4]      max entries to adopt in this call (the COUNT of its XAUTOCLAIMs),
 -- ARGV[5]      events maxlen, ARGV[6] record TTL (s) of a failed task, ARGV[7] done channel
@@ -30,6 +32,7 @@
 -- ARGV[10]     max XAUTOCLAIM calls in this call (default 10)
 -- Returns      {requeued, failed, absorbed, next band (0: the pass is complete), next cursor,
 --              XAUTOCLAIM calls made, cancelled}
+-- include: _flow
 
 local group, worker = ARGV[1], ARGV[2]
 local min_idle, left = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -40,6 +43,11 @@ local base = KEYS[14]
 local now = now_ms()
 local k = {dlq = KEYS[11], events = KEYS[12], idem_base = KEYS[15], maxlen = maxlen, ttl = ttl,
   done_prefix = done_prefix, now = now, worker = worker}
+local function note(r8, status, payload)  -- a step of a workflow ended here
+  flow_lib().note({streams = KEYS, events = KEYS[12], tbase = base, fbase = KEYS[17],
+    flowq = KEYS[18], maxlen = maxlen, ttl = ttl, done_prefix = done_prefix}, r8, status,
+    payload)
+end
 local requeued, failed, absorbed, cancelled, steps = 0, 0, 0, 0, 0
 while band <= 10 and steps < steps_max and left > 0 do
   local stream = KEYS[band]
@@ -53,7 +61,7 @@ while band <= 10 and steps < steps_max and left > 0 do
       local tid = fields[2]
       local rk = base .. tid
       local r = redis.call('HMGET', rk, 'status', 'eid', 'attempt', 'worker', 'retries', 'maxr',
-        'cancel')
+        'cancel', 'flow')
       drop_entry(stream, group, eid)
       if r[1] == 'running' and r[2] == eid then
         limit_release(KEYS[16], base, KEYS, rk, tid)
@@ -63,6 +71,7 @@ while band <= 10 and steps < steps_max and left > 0 do
         if r[7] then
           end_cancelled(k, rk, tid, r[3], r[7], err)
           cancelled = cancelled + 1
+          if r[8] then note(r[8], 'cancelled', r[7]) end
         else
           local retries = tonumber(r[5]) + 1
           redis.call('HSET', rk, 'retries', retries, 'error', err)
@@ -76,6 +85,7 @@ while band <= 10 and steps < steps_max and left > 0 do
             finish(rk, 'failed', now, ttl, done_prefix .. tid, KEYS[15])
             emit(KEYS[12], maxlen, 'failed', tid, r[3], worker, err)
             failed = failed + 1
+            if r[8] then note(r[8], 'failed', err) end
           end
         end
       else

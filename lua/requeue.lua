@@ -17,6 +17,8 @@
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
 -- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
+-- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
+--              fails (cancels) its flow in this same call (flow_note in _flow.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
 -- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
@@ -24,6 +26,7 @@
 -- ARGV[10..]   per run, 3 fields: tid, eid, attempt
 -- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a
 --              re-send, the status the record has now
+-- include: _flow
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -39,7 +42,7 @@ for i = 0, n - 1 do
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
-    'intr', 'cancel')
+    'intr', 'cancel', 'flow')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
@@ -61,6 +64,12 @@ for i = 0, n - 1 do
     else
       local err = 'interrupted by worker shutdown ' .. intr .. ' times'
       out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], true, delay, err)
+    end
+    local res = out[#out]
+    if r[9] and (res == 'failed' or res == 'cancelled') then
+      flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
+        fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
+        done_prefix = done_prefix}, r[9], res, redis.call('HGET', rk, 'error') or res)
     end
   elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
     out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed

@@ -18,6 +18,9 @@
 -- KEYS[18]     P:{q}:fair
 -- KEYS[19]     P:{q}:decl  (the declarations workers published: no worker consumes the queue
 --              now, and one that does again publishes them again when it starts)
+-- KEYS[20]     P:{q}:flowq (the workflow outbox, docs/workflows.md): empty when it has no
+--              entry and nothing pending; its movers' consumers do not count (a stopped
+--              worker's stay in its group)
 -- ARGV[1]      consumer group, ARGV[2] 1 = delete the empty keys when it holds nothing
 -- Returns      1 when the queue holds nothing, else 0
 
@@ -34,5 +37,13 @@ for i = 1, 10 do
   end
 end
 if redis.call('EXISTS', KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]) > 0 then return 0 end
+if KEYS[20] and redis.call('EXISTS', KEYS[20]) == 1 then
+  if redis.call('XLEN', KEYS[20]) > 0 then return 0 end
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[20])) do
+    for j = 1, #g, 2 do
+      if g[j] == 'pending' and tonumber(g[j + 1]) > 0 then return 0 end
+    end
+  end
+end
 if drop then redis.call('DEL', unpack(KEYS)) end
 return 1

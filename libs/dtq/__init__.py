@@ -23,6 +23,7 @@ from dtq.errors import (
 from dtq.limits import Limit, Rate
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.settings import Settings
+from dtq.workflows import chain, chord, group, sig
 
 __version__ = "0.1.0"
 
@@ -50,5 +51,9 @@ __all__ = [
     "TaskInfo",
     "TaskStatus",
     "UnknownTask",
+    "chain",
+    "chord",
     "current_task",
+    "group",
+    "sig",
 ]

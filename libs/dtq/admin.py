@@ -36,7 +36,7 @@ from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
 from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
-from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, make_task_id, split_task_id
+from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus, ms_to_datetime
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
@@ -718,6 +718,11 @@ class Admin:
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
         split_task_id(task_id)
+        if is_flow_id(task_id):  # a workflow (docs/workflows.md): the flow and its steps
+            before = (await self.client.get(task_id)).status.value
+            changed = await self.client.cancel(task_id, reason)
+            outcome = "cancelled" if changed else "unchanged"
+            return {"id": task_id, "outcome": outcome, "status": "cancelled" if changed else before}
         call = self.client._cancel_call(task_id, reason)
         res = sc.parse_cancel(await self._run(call))
         if res.outcome == "missing":

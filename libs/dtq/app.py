@@ -20,6 +20,7 @@ from dtq.middleware import Hooks, check_middleware
 from dtq.models import TaskHandle
 from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
+from dtq.workflows import Sig
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
@@ -64,6 +65,12 @@ class Task(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Sig:
+        """A workflow step of this task: type-checked like :meth:`enqueue`, with the task's own
+        defaults. A step that gets an earlier result (in a chain, a chord's callback) is given
+        its other arguments: use ``dtq.sig(task.name, ...)`` for those (docs/workflows.md)."""
+        return Sig(self.name, tuple(args), dict(kwargs) or None, {}, self.defaults)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Enqueue with the task's own defaults (type-checked arguments). Blocking.

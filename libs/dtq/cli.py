@@ -268,6 +268,12 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
             _echo("traceback:")
             for line in d["traceback"].rstrip().splitlines():
                 _echo(f"  {line}")
+        if d.get("tree") is not None:  # a workflow: its shape and each step's status
+            from dtq.workflows import render_tree
+
+            _echo("steps:")
+            for line in render_tree(d["tree"], d["steps"]):
+                _echo("  " + line)
         if history:
             _echo("history:")
             for e in d.get("history", []):

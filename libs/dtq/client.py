@@ -8,6 +8,8 @@ scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -20,12 +22,13 @@ import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
+from dtq import workflows as wf
 from dtq.app import App, Task
 from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, sync_redis
 from dtq.declared import pending as pending_declared
 from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
 from dtq.eviction import is_oom, out_of_memory_message
-from dtq.keys import Keys, split_task_id
+from dtq.keys import Keys, is_flow_id, split_task_id
 from dtq.middleware import EnqueueRequest, Hooks, before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
@@ -241,6 +244,48 @@ class _Base:
         queue, _ = split_task_id(task_id)
         return TaskInfo.from_record(task_id, queue, rec, declared)
 
+    def _flow_plan(self, flow: wf.Flow) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
+        p = wf.plan(flow, self.settings, self._defaults)
+        call, away = wf.enqueue_call(self.keys, p, self.settings.events_maxlen)
+        return p, call, away
+
+    def _flow_handle(self, p: wf.Plan, raw: Any) -> TaskHandle:
+        return TaskHandle(p.id, p.home, TaskStatus.QUEUED, int(raw[1]) == 1)
+
+    def _put_calls(self, away: list[tuple[str, str]]) -> list[sc.Call]:
+        """The moves of a new flow's first steps on other queues (idempotent: a worker moves
+        them again from the outbox if this client did not)."""
+        em = self.settings.events_maxlen
+        return [wf.put_call(self.keys.queue(q), s, json.loads(s)[3], em) for q, s in away]
+
+    def _flow_keys(self, task_id: str) -> tuple[str, str]:
+        home, ftid = split_task_id(task_id)
+        return self.keys.queue(home).flow(ftid), home
+
+    def _flow_info(self, task_id: str, rec: dict[str, str], statuses: list[Any]) -> TaskInfo:
+        if not rec:
+            raise UnknownTask(f"no workflow {task_id} (never enqueued, or its record expired)")
+        d = wf.flow_record(task_id, rec, statuses)
+        info = TaskInfo.from_record(task_id, split_task_id(task_id)[0], d["rec"])
+        return dataclasses.replace(info, steps=d["steps"], tree=d["tree"])
+
+    def _step_keys(self, rec: dict[str, str]) -> list[str]:
+        out = []
+        for i in range(int(rec.get("n", 0))):
+            q, tid = split_task_id(rec[f"q{i}"])
+            out.append(self.keys.queue(q).task(tid))
+        return out
+
+    def _flow_cancel_call(self, task_id: str, reason: str) -> sc.Call:
+        home, ftid = split_task_id(task_id)
+        ttl = self.settings.result_ttl_s
+        return wf.cancel_call(self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen)
+
+    def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
+        """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
+        q, tid = split_task_id(step_id)
+        return wf.tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
+
     @staticmethod
     def _outcome(info: TaskInfo) -> Any:
         if info.status == TaskStatus.SUCCEEDED:
@@ -422,8 +467,40 @@ class AsyncClient(_Base):
         await self._io(send)
         return [h for h in out if h is not None]
 
+    async def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
+        """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
+        is validated and encoded first. The handle's ``id`` is the workflow's id."""
+        p, call, away = self._flow_plan(flow)
+
+        async def go() -> Any:
+            queues = {s.queue for s in p.steps}
+            new = self._unregistered(queues)
+            if new:
+                await self.redis.sadd(self.keys.queues, *new)
+                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
+            raw = await self._scripts.run(call)
+            for c in self._put_calls(away):
+                await self._scripts.run(c)
+            return raw
+
+        return self._flow_handle(p, await self._io(go))
+
+    async def _get_flow(self, task_id: str) -> TaskInfo:
+        fkey, _ = self._flow_keys(task_id)
+        rec: Any = await self._io(lambda: self.redis.hgetall(fkey))
+        statuses: list[Any] = []
+        if rec:
+            pipe = self.redis.pipeline(transaction=False)
+            for k in self._step_keys(rec):
+                pipe.hmget(k, "status", "name")
+            statuses = await self._io(pipe.execute)
+        return self._flow_info(task_id, rec, statuses)
+
     async def get(self, task_id: str) -> TaskInfo:
-        """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
+        """The task's record; raises :class:`dtq.UnknownTask` if there is none. For a
+        workflow id: the flow's status, result or error, and its ``steps`` and ``tree``."""
+        if is_flow_id(task_id):
+            return await self._get_flow(task_id)
         queue, tid = split_task_id(task_id)
         qk = self.keys.queue(queue)
         rec: Any = await self._io(lambda: self.redis.hgetall(qk.task(tid)))
@@ -471,7 +548,19 @@ class AsyncClient(_Base):
             await ps.aclose()  # type: ignore[no-untyped-call]
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
-        """Cancel a task: True when it was cancelled or a running task was asked to stop."""
+        """Cancel a task: True when it was cancelled or a running task was asked to stop.
+        A workflow: its waiting steps never start, its started ones are cancelled as tasks."""
+        if is_flow_id(task_id):
+            raw = await self._io(lambda: self._scripts.run(self._flow_cancel_call(task_id, reason)))
+            if not raw or not raw[0]:
+                raise UnknownTask(f"no workflow {task_id}")
+            for step in raw[1:]:
+                c = self._cancel_call(step, reason)
+                res = sc.parse_cancel(await self._io(lambda c=c: self._scripts.run(c)))  # type: ignore[misc]
+                if res.outcome == "missing":  # on its way to its queue: it never runs
+                    t = self._tomb_call(step, reason)
+                    await self._io(lambda t=t: self._scripts.run(t))  # type: ignore[misc]
+            return bool(raw[0] in ("running", "failed"))
         call = self._cancel_call(task_id, reason)
         raw = await self._io(lambda: self._scripts.run(call))
         res = sc.parse_cancel(raw)
@@ -647,8 +736,39 @@ class Client(_Base):
         self._io(send)
         return [h for h in out if h is not None]
 
+    def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
+        """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
+        p, call, away = self._flow_plan(flow)
+
+        def go() -> Any:
+            queues = {s.queue for s in p.steps}
+            new = self._unregistered(queues)
+            if new:
+                self.redis.sadd(self.keys.queues, *new)
+                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
+            raw = self._scripts.run(call)
+            for c in self._put_calls(away):
+                self._scripts.run(c)
+            return raw
+
+        return self._flow_handle(p, self._io(go))
+
+    def _get_flow(self, task_id: str) -> TaskInfo:
+        fkey, _ = self._flow_keys(task_id)
+        rec: Any = self._io(lambda: self.redis.hgetall(fkey))
+        statuses: list[Any] = []
+        if rec:
+            pipe = self.redis.pipeline(transaction=False)
+            for k in self._step_keys(rec):
+                pipe.hmget(k, "status", "name")
+            statuses = self._io(pipe.execute)
+        return self._flow_info(task_id, rec, statuses)
+
     def get(self, task_id: str) -> TaskInfo:
-        """The task's record; raises :class:`dtq.UnknownTask` if there is none."""
+        """The task's record; raises :class:`dtq.UnknownTask` if there is none (a workflow:
+        see :meth:`AsyncClient.get`)."""
+        if is_flow_id(task_id):
+            return self._get_flow(task_id)
         queue, tid = split_task_id(task_id)
         qk = self.keys.queue(queue)
         rec: dict[str, str] = self._io(
@@ -692,7 +812,18 @@ class Client(_Base):
             ps.close()
 
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
-        """Cancel a task: True when it was cancelled or a running task was asked to stop."""
+        """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""
+        if is_flow_id(task_id):
+            raw = self._io(lambda: self._scripts.run(self._flow_cancel_call(task_id, reason)))
+            if not raw or not raw[0]:
+                raise UnknownTask(f"no workflow {task_id}")
+            for step in raw[1:]:
+                c = self._cancel_call(step, reason)
+                res = sc.parse_cancel(self._io(lambda c=c: self._scripts.run(c)))  # type: ignore[misc]
+                if res.outcome == "missing":  # on its way to its queue: it never runs
+                    t = self._tomb_call(step, reason)
+                    self._io(lambda t=t: self._scripts.run(t))  # type: ignore[misc]
+            return bool(raw[0] in ("running", "failed"))
         call = self._cancel_call(task_id, reason)
         res = sc.parse_cancel(self._io(lambda: self._scripts.run(call)))
         if res.outcome == "missing":

@@ -28,6 +28,8 @@ Per queue (tag ``{P:q}``)::
     P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
     P:{q}:decl             hash task name -> "max_retries|timeout|expires_ms" a worker declared
     P:{q}:reply:<nonce>    a state-changing SDK call's reply, kept a minute for its re-send
+    P:{q}:f:<ftid>         workflow state (hash) of a flow whose home is q (docs/workflows.md)
+    P:{q}:flowq            stream: workflow handovers to another slot (moved by workers)
 
 Global::
 
@@ -91,6 +93,18 @@ def make_task_id(queue: str, tid: str) -> str:
 # newline) and name a queue no worker consumes. Use ``fullmatch`` (``\Z`` keeps ``match`` safe).
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}\Z")
 _TASK_ID_RE = re.compile(r"([A-Za-z0-9_.\-]{1,100}):([A-Za-z0-9_.\-]{1,128})")
+
+
+FLOW_TID_PREFIX = "wf"  # a workflow's tid: "wf" + a task tid (hex digits never start with "w")
+
+
+def new_flow_tid() -> str:
+    return FLOW_TID_PREFIX + new_tid()
+
+
+def is_flow_id(task_id: str) -> bool:
+    """True for a workflow id (``<home queue>:wf<tid>``); no Redis call."""
+    return split_task_id(task_id)[1].startswith(FLOW_TID_PREFIX)
 
 
 def split_task_id(task_id: str) -> tuple[str, str]:
@@ -195,6 +209,19 @@ class QueueKeys:
     def lim_owed(self) -> str:
         """Set of limit keys whose release of a parked task ran out of budget."""
         return f"{self.base}:lim:~owed"
+
+    @property
+    def flow_base(self) -> str:
+        """Prefix of the workflow state hashes homed on this queue; scripts append the ftid."""
+        return f"{self.base}:f:"
+
+    def flow(self, ftid: str) -> str:
+        return f"{self.base}:f:{ftid}"
+
+    @property
+    def flowq(self) -> str:
+        """Stream: this queue's workflow handovers to another slot (dtq_worker.flowmover)."""
+        return f"{self.base}:flowq"
 
     @property
     def fair(self) -> str:

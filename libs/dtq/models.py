@@ -67,6 +67,14 @@ def ms_to_datetime(raw: str | float | None) -> datetime | None:
 _ms_to_dt = ms_to_datetime
 
 
+def _flow_id(field_: str) -> str | None:
+    """The public flow id of a step record's ``flow`` field (``P:{P:home}:f:<ftid>|<i>``)."""
+    head, sep, ftid = field_.rpartition("|")[0].rpartition("}:f:")
+    if not sep or ":" not in head:
+        return None
+    return f"{head.rsplit(':', 1)[1]}:{ftid}"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
     """Everything known about one task, as stored in its record."""
@@ -112,6 +120,13 @@ class TaskInfo:
     """Failed runs so far (the same count as ``retries``)."""
     retries_left: int = 0
     """Retries the task may still spend: ``max_retries`` minus ``failures``, at least 0."""
+    steps: list[dict[str, Any]] | None = None
+    """A workflow's steps (docs/workflows.md): index, task id and status ("waiting" until the
+    steps it waits for succeeded); None for a task."""
+    tree: Any = None
+    """A workflow's shape: nested ``{"chain"|"group"|"chord": [...]}`` of step indices."""
+    flow: str | None = None
+    """A workflow step's flow id (``<home queue>:wf...``); None for a task of no flow."""
 
     @classmethod
     def from_record(
@@ -152,6 +167,7 @@ class TaskInfo:
             traceback=rec.get("tb"),
             failures=int(rec.get("retries", 0)),
             retries_left=max(0, int(rec.get("maxr", 0)) - int(rec.get("retries", 0))),
+            flow=_flow_id(rec["flow"]) if "flow" in rec else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +179,8 @@ class TaskInfo:
                 value = value.isoformat()
             elif isinstance(value, TaskStatus):
                 value = value.value
+            elif value is None and name in ("steps", "tree", "flow"):
+                continue  # a task, not a workflow: its form is unchanged
             out[name] = value
         return out
 

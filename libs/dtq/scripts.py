@@ -720,7 +720,7 @@ def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, 
 def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
     return (
         *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
-        qk.lim_base, qk.fair, qk.decl,
+        qk.lim_base, qk.fair, qk.decl, qk.flow_base, qk.flowq,
     )  # fmt: skip
 
 
@@ -871,7 +871,7 @@ def fail_call(
         "fail",
         [
             *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base,
+            qk.lim_base, qk.flow_base, qk.flowq,
         ],
         args,
     )  # fmt: skip
@@ -913,7 +913,7 @@ def requeue_call(
         "requeue",
         [
             *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base,
+            qk.lim_base, qk.flow_base, qk.flowq,
         ],
         args,
     )  # fmt: skip
@@ -981,7 +981,10 @@ def reclaim_call(
     entries adopted."""
     return Call(
         "reclaim",
-        [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base],
+        [
+            *qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base,
+            qk.flow_base, qk.flowq,
+        ],
         [
             GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base, band,
             cursor, steps,
@@ -1064,7 +1067,7 @@ def cancel_call(
     keys = [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base]
     args: list[Any] = [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason]
     if nonce is not None:
-        keys.append(qk.reply(nonce))
+        keys += [qk.reply(nonce), qk.flow_base, qk.flowq]
         args.append(REPLY_TTL_MS)
     return Call("cancel", keys, args)
 
@@ -1088,7 +1091,8 @@ def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
 def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
     """1 when the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
     keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
-    return Call("retention_queue", [*keys, qk.stats, qk.fair, qk.decl], [GROUP, 1 if drop else 0])
+    keys += [qk.stats, qk.fair, qk.decl, qk.flowq]
+    return Call("retention_queue", keys, [GROUP, 1 if drop else 0])
 
 
 def lock_call(key: str, token: str, lease_ms: int) -> Call:

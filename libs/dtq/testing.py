@@ -37,6 +37,7 @@ import fakeredis
 
 from dtq import codec
 from dtq import scripts as sc
+from dtq import workflows as wf
 from dtq.app import App
 from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
@@ -305,9 +306,25 @@ class TestQueue:
             self._draining.on = False
         return [self.client.get(i) for i in ran]
 
+    def _move_handovers(self, queues: list[str]) -> None:
+        """Move every workflow handover waiting in the queues' outboxes, as workers do
+        (dtq_worker.flowmover): a step on another queue than its flow's home."""
+        moved = True
+        while moved:
+            moved = False
+            for q in queues:
+                entries: Any = self.redis.xrange(self.keys.queue(q).flowq)
+                for eid, fields in entries:
+                    call = wf.handover_call(self.keys, self.settings, fields)
+                    if call is not None:
+                        self._scripts.run(call)
+                    self.redis.xdel(self.keys.queue(q).flowq, eid)
+                    moved = True
+
     def _claim_one(self, include_delayed: bool) -> tuple[str, sc.Claimed] | None:
         s = self.settings
         members: Any = self.redis.smembers(self.keys.queues)
+        self._move_handovers(sorted(members))
         q: str
         for q in sorted(members):
             qk = self.keys.queue(q)
@@ -465,6 +482,11 @@ class _TestClient(Client):
         self._tq._after_enqueue()
         return out
 
+    def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
+        h = super().enqueue_workflow(flow)
+        self._tq._after_enqueue()
+        return h
+
 
 class _TestAsyncClient(AsyncClient):
     def __init__(self, tq: TestQueue, **kw: Any) -> None:
@@ -480,3 +502,8 @@ class _TestAsyncClient(AsyncClient):
         out = await super()._send(by_queue, n)
         await self._tq._aafter_enqueue()
         return out
+
+    async def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
+        h = await super().enqueue_workflow(flow)
+        await self._tq._aafter_enqueue()
+        return h

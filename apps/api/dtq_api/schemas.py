@@ -126,6 +126,11 @@ class Task(Open):  # type: ignore[no-redef]
     requeues: int | None = None
     created: bool | None = Field(None, description="On enqueue: false for an existing task.")
     history: list[Event] | None = None
+    steps: list[dict[str, Any]] | None = Field(
+        None, description="A workflow's steps: index, id, name, status (docs/workflows.md)."
+    )
+    tree: Any = Field(None, description='A workflow\'s shape: {"chain"|"group"|"chord": [...]}.')
+    flow: str | None = Field(None, description="A workflow step's flow id.")
     defaults: Literal["declared", "default"] | None = Field(
         None,
         description="Before its first claim, for a task enqueued without knowing it: where the "

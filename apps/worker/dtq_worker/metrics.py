@@ -15,7 +15,7 @@ TASK_TIME_BUCKETS = (
 
 # Every place that counts a Redis error or a loop restart under a ``loop`` label: their series
 # exist at 0 from the start, so rate() and alerts see the first error as a step.
-LOOPS = ("poll", "heartbeat", "outcome", "reaper", "scheduler", "cancels")
+LOOPS = ("poll", "heartbeat", "outcome", "reaper", "scheduler", "cancels", "flows")
 
 
 class WorkerMetrics:

@@ -34,6 +34,7 @@ from dtq_worker import poolchild
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.flowmover import FlowMover
 from dtq_worker.health import HealthServer, loop_answers
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
@@ -128,6 +129,7 @@ class Worker:
         self.scheduler = Scheduler(self)
         self.heartbeat = Heartbeat(self)
         self.recovery = Recovery(self)
+        self.flows = FlowMover(self)  # workflow handovers between slots (flowmover.py)
         self.scripts.on_reply_lost = self.recovery.reply_lost
         self._bg: set[asyncio.Task[Any]] = set()
 
@@ -535,6 +537,7 @@ class Worker:
                 supervise("heartbeat", self.heartbeat.loop, lambda: self.finished, self._restarted)
             ),
             self.spawn(supervise("cancels", self._cancel_listener, stopping, self._restarted)),
+            self.spawn(supervise("flows", self.flows.loop, stopping, self._restarted)),
         ]
         await self._stop.wait()
         code = await self.shutdown()

@@ -1,0 +1,131 @@
+"""The flow mover: moves workflow handovers between slots (docs/workflows.md, "Cluster").
+
+A workflow's join runs in the script that stores a step's outcome when the flow's state lives
+in the same slot. When it does not (a step on another queue than the flow's home), that script
+writes the handover to its own queue's outbox stream ``P:{q}:flowq``, in the same atomic step
+as the outcome; this loop moves it on, for every queue the worker consumes:
+
+* ``note`` (a step ended): ``flow_apply.lua`` at the flow's home; counted once per step.
+* ``put`` (a step released, or a flow's first step on another queue): ``flow_put.lua`` on the
+  step's queue; creates its record only if none exists (its tid was fixed at the enqueue).
+
+Both are idempotent by (flow, step), so an entry moved twice (a mover that died between the
+move and its acknowledgement: another worker claims the entry after the visibility timeout)
+changes nothing the second time: exactly once by construction. An entry is acknowledged and
+deleted only after its move succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aredis
+
+from dtq import workflows as wf
+from dtq.errors import DtqError
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = logging.getLogger("dtq.worker.flows")
+
+MOVERS = "movers"  # the consumer group of every outbox
+BATCH = 100
+BLOCK_MS = 1000
+
+
+class FlowMover:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.moved = 0
+        self._grouped: set[str] = set()
+
+    def _outboxes(self) -> dict[str, str]:
+        return {self.w.keys.queue(q).flowq: q for q in self.w.queues}
+
+    async def _ensure_groups(self, streams: list[str]) -> None:
+        for s in streams:
+            if s in self._grouped:
+                continue
+            try:
+                await self.w.redis.xgroup_create(s, MOVERS, id="0", mkstream=True)
+            except aredis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            self._grouped.add(s)
+
+    async def loop(self) -> None:
+        """One reader per outbox, side by side: each outbox is in its own slot on a cluster,
+        so one blocking XREADGROUP cannot name two of them."""
+        streams = list(self._outboxes())
+        await self._ensure_groups(streams)
+        async with asyncio.TaskGroup() as tg:  # one reader failing restarts them all
+            for s in streams:
+                tg.create_task(self._read(s))
+
+    async def _read(self, stream: str) -> None:
+        w = self.w
+        last_sweep = 0.0
+        while not w.stopping:
+            # Entries a dead mover left unacknowledged: taken over after the visibility timeout.
+            now = time.monotonic()
+            if now - last_sweep > max(1.0, w.settings.visibility_timeout_s / 2):
+                last_sweep = now
+                await self._take_over(stream)
+            try:
+                reply: Any = await w.blocking.xreadgroup(
+                    MOVERS, w.worker_id, {stream: ">"}, count=BATCH, block=BLOCK_MS
+                )
+            except aredis.ResponseError as exc:
+                if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
+                    raise
+                self._grouped.discard(stream)  # the outbox was deleted (a flush, retention)
+                await self._ensure_groups([stream])
+                continue
+            for _, entries in reply or []:
+                await self._move_all(stream, entries)
+
+    async def _take_over(self, stream: str) -> None:
+        idle = int(self.w.settings.visibility_timeout_s * 1000)
+        try:
+            res: Any = await self.w.redis.xautoclaim(
+                stream, MOVERS, self.w.worker_id, idle, "0-0", count=BATCH
+            )
+        except aredis.ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                self._grouped.discard(stream)
+                await self._ensure_groups([stream])
+                return
+            raise
+        if res and res[1]:
+            await self._move_all(stream, res[1])
+
+    async def _move_all(self, stream: str, entries: list[Any]) -> None:
+        for eid, fields in entries:
+            if not fields:  # deleted meanwhile
+                await self._done(stream, eid)
+                continue
+            try:
+                await self.move(fields)
+            except DtqError as exc:
+                log.warning("workflow handover %s %s not moved: %s", stream, eid, exc)
+                continue  # left pending: taken over again later
+            await self._done(stream, eid)
+            self.moved += 1
+
+    async def _done(self, stream: str, eid: str) -> None:
+        pipe = self.w.redis.pipeline(transaction=False)
+        pipe.xack(stream, MOVERS, eid)
+        pipe.xdel(stream, eid)
+        await pipe.execute()
+
+    async def move(self, fields: dict[str, str]) -> None:
+        """Move one handover (see the module's docstring)."""
+        call = wf.handover_call(self.w.keys, self.w.settings, fields)
+        if call is None:
+            log.warning("unknown workflow handover %r dropped", fields.get("k"))
+            return
+        await self.w.scripts.run(call)

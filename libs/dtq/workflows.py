@@ -1,0 +1,350 @@
+"""Workflows: chains, groups and chords of tasks (docs/workflows.md).
+
+``sig``/``task.s`` describe one step; ``chain``, ``group`` and ``chord`` compose them, nested
+freely. :func:`plan` checks and encodes a whole flow before anything is sent (every step
+through :func:`dtq.requests.build_task`, as an enqueue would), and turns the tree into steps
+that wait for one another: each step knows how many steps it waits for, which steps wait for
+it, and its *input*: the expression (JSON of step indices) whose value is put first in its
+arguments when it is released. ``lua/flow_enqueue.lua`` then creates the flow in one call;
+``lua/_flow.lua`` runs the joins inside the scripts that store the steps' outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from dtq import codec
+from dtq.errors import InvalidRequest
+from dtq.keys import Keys, QueueKeys, new_flow_tid, split_task_id
+from dtq.requests import TaskDefaults, build_task
+from dtq.scripts import Call, NewTask
+from dtq.settings import Settings
+
+__all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
+
+# Enqueue options a step may carry. An idempotency key (or unique) would make a second flow's
+# step answer with the first flow's task, which belongs to another flow: refused.
+# A step's delay and expiry count from its release (when what it waits for succeeded).
+STEP_OPTIONS = frozenset(
+    {"queue", "priority", "delay", "max_retries", "timeout", "expires", "metadata"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sig:
+    """One step: a task name, its arguments and enqueue options (``queue``, ``priority``,
+    ``delay``, ``max_retries``, ``timeout``, ``expires``, ``metadata``; a delay or expiry
+    counts from the step's release)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    defaults: TaskDefaults | None = None
+    """The task's declared defaults, when made by ``task.s`` (as ``task.enqueue`` uses)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Steps one after another; each gets the result of the one before as its first argument."""
+
+    steps: tuple[Flow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Members run in parallel; the group's result is the list of their results, in order."""
+
+    members: tuple[Flow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Chord:
+    """A group, then a callback that gets the list of the group's results first."""
+
+    header: Group
+    body: Flow
+
+
+Flow: TypeAlias = Sig | Chain | Group | Chord
+
+
+def sig(
+    name: str, args: Iterable[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+) -> Sig:
+    """A step of task ``name`` (by name; ``task.s(...)`` is the typed form)."""
+    bad = set(options) - STEP_OPTIONS
+    if bad:
+        raise InvalidRequest(
+            f"option(s) not allowed in a workflow step: {', '.join(sorted(bad))} "
+            f"(allowed: {', '.join(sorted(STEP_OPTIONS))})"
+        )
+    if isinstance(args, str | bytes) or not isinstance(args, Iterable):
+        raise InvalidRequest("args must be a list or tuple")
+    return Sig(name, tuple(args), kwargs, dict(options))
+
+
+def _flows(items: tuple[Any, ...], what: str) -> tuple[Flow, ...]:
+    for x in items:
+        if not isinstance(x, Sig | Chain | Group | Chord):
+            raise InvalidRequest(f"{what} takes signatures and flows, not {type(x).__name__}")
+    if not items:
+        raise InvalidRequest(f"an empty {what}")
+    return items
+
+
+def chain(*steps: Flow) -> Chain:
+    return Chain(_flows(steps, "chain"))
+
+
+def group(*members: Flow) -> Group:
+    if len(members) == 1 and isinstance(members[0], list | tuple):
+        members = tuple(members[0])  # group([...]) as well as group(a, b)
+    return Group(_flows(members, "group"))
+
+
+def chord(header: Group | Iterable[Flow], body: Flow) -> Chord:
+    g = header if isinstance(header, Group) else group(*header)
+    _flows((body,), "chord")
+    return Chord(g, body)
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+Expr: TypeAlias = "int | list[Expr]"
+
+
+@dataclass(slots=True)
+class Step:
+    queue: str
+    task: NewTask
+    input: Expr | None
+    waits: int
+    dependents: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Plan:
+    ftid: str
+    home: str
+    steps: list[Step]
+    root: Expr
+    tree: Any
+
+    @property
+    def id(self) -> str:
+        return f"{self.home}:{self.ftid}"
+
+
+def _deps(e: Expr | None, out: set[int]) -> set[int]:
+    if isinstance(e, int):
+        out.add(e)
+    elif e is not None:
+        for x in e:
+            _deps(x, out)
+    return out
+
+
+def plan(flow: Flow, settings: Settings, defaults_for: Any = None, ftid: str | None = None) -> Plan:
+    """Check and encode ``flow``; raise :class:`dtq.InvalidRequest` (or a serialization
+    error) before anything is sent. ``defaults_for(name)``: the app's declared defaults."""
+    steps: list[Step] = []
+
+    def walk(node: Flow, inp: Expr | None) -> tuple[Expr, Any]:
+        if isinstance(node, Sig):
+            d = node.defaults
+            if d is None and defaults_for is not None:
+                d = defaults_for(node.name)
+            q, t = build_task(settings, node.name, list(node.args), node.kwargs, defaults=d,
+                              **node.options)  # fmt: skip
+            if t.idempotency_key or t.limit:
+                raise InvalidRequest(
+                    f"step {node.name!r}: unique tasks and limits are not supported in workflows"
+                )
+            i = len(steps)
+            deps = _deps(inp, set())
+            steps.append(Step(q, t, inp, len(deps)))
+            for d_ in deps:
+                steps[d_].dependents.append(i)
+            return i, i
+        if isinstance(node, Chain):
+            cur, trees = inp, []
+            for s in node.steps:
+                cur, tr = walk(s, cur)
+                trees.append(tr)
+            assert cur is not None
+            return cur, {"chain": trees}
+        if isinstance(node, Group):
+            outs, trees = [], []
+            for m in node.members:
+                e, tr = walk(m, inp)
+                outs.append(e)
+                trees.append(tr)
+            return outs, {"group": trees}
+        if isinstance(node, Chord):
+            h, htree = walk(node.header, inp)
+            b, btree = walk(node.body, h)
+            return b, {"chord": [htree, btree]}
+        raise InvalidRequest(f"not a workflow: {type(node).__name__}")
+
+    if not isinstance(flow, Sig | Chain | Group | Chord):
+        raise InvalidRequest(f"not a workflow: {type(flow).__name__}")
+    root, tree = walk(flow, None)
+    return Plan(ftid or new_flow_tid(), steps[0].queue, steps, root, tree)
+
+
+def _spec(keys: Keys, p: Plan, i: int) -> str:
+    s = p.steps[i]
+    t = s.task
+    qk = keys.queue(s.queue)
+    fields = [
+        s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.maxr_arg()),
+        "" if t.timeout is None else repr(float(t.timeout)), str(t.delay_ms),
+        str(t.expires_ms), t.meta, f"{keys.queue(p.home).flow(p.ftid)}|{i}", qk.task_base,
+    ]  # fmt: skip
+    return codec.dumps(fields, "workflow step")
+
+
+def _home_keys(qk: QueueKeys) -> list[str]:
+    return [*qk.streams, qk.sched, qk.events, qk.task_base, qk.flow_base, qk.flowq]
+
+
+def enqueue_call(keys: Keys, p: Plan, events_maxlen: int) -> tuple[Call, list[tuple[str, str]]]:
+    """flow_enqueue.lua's call; and (queue, spec) of each first step on another queue, for the
+    client to move at once with :func:`put_call`."""
+    args: list[Any] = [
+        events_maxlen, p.ftid, len(p.steps), json.dumps(p.root, separators=(",", ":")),
+        json.dumps(p.tree, separators=(",", ":")),
+    ]  # fmt: skip
+    away: list[tuple[str, str]] = []
+    for i, s in enumerate(p.steps):
+        spec = _spec(keys, p, i)
+        inp = "" if s.input is None else json.dumps(s.input, separators=(",", ":"))
+        args += [f"{s.queue}:{s.task.tid}", s.waits, ",".join(map(str, s.dependents)), inp, spec]
+        if s.waits == 0 and s.queue != p.home:
+            away.append((s.queue, spec))
+    return Call("flow_enqueue", _home_keys(keys.queue(p.home)), args), away
+
+
+def put_call(qk: QueueKeys, spec: str, args: str, events_maxlen: int) -> Call:
+    """flow_put.lua: create a released step on its own queue (idempotent)."""
+    return Call(
+        "flow_put", [*qk.streams, qk.sched, qk.events, qk.task_base], [events_maxlen, spec, args]
+    )
+
+
+def apply_call(
+    home: QueueKeys, ftid: str, step: str, status: str, payload: str, events_maxlen: int, ttl: int
+) -> Call:
+    """flow_apply.lua: a step's outcome noted on another slot, applied at its flow's home."""
+    return Call(
+        "flow_apply",
+        _home_keys(home),
+        [events_maxlen, ttl, home.done_base, ftid, step, status, payload],
+    )
+
+
+def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> Call | None:
+    """The move of one outbox entry (``P:{q}:flowq``): ``flow_apply`` of a ``note`` at its
+    flow's home, ``flow_put`` of a ``put`` on its step's queue; None for an unknown kind."""
+    kind = fields.get("k")
+    if kind == "note":
+        home, ftid, step = parse_flow_key(keys.prefix, fields["f"])
+        status = fields["s"]
+        s = settings
+        ttl = s.result_ttl_s if status == "succeeded" else max(s.result_ttl_s, s.dlq_ttl_s)
+        return apply_call(
+            keys.queue(home), ftid, step, status, fields["p"], settings.events_maxlen, ttl
+        )
+    if kind == "put":
+        queue = json.loads(fields["spec"])[0]
+        return put_call(keys.queue(queue), fields["spec"], fields["args"], settings.events_maxlen)
+    return None
+
+
+def cancel_call(home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int) -> Call:
+    return Call(
+        "flow_cancel",
+        [home.flow(ftid), home.events],
+        [reason, ttl, home.done_channel(ftid), events_maxlen],
+    )
+
+
+def tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
+    """flow_tomb.lua: a cancelled flow's step not created yet is written cancelled."""
+    return Call("flow_tomb", [qk.task(tid)], [reason, ttl])
+
+
+def parse_flow_key(prefix: str, flow_field: str) -> tuple[str, str, str]:
+    """(home queue, ftid, step index) of a step record's ``flow`` field."""
+    fkey, _, step = flow_field.rpartition("|")
+    head = f"{prefix}:{{{prefix}:"
+    if not fkey.startswith(head):
+        raise ValueError(f"not a flow key: {fkey!r}")
+    home, _, ftid = fkey[len(head) :].partition("}:f:")
+    return home, ftid, step
+
+
+# --- what get() shows ---------------------------------------------------------------------
+
+
+def step_fields(n: int) -> list[str]:
+    return [f"q{i}" for i in range(n)]
+
+
+def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
+    """The flow as a task-like record, plus its steps (index, id, name, status) and tree.
+    ``step_recs``: [status, name] of each step's task record (None: not created yet)."""
+    split_task_id(task_id)
+    st = rec.get("status", "running")
+    statuses = [(x or [None])[0] for x in step_recs]
+    if st == "running":
+        started = any(s not in (None, "queued", "scheduled") for s in statuses)
+        st = "running" if started else "queued"
+    steps = []
+    for i, x in enumerate(step_recs):
+        status, name = (x if x else [None, None])[:2]
+        if name is None and f"x{i}" in rec:
+            name = json.loads(rec[f"x{i}"])[2]
+        steps.append(
+            {
+                "index": i,
+                "id": rec.get(f"q{i}", ""),
+                "name": name or "",
+                "status": status or "waiting",
+            }
+        )
+    return {
+        "status": st,
+        "rec": {
+            "name": "workflow", "status": st, "enq": rec.get("enq", ""),
+            **({"finished": rec["finished"]} if "finished" in rec else {}),
+            **({"result": rec["result"]} if "result" in rec else {}),
+            **({"error": rec["error"]} if "error" in rec else {}),
+        },
+        "steps": steps,
+        "tree": json.loads(rec.get("tree", "null")),
+    }  # fmt: skip
+
+
+def render_tree(tree: Any, steps: list[dict[str, Any]]) -> list[str]:
+    """The lines ``dtq task FLOW_ID`` prints: the flow's shape with each step's status."""
+    out: list[str] = []
+
+    def walk(node: Any, pre: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        if isinstance(node, int):
+            s = steps[node]
+            out.append(f"{pre}{branch}[{s['index']}] {s['name']} {s['status']}  {s['id']}")
+            return
+        ((kind, kids),) = node.items()
+        out.append(f"{pre}{branch}{kind}")
+        inner = pre + ("" if top else ("   " if last else "│  "))
+        for j, k in enumerate(kids):
+            walk(k, inner, j == len(kids) - 1, False)
+
+    walk(tree, "", True, True)
+    return out
