@@ -51,6 +51,20 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
     c.close()
 
 
+@pytest.fixture
+def run(r: redis.Redis) -> Any:
+    """A blocking script runner on the session server (the scripts' direct tests)."""
+    from dtq import scripts as sc
+
+    return sc.SyncScripts(r).run
+
+
+@pytest.fixture
+def qk(prefix: str, request: pytest.FixtureRequest) -> QueueKeys:
+    """The keys of the test module's queue ``Q`` under the test's own prefix."""
+    return QueueKeys(prefix, request.module.Q)
+
+
 def make_settings(url: str, prefix: str, **kw: Any) -> Settings:
     base: dict[str, Any] = {
         "redis_url": url,
