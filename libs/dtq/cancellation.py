@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
+from dtq.cluster import anode_kwargs, node_kwargs
 from dtq.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -74,7 +75,9 @@ def cancel_many(
         base = client.keys.queue(q).task_base
         cursor = 0
         while True:
-            cursor, keys = client.redis.scan(cursor, match=base + "*", count=PAGE)  # type: ignore[misc]
+            cursor, keys = client.redis.scan(  # type: ignore[misc]
+                cursor, match=base + "*", count=PAGE, **node_kwargs(client.redis, base)
+            )
             tids = [str(k)[len(base) :] for k in keys]
             if tids:
                 with client.redis.pipeline(transaction=False) as pipe:
@@ -108,7 +111,8 @@ async def acancel_many(
         base = client.keys.queue(q).task_base
         cursor = 0
         while True:
-            cursor, keys = await client.redis.scan(cursor, match=base + "*", count=PAGE)
+            node = await anode_kwargs(client.redis, base)  # the queue's slot's node (a cluster)
+            cursor, keys = await client.redis.scan(cursor, match=base + "*", count=PAGE, **node)
             tids = [str(k)[len(base) :] for k in keys]
             if tids:
                 async with client.redis.pipeline(transaction=False) as pipe:

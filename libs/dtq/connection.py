@@ -1,19 +1,27 @@
-"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, or through Sentinel.
+"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, Sentinel or Cluster.
 
 ``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``. A Sentinel deployment
 is written ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: dtq asks the
 sentinels for the current primary of ``service`` and follows failovers (a failover shows up as
 transient READONLY / connection errors, which the worker retries).
+
+A Redis Cluster is written ``redis+cluster://[[user]:password@]host:port[,host:port...][/]``
+(``rediss+cluster://`` for TLS): any reachable nodes; redis-py's ``RedisCluster`` learns the
+slot map from them, follows MOVED/ASK and retries TRYAGAIN itself. The cluster client is typed
+as the plain one it stands in for: dtq calls only commands both have, and the few places that
+need a connection of their own (the fast lane, the idle wake-up) ask :func:`is_cluster` first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.cluster as acluster
+import redis.cluster as scluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import ExponentialWithJitterBackoff
@@ -21,6 +29,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 SENTINEL_SCHEME = "redis+sentinel"
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +68,55 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterUrl:
+    nodes: list[tuple[str, int]]
+    password: str | None
+    username: str | None
+    ssl: bool
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0] in CLUSTER_SCHEMES
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """Split a ``redis+cluster://`` URL; raise ValueError saying what is wrong."""
+    parsed = urlparse(url)
+    if parsed.scheme not in CLUSTER_SCHEMES:
+        raise ValueError("not a redis+cluster:// or rediss+cluster:// URL")
+    netloc = parsed.netloc.rpartition("@")[2]
+    nodes = []
+    for part in netloc.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"cluster node address {part!r} must be host:port")
+        nodes.append((host.strip("[]"), int(port)))
+    if parsed.path.strip("/"):
+        raise ValueError("a cluster has one database: nothing may follow host:port[,...]/")
+    return ClusterUrl(
+        nodes=nodes,
+        password=unquote(parsed.password) if parsed.password else None,
+        username=unquote(parsed.username) if parsed.username else None,
+        ssl=parsed.scheme == "rediss+cluster",
+    )
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` (from :func:`sync_redis` / :func:`async_redis`) talks to a cluster:
+    the one question code that would write to a connection of its own asks."""
+    return isinstance(client, scluster.RedisCluster | acluster.RedisCluster)
+
+
+def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in kwargs.items() if k != "db"}
+    out.setdefault("password", c.password)
+    out.setdefault("username", c.username)
+    if c.ssl:
+        out["ssl"] = True
+    return out
+
+
 # The SDK's re-send backoff: full jitter over an exponential from 50 ms, capped at 1 s.
 RETRY_BASE_S, RETRY_CAP_S = 0.05, 1.0
 
@@ -78,6 +136,11 @@ def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
     (the SDK's, see docs/faults.md); the worker keeps 0 and handles its own failures.
     """
     kwargs = _with_retries(kwargs, retries, Retry)
+    if is_cluster_url(url):
+        c = parse_cluster_url(url)
+        nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
+        cluster = scluster.RedisCluster(startup_nodes=nodes, **_cluster_kwargs(c, kwargs))
+        return cast(redis.Redis, cluster)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = Sentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
@@ -91,6 +154,11 @@ def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
 def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
     """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis."""
     kwargs = _with_retries(kwargs, retries, AsyncRetry)
+    if is_cluster_url(url):
+        c = parse_cluster_url(url)
+        anodes = [acluster.ClusterNode(h, p) for h, p in c.nodes]
+        acl = acluster.RedisCluster(startup_nodes=anodes, **_cluster_kwargs(c, kwargs))
+        return cast(aredis.Redis, acl)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = AsyncSentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]

@@ -142,8 +142,16 @@ class Settings(BaseSettings):
 
             parse_sentinel_url(value)
             return value
+        if parsed.scheme in ("redis+cluster", "rediss+cluster"):
+            from dtq.connection import parse_cluster_url
+
+            parse_cluster_url(value)
+            return value
         if parsed.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix://, redis+sentinel:// "
+                "or redis+cluster://"
+            )
         if parsed.scheme != "unix" and not parsed.hostname:
             raise ValueError("has no host")
         try:

@@ -1,0 +1,122 @@
+"""A private Redis Cluster for the tests: 3 masters with one replica each, on free ports.
+
+Started with ``redis-server --cluster-enabled yes`` per node and ``redis-cli --cluster create``;
+ready once every node says ``cluster_state:ok`` and knows every other node, and each replica
+has synced. Offers what the tests need of it: its ``redis+cluster://`` URL, a client, the node
+that holds a key, killing a master (its replica is promoted), and moving a slot.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import time
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from tests.redis_server import RedisServer
+
+NODE_TIMEOUT_MS = 1000  # how long a master must be unreachable before its replica takes over
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too (and below 65536)."""
+    while True:
+        port = random.randint(20000, 50000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+
+
+class RedisClusterFixture:
+    def __init__(self, masters: int = 3, replicas: int = 1) -> None:
+        if not shutil.which("redis-cli"):
+            raise RuntimeError("redis-cli is not on PATH (Debian package redis-tools)")
+        self.masters, self.replicas = masters, replicas
+        self.nodes: list[RedisServer] = []
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3])
+
+    def start(self) -> RedisClusterFixture:
+        for _ in range(self.masters * (1 + self.replicas)):
+            port = cluster_port()
+            node = RedisServer(
+                port,
+                extra_args=[
+                    "--cluster-enabled", "yes",
+                    "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                    "--cluster-require-full-coverage", "no",
+                    "--cluster-allow-replica-migration", "no",
+                ],
+            )  # fmt: skip
+            self.nodes.append(node.start())
+        subprocess.run(
+            ["redis-cli", "--cluster", "create",
+             *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60,
+        )  # fmt: skip
+        self.wait_ok()
+        return self
+
+    def wait_ok(self, timeout: float = 60.0) -> None:
+        """Until every live node says cluster_state:ok, knows the same nodes, and every
+        master's replicas are synced."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._ok():
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test cluster did not become ready")
+            time.sleep(0.1)
+
+    def _ok(self) -> bool:
+        live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        try:
+            for n in live:
+                with n.client() as c:
+                    if "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
+                        return False
+                    if len(c.execute_command("CLUSTER", "NODES").splitlines()) != len(self.nodes):
+                        return False
+                    info = c.info("replication")
+                    if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                        return False
+        except redis.RedisError:
+            return False
+        return True
+
+    def client(self) -> RedisCluster:
+        return RedisCluster(
+            startup_nodes=[ClusterNode("127.0.0.1", n.port) for n in self.live_nodes()],
+            decode_responses=True,
+        )
+
+    def live_nodes(self) -> list[RedisServer]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def master_of(self, key: str) -> RedisServer:
+        """The live node that serves ``key``'s slot (asked of the nodes themselves)."""
+        for n in self.live_nodes():
+            with n.client() as c:
+                if c.info("replication").get("role") != "master":
+                    continue
+                slot = int(c.execute_command("CLUSTER", "KEYSLOT", key))
+                for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+                    if lo <= slot <= hi:
+                        return next(x for x in self.nodes if x.port == int(master[1]))
+        raise RuntimeError(f"no live master serves {key!r}")
+
+    def cleanup(self) -> None:
+        for n in self.nodes:
+            n.cleanup()
