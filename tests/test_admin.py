@@ -193,6 +193,7 @@ async def test_dlq_pagination_across_queues(settings: Settings) -> None:
         assert sorted(seen) == sorted(ids) and pages >= 4
 
 
+@pytest.mark.cluster
 async def test_list_tasks_filters_and_cursor_pagination(settings: Settings) -> None:
     async with Admin(settings) as a:
         c = a.client
@@ -241,6 +242,7 @@ async def test_retry_and_cancel(settings: Settings) -> None:
             await a.cancel("default:0000")
 
 
+@pytest.mark.cluster
 async def test_events_read_from_now_and_throughput(settings: Settings) -> None:
     async with running_worker(app, settings), Admin(settings) as a:
         await a.client.enqueue("add", [0, 0])  # registers the queue
@@ -262,6 +264,7 @@ async def test_events_read_from_now_and_throughput(settings: Settings) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 async def test_sigkilled_worker_shows_stale_within_three_heartbeats(
     settings: Settings, spawn_worker: Any
 ) -> None:

@@ -34,7 +34,7 @@ import redis.asyncio as aredis
 from dtq import eviction
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
-from dtq.cluster import anode_kwargs, scan_step
+from dtq.cluster import ascan_slot, scan_step
 from dtq.connection import async_redis, is_cluster
 from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
@@ -518,6 +518,8 @@ class Admin:
         if queue is not None and status in ("failed", "scheduled"):
             return await self._list_zset(queue, status, name, cursor, limit)
         scan_cursor, skip = self._parse_cursor(cursor)
+        if queue is not None and ":" in scan_cursor:  # a walk's over every primary
+            raise InvalidRequest(f"bad cursor {cursor!r}")
         if queue is not None:
             match = _glob_escape(self.keys.queue(queue).task_base) + "*"
         else:
@@ -526,10 +528,11 @@ class Admin:
         items: list[TaskInfo] = []
         # One queue's records are in its slot's node; across queues the walk visits every
         # primary of a cluster (dtq.cluster): its cursor then reads "<primary>:<cursor>".
-        node = await anode_kwargs(self._r, self.keys.queue(queue).task_base) if queue else None
         while True:
-            if node is not None:
-                nxt, keys = await self._r.scan(int(scan_cursor), match=match, count=1000, **node)
+            if queue is not None:
+                base = self.keys.queue(queue).task_base
+                at, keys = await ascan_slot(self._r, base, int(scan_cursor), match, 1000)
+                nxt = str(at)
             else:
                 nxt, keys = await scan_step(self._r, scan_cursor, match, 1000)
             matched = await self._filter_records(keys, status, name)

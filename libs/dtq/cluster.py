@@ -15,26 +15,38 @@ from typing import Any
 from dtq.connection import is_cluster
 
 
-def node_kwargs(client: Any, key: str) -> dict[str, Any]:
-    """Extra kwargs that send a keyless command of a blocking client to ``key``'s node."""
-    if not is_cluster(client):
-        return {}
-    return {"target_nodes": client.get_node_from_key(key)}
+def _one(reply: Any) -> tuple[int, list[Any]]:
+    """SCAN's reply from one node: redis-py's cluster client gives ({node: cursor}, keys)."""
+    cursor, keys = reply
+    if isinstance(cursor, dict):
+        cursor = next(iter(cursor.values()), 0)
+    return int(cursor), keys
 
 
-async def anode_kwargs(client: Any, key: str) -> dict[str, Any]:
-    """:func:`node_kwargs` for an asyncio client (which learns the slot map lazily)."""
+def scan_slot(client: Any, key: str, cursor: int, match: str, count: int) -> tuple[int, list[Any]]:
+    """One SCAN call of a blocking client at the node holding ``key``'s slot."""
     if not is_cluster(client):
-        return {}
+        return _one(client.scan(cursor, match=match, count=count))
+    node = client.get_node_from_key(key)
+    return _one(client.scan(cursor, match=match, count=count, target_nodes=node))
+
+
+async def ascan_slot(
+    client: Any, key: str, cursor: int, match: str, count: int
+) -> tuple[int, list[Any]]:
+    """:func:`scan_slot` for an asyncio client (which learns the slot map lazily)."""
+    if not is_cluster(client):
+        return _one(await client.scan(cursor, match=match, count=count))
     await client.initialize()
-    return {"target_nodes": client.get_node_from_key(key)}
+    node = client.get_node_from_key(key)
+    return _one(await client.scan(cursor, match=match, count=count, target_nodes=node))
 
 
 async def scan_step(client: Any, cursor: str, match: str, count: int) -> tuple[str, list[Any]]:
     """One SCAN call of a walk over every key matching ``match`` (every primary's, on a
     cluster); returns the next cursor (``"0"``: the walk is over) and the keys."""
     if not is_cluster(client):
-        nxt, keys = await client.scan(int(cursor), match=match, count=count)
+        nxt, keys = _one(await client.scan(int(cursor), match=match, count=count))
         return str(nxt), keys
     await client.initialize()
     primaries = sorted(client.get_primaries(), key=lambda n: n.name)
@@ -42,10 +54,10 @@ async def scan_step(client: Any, cursor: str, match: str, count: int) -> tuple[s
     i = int(index)
     if i >= len(primaries):  # fewer primaries than when the walk began: it is over
         return "0", []
-    nxt, keys = await client.scan(int(at), match=match, count=count, target_nodes=primaries[i])
-    if isinstance(nxt, dict):  # a reply keyed by node (redis-py's multi-node form)
-        nxt, keys = next(iter(nxt.values()))
-    if int(nxt) != 0:
+    nxt, keys = _one(
+        await client.scan(int(at), match=match, count=count, target_nodes=primaries[i])
+    )
+    if nxt != 0:
         return f"{i}:{nxt}", keys
     if i + 1 < len(primaries):
         return f"{i + 1}:0", keys

@@ -149,6 +149,11 @@ def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
     return ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
 
 
+def _eval_args(script: str, call: Call) -> tuple[Any, ...]:
+    # redis-py's cluster pipelines have no eval() (nor EVALSHA): the command goes as is.
+    return ("EVAL", script, len(call.keys), *call.keys, *call.args)
+
+
 def _packed(conn: Any, sha: str, call: Call) -> Any:
     """The EVALSHA of ``call`` as bytes for ``conn``: hiredis directly where it is there (a
     blocking connection's pack_command checks every argument in Python first: 6.9 against
@@ -330,7 +335,7 @@ class AsyncScripts:
         obj = self._obj(call.script)
         if pipe is not None:
             if not self._lanes_ok:  # a cluster pipeline (see the fast lane above)
-                return pipe.eval(obj.script, len(call.keys), *call.keys, *call.args)
+                return pipe.execute_command(*_eval_args(obj.script, call))
             return await obj(keys=call.keys, args=call.args, client=pipe)
         lane = self._free_lane()
         if lane is not None:
@@ -543,7 +548,7 @@ class SyncScripts:
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
         if pipe is not None and not self._lanes_ok:  # a cluster pipeline (see the fast lane)
-            return pipe.eval(obj.script, len(call.keys), *call.keys, *call.args)
+            return pipe.execute_command(*_eval_args(obj.script, call))
         if pipe is None and self._lanes_ok and self._lane_lock.acquire(blocking=False):
             try:
                 res = self._lane_call(obj.sha, call)

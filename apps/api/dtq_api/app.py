@@ -46,7 +46,7 @@ from dtq_api import schemas as s
 log = logging.getLogger("dtq.api")
 SSE_PING_S = 15.0
 QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
-CURSOR_RE = r"^[0-9]{1,19}(\.[0-9]{1,9})?$"
+CURSOR_RE = r"^([0-9]{1,4}:)?[0-9]{1,19}(\.[0-9]{1,9})?$"  # "<primary>:" on a cluster
 TASK_ID_RE = s.TASK_ID_RE
 TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
