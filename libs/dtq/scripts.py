@@ -548,7 +548,7 @@ class SyncScripts:
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
         if pipe is not None and not self._lanes_ok:  # a cluster pipeline (see the fast lane)
-            return pipe.execute_command(*_eval_args(obj.script, call))
+            return pipe.execute_command(*_eval_args(obj.script, call))  # type: ignore[no-untyped-call]
         if pipe is None and self._lanes_ok and self._lane_lock.acquire(blocking=False):
             try:
                 res = self._lane_call(obj.sha, call)
