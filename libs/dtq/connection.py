@@ -108,6 +108,40 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, scluster.RedisCluster | acluster.RedisCluster)
 
 
+# redis-py raises "no startup node reachable" as a RedisClusterException, outside the RedisError
+# family that every dtq caller maps to "Redis unreachable" (SDK, CLI, API) or retries (worker):
+# these subclasses raise it as the ConnectionError it is.
+_UNREACHABLE = "Redis Cluster cannot be connected"
+
+
+def _as_connection_error(exc: redis.RedisClusterException) -> Exception:
+    if _UNREACHABLE in str(exc):
+        return redis.ConnectionError(str(exc))
+    return exc
+
+
+class _SyncCluster(scluster.RedisCluster):
+    def __init__(self, **kwargs: Any) -> None:
+        try:
+            super().__init__(**kwargs)
+        except redis.RedisClusterException as exc:
+            raise _as_connection_error(exc) from None
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except redis.RedisClusterException as exc:
+            raise _as_connection_error(exc) from None
+
+
+class _AsyncCluster(acluster.RedisCluster):
+    async def initialize(self, *args: Any, **kwargs: Any) -> acluster.RedisCluster:
+        try:
+            return await super().initialize(*args, **kwargs)
+        except redis.RedisClusterException as exc:
+            raise _as_connection_error(exc) from None
+
+
 def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in kwargs.items() if k != "db"}
     out.setdefault("password", c.password)
@@ -139,7 +173,7 @@ def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
     if is_cluster_url(url):
         c = parse_cluster_url(url)
         nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
-        cluster = scluster.RedisCluster(startup_nodes=nodes, **_cluster_kwargs(c, kwargs))
+        cluster = _SyncCluster(startup_nodes=nodes, **_cluster_kwargs(c, kwargs))
         return cast(redis.Redis, cluster)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
@@ -157,7 +191,7 @@ def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
     if is_cluster_url(url):
         c = parse_cluster_url(url)
         anodes = [acluster.ClusterNode(h, p) for h, p in c.nodes]
-        acl = acluster.RedisCluster(startup_nodes=anodes, **_cluster_kwargs(c, kwargs))
+        acl = _AsyncCluster(startup_nodes=anodes, **_cluster_kwargs(c, kwargs))
         return cast(aredis.Redis, acl)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
