@@ -117,6 +117,62 @@ class RedisClusterFixture:
                         return next(x for x in self.nodes if x.port == int(master[1]))
         raise RuntimeError(f"no live master serves {key!r}")
 
+    def master_nodes(self) -> list[RedisServer]:
+        out = []
+        for n in self.live_nodes():
+            with n.client() as c:
+                if c.info("replication").get("role") == "master":
+                    out.append(n)
+        return out
+
+    def begin_move(self, key: str, dst: RedisServer | None = None) -> SlotMove:
+        """Start moving ``key``'s slot to ``dst`` (another master by default): the slot is
+        MIGRATING on its owner and IMPORTING on ``dst``; :meth:`SlotMove.step` moves keys."""
+        src = self.master_of(key)
+        dst = dst or next(n for n in self.master_nodes() if n.port != src.port)
+        return SlotMove(self, key, src, dst)
+
     def cleanup(self) -> None:
         for n in self.nodes:
             n.cleanup()
+
+
+class SlotMove:
+    """A slot migration done by hand, as ``redis-cli --cluster reshard`` does it: SETSLOT
+    IMPORTING/MIGRATING, MIGRATE of the keys a batch at a time, SETSLOT NODE everywhere."""
+
+    def __init__(
+        self, cluster: RedisClusterFixture, key: str, src: RedisServer, dst: RedisServer
+    ) -> None:
+        self.cluster, self.src, self.dst = cluster, src, dst
+        self.s, self.d = src.client(), dst.client()
+        self.slot = int(self.s.execute_command("CLUSTER", "KEYSLOT", key))
+        self.src_id = self.s.execute_command("CLUSTER", "MYID")
+        self.dst_id = self.d.execute_command("CLUSTER", "MYID")
+        self.d.execute_command("CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.src_id)
+        self.s.execute_command("CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.dst_id)
+
+    def migrate(self, *keys: str) -> None:
+        if keys:
+            self.s.execute_command(
+                "MIGRATE", "127.0.0.1", self.dst.port, "", 0, 5000, "KEYS", *keys
+            )
+
+    def step(self, batch: int = 10) -> int:
+        """Move up to ``batch`` keys still on the source; how many moved."""
+        keys = self.s.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, batch)
+        self.migrate(*keys)
+        return len(keys)
+
+    def finish(self, batch: int = 10, pause_s: float = 0.0) -> None:
+        """Move the rest (``pause_s`` between batches), then give the slot to the target."""
+        while self.step(batch):
+            time.sleep(pause_s)
+        for c, node_id in ((self.d, self.dst_id), (self.s, self.dst_id)):
+            c.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", node_id)
+        for n in self.cluster.master_nodes():
+            if n.port not in (self.src.port, self.dst.port):
+                with n.client() as c:
+                    c.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", self.dst_id)
+        self.s.close()
+        self.d.close()

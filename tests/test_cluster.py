@@ -6,6 +6,7 @@ SCAN walks. Bodies marked ``cluster`` run against one redis-server and against t
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, Settings, TaskStatus
+from dtq import scripts as sc
 from dtq.admin import Admin
 from dtq.cluster import scan_step
 from dtq.connection import async_redis, is_cluster, parse_cluster_url, sync_redis
@@ -21,7 +23,7 @@ from dtq.keys import Keys
 from dtq.settings import checked_redis_url
 from dtq_worker import consumer, retention
 from tests.apps.basic import app
-from tests.conftest import make_settings, running_worker
+from tests.conftest import create_groups, make_settings, running_worker
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import free_port
 
@@ -183,12 +185,12 @@ async def test_retention_scans_every_node(
             for i in range(30):  # more keys than one SCAN call returns (SCAN_COUNT patched)
                 await c.enqueue("add", [i, 0], queue=q)
     r.delete(keys.queues)
-    monkeypatch.setattr(retention, "SCAN_COUNT", 5)  # a walk of many calls and passes
+    monkeypatch.setattr(retention, "SCAN_COUNT", 20)  # a walk of many calls and passes
     monkeypatch.setattr(retention, "SCAN_CALLS", 2)
     async with running_worker(app, s) as w:
         ret = w.scheduler.retention
         ret.cursor = "0"
-        for _ in range(100):
+        for _ in range(5000):  # (the session's server holds other tests' keys too)
             rep = await ret.run_once()
             if rep.scan_done:
                 break
@@ -216,3 +218,62 @@ async def test_the_task_listing_pages_across_nodes(backend: Any, prefix: str) ->
 
 def test_settings_accept_the_cluster_url(redis_cluster: RedisClusterFixture) -> None:
     assert Settings(redis_url=redis_cluster.url).redis_url == redis_cluster.url
+
+
+def test_a_script_never_runs_half_way_while_its_slot_migrates(
+    redis_cluster: RedisClusterFixture, prefix: str
+) -> None:
+    """The claim delivers entries (a write) and then reads their task records, keys it is not
+    given. Mid-migration, with the record already on the new node, Redis would fail the script
+    at that read with the delivery kept (a run nobody started). With the slot guard the claim
+    does not run until the migration ends, then runs whole on the new owner."""
+    s = make_settings(redis_cluster.url, prefix)
+    qk = Keys(prefix).queue("default")
+    with Client(settings=s) as c:
+        create_groups(c.redis, qk)
+        h = c.enqueue("add", [1, 1])
+        tid = h.id.split(":")[1]
+        move = redis_cluster.begin_move(qk.task(tid))
+        move.migrate(qk.task(tid))  # the record first: the streams are still on the source
+        scripts = sc.SyncScripts(c.redis)
+        got: list[Any] = []
+        t = threading.Thread(
+            target=lambda: got.append(scripts.run(sc.claim_call(qk, "w1", 1, 1000, 60)))
+        )
+        t.start()
+        t.join(1.0)
+        assert t.is_alive() and not got, "the claim ran on a slot in migration"
+        move.finish()
+        t.join(30)
+        batch = sc.parse_claim("default", got[0])
+        assert [r.tid for r in batch.runs] == [tid]
+        info = c.get(h.id)
+        assert (info.status, info.attempt, info.worker_id) == (TaskStatus.RUNNING, 1, "w1")
+
+
+def test_the_slot_guard_keeps_a_script_from_running_half_way(
+    redis_cluster: RedisClusterFixture, prefix: str
+) -> None:
+    """The hazard and its guard, on a script whose given keys all exist (dtq's scripts also
+    name key prefixes, keys that never exist, which guard them the same way)."""
+    r = sync_redis(redis_cluster.url, decode_responses=True)
+    a, b = f"{prefix}:{{{prefix}:g}}:a", f"{prefix}:{{{prefix}:g}}:b"
+    r.set(a, "0")
+    r.set(b, "1")
+    # Writes the key it is given, then reads one of the same slot that it builds itself.
+    script = "redis.call('INCR', KEYS[1]); return redis.call('GET', KEYS[1]:sub(1, -2) .. 'b')"
+    move = redis_cluster.begin_move(a)
+    move.migrate(b)  # b is on the new node already, a still on the old one
+    with pytest.raises(redis.ResponseError, match="non local key"):
+        r.eval(script, 1, a)  # type: ignore[no-untyped-call]
+    assert move.s.get(a) == "1", "unguarded, the script stopped half-way, its write kept"
+    got: list[Any] = []
+    keys = sc.with_slot_guard([a])
+    t = threading.Thread(target=lambda: got.append(r.eval(script, len(keys), *keys)))  # type: ignore[no-untyped-call]
+    t.start()
+    t.join(1.0)
+    assert t.is_alive() and move.s.get(a) == "1", "a guarded script ran during the migration"
+    move.finish()
+    t.join(30)
+    assert got == ["1"] and r.get(a) == "2"  # run once, whole, on the new owner
+    r.close()

@@ -14,6 +14,8 @@ need a connection of their own (the fast lane, the idle wake-up) ask :func:`is_c
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
@@ -22,6 +24,7 @@ import redis
 import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
 import redis.cluster as scluster
+import redis.exceptions as rex
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import ExponentialWithJitterBackoff
@@ -112,12 +115,39 @@ def is_cluster(client: object) -> bool:
 # family that every dtq caller maps to "Redis unreachable" (SDK, CLI, API) or retries (worker):
 # these subclasses raise it as the ConnectionError it is.
 _UNREACHABLE = "Redis Cluster cannot be connected"
+# How long one command waits out a slot in migration: TRYAGAIN (a multi-key call, every dtq
+# script on a cluster: scripts.py's slot guard) means it did not run, so sending it again is
+# always safe. redis-py retries TRYAGAIN itself only for about half a second.
+SLOT_WAIT_S = 10.0
 
 
 def _as_connection_error(exc: redis.RedisClusterException) -> Exception:
     if _UNREACHABLE in str(exc):
         return redis.ConnectionError(str(exc))
     return exc
+
+
+def _slot_in_flux(exc: Exception) -> bool:
+    """The command did not run: its slot is migrating (TRYAGAIN, or redis-py's redirects ran
+    out while it followed the migration)."""
+    return isinstance(exc, rex.TryAgainError) or (
+        isinstance(exc, rex.ClusterError) and "TTL exhausted" in str(exc)
+    )
+
+
+class _SlotWait:
+    """Backoff over :data:`SLOT_WAIT_S` for a command whose slot is migrating."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + SLOT_WAIT_S
+        self.delay = 0.02
+
+    def next(self, exc: Exception) -> float:
+        """The pause before the next try; raises ``exc`` when out of time or not in flux."""
+        if not _slot_in_flux(exc) or time.monotonic() >= self.deadline:
+            raise exc
+        delay, self.delay = self.delay, min(self.delay * 2, 0.5)
+        return delay
 
 
 class _SyncCluster(scluster.RedisCluster):
@@ -128,10 +158,15 @@ class _SyncCluster(scluster.RedisCluster):
             raise _as_connection_error(exc) from None
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except redis.RedisClusterException as exc:
-            raise _as_connection_error(exc) from None
+        wait: _SlotWait | None = None
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except redis.RedisClusterException as exc:
+                raise _as_connection_error(exc) from None
+            except (rex.TryAgainError, rex.ClusterError) as exc:
+                wait = wait or _SlotWait()
+                time.sleep(wait.next(exc))
 
 
 class _AsyncCluster(acluster.RedisCluster):
@@ -140,6 +175,15 @@ class _AsyncCluster(acluster.RedisCluster):
             return await super().initialize(*args, **kwargs)
         except redis.RedisClusterException as exc:
             raise _as_connection_error(exc) from None
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        wait: _SlotWait | None = None
+        while True:
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except (rex.TryAgainError, rex.ClusterError) as exc:
+                wait = wait or _SlotWait()
+                await asyncio.sleep(wait.next(exc))
 
 
 def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:

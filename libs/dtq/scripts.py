@@ -139,6 +139,29 @@ class Call:
 # ``is_cluster`` at construction is the one decision; ``_lanes_ok`` carries it. In a cluster
 # pipeline redis-py refuses EVALSHA (it could not load a missing script there): a script call
 # in a pipeline is sent as EVAL with its text, which Redis caches under the same SHA.
+#
+# The slot guard. A script reaches keys it was not given (a task's record, ``base .. tid``):
+# same hash tag, so same slot, which is all a stable cluster needs. While that slot migrates,
+# though, such a key may already be on the new node: Redis 7 then fails the script at that
+# access ("non local key") with its earlier writes kept, a transition done half-way. On a
+# cluster each call therefore declares one more key, of its slot, that never exists: a node
+# serving a slot in migration answers TRYAGAIN (or ASK, then TRYAGAIN) to a call missing a key,
+# so no script runs at all until the migration ends, and then it runs whole on the new owner.
+# TRYAGAIN means "not run": the cluster client waits it out (connection.py). On a stable slot
+# the guard costs nothing (Redis looks keys up only for slots in migration). Scripts that count
+# their KEYS leave it out (``nkeys()`` in lua/_common.lua).
+SLOT_GUARD = ":~slotguard"
+
+
+def with_slot_guard(keys: list[str]) -> list[str]:
+    """``keys`` and the slot guard of their slot (the first key's hash tag, as Redis reads it)."""
+    first = keys[0]
+    lo = first.find("{")
+    hi = first.find("}", lo + 1) if lo >= 0 else -1
+    tag = first[lo + 1 : hi] if lo >= 0 and hi > lo + 1 else first
+    return [*keys, "{" + tag + "}" + SLOT_GUARD]
+
+
 _MISS: Any = object()
 # How long a reply of a pair is still read for once its deadline has passed (AsyncLane.call_pair).
 LATE_REPLY_S = 0.5
@@ -147,11 +170,6 @@ MAX_ASYNC_LANES = 4  # per AsyncScripts: calls in flight at once beyond this tak
 
 def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
     return ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
-
-
-def _eval_args(script: str, call: Call) -> tuple[Any, ...]:
-    # redis-py's cluster pipelines have no eval() (nor EVALSHA): the command goes as is.
-    return ("EVAL", script, len(call.keys), *call.keys, *call.args)
 
 
 def _packed(conn: Any, sha: str, call: Call) -> Any:
@@ -333,9 +351,12 @@ class AsyncScripts:
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
+        if not self._lanes_ok:  # a cluster (see the fast lane and the slot guard above)
+            keys = with_slot_guard(call.keys)
+            if pipe is not None:
+                return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)
+            return await obj(keys=keys, args=call.args)
         if pipe is not None:
-            if not self._lanes_ok:  # a cluster pipeline (see the fast lane above)
-                return pipe.execute_command(*_eval_args(obj.script, call))
             return await obj(keys=call.keys, args=call.args, client=pipe)
         lane = self._free_lane()
         if lane is not None:
@@ -547,8 +568,11 @@ class SyncScripts:
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
-        if pipe is not None and not self._lanes_ok:  # a cluster pipeline (see the fast lane)
-            return pipe.execute_command(*_eval_args(obj.script, call))  # type: ignore[no-untyped-call]
+        if not self._lanes_ok:  # a cluster (see the fast lane and the slot guard above)
+            keys = with_slot_guard(call.keys)
+            if pipe is not None:
+                return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)  # type: ignore[no-untyped-call]
+            return obj(keys=keys, args=call.args)
         if pipe is None and self._lanes_ok and self._lane_lock.acquire(blocking=False):
             try:
                 res = self._lane_call(obj.sha, call)
