@@ -132,6 +132,26 @@ class RedisClusterFixture:
         dst = dst or next(n for n in self.master_nodes() if n.port != src.port)
         return SlotMove(self, key, src, dst)
 
+    def kill_master_of(self, key: str) -> RedisServer:
+        """SIGKILL the master serving ``key``; returns it once its replica has taken over."""
+        victim = self.master_of(key)
+        victim.stop()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if self.master_of(key).port != victim.port and self._ok():
+                    return victim
+            except (RuntimeError, redis.RedisError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("no replica took over")
+            time.sleep(0.1)
+
+    def rejoin(self, node: RedisServer) -> None:
+        """Start a killed node again: it comes back as a replica of its successor."""
+        node.start()
+        self.wait_ok()
+
     def cleanup(self) -> None:
         for n in self.nodes:
             n.cleanup()
