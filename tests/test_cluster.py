@@ -277,3 +277,17 @@ def test_the_slot_guard_keeps_a_script_from_running_half_way(
     t.join(30)
     assert got == ["1"] and r.get(a) == "2"  # run once, whole, on the new owner
     r.close()
+
+
+def test_dtq_testing_runs_unchanged_with_a_cluster_url_set(
+    monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> None:
+    """dtq.testing keeps its queue in fakeredis (which has no cluster): a suite using it runs
+    the same when the environment names a cluster (nothing is sent to it)."""
+    from dtq.testing import TestQueue
+
+    monkeypatch.setenv("DTQ_REDIS_URL", f"redis+cluster://127.0.0.1:{free_port()}")
+    with TestQueue(app) as tq:
+        tq.client.enqueue("add", [2, 3])
+        [info] = tq.drain()
+        assert info.status == TaskStatus.SUCCEEDED and tq.client.result(info.id) == 5
