@@ -50,12 +50,14 @@ def test_cluster_urls_are_parsed_and_checked() -> None:
     c = parse_cluster_url("redis+cluster://u:p%40ss@h1:7000,[::1]:7001/")
     assert c.nodes == [("h1", 7000), ("::1", 7001)] and not c.ssl
     assert (c.username, c.password) == ("u", "p@ss")
-    assert parse_cluster_url("rediss+cluster://h:1").ssl
+    tls = parse_cluster_url("rediss+cluster://h:1?ssl_ca_certs=/ca.pem")
+    assert tls.ssl and tls.options == {"ssl_ca_certs": "/ca.pem"}
     assert checked_redis_url("redis+cluster://h:1,h:2") == "redis+cluster://h:1,h:2"
     for bad, says in [
         ("redis+cluster://h", "must be host:port"),
         ("redis+cluster://h:1/0", "one database"),
         ("redis+cluster://h:x", "must be host:port"),
+        ("redis+cluster://h:1?db=2", "bad option: 'db'"),
     ]:
         with pytest.raises(ConfigError, match=says):
             checked_redis_url(bad)

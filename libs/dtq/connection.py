@@ -18,7 +18,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import redis
 import redis.asyncio as aredis
@@ -71,12 +71,17 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     )
 
 
+# The query options a cluster URL takes (TLS files and checks), passed to redis-py as given.
+CLUSTER_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterUrl:
     nodes: list[tuple[str, int]]
     password: str | None
     username: str | None
     ssl: bool
+    options: dict[str, str]
 
 
 def is_cluster_url(url: str) -> bool:
@@ -97,11 +102,18 @@ def parse_cluster_url(url: str) -> ClusterUrl:
         nodes.append((host.strip("[]"), int(port)))
     if parsed.path.strip("/"):
         raise ValueError("a cluster has one database: nothing may follow host:port[,...]/")
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = sorted(set(options) - set(CLUSTER_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"bad option: {unknown[0]!r} (a cluster URL takes {', '.join(CLUSTER_OPTIONS)})"
+        )
     return ClusterUrl(
         nodes=nodes,
         password=unquote(parsed.password) if parsed.password else None,
         username=unquote(parsed.username) if parsed.username else None,
         ssl=parsed.scheme == "rediss+cluster",
+        options=options,
     )
 
 
@@ -192,7 +204,7 @@ def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
     out.setdefault("username", c.username)
     if c.ssl:
         out["ssl"] = True
-    return out
+    return {**c.options, **out}
 
 
 # The SDK's re-send backoff: full jitter over an exponential from 50 ms, capped at 1 s.

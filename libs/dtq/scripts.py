@@ -355,7 +355,11 @@ class AsyncScripts:
             keys = with_slot_guard(call.keys)
             if pipe is not None:
                 return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)
-            return await obj(keys=keys, args=call.args)
+            try:
+                return await obj(keys=keys, args=call.args)
+            except (ConnectionError, RedisTimeoutError, TimeoutError):
+                self._reply_lost(call)  # as on the usual path below
+                raise
         if pipe is not None:
             return await obj(keys=call.keys, args=call.args, client=pipe)
         lane = self._free_lane()
