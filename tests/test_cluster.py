@@ -293,3 +293,28 @@ def test_dtq_testing_runs_unchanged_with_a_cluster_url_set(
         tq.client.enqueue("add", [2, 3])
         [info] = tq.drain()
         assert info.status == TaskStatus.SUCCEEDED and tq.client.result(info.id) == 5
+
+
+def test_cluster_errors_are_transient_for_the_worker() -> None:
+    from redis import exceptions as rex
+
+    from dtq_worker.faults import is_transient
+
+    transient = [
+        rex.TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+        rex.AskError("1234 127.0.0.1:7001"),
+        rex.MovedError("1234 127.0.0.1:7001"),
+        rex.ClusterDownError("CLUSTERDOWN The cluster is down"),
+        rex.SlotNotCoveredError("slot 1234 not covered"),
+        rex.ClusterError("TTL exhausted."),
+        rex.ResponseError("Script attempted to access a non local key in a cluster node"),
+        rex.ConnectionError("Redis Cluster cannot be connected"),
+    ]
+    assert [is_transient(e) for e in transient] == [True] * len(transient)
+    permanent = [
+        rex.ResponseError("ERR unknown command"),
+        rex.ResponseError("CROSSSLOT Keys in request don't hash to the same slot"),
+        rex.RedisClusterException("ERROR: Calling pipelined function time is blocked"),
+        ValueError("bug"),
+    ]
+    assert [is_transient(e) for e in permanent] == [False] * len(permanent)

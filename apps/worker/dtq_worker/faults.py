@@ -27,7 +27,9 @@ def is_transient(exc: BaseException) -> bool:
     """Connection refused/reset, timeouts, restarts, failovers, too many clients, OOM."""
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
         return True
-    if isinstance(exc, rex.BusyLoadingError | rex.ReadOnlyError | _TRANSIENT_CLUSTER):
+    if isinstance(exc, rex.BusyLoadingError | rex.ReadOnlyError):
+        return True
+    if isinstance(exc, _TRANSIENT_CLUSTER):
         return True
     if isinstance(exc, rex.RedisClusterException) and _CLUSTER_UNREACHABLE in str(exc):
         return True
