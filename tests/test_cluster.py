@@ -318,3 +318,18 @@ def test_cluster_errors_are_transient_for_the_worker() -> None:
         ValueError("bug"),
     ]
     assert [is_transient(e) for e in permanent] == [False] * len(permanent)
+
+
+async def test_a_fresh_asyncio_cluster_client_can_subscribe_first(
+    redis_cluster: RedisClusterFixture,
+) -> None:
+    """The worker's cancel listener and AsyncClient.result subscribe before anything else."""
+    r = async_redis(redis_cluster.url, decode_responses=True)
+    ps = r.pubsub()
+    try:
+        await ps.subscribe("dtq-test-channel")
+        msg = await ps.get_message(timeout=5.0)
+        assert msg is not None and msg["type"] == "subscribe"
+    finally:
+        await ps.aclose()  # type: ignore[no-untyped-call]
+        await r.aclose()

@@ -181,7 +181,19 @@ class _SyncCluster(scluster.RedisCluster):
                 time.sleep(wait.next(exc))
 
 
+class _AsyncPubSub(acluster.ClusterPubSub):
+    """redis-py's cluster pub/sub routes its first SUBSCRIBE by the slot map without loading
+    it (a KeyError when the client has sent nothing yet): load it first."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        await self.cluster.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
 class _AsyncCluster(acluster.RedisCluster):
+    def pubsub(self, *args: Any, **kwargs: Any) -> acluster.ClusterPubSub:
+        return _AsyncPubSub(self, *args, **kwargs)
+
     async def initialize(self, *args: Any, **kwargs: Any) -> acluster.RedisCluster:
         try:
             return await super().initialize(*args, **kwargs)

@@ -21,11 +21,7 @@ def _r() -> redis.Redis:
 def note(tag: str) -> None:
     """RPUSH "<task id>|<attempt>|<tag>" to "<prefix>:test:notes"."""
     ctx = current_task()
-    r = _r()
-    try:
-        r.rpush(f"{app.settings.key_prefix}:test:notes", f"{ctx.id}|{ctx.attempt}|{tag}")
-    finally:
-        r.close()
+    _r().rpush(f"{app.settings.key_prefix}:test:notes", f"{ctx.id}|{ctx.attempt}|{tag}")
 
 
 @app.task(name="stepper")
