@@ -317,3 +317,10 @@ async def test_sigkilled_worker_shows_stale_within_three_heartbeats(
         await asyncio.sleep(1.0)
         (info,) = await a.list_workers()
         assert info.stale and info.worker_id == "victim"
+
+
+async def test_a_cluster_walk_cursor_on_one_server_is_a_bad_cursor(settings: Settings) -> None:
+    """schemathesis sent a cluster walk's cursor ("<primary>:<cursor>") to one server: 500."""
+    async with Admin(settings) as a:
+        with pytest.raises(InvalidRequest, match="bad cursor"):
+            await a.list_tasks(cursor="3:4830.6751")

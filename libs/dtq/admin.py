@@ -577,7 +577,8 @@ class Admin:
         if queue is not None and status in ("failed", "scheduled"):
             return await self._list_zset(queue, status, name, cursor, limit)
         scan_cursor, skip = self._parse_cursor(cursor)
-        if queue is not None and ":" in scan_cursor:  # a walk's over every primary
+        if ":" in scan_cursor and (queue is not None or not self._cluster):
+            # "<primary>:<cursor>" is a walk over every primary of a cluster only
             raise InvalidRequest(f"bad cursor {cursor!r}")
         if queue is not None:
             match = _glob_escape(self.keys.queue(queue).task_base) + "*"
