@@ -152,3 +152,44 @@ async def test_an_argument_not_of_its_type_fails_the_task_naming_it(settings: Se
         info = await c.get(h.id)
     assert "argument 'when' cannot be read as datetime" in str(err.value)
     assert info.failures == 1  # not retried: another attempt would read it the same way
+
+
+def test_var_positional_and_keyword_annotations_apply_to_each_extra_argument() -> None:
+    local = App()
+
+    @local.task
+    def spread(first: int, *days: date, **ids: uuid.UUID) -> None: ...
+
+    types = local.tasks[spread.name].arg_types
+    assert types is not None
+    args, kwargs = types.decode([1, "2026-01-01", "2026-01-02"], {"a": str(ID)})
+    assert args == [1, date(2026, 1, 1), date(2026, 1, 2)] and kwargs == {"a": ID}
+
+
+def test_an_annotation_defined_after_the_task_is_resolved_at_its_first_call() -> None:
+    ns: dict[str, Any] = {}
+    exec(  # a module whose task names a type defined below it
+        "from __future__ import annotations\n"
+        "from dtq import App\n"
+        "app = App()\n"
+        "@app.task(name='f')\n"
+        "def f(d: Later) -> None: ...\n"
+        "import datetime\n"
+        "Later = datetime.date\n",
+        ns,
+    )
+    types = ns["app"].tasks["f"].arg_types
+    assert types is not None  # not mistaken for a plain parameter
+    assert types.decode(["2026-03-04"], {}) == ([date(2026, 3, 4)], {})
+
+
+def test_test_queue_converts_arguments_as_the_worker_does() -> None:
+    from dtq.testing import TestQueue
+
+    with TestQueue(app) as tq:
+        from tests.apps.typed import later
+
+        h = later.enqueue(WHEN, days=1)
+        [info] = tq.drain()
+        assert info.status == "succeeded"
+        assert tq.client.result(h, timeout=1) == WHEN + timedelta(days=1)
