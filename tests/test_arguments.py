@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -193,3 +194,23 @@ def test_test_queue_converts_arguments_as_the_worker_does() -> None:
         [info] = tq.drain()
         assert info.status == "succeeded"
         assert tq.client.result(h, timeout=1) == WHEN + timedelta(days=1)
+
+
+class Own:
+    """A class of the user's own: nothing dtq can build from JSON."""
+
+
+def test_a_parameter_of_a_type_dtq_cannot_build_gets_what_json_gave() -> None:
+    """A class of the user's own or a Callable was handed the JSON value before dtq converted
+    anything; it still is (no task that worked before starts failing)."""
+
+    local = App()
+
+    @local.task
+    def f(a: Own, b: Callable[[], int], when: datetime) -> Own: ...  # type: ignore[empty-body]
+
+    types = local.tasks[f.name].arg_types
+    assert types is not None
+    got = types.decode([{"k": 1}, "x", "2026-01-01T00:00:00Z"], {})  # the datetime still is
+    assert got == ([{"k": 1}, "x", datetime(2026, 1, 1, tzinfo=UTC)], {})
+    assert local.tasks[f.name].decode_result({"k": 1}) == {"k": 1}

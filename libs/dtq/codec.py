@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 from pydantic import BaseModel
 
 from dtq.errors import PayloadTooLarge, SerializationError
@@ -115,6 +116,35 @@ def is_plain(tp: Any) -> bool:
     return False
 
 
+def convertible(tp: Any) -> bool:
+    """True when :func:`convert` can make a ``tp`` from JSON: every type inside it is one msgspec
+    knows or a pydantic model. A parameter of any other class (a ``Callable``, a class of the
+    user's own) is handed what JSON decoding gave, as before dtq converted anything."""
+    try:
+        info = msgspec.inspect.type_info(tp)
+    except (TypeError, ValueError, NameError):
+        return False
+    seen: set[int] = set()
+    todo: list[Any] = [info]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if isinstance(t, msgspec.inspect.CustomType):
+            if not (isinstance(t.cls, type) and issubclass(t.cls, BaseModel)):
+                return False
+            continue
+        for name in getattr(t, "__struct_fields__", ()):
+            v = getattr(t, name)
+            for x in v if isinstance(v, tuple) else (v,):
+                if isinstance(x, msgspec.inspect.Field):
+                    x = x.type
+                if isinstance(x, msgspec.inspect.Type):
+                    todo.append(x)
+    return True
+
+
 def _dec_hook(tp: Any, obj: Any) -> Any:
     """What msgspec does not decode itself: pydantic models (validated from their JSON form)."""
     if isinstance(tp, type) and issubclass(tp, BaseModel):
@@ -145,7 +175,7 @@ class ArgTypes:
         self.n_positional = 0
         for p in params:
             tp = hints.get(p.name, Any)
-            typed = not is_plain(tp)
+            typed = not is_plain(tp) and convertible(tp)
             if p.kind is p.VAR_POSITIONAL:
                 self.var_positional = tp if typed else None
             elif p.kind is p.VAR_KEYWORD:
@@ -220,7 +250,7 @@ def return_type(fn: Callable[..., Any]) -> Any:
         tp = typing.get_type_hints(fn).get("return")
     except (NameError, TypeError, ValueError):
         return None
-    if tp is None or is_plain(tp):
+    if tp is None or is_plain(tp) or not convertible(tp):
         return None
     return tp
 
