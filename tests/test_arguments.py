@@ -4,6 +4,7 @@ parameters name; a typed handle's result comes back as the task's return type.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import uuid
@@ -20,6 +21,12 @@ from tests.conftest import running_worker
 
 WHEN = datetime(2026, 11, 30, 8, 15, 1, 250_000, tzinfo=UTC)
 ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+
+@dataclasses.dataclass
+class Reading:
+    value: float
+
 
 # (value, its type, the JSON other languages and the HTTP API see)
 ROUND_TRIPS: list[tuple[Any, Any, Any]] = [
@@ -59,6 +66,8 @@ def test_each_type_round_trips_through_plain_json(value: Any, tp: Any, wire: Any
         (float("nan"), "must be JSON-serializable"),
         (math.inf, "must be JSON-serializable"),
         ({"x": [1, float("-inf")]}, "must be JSON-serializable"),
+        ((None, {"y": (1, math.nan)}), "must be JSON-serializable"),
+        (Reading(math.nan), "must be JSON-serializable"),  # inside a dataclass too
         ("\ud800", "is not valid Unicode"),
         ({None: 1}, "must be JSON-serializable"),
         ({1j: 1}, "must be JSON-serializable"),

@@ -22,6 +22,7 @@ import msgspec
 from dtq import codec
 
 PLAIN: list[Any] = ["user@example.com", 42, {"subject": "hi", "retry": True, "tags": ["a"]}, 3.5]
+WITH_NONE: list[Any] = ["user@example.com", None, {"subject": "hi", "cc": None}, 3.5]
 TYPED: list[Any] = [datetime.now(UTC), uuid.uuid4(), Decimal("12.30"), b"\x00\x01"]
 
 _stdlib = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -62,6 +63,9 @@ def main() -> None:
         ("msgspec, plain args", lambda: enc.encode(PLAIN).decode()),
         ("codec.dumps (now), plain args", lambda: codec.dumps(PLAIN, "args")),
         ("codec.encode_args (now), plain args", lambda: codec.encode_args(PLAIN, None, 1 << 20)),
+        ("stdlib json (before), args holding None", lambda: stdlib_dumps(WITH_NONE)),
+        ("codec.encode_args (now), args holding None",
+         lambda: codec.encode_args(WITH_NONE, None, 1 << 20)),  # fmt: skip
         ("msgspec, datetime/UUID/Decimal/bytes", lambda: enc.encode(TYPED).decode()),
         ("codec.dumps (now), typed args", lambda: codec.dumps(TYPED, "args")),
     ]
