@@ -5,12 +5,11 @@ The wire stays plain JSON, what other languages and the HTTP API see: a datetime
 string, a date ``YYYY-MM-DD``, a UUID its canonical text, a Decimal its text (no float rounding),
 bytes base64, an enum its value, a dataclass or a pydantic model an object of its fields.
 
-The encoder is msgspec's, picked by measurement (tools/bench_codec.py, typical 4-item args list
-``["user@example.com", 42, {...}, 3.5]``, per call on this 2-core machine): the stdlib
-``json.JSONEncoder`` path this replaced 1.76 us; msgspec 0.20 us; orjson 0.19 us. msgspec and
-orjson tie on plain JSON; msgspec encodes Decimal, bytes and date without a Python hook (orjson
-needs one for Decimal and bytes: 0.24 us vs msgspec's 0.14 us for a datetime+UUID list) and its
-``convert`` decodes by type annotation from the same library, so one dependency does both jobs.
+The encoder is msgspec's, picked by measurement (tools/bench_codec.py; docs/arguments.md has
+the table): on a typical 4-item args list the stdlib ``json.JSONEncoder`` path it replaced took
+1.81 us, msgspec 0.21 us, orjson 0.18 us. They tie on plain JSON; msgspec encodes Decimal, bytes
+and date without a Python hook (orjson needs one: 0.67 us vs 0.21 us for a datetime, UUID,
+Decimal, bytes list) and its ``convert`` decodes by type annotation, so one dependency does both.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ def _enc_hook(obj: Any) -> Any:
     """What msgspec does not encode itself: pydantic models (as their JSON mode dump)."""
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")
-    raise TypeError(f"objects of type {type(obj).__name__} are not supported")
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")  # (as stdlib)
 
 
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
