@@ -14,11 +14,13 @@ Decimal, bytes list) and its ``convert`` decodes by type annotation, so one depe
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
 import types
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -144,7 +146,7 @@ def convertible(tp: Any) -> bool:
     user's own) is handed what JSON decoding gave, as before dtq converted anything."""
     try:
         info = msgspec.inspect.type_info(tp)
-    except (TypeError, ValueError, NameError):
+    except Exception:  # whatever the annotation is, registering the task must not fail
         return False
     seen: set[int] = set()
     todo: list[Any] = [info]
@@ -254,12 +256,30 @@ class Unresolved:
         return self.types.decode(args, kwargs)
 
 
+_made: weakref.WeakKeyDictionary[Callable[..., Any], ArgTypes | Unresolved | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def arg_types(fn: Callable[..., Any]) -> ArgTypes | Unresolved | None:
-    """The typed parameters of ``fn``, or None when every one is a plain JSON type."""
+    """The typed parameters of ``fn``, or None when every one is a plain JSON type; worked out
+    once per function (``task.options(...)`` copies a task per call: not again for each)."""
+    try:
+        return _made[fn]
+    except (KeyError, TypeError):  # not made yet, or not weakly referable (then not kept)
+        pass
+    found = _arg_types(fn)
+    if not isinstance(found, Unresolved):
+        with contextlib.suppress(TypeError):
+            _made[fn] = found
+    return found
+
+
+def _arg_types(fn: Callable[..., Any]) -> ArgTypes | Unresolved | None:
     try:
         hints = typing.get_type_hints(fn)
         params = list(inspect.signature(fn).parameters.values())
-    except (NameError, TypeError, ValueError):  # a forward reference not defined yet
+    except Exception:  # a forward reference not defined yet, a name under TYPE_CHECKING, ...
         return Unresolved(fn)
     found = ArgTypes(params, hints)
     return None if found.empty else found
@@ -270,7 +290,7 @@ def return_type(fn: Callable[..., Any]) -> Any:
     absent, unresolvable or a plain JSON type (nothing to convert)."""
     try:
         tp = typing.get_type_hints(fn).get("return")
-    except (NameError, TypeError, ValueError):
+    except Exception:
         return None
     if tp is None or is_plain(tp) or not convertible(tp):
         return None
