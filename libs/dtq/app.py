@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from dtq import codec
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.middleware import Hooks, check_middleware
@@ -58,9 +59,13 @@ class Task(Generic[P, R]):
     defaults: TaskDefaults
     call_options: EnqueueOptions | None = None
     is_async: bool = field(init=False)
+    arg_types: codec.ArgTypes | codec.Unresolved | None = field(init=False, repr=False)
+    """Its typed parameters, converted by the worker before each call (docs/arguments.md);
+    None when all are plain JSON types: then a call converts nothing."""
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
+        self.arg_types = codec.arg_types(self.fn)
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
@@ -104,6 +109,14 @@ class Task(Generic[P, R]):
         return await self.app.async_client().enqueue(
             self.name, list(args), kwargs, **options.as_kwargs()
         )
+
+    def decode_result(self, value: Any) -> R:
+        """A stored result (as JSON decoding gave it) as the task's return type: a ``-> datetime``
+        task's ISO string as a datetime. Unchanged when that type is a plain JSON one."""
+        tp = codec.return_type(self.fn)
+        if tp is None or value is None:
+            return value  # type: ignore[no-any-return]
+        return codec.convert(value, tp)  # type: ignore[no-any-return]
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The enqueue fields of a call of this task (its name, arguments and call options)."""

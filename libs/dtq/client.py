@@ -26,7 +26,13 @@ from dtq import workflows as wf
 from dtq.app import App, Task
 from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, sync_redis
 from dtq.declared import pending as pending_declared
-from dtq.errors import InvalidRequest, RedisUnavailable, TaskFailed, UnknownTask
+from dtq.errors import (
+    InvalidRequest,
+    RedisUnavailable,
+    SerializationError,
+    TaskFailed,
+    UnknownTask,
+)
 from dtq.eviction import is_oom, out_of_memory_message
 from dtq.keys import Keys, is_flow_id, split_task_id
 from dtq.middleware import EnqueueRequest, Hooks, before_enqueue_async, before_enqueue_sync
@@ -292,6 +298,20 @@ class _Base:
             return info.result
         raise TaskFailed(info.id, info.status.value, info.error)
 
+    def _typed_outcome(self, info: TaskInfo) -> Any:
+        """The result of a task awaited through its handle: decoded to the task's return type
+        when this client's app knows the task (docs/arguments.md), else as stored."""
+        value = self._outcome(info)
+        task = None if self.app is None else self.app.tasks.get(info.name)
+        if task is None:
+            return value
+        try:
+            return task.decode_result(value)
+        except ValueError as exc:
+            raise SerializationError(
+                f"result of {info.id} cannot be read as {info.name}'s return type: {exc}"
+            ) from None
+
 
 class AsyncClient(_Base):
     """asyncio client. ``async with AsyncClient(url) as c: ...`` closes its connections."""
@@ -521,6 +541,7 @@ class AsyncClient(_Base):
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
         Given a handle typed by its task's result, mypy knows the result's type.
         """
+        typed = not isinstance(task_id, str)  # a handle: its result decoded by return type
         if not isinstance(task_id, str):
             task_id = task_id.id
         queue, tid = split_task_id(task_id)
@@ -529,7 +550,7 @@ class AsyncClient(_Base):
             while True:
                 info = await self.get(task_id)
                 if info.status.terminal:
-                    return self._outcome(info)
+                    return self._typed_outcome(info) if typed else self._outcome(info)
                 remaining = 5.0 if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"task {task_id} still {info.status.value}")
@@ -790,6 +811,7 @@ class Client(_Base):
 
     def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
+        typed = not isinstance(task_id, str)  # a handle: its result decoded by return type
         if not isinstance(task_id, str):
             task_id = task_id.id
         queue, tid = split_task_id(task_id)
@@ -798,7 +820,7 @@ class Client(_Base):
             while True:
                 info = self.get(task_id)
                 if info.status.terminal:
-                    return self._outcome(info)
+                    return self._typed_outcome(info) if typed else self._outcome(info)
                 remaining = 5.0 if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"task {task_id} still {info.status.value}")

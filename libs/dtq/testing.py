@@ -417,6 +417,11 @@ class TestQueue:
             raise Fail(f"unknown task {c.name!r}: not registered on this app")
         args = json.loads(c.args)
         kwargs = json.loads(c.kwargs) if c.kwargs else {}
+        if task.arg_types is not None:  # as the worker does (docs/arguments.md)
+            try:
+                args, kwargs = task.arg_types.decode(args, kwargs)
+            except ValueError as exc:
+                raise Fail(str(exc)) from None
         token = set_current(ctx)
         try:
             if task.is_async:

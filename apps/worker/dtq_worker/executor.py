@@ -292,6 +292,11 @@ class Executor:
             kwargs = json.loads(c.kwargs) if c.kwargs else {}
         except ValueError as exc:
             raise Fail(f"arguments are not valid JSON: {exc}") from None
+        if task.arg_types is not None:  # typed parameters (datetime, UUID, models...): convert
+            try:
+                args, kwargs = task.arg_types.decode(args, kwargs)
+            except ValueError as exc:
+                raise Fail(str(exc)) from None
         timeout = c.timeout
         loop = asyncio.get_running_loop()
         # Made already when middleware wraps the run (_around). No local more than without
