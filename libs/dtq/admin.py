@@ -9,7 +9,9 @@ Costs worth knowing:
 
 * :meth:`Admin.list_queues` is a fixed handful of commands per queue (pipelined), whatever
   the queue lengths.
-* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (no secondary index exists), so
+* :meth:`Admin.recent_tasks` (the API's and dashboard's list) reads tasks newest first from
+  the queues' event streams, which every enqueue already writes (:mod:`dtq.task_index`).
+* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (the CLI's complete walk), so
   one page costs O(keys scanned), not O(page). A status filter on ``failed`` or ``scheduled``
   with a queue uses the dead-letter/schedule zsets instead. Pages are cursor based;
   as with any ``SCAN``, a task may appear twice across pages while Redis rehashes, and
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio as aredis
 
-from dtq import eviction
+from dtq import eviction, task_index
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.connection import async_redis
@@ -240,6 +242,8 @@ class Page:
     next_cursor: str | None
     scans: int = 0
     examined: int = 0
+    running: list[Any] = field(default_factory=list)
+    """The running tasks, on a newest-first listing's first page."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,6 +604,37 @@ class Admin:
                 next_cursor = f"{nxt}.0"
                 break
         return Page([t.to_dict() for t in items], next_cursor, scans, examined)
+
+    async def recent_tasks(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Tasks newest first from the queues' event streams (see :mod:`dtq.task_index`);
+        ``Page.running`` holds the running tasks on the first page (no cursor)."""
+        if queue is not None:
+            _check_queue_name(queue)
+        if status is not None and status not in TaskStatus._value2member_map_:
+            raise InvalidRequest(
+                f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
+            )
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        queues = [queue] if queue is not None else await self.queue_names()
+        try:
+            items, nxt, read = await task_index.newest(
+                self._r, self.keys, queues, status=status, name=name, cursor=cursor, limit=limit
+            )
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        running: list[dict[str, Any]] = []
+        if cursor is None and status in (None, "running"):
+            running = await task_index.running(self._r, self.keys, queues, name=name)
+        return Page(items, nxt, 0, read, running)
 
     @staticmethod
     def _parse_cursor(cursor: str | None) -> tuple[str, int]:

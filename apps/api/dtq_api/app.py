@@ -53,6 +53,11 @@ Cursor = Annotated[
     str | None,
     Query(pattern=CURSOR_RE, description="The previous page's next_cursor (opaque)."),
 ]
+TASK_CURSOR_RE = r"^[0-9]{1,19}\.[0-9]{1,19}(\.[A-Za-z0-9_.\-]{0,100})?$"
+TaskCursor = Annotated[
+    str | None,
+    Query(pattern=TASK_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
+]
 TASK_ID_RE = s.TASK_ID_RE
 TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
@@ -222,17 +227,20 @@ def create_app(
         queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
         status: TaskStatus | None = None,
         name: Annotated[str | None, Query(max_length=200)] = None,
-        cursor: Cursor = None,
+        cursor: TaskCursor = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> Any:
-        """Tasks matching all filters, with cursor pagination (a SCAN over task records).
+        """Tasks matching all filters, newest first, with cursor pagination.
 
-        One request makes at most a fixed number of SCAN calls: a filter matching few tasks
-        answers a short (even empty) page with a ``next_cursor`` to continue from.
+        The list is read from the queues' capped event streams (``DTQ_EVENTS_MAXLEN`` per
+        queue): a task older than its queue's last events is found by id, not listed. The
+        first page (no ``cursor``) also carries ``running``: every task running now (at most
+        200), however old. One request reads a bounded number of stream entries: a filter
+        matching few tasks answers a short (even empty) page with a ``next_cursor``.
         """
         st = status.value if status is not None else None
-        page = await a.list_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
-        return {"items": page.items, "next_cursor": page.next_cursor}
+        page = await a.recent_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
+        return {"items": page.items, "next_cursor": page.next_cursor, "running": page.running}
 
     existing: dict[int | str, dict[str, Any]] = {
         200: {"model": s.Task, "description": "Existing task (same idempotency key)"}

@@ -149,6 +149,10 @@ CURSOR_DOC = (
 class TaskPage(BaseModel):
     items: list[Task]
     next_cursor: str | None = Field(description=CURSOR_DOC)
+    running: list[Task] = Field(
+        default_factory=list,
+        description="The tasks running now (first page only; at most 200), however old.",
+    )
 
 
 class CancelOut(BaseModel):
