@@ -1201,6 +1201,27 @@ class Admin:
         events.sort(key=lambda e: (e.ts_ms, e.id))
         return events, cur
 
+    async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
+        """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
+        oldest first, at most ``limit``; the flag says whether more were left out.
+
+        Stream ids are per stream, so events of another stream in the same millisecond as
+        ``last_id`` may be missed or repeated; later ones are all there.
+        """
+        keys = self._event_keys(await self.queue_names())
+        cur = dict.fromkeys(keys, last_id)
+        out: list[Event] = []
+        while len(out) < limit:
+            res = await self._r.xread(cur, count=min(1000, limit - len(out)))
+            if not res:
+                return sorted(out, key=lambda e: (e.ts_ms, e.id)), False
+            for key, entries in res:
+                for eid, f in entries:
+                    out.append(self._event(keys[key], eid, f))
+                    cur[key] = eid
+        out.sort(key=lambda e: (e.ts_ms, e.id))
+        return out[:limit], True
+
     async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
         """Finished runs per time bucket over the last ``window_s`` seconds, from the events.
 

@@ -27,7 +27,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dtq import __version__
-from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.admin import Admin, Conflict, Event, UnknownQueue
 from dtq.app import App
 from dtq.errors import (
     DtqError,
@@ -63,6 +63,8 @@ TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
 BODY_SLACK = 64 * 1024  # JSON framing around the arguments
 STREAM_RETRY_S = 5
+RESUME_MAX = 5000
+"""Most missed events a resumed event stream (Last-Event-ID) sends before the live ones."""
 
 
 class ApiError(Exception):
@@ -405,8 +407,17 @@ def create_app(
                    503: {"model": s.ErrorBody, "description": "Too many open streams "
                          "(DTQ_API_MAX_STREAMS; see Retry-After) or Redis unreachable"}},
     )  # fmt: skip
-    async def events() -> StreamingResponse:
+    async def events(
+        last_event_id: Annotated[
+            str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{1,19}-[0-9]{1,19}$")
+        ] = None,
+    ) -> StreamingResponse:
         """Live lifecycle events of every queue and worker (server-sent events).
+
+        Each message's ``id`` is the event's stream id. A client reconnecting with
+        ``Last-Event-ID`` (browsers' EventSource does so by itself) first gets the events it
+        missed (up to 5000; an ``error`` message says when more were left out), then the live
+        ones.
 
         Each message's data is one event as JSON (``type``, ``task_id``, ``queue``,
         ``attempt``, ``worker``, ``detail``, ``ts``); a comment line keeps idle streams open.
@@ -418,9 +429,17 @@ def create_app(
         except TooManyStreams as exc:
             raise ApiError(503, "too_many_streams", str(exc),
                            {"Retry-After": str(STREAM_RETRY_S)}) from None  # fmt: skip
+        backlog: list[Event] = []
+        truncated = False
+        if last_event_id is not None:
+            try:  # after subscribing: what happens meanwhile is in both, and sent once
+                backlog, truncated = await admin().events_after(last_event_id, RESUME_MAX)
+            except BaseException:
+                sub.close()
+                raise
         return StreamResponse(
             sub.close,
-            sse(sub, SSE_PING_S),
+            sse(sub, SSE_PING_S, backlog, truncated),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
