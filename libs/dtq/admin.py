@@ -1096,6 +1096,21 @@ class Admin:
         infos = await schedules.alist_schedules(self.client, queue)
         return [i.to_dict() for i in infos]
 
+    async def set_schedule_enabled(self, queue: str, name: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable one schedule; its fields, ``enabled`` and ``changed``."""
+        from dtq import schedules
+
+        _check_queue_name(queue)
+        changed, info = await schedules.aset_enabled(self.client, name, queue, enabled)
+        return {**info.to_dict(), "changed": changed}
+
+    async def run_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        """Enqueue one schedule's task now; the new task's fields."""
+        from dtq import schedules
+
+        _check_queue_name(queue)
+        return await self.get_task(await schedules.arun_now(self.client, name, queue))
+
     async def list_scheduled(
         self, queue: str | None = None, limit: int = 100
     ) -> list[ScheduledTask]:

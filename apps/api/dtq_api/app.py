@@ -39,6 +39,7 @@ from dtq.errors import (
 )
 from dtq.keys import BadTaskId
 from dtq.models import TaskStatus
+from dtq.schedules import UnknownSchedule
 from dtq.settings import Settings, load_settings
 from dtq_api import metrics
 from dtq_api import schemas as s
@@ -61,6 +62,7 @@ TaskCursor = Annotated[
 TASK_ID_RE = s.TASK_ID_RE
 TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
+ScheduleName = Annotated[str, PathParam(min_length=1, max_length=200)]
 BODY_SLACK = 64 * 1024  # JSON framing around the arguments
 STREAM_RETRY_S = 5
 RESUME_MAX = 5000
@@ -345,6 +347,33 @@ def create_app(
         delayed = await a.list_scheduled(queue)
         return {"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}
 
+    @api.post("/schedules/{queue}/{name}/run", response_model=s.Task, status_code=201,
+              tags=["schedules"])  # fmt: skip
+    async def run_schedule(a: A, queue: QueueName, name: ScheduleName) -> Any:
+        """Enqueue the schedule's task now (metadata ``schedule``, ``run_now``); its own fire
+        times do not move, enabled or not."""
+        d = await a.run_schedule(queue, name)
+        log.info("schedule %s of %s run now: %s", name, queue, d["id"],
+                 extra={"task_id": d["id"], "queue": queue})  # fmt: skip
+        return d
+
+    @api.post("/schedules/{queue}/{name}/disable", response_model=s.ScheduleChange,
+              tags=["schedules"])  # fmt: skip
+    async def disable_schedule(a: A, queue: QueueName, name: ScheduleName) -> Any:
+        """Stop the schedule firing; its definition stays (a worker's code sync keeps it
+        disabled unless the definition in the code changes)."""
+        d = await a.set_schedule_enabled(queue, name, False)
+        log.info("schedule %s of %s disabled", name, queue, extra={"queue": queue})
+        return d
+
+    @api.post("/schedules/{queue}/{name}/enable", response_model=s.ScheduleChange,
+              tags=["schedules"])  # fmt: skip
+    async def enable_schedule(a: A, queue: QueueName, name: ScheduleName) -> Any:
+        """Fire the schedule again, from its next fire time after now."""
+        d = await a.set_schedule_enabled(queue, name, True)
+        log.info("schedule %s of %s enabled", name, queue, extra={"queue": queue})
+        return d
+
     # --- dead letters -----------------------------------------------------------------------
 
     @api.get("/dlq", response_model=s.DeadLetterPage, tags=["dlq"])
@@ -541,6 +570,7 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
     app.add_exception_handler(BadTaskId, handle(400, "bad_task_id"))
     app.add_exception_handler(UnknownTask, handle(404, "not_found"))
     app.add_exception_handler(UnknownQueue, handle(404, "not_found"))
+    app.add_exception_handler(UnknownSchedule, handle(404, "not_found"))
     app.add_exception_handler(Conflict, handle(409, "conflict"))
     app.add_exception_handler(PayloadTooLarge, handle(413, "payload_too_large"))
     app.add_exception_handler(SerializationError, handle(422, "validation_error"))

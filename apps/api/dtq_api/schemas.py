@@ -266,6 +266,16 @@ class ScheduledTask(Open):
     kind: str
 
 
+class ScheduleChange(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    queue: str
+    task: str
+    enabled: bool
+    next_fire_at: str | None
+    changed: bool
+
+
 class Schedules(BaseModel):
     schedules: list[dict[str, Any]] = Field(description="Periodic schedules, next fire first.")
     scheduled_tasks: list[ScheduledTask] = Field(description="Delayed tasks and retries.")
