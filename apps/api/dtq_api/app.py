@@ -41,7 +41,7 @@ from dtq.keys import BadTaskId
 from dtq.models import TaskStatus
 from dtq.schedules import UnknownSchedule
 from dtq.settings import Settings, load_settings
-from dtq_api import metrics
+from dtq_api import docs_ui, metrics
 from dtq_api import schemas as s
 from dtq_api.events import EventHub, TooManyStreams, sse
 from dtq_api.guard import Guard, allowed_hosts
@@ -194,7 +194,7 @@ def create_app(
         description="HTTP API of dtq, a distributed task queue on Redis Streams. "
         'Errors answer {"error": {"code", "message"}}.',
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # served from the wheel by dtq_api.docs_ui
         redoc_url=None,
     )
 
@@ -511,11 +511,16 @@ def create_app(
         body = await metrics.render(admin())
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    docs_ui.install(app)
     static = _static_dir()
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(static / "index.html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(static / "favicon.svg", media_type="image/svg+xml")
 
     app.mount("/static", StaticFiles(directory=static), name="static")
     return app

@@ -1,0 +1,44 @@
+"""``/docs``: Swagger UI from the installed ``swagger-ui-bundle`` wheel (PyPI, Apache-2.0, its
+license in the wheel), not a CDN, started by ``static/docs.js`` rather than an inline script,
+so the page runs under the dashboard's own Content-Security-Policy ('self' only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+ASSETS = "/docs/assets"
+PAGE = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>dtq API</title>
+<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">
+<link rel="stylesheet" href="{ASSETS}/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="{ASSETS}/swagger-ui-bundle.js"></script>
+<script src="/static/docs.js"></script>
+</body>
+</html>
+"""
+
+
+def assets_dir() -> Path:
+    from swagger_ui_bundle import swagger_ui_path
+
+    return Path(str(swagger_ui_path))
+
+
+def install(app: FastAPI) -> None:
+    """Serve ``/docs`` and its assets (build the app with ``docs_url=None``)."""
+    app.mount(ASSETS, StaticFiles(directory=assets_dir()), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(PAGE)
