@@ -1,9 +1,17 @@
-"""``/docs``: Swagger UI from the installed ``swagger-ui-bundle`` wheel (PyPI, Apache-2.0, its
-license in the wheel), not a CDN, started by ``static/docs.js`` rather than an inline script,
-so the page runs under the dashboard's own Content-Security-Policy ('self' only)."""
+"""``/docs``: Swagger UI from an installed wheel, not a CDN, started by ``static/docs.js`` rather
+than an inline script, so the page runs under the dashboard's own Content-Security-Policy
+('self' only).
+
+The files come from ``fastapi-offline`` (PyPI, MIT; Swagger UI itself is Apache-2.0): it ships
+a current Swagger UI 5 build, which renders FastAPI's OpenAPI 3.1 document, and needs nothing
+but FastAPI. ``swagger-ui-bundle`` was tried first: its newest release ships Swagger UI 4.15,
+which refuses OpenAPI 3.1 ("Unable to render this definition"). Only the static files are
+used, not its ``FastAPIOffline`` class.
+"""
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -30,9 +38,7 @@ PAGE = f"""<!doctype html>
 
 
 def assets_dir() -> Path:
-    from swagger_ui_bundle import swagger_ui_path
-
-    return Path(str(swagger_ui_path))
+    return Path(str(resources.files("fastapi_offline") / "static"))
 
 
 def install(app: FastAPI) -> None:
