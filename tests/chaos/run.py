@@ -8,6 +8,10 @@ loses one reply after Redis ran the command (a claim, the idle XREAD's claim, or
 with its refill claim: the proxy aborts the link instead of answering).
 After the faults stop, it waits for every task to end and checks the journals (tests/chaos/app.py)
 against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every check passes.
+
+``--cluster``: the same soak on a Redis Cluster (3 masters, one replica each; no proxy), with
+cluster faults among the worker faults: the queue's slot migrated to another master, batch by
+batch, under load (``migrate``).
 """
 
 from __future__ import annotations
@@ -35,11 +39,13 @@ from dtq.keys import Keys, split_task_id
 from dtq.settings import Settings
 from tests.chaos.check import Fault, WorkerLife, analyze, markdown, read_journals
 from tests.chaos.proxy import Proxy
+from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"
 KINDS = ("kill", "stop", "redis", "cut", "lostreply")
+CLUSTER_KINDS = ("kill", "stop", "migrate")
 # Which reply the lostreply fault loses: a script call whose bytes hold the script's sha.
 LOST_REPLY_TARGETS = ("claim", "claim+xread", "complete")
 
@@ -57,6 +63,7 @@ class Config:
     fault_gap_s: tuple[float, float] = (2.0, 4.0)
     settle_s: float = 90.0
     slack_s: float = 0.5  # scheduling slack on the one-heartbeat cancel bound (busy 2-core box)
+    cluster: bool = False  # on a Redis Cluster, with cluster faults (CLUSTER_KINDS)
 
 
 class Soak:
@@ -82,7 +89,7 @@ class Soak:
         env = dict(os.environ)
         env.update(
             {
-                "DTQ_REDIS_URL": f"redis://127.0.0.1:{self.proxy_port}/0",
+                "DTQ_REDIS_URL": self.worker_url,
                 "DTQ_KEY_PREFIX": PREFIX,
                 "DTQ_WORKER_ID": wid,
                 "DTQ_HEARTBEAT_INTERVAL_S": str(self.cfg.heartbeat_s),
@@ -197,11 +204,18 @@ class Soak:
             os.kill(proc.pid, signal.SIGCONT)
             with self.lock:
                 self.paused.discard(victim)
+        elif kind == "migrate":
+            assert isinstance(self.redis, RedisClusterFixture)
+            move = self.redis.begin_move(Keys(PREFIX).queue("default").streams[0])
+            victim = f"{move.src.port}->{move.dst.port}"
+            move.finish(batch=10, pause_s=0.01)
         elif kind == "redis":
+            assert isinstance(self.redis, RedisServer)
             self.redis.stop()
             time.sleep(rng.uniform(0.2, 1.0))
             self.redis.start()
         elif kind == "cut":
+            assert self.proxy is not None
             self.proxy.cut()
             time.sleep(rng.uniform(0.3, 3.0))
             self.proxy.restore()
@@ -224,6 +238,7 @@ class Soak:
         script, _, with_xread = target.partition("+")
         sha = hashlib.sha1(sc.source(script).encode()).hexdigest().encode()
         end, lost = time.time() + seconds, 0
+        assert self.proxy is not None
         while (left := end - time.time()) > 0:
             rule = self.proxy.drop_reply_when(
                 lambda d: sha in d and (b"XREAD" in d) == bool(with_xread)
@@ -244,9 +259,17 @@ class Soak:
         self.journal_dir = self.out / "journals"
         self.journal_dir.mkdir(parents=True)
         (self.out / "logs").mkdir()
-        self.redis = RedisServer(aof=True).start()
-        self.proxy_port = free_port()
-        self.proxy = Proxy(self.proxy_port, self.redis.port).start()
+        self.redis: RedisServer | RedisClusterFixture
+        self.proxy: Proxy | None = None
+        if cfg.cluster:
+            self.redis = RedisClusterFixture().start()
+            self.worker_url = self.redis.url
+        else:
+            self.redis = RedisServer(aof=True).start()
+            proxy_port = free_port()
+            self.proxy = Proxy(proxy_port, self.redis.port).start()
+            self.worker_url = f"redis://127.0.0.1:{proxy_port}/0"
+        kinds = CLUSTER_KINDS if cfg.cluster else KINDS
         sup = threading.Thread(target=self.supervise, daemon=True)
         try:
             for _ in range(cfg.workers):
@@ -262,7 +285,7 @@ class Soak:
                 if time.time() >= until:
                     break
                 if not bag:
-                    bag = list(KINDS)
+                    bag = list(kinds)
                     self.rng.shuffle(bag)
                 kind = bag.pop()
                 print(f"[chaos] {time.time() - wall0:6.1f}s fault {kind}", flush=True)
@@ -275,7 +298,8 @@ class Soak:
             sup.join(5) if sup.is_alive() else None
             self.stop_workers()
             records, stats = self.collect()
-            self.proxy.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             self.redis.cleanup()
         report = self.report(records, stats, time.time() - wall0)
         return report
@@ -366,9 +390,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--prefetch", type=int, default=0, help="DTQ_WORKER_PREFETCH of each worker")
     p.add_argument("--out", default=str(ROOT / "build" / "chaos"))
+    p.add_argument("--cluster", action="store_true", help="on a Redis Cluster, cluster faults")
     args = p.parse_args(argv)
     cfg = Config(
-        seconds=args.minutes * 60, seed=args.seed, workers=args.workers, prefetch=args.prefetch
+        seconds=args.minutes * 60,
+        seed=args.seed,
+        workers=args.workers,
+        prefetch=args.prefetch,
+        cluster=args.cluster,
     )
     report = Soak(cfg, Path(args.out)).run()
     print((Path(args.out) / "report.md").read_text())
