@@ -14,7 +14,7 @@ from dtq import Settings
 from dtq.admin import Admin
 from dtq_api.app import create_app
 from tests.apps.basic import app as tasks_app
-from tests.conftest import running_worker
+from tests.conftest import make_settings, running_worker
 
 
 @pytest.fixture
@@ -114,3 +114,44 @@ async def test_task_pages_lose_and_repeat_nothing_when_ids_share_a_millisecond(
         assert [i for i in listed if i.startswith("qb:")] == [h.id for h in qb][::-1]
         r = await http.get("/api/v1/tasks", params={"cursor": "12.x"})
         assert r.status_code == 422
+
+
+@pytest.mark.cluster
+async def test_newest_first_running_and_resume_span_nodes(backend: Any, prefix: str) -> None:
+    """On a cluster each queue has its own slot: the index's reads, the running list and an
+    event stream's resume read every queue's keys without one command spanning two slots."""
+    from tests.test_cluster import spread_queues
+
+    queues = spread_queues(backend, prefix, 3)
+    s = make_settings(backend.url, prefix)
+    async with Admin(s) as a, running_worker(tasks_app, s.model_copy(update={"queues": queues})):
+        ids: list[str] = []
+        for i, q in enumerate(queues):
+            ids.append((await a.client.enqueue("add", [i, 0], queue=q)).id)
+            await asyncio.sleep(0.002)
+        first_event = next(
+            e.id
+            for e in await a.recent_events(queues=[queues[0]])
+            if e.type == "enqueued" and e.task_id == ids[0]
+        )
+        long = await a.client.enqueue("sleep", [30], queue=queues[1])
+        listed: list[str] = []
+        cursor = None
+        running: list[dict[str, Any]] = []
+        for _ in range(400):
+            page = await a.recent_tasks(limit=1, cursor=cursor)
+            running += page.running
+            listed += [t["id"] for t in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                if long.id in {t["id"] for t in running}:
+                    break
+                listed, running = [], []  # the long task not started yet: list again
+                await asyncio.sleep(0.05)
+        assert listed == [long.id, *ids[::-1]]
+        assert [t["id"] for t in running] == [long.id]
+        missed, more = await a.events_after(first_event)
+        assert not more
+        enq = [e.task_id for e in missed if e.type == "enqueued"]
+        assert enq == [*ids[1:], long.id]
+        await a.cancel(long.id)
