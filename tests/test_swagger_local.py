@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
 from dtq import Settings
 from dtq_api.app import create_app
@@ -40,3 +41,16 @@ async def test_dashboard_has_a_favicon(settings: Settings) -> None:
         for path in (ref, "/favicon.ico"):
             r = await h.get(path)
             assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg")
+
+
+async def test_api_starts_and_docs_say_what_to_install_without_the_swagger_package(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtq_api import docs_ui
+
+    monkeypatch.setattr(docs_ui, "assets_dir", lambda: None)
+    app = create_app(settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as h:
+        page = await h.get("/docs")
+        assert page.status_code == 200 and "pip install 'dtq[api]'" in page.text
+        assert (await h.get("/healthz")).status_code == 200

@@ -11,6 +11,7 @@ used, not its ``FastAPIOffline`` class.
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+log = logging.getLogger("dtq.api")
 ASSETS = "/docs/assets"
 PAGE = f"""<!doctype html>
 <html lang="en">
@@ -37,14 +39,30 @@ PAGE = f"""<!doctype html>
 """
 
 
-def assets_dir() -> Path:
-    return Path(str(resources.files("fastapi_offline") / "static"))
+MISSING = """<!doctype html><meta charset="utf-8"><title>dtq API</title>
+<p>Swagger UI needs the <code>fastapi-offline</code> package of the <code>api</code> extra:
+<code>pip install 'dtq[api]'</code>. The OpenAPI document is at
+<a href="/openapi.json">/openapi.json</a>.</p>
+"""
+
+
+def assets_dir() -> Path | None:
+    """Where the Swagger UI files are, or None when ``fastapi-offline`` is not installed."""
+    try:
+        return Path(str(resources.files("fastapi_offline") / "static"))
+    except ModuleNotFoundError:
+        return None
 
 
 def install(app: FastAPI) -> None:
-    """Serve ``/docs`` and its assets (build the app with ``docs_url=None``)."""
-    app.mount(ASSETS, StaticFiles(directory=assets_dir()), name="swagger-ui")
+    """Serve ``/docs`` and its assets (build the app with ``docs_url=None``). Without the
+    package the API still starts; ``/docs`` then says what to install."""
+    assets = assets_dir()
+    if assets is not None:
+        app.mount(ASSETS, StaticFiles(directory=assets), name="swagger-ui")
+    else:
+        log.warning("/docs: Swagger UI not installed (pip install 'dtq[api]')")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return HTMLResponse(PAGE)
+        return HTMLResponse(PAGE if assets is not None else MISSING)
