@@ -45,16 +45,33 @@ def browser_page(chromium: str) -> Iterator[Any]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.set_default_timeout(20_000)
             yield page
         finally:
             browser.close()
 
 
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+
+
+def rendered(page: Any, state: str) -> None:
+    """Wait until the page says it rendered ``state`` (its hash): a state, not a time."""
+    page.wait_for_selector(f"#view[data-rendered='{state}']", timeout=60_000)
+
+
 def shot(page: Any, name: str) -> None:
+    """A desktop (1280x800) and a phone (390x844) screenshot of what the page shows."""
     SHOTS.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size(DESKTOP)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=True)
+    # Nothing overflows the phone's width (wide tables scroll inside their own box).
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"{name}: {width}px wide at 390 px"
+    page.set_viewport_size(DESKTOP)
 
 
 @pytest.mark.slow
@@ -129,17 +146,22 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
             shot(page, "queues")
 
             # --- tasks: filter, detail, cancel, retry ---------------------------------------
+            wait_until(lambda: c.get(fresh.id).status.value == "succeeded", timeout=30)
             page.click("nav a[data-view=tasks]")
+            rendered(page, "tasks")
             page.select_option("#task-filters select[name=status]", "succeeded")
             page.click("#task-filters button[type=submit]")
-            page.wait_for_selector(f"tr[data-task='{done[0].id}']")
-            # The unfiltered page may still be showing: wait for the filtered one (6 rows).
-            expect(page.locator("[data-testid=tasks-table] tr[data-task]")).to_have_count(6)
+            # The page marks which filter it rendered: no race with the unfiltered table.
+            rendered(page, "tasks?status=succeeded")
+            rows = page.locator("[data-testid=tasks-table] tr[data-task]")
+            ids = [rows.nth(i).get_attribute("data-task") for i in range(rows.count())]
+            assert ids == [fresh.id, *[h.id for h in done][::-1]]  # newest first
             assert page.locator("[data-testid=tasks-table] .badge.failed").count() == 0
             shot(page, "tasks")
             page.click(f"tr[data-task='{done[2].id}']")
             page.wait_for_selector("[data-testid=task-fields]")
             assert page.inner_text("[data-testid=task-result]").strip() == "12"
+            assert page.inner_text("[data-testid=task-runtime]").strip() not in ("", "-")
             hist = page.inner_text("[data-testid=history]")
             assert "enqueued" in hist and "started" in hist and "succeeded" in hist
             shot(page, "task-detail")
@@ -171,19 +193,74 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
                 c.get(dead[1].id)
 
             # --- workers, schedules -------------------------------------------------------
+            # A long task with progress: running on the tasks page, in flight on its worker.
+            long = c.enqueue("progress_steps", [60])
+            wait_until(lambda: (c.get(long.id).progress or {}).get("current", 0) >= 1, 30)
+            page.goto(api.url + "/#tasks")
+            rendered(page, "tasks")
+            running = f"[data-testid=running-table] tr[data-task='{long.id}']"
+            page.wait_for_selector(f"{running} progress")
+            shot(page, "tasks-running")
             page.click("nav a[data-view=workers]")
             page.wait_for_selector("tr[data-worker=w-dash] .badge.live")
             assert "default" in page.inner_text("tr[data-worker=w-dash]")
+            page.wait_for_selector(f"tr[data-worker=w-dash] li[data-inflight='{long.id}'] a")
+            assert page.inner_text("tr[data-worker=w-dash] [data-testid=uptime]") != "-"
             shot(page, "workers")
+            c.cancel(long.id)
+            # The overview's events name their tasks and fold progress reports into one line.
+            page.click("nav a[data-view=overview]")
+            rendered(page, "overview")
+            line = f"[data-testid=events] li:has-text('{long.id}')"
+            page.wait_for_selector(f"{line} >> text=progress_steps")
+            progress_lines = page.locator(f"{line}:has(.badge.progress)")
+            assert progress_lines.count() == 1  # folded: one line, its latest report
+            assert int(progress_lines.locator("[data-testid=folded]").inner_text()[1:]) > 1
+            shot(page, "overview")
             c.enqueue("add", [1, 1], delay=1800)
             page.click("nav a[data-view=schedules]")
             page.wait_for_selector("[data-testid=periodic-table] td:has-text('nightly')")
             assert "0 3 * * *" in page.inner_text("[data-testid=periodic-table]")
             page.wait_for_selector("[data-testid=delayed-table] .badge.scheduled")
+            srow = "tr[data-schedule=nightly]"
+            page.click(f"{srow} button[data-act=disable-schedule]")
+            page.wait_for_selector(f"{srow} .badge.paused:has-text('disabled')")
+            page.click(f"{srow} button[data-act=run-schedule]")
+            page.wait_for_selector("#flash:has-text('Ran nightly now')")
+            newest = httpx.get(api.url + "/api/v1/tasks?limit=1", headers=hdr).json()["items"]
+            assert newest[0]["metadata"]["schedule"] == "nightly" and newest[0]["args"] == [1, 2]
             shot(page, "schedules")
-        for name in ("overview", "queues", "tasks", "task-detail", "dead-letters", "workers",
-                     "schedules"):  # fmt: skip
-            assert (SHOTS / f"{name}.png").stat().st_size > 5000
+            page.click(f"{srow} button[data-act=enable-schedule]")
+            page.wait_for_selector(f"{srow} button[data-act=disable-schedule]")
+
+            # --- enqueue form, lookup by id -------------------------------------------------
+            page.click("nav a[data-view=tasks]")
+            rendered(page, "tasks")
+            page.click("details.enqueue summary")
+            page.fill("#enqueue-form input[name=name]", "add")
+            page.fill("#enqueue-form input[name=args]", "[20, 22]")
+            shot(page, "enqueue-form")
+            page.click("#enqueue-form button[type=submit]")
+            page.wait_for_selector("#view[data-rendered^='task/']")
+            new_id = page.get_attribute("#view", "data-rendered").split("/", 1)[1]
+            new_id = new_id.replace("%3A", ":")
+            wait_until(lambda: c.get(new_id).status.value == "succeeded", timeout=30)
+            assert c.get(new_id).result == 42
+            page.click("nav a[data-view=tasks]")
+            rendered(page, "tasks")
+            page.fill("#task-lookup input[name=task_id]", done[1].id)
+            page.press("#task-lookup input[name=task_id]", "Enter")
+            page.wait_for_selector(f"h2:has-text('{done[1].id}')")
+
+            # --- /docs: Swagger UI from the wheel, under the same CSP ------------------------
+            page.goto(api.url + "/docs")
+            page.wait_for_selector(".swagger-ui .opblock-tag", timeout=60_000)
+            shot(page, "api-docs")
+        names = ("overview", "queues", "tasks", "tasks-running", "task-detail", "dead-letters",
+                 "workers", "schedules", "enqueue-form", "api-docs")  # fmt: skip
+        for name in names:
+            for size in ("", "-phone"):
+                assert (SHOTS / f"{name}{size}.png").stat().st_size > 5000
         assert not csp_violations, csp_violations
     except Exception:
         SHOTS.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@ Costs worth knowing:
 
 * :meth:`Admin.list_queues` is a fixed handful of commands per queue (pipelined), whatever
   the queue lengths.
-* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (no secondary index exists), so
+* :meth:`Admin.recent_tasks` (the API's and dashboard's list) reads tasks newest first from
+  the queues' event streams, which every enqueue already writes (:mod:`dtq.task_index`).
+* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (the CLI's complete walk), so
   one page costs O(keys scanned), not O(page). A status filter on ``failed`` or ``scheduled``
   with a queue uses the dead-letter/schedule zsets instead. Pages are cursor based;
   as with any ``SCAN``, a task may appear twice across pages while Redis rehashes, and
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio as aredis
 
-from dtq import eviction
+from dtq import eviction, task_index
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
 from dtq.cluster import ascan_slot, scan_step
@@ -242,6 +244,8 @@ class Page:
     next_cursor: str | None
     scans: int = 0
     examined: int = 0
+    running: list[Any] = field(default_factory=list)
+    """The running tasks, on a newest-first listing's first page."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,6 +619,37 @@ class Admin:
                 next_cursor = f"{nxt}.0"
                 break
         return Page([t.to_dict() for t in items], next_cursor, scans, examined)
+
+    async def recent_tasks(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Tasks newest first from the queues' event streams (see :mod:`dtq.task_index`);
+        ``Page.running`` holds the running tasks on the first page (no cursor)."""
+        if queue is not None:
+            _check_queue_name(queue)
+        if status is not None and status not in TaskStatus._value2member_map_:
+            raise InvalidRequest(
+                f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
+            )
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        queues = [queue] if queue is not None else await self.queue_names()
+        try:
+            items, nxt, read = await task_index.newest(
+                self._r, self.keys, queues, status=status, name=name, cursor=cursor, limit=limit
+            )
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        running: list[dict[str, Any]] = []
+        if cursor is None and status in (None, "running"):
+            running = await task_index.running(self._r, self.keys, queues, name=name)
+        return Page(items, nxt, 0, read, running)
 
     @staticmethod
     def _parse_cursor(cursor: str | None) -> tuple[str, int]:
@@ -1088,6 +1123,21 @@ class Admin:
         infos = await schedules.alist_schedules(self.client, queue)
         return [i.to_dict() for i in infos]
 
+    async def set_schedule_enabled(self, queue: str, name: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable one schedule; its fields, ``enabled`` and ``changed``."""
+        from dtq import schedules
+
+        _check_queue_name(queue)
+        changed, info = await schedules.aset_enabled(self.client, name, queue, enabled)
+        return {**info.to_dict(), "changed": changed}
+
+    async def run_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        """Enqueue one schedule's task now; the new task's fields."""
+        from dtq import schedules
+
+        _check_queue_name(queue)
+        return await self.get_task(await schedules.arun_now(self.client, name, queue))
+
     async def list_scheduled(
         self, queue: str | None = None, limit: int = 100
     ) -> list[ScheduledTask]:
@@ -1218,6 +1268,27 @@ class Admin:
             for t in reads:
                 t.cancel()
         return [x for t in reads if t.done() and not t.cancelled() for x in t.result() or []]
+
+    async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
+        """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
+        oldest first, at most ``limit``; the flag says whether more were left out.
+
+        One ``XRANGE`` per stream, pipelined (a cluster splits it by slot). Stream ids are per
+        stream, so events of another stream in the same millisecond as ``last_id`` may be
+        missed or repeated; later ones are all there.
+        """
+        keys = self._event_keys(await self.queue_names())
+        async with self._r.pipeline(transaction=False) as pipe:
+            for k in keys:
+                pipe.xrange(k, min="(" + last_id, max="+", count=limit)
+            chunks: list[list[tuple[str, dict[str, str]]]] = await pipe.execute()
+        out = [
+            self._event(keys[k], eid, f)
+            for k, chunk in zip(keys, chunks, strict=True)
+            for eid, f in chunk
+        ]
+        out.sort(key=lambda e: (e.ts_ms, e.id))
+        return out[:limit], len(out) > limit or any(len(c) >= limit for c in chunks)
 
     async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
         """Finished runs per time bucket over the last ``window_s`` seconds, from the events.

@@ -36,7 +36,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 # every process that only enqueues) starts without it.
 from dtq import codec
 from dtq import scripts as sc
-from dtq.errors import InvalidRequest
+from dtq.errors import DtqError, InvalidRequest
 from dtq.keys import Keys, QueueKeys, make_task_id
 from dtq.models import ms_to_datetime
 from dtq.requests import MAX_SPAN_S, TaskDefaults, build_task, check_task_name
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("dtq.schedules")
 
 DEFAULT_GRACE_S = 60.0
+DISABLED = float("inf")
+"""The next-fire score of a disabled schedule: never due, and kept by ``schedule_put`` while
+its definition is unchanged (a changed definition starts enabled from its next fire)."""
 MIN_EVERY_S = 1.0
 _DST_MARGIN = timedelta(hours=4)
 
@@ -247,6 +250,7 @@ class ScheduleInfo:
     schedule: Schedule
     next_fire_at: datetime | None
     last_task_id: str | None
+    enabled: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as ``dtq schedules --json`` and ``GET /api/v1/schedules`` show it."""
@@ -270,6 +274,7 @@ class ScheduleInfo:
             "source": s.source,
             "next_fire_at": self.next_fire_at.isoformat() if self.next_fire_at else None,
             "last_task_id": self.last_task_id,
+            "enabled": self.enabled,
         }
 
 
@@ -362,11 +367,13 @@ def _infos(
         except (InvalidRequest, ValueError, TypeError) as exc:
             log.warning("schedule %s in queue %s is unreadable: %s", name, queue, exc)
             continue
+        enabled = nxt is None or float(nxt) != DISABLED
         out.append(
             ScheduleInfo(
                 s,
-                ms_to_datetime(nxt),  # None if unreadable: the schedule is still listed
+                ms_to_datetime(nxt) if enabled else None,  # None if unreadable: still listed
                 make_task_id(queue, last) if last else None,
+                enabled,
             )
         )
     return out
@@ -466,6 +473,52 @@ async def aremove_schedule(client: AsyncClient, name: str, queue: str = "default
         return int((await pipe.execute())[0]) == 1
 
 
+class UnknownSchedule(DtqError, LookupError):
+    """No schedule of that name in that queue."""
+
+
+async def _astored(client: AsyncClient, name: str, queue: str) -> Schedule:
+    spec: str | None = await client.redis.hget(client.keys.queue(queue).schedules, name)  # type: ignore[misc,assignment]
+    if spec is None:
+        raise UnknownSchedule(f"no schedule {name!r} in queue {queue!r}")
+    return Schedule.from_json(spec)
+
+
+async def aset_enabled(
+    client: AsyncClient, name: str, queue: str, enabled: bool
+) -> tuple[bool, ScheduleInfo]:
+    """Disable a schedule (it stops firing, its definition kept) or enable it again (it fires
+    from its next fire time after now); returns whether it changed and the schedule.
+
+    One atomic ``ZADD``: disabling sets its next fire to +inf (XX: only a stored schedule);
+    enabling sets the next fire time only where it is lower (LT), so an enabled schedule
+    keeps its own.
+    """
+    s = await _astored(client, name, queue)
+    qk = client.keys.queue(queue)
+    if enabled:
+        nxt = s.next_after(_server_ms(await client.redis.time()))
+        changed = await client.redis.zadd(qk.schedules_next, {name: nxt}, xx=True, lt=True, ch=True)
+    else:
+        changed = await client.redis.zadd(qk.schedules_next, {name: DISABLED}, xx=True, ch=True)
+    [info] = [i for i in await alist_schedules(client, queue) if i.schedule.name == name] or [
+        ScheduleInfo(s, None, None, enabled)
+    ]
+    return bool(changed), info
+
+
+async def arun_now(client: AsyncClient, name: str, queue: str) -> str:
+    """Enqueue the schedule's task now, as a fire would (its metadata names the schedule);
+    the schedule's own fire times do not move. Returns the task id."""
+    s = await _astored(client, name, queue)
+    meta = {**s.metadata, "schedule": s.name, "run_now": True}
+    h = await client.enqueue(
+        s.task, list(s.args), dict(s.kwargs) or None, queue=s.queue, priority=s.priority,
+        max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
+    )  # fmt: skip
+    return h.id
+
+
 def _server_ms(t: tuple[int, int] | Sequence[Any]) -> int:
     return int(t[0]) * 1000 + int(t[1]) // 1000
 
@@ -562,7 +615,9 @@ class ScheduleRunner:
             specs: Any = await self.redis.hmget(qk.schedules, names)  # type: ignore[misc]
             for (name, score), spec in zip(due, specs, strict=True):
                 await self.fire_one(qk, name, int(score), spec, now)
-        first: Any = await self.redis.zrange(qk.schedules_next, 0, 0, withscores=True)
+        first: Any = await self.redis.zrange(
+            qk.schedules_next, "-inf", "(inf", byscore=True, offset=0, num=1, withscores=True
+        )  # a disabled schedule (score inf) is never next
         return int(first[0][1]) if first else None
 
     async def fire_one(

@@ -145,3 +145,13 @@ async def fails_then_retries() -> None:
     if current_task().attempt == 1:
         raise ValueError("first run broke")
     raise Retry(delay=0)
+
+
+@app.task(name="progress_steps")
+async def progress_steps(steps: int) -> int:
+    """Reports progress once per 0.2 s step (the dashboard shows it as a bar)."""
+    ctx = current_task()
+    for i in range(steps):
+        ctx.progress(i + 1, steps, f"step {i + 1}")
+        await asyncio.sleep(0.2)
+    return steps

@@ -27,7 +27,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dtq import __version__
-from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.admin import Admin, Conflict, Event, UnknownQueue
 from dtq.app import App
 from dtq.errors import (
     DtqError,
@@ -39,8 +39,9 @@ from dtq.errors import (
 )
 from dtq.keys import BadTaskId
 from dtq.models import TaskStatus
+from dtq.schedules import UnknownSchedule
 from dtq.settings import Settings, load_settings
-from dtq_api import metrics
+from dtq_api import docs_ui, metrics
 from dtq_api import schemas as s
 from dtq_api.events import EventHub, TooManyStreams, sse
 from dtq_api.guard import Guard, allowed_hosts
@@ -53,11 +54,19 @@ Cursor = Annotated[
     str | None,
     Query(pattern=CURSOR_RE, description="The previous page's next_cursor (opaque)."),
 ]
+TASK_CURSOR_RE = r"^[0-9]{1,19}\.[0-9]{1,19}(\.[A-Za-z0-9_.\-]{0,100})?$"
+TaskCursor = Annotated[
+    str | None,
+    Query(pattern=TASK_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
+]
 TASK_ID_RE = s.TASK_ID_RE
 TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
+ScheduleName = Annotated[str, PathParam(min_length=1, max_length=200)]
 BODY_SLACK = 64 * 1024  # JSON framing around the arguments
 STREAM_RETRY_S = 5
+RESUME_MAX = 5000
+"""Most missed events a resumed event stream (Last-Event-ID) sends before the live ones."""
 
 
 class ApiError(Exception):
@@ -185,7 +194,7 @@ def create_app(
         description="HTTP API of dtq, a distributed task queue on Redis Streams. "
         'Errors answer {"error": {"code", "message"}}.',
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # served from the wheel by dtq_api.docs_ui
         redoc_url=None,
     )
 
@@ -222,17 +231,20 @@ def create_app(
         queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
         status: TaskStatus | None = None,
         name: Annotated[str | None, Query(max_length=200)] = None,
-        cursor: Cursor = None,
+        cursor: TaskCursor = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> Any:
-        """Tasks matching all filters, with cursor pagination (a SCAN over task records).
+        """Tasks matching all filters, newest first, with cursor pagination.
 
-        One request makes at most a fixed number of SCAN calls: a filter matching few tasks
-        answers a short (even empty) page with a ``next_cursor`` to continue from.
+        The list is read from the queues' capped event streams (``DTQ_EVENTS_MAXLEN`` per
+        queue): a task older than its queue's last events is found by id, not listed. The
+        first page (no ``cursor``) also carries ``running``: every task running now (at most
+        200), however old. One request reads a bounded number of stream entries: a filter
+        matching few tasks answers a short (even empty) page with a ``next_cursor``.
         """
         st = status.value if status is not None else None
-        page = await a.list_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
-        return {"items": page.items, "next_cursor": page.next_cursor}
+        page = await a.recent_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
+        return {"items": page.items, "next_cursor": page.next_cursor, "running": page.running}
 
     existing: dict[int | str, dict[str, Any]] = {
         200: {"model": s.Task, "description": "Existing task (same idempotency key)"}
@@ -335,6 +347,33 @@ def create_app(
         delayed = await a.list_scheduled(queue)
         return {"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}
 
+    @api.post("/schedules/{queue}/{name}/run", response_model=s.Task, status_code=201,
+              tags=["schedules"])  # fmt: skip
+    async def run_schedule(a: A, queue: QueueName, name: ScheduleName) -> Any:
+        """Enqueue the schedule's task now (metadata ``schedule``, ``run_now``); its own fire
+        times do not move, enabled or not."""
+        d = await a.run_schedule(queue, name)
+        log.info("schedule %s of %s run now: %s", name, queue, d["id"],
+                 extra={"task_id": d["id"], "queue": queue})  # fmt: skip
+        return d
+
+    @api.post("/schedules/{queue}/{name}/disable", response_model=s.ScheduleChange,
+              tags=["schedules"])  # fmt: skip
+    async def disable_schedule(a: A, queue: QueueName, name: ScheduleName) -> Any:
+        """Stop the schedule firing; its definition stays (a worker's code sync keeps it
+        disabled unless the definition in the code changes)."""
+        d = await a.set_schedule_enabled(queue, name, False)
+        log.info("schedule %s of %s disabled", name, queue, extra={"queue": queue})
+        return d
+
+    @api.post("/schedules/{queue}/{name}/enable", response_model=s.ScheduleChange,
+              tags=["schedules"])  # fmt: skip
+    async def enable_schedule(a: A, queue: QueueName, name: ScheduleName) -> Any:
+        """Fire the schedule again, from its next fire time after now."""
+        d = await a.set_schedule_enabled(queue, name, True)
+        log.info("schedule %s of %s enabled", name, queue, extra={"queue": queue})
+        return d
+
     # --- dead letters -----------------------------------------------------------------------
 
     @api.get("/dlq", response_model=s.DeadLetterPage, tags=["dlq"])
@@ -397,8 +436,17 @@ def create_app(
                    503: {"model": s.ErrorBody, "description": "Too many open streams "
                          "(DTQ_API_MAX_STREAMS; see Retry-After) or Redis unreachable"}},
     )  # fmt: skip
-    async def events() -> StreamingResponse:
+    async def events(
+        last_event_id: Annotated[
+            str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{1,19}-[0-9]{1,19}$")
+        ] = None,
+    ) -> StreamingResponse:
         """Live lifecycle events of every queue and worker (server-sent events).
+
+        Each message's ``id`` is the event's stream id. A client reconnecting with
+        ``Last-Event-ID`` (browsers' EventSource does so by itself) first gets the events it
+        missed (up to 5000; an ``error`` message says when more were left out), then the live
+        ones.
 
         Each message's data is one event as JSON (``type``, ``task_id``, ``queue``,
         ``attempt``, ``worker``, ``detail``, ``ts``); a comment line keeps idle streams open.
@@ -410,9 +458,17 @@ def create_app(
         except TooManyStreams as exc:
             raise ApiError(503, "too_many_streams", str(exc),
                            {"Retry-After": str(STREAM_RETRY_S)}) from None  # fmt: skip
+        backlog: list[Event] = []
+        truncated = False
+        if last_event_id is not None:
+            try:  # after subscribing: what happens meanwhile is in both, and sent once
+                backlog, truncated = await admin().events_after(last_event_id, RESUME_MAX)
+            except BaseException:
+                sub.close()
+                raise
         return StreamResponse(
             sub.close,
-            sse(sub, SSE_PING_S),
+            sse(sub, SSE_PING_S, backlog, truncated),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -455,11 +511,16 @@ def create_app(
         body = await metrics.render(admin())
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    docs_ui.install(app)
     static = _static_dir()
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(static / "index.html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(static / "favicon.svg", media_type="image/svg+xml")
 
     app.mount("/static", StaticFiles(directory=static), name="static")
     return app
@@ -514,6 +575,7 @@ def _install_errors(app: FastAPI, settings: Settings) -> None:
     app.add_exception_handler(BadTaskId, handle(400, "bad_task_id"))
     app.add_exception_handler(UnknownTask, handle(404, "not_found"))
     app.add_exception_handler(UnknownQueue, handle(404, "not_found"))
+    app.add_exception_handler(UnknownSchedule, handle(404, "not_found"))
     app.add_exception_handler(Conflict, handle(409, "conflict"))
     app.add_exception_handler(PayloadTooLarge, handle(413, "payload_too_large"))
     app.add_exception_handler(SerializationError, handle(422, "validation_error"))

@@ -112,10 +112,31 @@ def _error(message: str) -> bytes:
     return f"event: error\ndata: {json.dumps({'message': message})}\n\n".encode()
 
 
-async def sse(sub: Subscription, ping_s: float) -> AsyncIterator[bytes]:
-    """The bytes of one stream: a greeting, events, a comment every ``ping_s`` when idle."""
+def _stream_pos(eid: str) -> tuple[int, int]:
+    ms, _, seq = eid.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _frame(e: Event) -> bytes:
+    return f"id: {e.id}\ndata: {json.dumps(e.to_dict())}\n\n".encode()
+
+
+async def sse(
+    sub: Subscription, ping_s: float, backlog: list[Event] | None = None, truncated: bool = False
+) -> AsyncIterator[bytes]:
+    """The bytes of one stream: a greeting, events, a comment every ``ping_s`` when idle.
+
+    ``backlog`` (a resumed stream's missed events, read after ``sub`` subscribed) goes first;
+    live events it already holds are then skipped, per stream, so none repeats.
+    """
+    last: dict[str, tuple[int, int]] = {}
     try:
         yield b": connected\n\n"
+        if truncated:
+            yield _error("too many missed events; some are left out")
+        for e in backlog or ():
+            last[e.stream] = max(last.get(e.stream, (0, 0)), _stream_pos(e.id))
+            yield _frame(e)
         while True:
             if sub.closed and sub.queue.empty():
                 yield _error("client too slow; reconnect")
@@ -129,6 +150,8 @@ async def sse(sub: Subscription, ping_s: float) -> AsyncIterator[bytes]:
                 yield _error(item)
                 continue
             for e in item:
-                yield f"id: {e.id}\ndata: {json.dumps(e.to_dict())}\n\n".encode()
+                if last and e.stream in last and _stream_pos(e.id) <= last[e.stream]:
+                    continue  # already sent from the backlog
+                yield _frame(e)
     finally:
         sub.close()

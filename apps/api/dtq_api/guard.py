@@ -25,18 +25,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# The dashboard loads its own script and stylesheet only; its markup sets a few inline styles.
+# The dashboard and /docs (Swagger UI from the wheel) load their own scripts and stylesheets
+# only; their markup sets a few inline styles.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
-)
-# FastAPI's /docs page loads Swagger UI from a CDN and starts it with an inline script.
-DOCS_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "img-src 'self' data: https://fastapi.tiangolo.com; object-src 'none'; base-uri 'none'; "
-    "frame-ancestors 'none'"
 )
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
@@ -110,8 +104,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         path: str = scope.get("path", "")
-        csp = DOCS_CSP if path == "/docs" else CSP
-        extra = [*SECURITY_HEADERS, (b"content-security-policy", csp.encode())]
+        extra = [*SECURITY_HEADERS, (b"content-security-policy", CSP.encode())]
 
         async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -149,6 +149,10 @@ CURSOR_DOC = (
 class TaskPage(BaseModel):
     items: list[Task]
     next_cursor: str | None = Field(description=CURSOR_DOC)
+    running: list[Task] = Field(
+        default_factory=list,
+        description="The tasks running now (first page only; at most 200), however old.",
+    )
 
 
 class CancelOut(BaseModel):
@@ -260,6 +264,16 @@ class ScheduledTask(Open):
     name: str
     due_at: str | None
     kind: str
+
+
+class ScheduleChange(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    queue: str
+    task: str
+    enabled: bool
+    next_fire_at: str | None
+    changed: bool
 
 
 class Schedules(BaseModel):

@@ -8,6 +8,8 @@ const state = {
   sse: null,         // AbortController of the event stream
   refreshTimer: null,
   tasksCursor: null,
+  names: new Map(),  // task id -> task name, from every task list seen (events carry no name)
+  lastEventId: null, // the stream id of the last event seen: a reconnect resumes after it
 };
 const $ = (sel, root = document) => root.querySelector(sel);
 const view = () => $("#view");
@@ -23,6 +25,33 @@ function ago(s) {
 }
 function when(iso) { return iso ? new Date(iso).toLocaleString() : "-"; }
 function badge(text, cls) { return `<span class="badge ${esc(cls || text)}">${esc(text)}</span>`; }
+function secs(s) {
+  if (s == null) return "-";
+  if (s < 1) return Math.round(s * 1000) + "ms";
+  return ago(s);
+}
+// Run time: finished (or now, while running) minus started.
+function runtime(t) {
+  if (!t.started_at) return null;
+  const end = t.finished_at ? Date.parse(t.finished_at) : Date.now();
+  return Math.max(0, (end - Date.parse(t.started_at)) / 1000);
+}
+// A task's last progress report as a bar (or its message alone when it gave no total).
+function progressBar(p) {
+  if (!p) return "";
+  const msg = p.message ? ` <span class="muted">${esc(p.message)}</span>` : "";
+  if (!p.total) return `<span data-testid="progress">${esc(p.current)}${msg}</span>`;
+  const pct = Math.max(0, Math.min(100, (100 * p.current) / p.total));
+  return `<span class="progress" data-testid="progress"><progress max="100" value="${pct.toFixed(1)}">${pct.toFixed(0)}%</progress>
+    ${esc(p.current)}/${esc(p.total)}${msg}</span>`;
+}
+function argsText(t) {
+  const parts = (t.args || []).map((a) => JSON.stringify(a));
+  for (const [k, v] of Object.entries(t.kwargs || {})) parts.push(`${k}=${JSON.stringify(v)}`);
+  const text = parts.join(", ");
+  return text.length > 60 ? text.slice(0, 59) + "…" : text;
+}
+function remember(items) { for (const t of items) if (t && t.id) state.names.set(t.id, t.name); }
 
 function flash(msg, isError) {
   const f = $("#flash");
@@ -121,6 +150,7 @@ async function startEvents() {
   try {
     const headers = { Accept: "text/event-stream" };
     if (state.token) headers.Authorization = "Bearer " + state.token;
+    if (state.lastEventId) headers["Last-Event-ID"] = state.lastEventId;  // resume, not restart
     const r = await fetch("/api/v1/events", { headers, signal: ctl.signal });
     if (r.status === 401) { live.className = "badge off"; live.textContent = "offline"; return; }
     live.className = "badge live"; live.textContent = "live";
@@ -135,7 +165,10 @@ async function startEvents() {
       while ((cut = buf.indexOf("\n\n")) >= 0) {
         const msg = buf.slice(0, cut);
         buf = buf.slice(cut + 2);
-        const data = msg.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+        const lines = msg.split("\n");
+        const data = lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+        const id = lines.find((l) => l.startsWith("id: "));
+        if (id) state.lastEventId = id.slice(4);
         if (data && !msg.startsWith("event: error")) onEvent(JSON.parse(data));
       }
     }
@@ -147,7 +180,13 @@ async function startEvents() {
 }
 
 function onEvent(ev) {
-  state.events.unshift(ev);
+  // Progress reports of one task fold into one line: its latest report and how many came.
+  let folded = 1;
+  if (ev.type === "progress") {
+    const i = state.events.findIndex((e) => e.type === "progress" && e.task_id === ev.task_id);
+    if (i >= 0) folded += state.events.splice(i, 1)[0].folded || 1;
+  }
+  state.events.unshift({ ...ev, folded });
   state.events.length = Math.min(state.events.length, 200);
   const tp = state.tp;
   if (tp && tp.series[ev.type]) {
@@ -162,28 +201,48 @@ function onEvent(ev) {
   scheduleRefresh();
 }
 
+// A live refresh waits while the user is in a dialog or a form: it would wipe what they type.
+function busy() {
+  return $("#confirm-dialog").open || $("#token-dialog").open
+    || (document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName))
+    || $("details.enqueue[open]") || ($("#task-lookup input") && $("#task-lookup input").value);
+}
+
 function scheduleRefresh() {
   if (state.refreshTimer) return;
   state.refreshTimer = setTimeout(() => {
     state.refreshTimer = null;
-    const busy = $("#confirm-dialog").open || $("#token-dialog").open
-      || (document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName));
-    if (!busy) render(true);
+    if (!busy()) render(true);
   }, 1000);
 }
 
 // --- charts -----------------------------------------------------------------------------------
 
+// Hand-written on purpose: two small line charts of at most a few hundred points. The kept
+// libraries that would do it (uPlot, Chart.js) are npm packages; the wheel has no build step and
+// the page loads no CDN, so one would be a vendored copy to keep current for ~40 lines here.
+// x axis: bucket start times (times[i], ISO); y axis: 0 and the max, formatted by opts.fmt.
 function lineChart(series, colors, opts = {}) {
-  const W = 600, H = 180, P = 28;
+  const W = 600, H = 200, L = 40, R = 12, T = 10, B = 26;
   const n = Math.max(...series.map((s) => s.length), 2);
-  const max = opts.max ?? Math.max(1, ...series.flat());
-  const x = (i) => P + (i * (W - 2 * P)) / (n - 1);
-  const y = (v) => H - P + 6 - (v / max) * (H - 2 * P);
-  let svg = `<svg viewBox="0 0 ${W} ${H}" role="img">`;
-  svg += `<line x1="${P}" y1="${y(0)}" x2="${W - P}" y2="${y(0)}" stroke="#ccd"/>`;
-  svg += `<text x="2" y="${y(max) + 4}" font-size="10" fill="#888">${opts.fmt ? opts.fmt(max) : max}</text>`;
-  svg += `<text x="2" y="${y(0) + 4}" font-size="10" fill="#888">0</text>`;
+  const max = opts.max ?? Math.max(1e-9, ...series.flat());
+  const x = (i) => L + (i * (W - L - R)) / (n - 1);
+  const y = (v) => H - B - (v / max) * (H - B - T);
+  const fmt = opts.fmt || ((v) => String(v));
+  let svg = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(opts.label || "chart")}">`;
+  for (const f of [0, 0.5, 1]) {
+    svg += `<line x1="${L}" y1="${y(max * f)}" x2="${W - R}" y2="${y(max * f)}" stroke="${f ? "#eef0f4" : "#ccd"}"/>`;
+    svg += `<text x="${L - 4}" y="${y(max * f) + 3}" font-size="10" fill="#888" text-anchor="end">${esc(fmt(max * f))}</text>`;
+  }
+  const times = opts.times || [];
+  const ticks = Math.min(5, times.length);
+  for (let k = 0; k < ticks; k++) {
+    const i = Math.round((k * (times.length - 1)) / Math.max(1, ticks - 1));
+    const label = new Date(times[i]).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const anchor = k === 0 ? "start" : k === ticks - 1 ? "end" : "middle";
+    svg += `<line x1="${x(i)}" y1="${H - B}" x2="${x(i)}" y2="${H - B + 4}" stroke="#ccd"/>`;
+    svg += `<text class="tick" x="${x(i)}" y="${H - 8}" font-size="10" fill="#888" text-anchor="${anchor}">${esc(label)}</text>`;
+  }
   series.forEach((s, k) => {
     const pts = s.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
     svg += `<polyline fill="none" stroke="${colors[k]}" stroke-width="2" points="${pts}"/>`;
@@ -202,19 +261,53 @@ function charts() {
   const per = (xs) => xs.map((v) => v / tp.bucket_s);
   return `<div class="charts">
     <div class="chart" data-testid="throughput-chart"><h3>Throughput (runs/s, ${tp.bucket_s}s buckets)</h3>
-      ${lineChart([per(ok), per(bad), per(retried)], ["#1a8f4c", "#c93434", "#b7791f"], { fmt: (v) => v.toFixed(1) })}
+      ${lineChart([per(ok), per(bad), per(retried)], ["#1a8f4c", "#c93434", "#b7791f"], { fmt: (v) => v.toFixed(1), times: tp.buckets, label: "throughput" })}
       <div class="legend"><span style="color:#1a8f4c">■ succeeded</span><span style="color:#c93434">■ failed</span><span style="color:#b7791f">■ retried</span></div></div>
     <div class="chart" data-testid="failure-chart"><h3>Failure rate (failed + retried / finished)</h3>
-      ${lineChart([rate], ["#c93434"], { max: 1, fmt: (v) => (v * 100).toFixed(0) + "%" })}
+      ${lineChart([rate], ["#c93434"], { max: 1, fmt: (v) => (v * 100).toFixed(0) + "%", times: tp.buckets, label: "failure rate" })}
       <div class="legend"><span style="color:#c93434">■ failure rate</span></div></div>
   </div>`;
 }
 
 // --- views ------------------------------------------------------------------------------------
 
+// Sections appended to the task detail, each a function (task) -> HTML: a flow tree view, for
+// one, registers itself here (taskDetailExtras.push(renderFlowTree)).
+const taskDetailExtras = [];
+
+function enqueueForm(queues) {
+  const names = [...new Set([...state.names.values()])].sort();
+  return `<form id="enqueue-form" class="stack">
+    <label>task name <input name="name" list="task-names" required placeholder="e.g. reports.build"></label>
+    <datalist id="task-names">${names.map((n) => `<option value="${esc(n)}">`).join("")}</datalist>
+    <label>queue <input name="queue" list="queue-names" placeholder="the task's own"></label>
+    <datalist id="queue-names">${queues.map((q) => `<option value="${esc(q.name)}">`).join("")}</datalist>
+    <label>args (JSON list) <input name="args" value="[]"></label>
+    <label>kwargs (JSON object) <input name="kwargs" value="{}"></label>
+    <label>priority (0-9) <input name="priority" type="number" min="0" max="9"></label>
+    <label>delay (s) <input name="delay" type="number" min="0" step="any"></label>
+    <p class="error" id="enqueue-error" hidden></p>
+    <button class="primary" type="submit">Enqueue</button>
+  </form>`;
+}
+
+function eventLine(e) {
+  const name = e.task_id && state.names.get(e.task_id);
+  const who = e.task_id
+    ? `<a href="#task/${encodeURIComponent(e.task_id)}">${name ? `<b>${esc(name)}</b> ` : ""}<code>${esc(e.task_id)}</code></a>`
+    : esc(e.worker || e.queue || "");
+  let detail = "";
+  if (e.type === "progress") {
+    try { detail = " " + progressBar(JSON.parse(e.detail)); } catch { detail = ""; }
+    if (e.folded > 1) detail += ` <span class="muted" data-testid="folded">×${e.folded}</span>`;
+  }
+  return `<li>${esc(new Date(e.ts_ms).toLocaleTimeString())} ${badge(e.type, e.type)} ${who}${e.attempt ? " attempt " + e.attempt : ""}${detail}</li>`;
+}
+
 const views = {
   async overview(quiet) {
-    const [qs, ws] = await Promise.all([api("/queues"), api("/workers")]);
+    const [qs, ws, recent] = await Promise.all([api("/queues"), api("/workers"), api("/tasks?limit=200")]);
+    remember(recent.items); remember(recent.running);
     if (!state.tp || !quiet) state.tp = await api("/stats/throughput?window_s=900&bucket_s=15");
     const sum = (k) => qs.items.reduce((a, q) => a + q[k], 0);
     const live = ws.items.filter((w) => w.live).length;
@@ -227,12 +320,11 @@ const views = {
       </div>
       ${charts()}
       <h3>Queue depths</h3>
-      <table><tr><th>queue</th><th>waiting</th><th>running</th><th>scheduled</th><th>dead letters</th><th>oldest waiting</th></tr>
+      <div class="scroll"><table><tr><th>queue</th><th>waiting</th><th>running</th><th>scheduled</th><th>dead letters</th><th>oldest waiting</th></tr>
       ${qs.items.map((q) => `<tr><td>${esc(q.name)} ${q.paused ? badge("paused") : ""}</td><td>${q.queued}</td><td>${q.running}</td><td>${q.scheduled}</td><td>${q.dlq}</td><td>${ago(q.oldest_waiting_age_s)}</td></tr>`).join("")}
-      </table>
+      </table></div>
       <h3>Recent events</h3>
-      <ul class="events" data-testid="events">${state.events.slice(0, 50).map((e) =>
-        `<li>${esc(new Date(e.ts_ms).toLocaleTimeString())} ${badge(e.type, e.type)} ${esc(e.task_id || e.worker || e.queue || "")}${e.attempt ? " attempt " + e.attempt : ""}</li>`).join("") || '<li class="muted">waiting for events…</li>'}</ul>`;
+      <ul class="events" data-testid="events">${state.events.slice(0, 50).map(eventLine).join("") || '<li class="muted">waiting for events…</li>'}</ul>`;
   },
 
   async queues() {
@@ -246,7 +338,7 @@ const views = {
         <td>${q.paused ? `<button data-act="resume">Resume</button>` : `<button data-act="pause">Pause</button>`}
             <button data-act="purge" class="danger">Purge</button></td></tr>`;
     }).join("");
-    return `<h2>Queues</h2><table data-testid="queues-table"><tr><th>queue</th><th>state</th><th>waiting</th><th>by priority</th><th>running</th><th>scheduled</th><th>dead letters</th><th>oldest</th><th></th></tr>${rows}</table>`;
+    return `<h2>Queues</h2><div class="scroll"><table data-testid="queues-table"><tr><th>queue</th><th>state</th><th>waiting</th><th>by priority</th><th>running</th><th>scheduled</th><th>dead letters</th><th>oldest</th><th></th></tr>${rows}</table></div>`;
   },
 
   async tasks() {
@@ -256,21 +348,42 @@ const views = {
     for (const k of ["queue", "status", "name"]) if (p.get(k)) params.set(k, p.get(k));
     params.set("limit", "50");
     if (p.get("cursor")) params.set("cursor", p.get("cursor"));
-    const page = await fillPage("/tasks", params, 50);
+    // Newest first from the server's index; the first page also lists every running task.
+    const first = await api("/tasks?" + params);
+    const page = first.items.length < 50 && first.next_cursor
+      ? await fillPage("/tasks", new URLSearchParams({ ...Object.fromEntries(params), cursor: first.next_cursor }), 50 - first.items.length)
+      : { items: [], next_cursor: first.next_cursor };
+    const items = [...first.items, ...page.items];
+    remember(items); remember(first.running || []);
     const opt = (v, cur) => `<option ${v === cur ? "selected" : ""} value="${esc(v)}">${esc(v || "any")}</option>`;
     const statuses = ["", "queued", "scheduled", "running", "succeeded", "failed", "cancelled", "expired"];
-    const rows = page.items.sort((a, b) => (b.enqueued_at || "").localeCompare(a.enqueued_at || "")).map((t) =>
-      `<tr class="click" data-task="${esc(t.id)}"><td><code>${esc(t.id)}</code></td><td>${esc(t.name)}</td><td>${badge(t.status)}</td>
-       <td>${t.attempt}</td><td>${when(t.enqueued_at)}</td><td class="err">${esc((t.error || "").slice(0, 120))}</td></tr>`).join("");
-    const next = page.next_cursor ? `<p><a data-testid="next-page" href="#tasks?${new URLSearchParams({ ...Object.fromEntries(params), cursor: page.next_cursor })}">Next page →</a></p>` : "";
+    const row = (t) => `<tr class="click" data-task="${esc(t.id)}"><td class="hide-narrow"><code>${esc(t.id)}</code></td><td>${esc(t.name)}</td>
+       <td>${badge(t.status)} ${progressBar(t.status === "running" ? t.progress : null)}</td>
+       <td class="hide-narrow"><code>${esc(argsText(t))}</code></td><td>${t.attempt}</td>
+       <td class="hide-narrow">${when(t.enqueued_at)}</td><td>${secs(runtime(t))}</td>
+       <td class="err hide-narrow">${esc((t.error || "").slice(0, 120))}</td></tr>`;
+    const head = `<tr><th class="hide-narrow">id</th><th>name</th><th>status</th><th class="hide-narrow">args</th><th>attempt</th><th class="hide-narrow">enqueued</th><th>runtime</th><th class="hide-narrow">error</th></tr>`;
+    const running = (first.running || []);
+    const runningTable = p.get("cursor") ? "" : `<h3>Running now (${running.length})</h3>
+      <div class="scroll"><table data-testid="running-table">${head}${running.map(row).join("") || '<tr><td colspan="8" class="muted">nothing running</td></tr>'}</table></div>`;
+    const next = page.next_cursor ? `<p><a data-testid="next-page" href="#tasks?${new URLSearchParams({ ...Object.fromEntries(params), cursor: page.next_cursor })}">Older →</a></p>` : "";
     return `<h2>Tasks</h2>
+      <div class="toolbar">
+        <form class="filters" id="task-lookup">
+          <label>task id <input name="task_id" placeholder="queue:id" required></label>
+          <button type="submit">Open</button>
+        </form>
+        <details class="enqueue"><summary>Enqueue a task</summary>${enqueueForm(qs.items)}</details>
+      </div>
       <form class="filters" id="task-filters">
         <label>queue <select name="queue">${["", ...qs.items.map((q) => q.name)].map((v) => opt(v, p.get("queue") || "")).join("")}</select></label>
         <label>status <select name="status">${statuses.map((v) => opt(v, p.get("status") || "")).join("")}</select></label>
         <label>name <input name="name" value="${esc(p.get("name") || "")}" placeholder="task name"></label>
         <button class="primary" type="submit">Filter</button>
       </form>
-      <table data-testid="tasks-table"><tr><th>id</th><th>name</th><th>status</th><th>attempt</th><th>enqueued</th><th>error</th></tr>${rows || '<tr><td colspan="6" class="muted">no tasks</td></tr>'}</table>${next}`;
+      ${runningTable}
+      <h3>Newest first</h3>
+      <div class="scroll"><table data-testid="tasks-table">${head}${items.map(row).join("") || '<tr><td colspan="8" class="muted">no tasks</td></tr>'}</table></div>${next}`;
   },
 
   async task() {
@@ -279,6 +392,7 @@ const views = {
     const field = (k, v) => `<dt>${k}</dt><dd>${v}</dd>`;
     const canCancel = ["queued", "scheduled", "running"].includes(t.status);
     const canRetry = ["failed", "cancelled", "expired"].includes(t.status);
+    remember([t]);
     return `<h2>Task <code>${esc(t.id)}</code> ${badge(t.status)}</h2>
       <div class="actions">
         ${canCancel ? '<button data-act="cancel" class="danger">Cancel</button>' : ""}
@@ -290,6 +404,8 @@ const views = {
         ${field("priority", t.priority)}${field("attempt", t.attempt)}${field("failures", t.failures ?? t.retries)}${field("retries left", `${t.retries_left ?? Math.max(0, t.max_retries - t.retries)} of ${t.max_retries}`)}
         ${field("requeues", t.requeues ?? 0)}${field("worker", esc(t.worker_id || "-"))}
         ${field("enqueued", when(t.enqueued_at))}${field("started", when(t.started_at))}${field("finished", when(t.finished_at))}
+        ${field("runtime", `<span data-testid="task-runtime">${secs(runtime(t))}</span>`)}
+        ${t.progress ? field("progress", progressBar(t.progress)) : ""}
         ${field("args", `<pre>${esc(JSON.stringify(t.args, null, 1))}</pre>`)}
         ${field("kwargs", `<pre>${esc(JSON.stringify(t.kwargs, null, 1))}</pre>`)}
         ${field("result", `<pre data-testid="task-result">${esc(JSON.stringify(t.result, null, 1))}</pre>`)}
@@ -299,7 +415,8 @@ const views = {
       <h3>Attempt history</h3>
       <table data-testid="history"><tr><th>time</th><th>event</th><th>attempt</th><th>worker</th><th>detail</th></tr>
         ${(t.history || []).map((e) => `<tr><td>${when(e.ts)}</td><td>${badge(e.type, e.type)}</td><td>${e.attempt ?? ""}</td><td>${esc(e.worker || "")}</td><td class="muted">${esc(e.detail)}</td></tr>`).join("")}
-      </table>`;
+      </table>
+      ${taskDetailExtras.map((f) => f(t)).join("")}`;
   },
 
   async dlq() {
@@ -320,31 +437,45 @@ const views = {
         <button type="button" data-act="requeue-all">Requeue all matching</button>
         <button type="button" data-act="discard-all" class="danger">Discard all matching</button>
       </form>
-      <table data-testid="dlq-table"><tr><th>task</th><th>name</th><th>failed</th><th>attempts</th><th>last error</th><th></th></tr>${rows || '<tr><td colspan="6" class="muted">no dead letters</td></tr>'}</table>`;
+      <div class="scroll"><table data-testid="dlq-table"><tr><th>task</th><th>name</th><th>failed</th><th>attempts</th><th>last error</th><th></th></tr>${rows || '<tr><td colspan="6" class="muted">no dead letters</td></tr>'}</table></div>`;
   },
 
   async workers() {
-    const ws = await api("/workers");
+    const [ws, tasks] = await Promise.all([api("/workers"), api("/tasks?status=running&limit=1")]);
+    const byWorker = new Map();
+    for (const t of tasks.running || []) {
+      if (!byWorker.has(t.worker_id)) byWorker.set(t.worker_id, []);
+      byWorker.get(t.worker_id).push(t);
+    }
+    const inflight = (w) => (byWorker.get(w.worker_id) || []).map((t) =>
+      `<li data-inflight="${esc(t.id)}"><a href="#task/${encodeURIComponent(t.id)}"><b>${esc(t.name)}</b> <code>${esc(t.id)}</code></a> ${secs(runtime(t))} ${progressBar(t.progress)}</li>`).join("");
+    const uptime = (w) => w.started_at ? ago((Date.now() - Date.parse(w.started_at)) / 1000) : "-";
     const rows = ws.items.map((w) => `<tr data-worker="${esc(w.worker_id)}"><td>${esc(w.worker_id)}</td>
       <td>${w.live ? badge("live") : badge("stale")}</td><td>${esc(w.status)}</td>
-      <td>${ago(w.heartbeat_age_s)}</td><td>${w.active_tasks} / ${w.concurrency ?? "?"}</td>
-      <td>${esc(w.queues.join(", "))}</td><td>${esc(w.hostname)} ${w.pid ? "pid " + w.pid : ""}</td>
+      <td data-testid="uptime">${uptime(w)}</td>
+      <td>${ago(w.heartbeat_age_s)}</td><td>${w.active_tasks} / ${w.concurrency ?? "?"}
+        <ul class="inflight" data-testid="inflight">${inflight(w)}</ul></td>
+      <td class="hide-narrow">${esc(w.queues.join(", "))}</td><td class="hide-narrow">${esc(w.hostname)} ${w.pid ? "pid " + w.pid : ""}</td>
       <td>${w.tasks_processed ?? 0}</td><td>${w.tasks_failed ?? 0}</td></tr>`).join("");
     return `<h2>Workers</h2><p class="muted">Stale when the last heartbeat is older than 3 heartbeat intervals.</p>
-      <table data-testid="workers-table"><tr><th>worker</th><th>liveness</th><th>status</th><th>heartbeat age</th><th>in flight</th><th>queues</th><th>host</th><th>done</th><th>failed</th></tr>${rows || '<tr><td colspan="9" class="muted">no workers</td></tr>'}</table>`;
+      <div class="scroll"><table data-testid="workers-table"><tr><th>worker</th><th>liveness</th><th>status</th><th>uptime</th><th>heartbeat age</th><th>in flight</th><th class="hide-narrow">queues</th><th class="hide-narrow">host</th><th>done</th><th>failed</th></tr>${rows || '<tr><td colspan="10" class="muted">no workers</td></tr>'}</table></div>`;
   },
 
   async schedules() {
     const s = await api("/schedules");
-    const periodic = s.schedules.map((x) => `<tr><td>${esc(x.name)}</td><td>${esc(x.queue)}</td><td>${esc(x.task)}</td>
-      <td><code>${esc(x.cron || (x.every ? "every " + x.every + "s" : ""))}</code> ${esc(x.tz || "")}</td><td>${when(x.next_fire_at)}</td></tr>`).join("");
+    const periodic = s.schedules.map((x) => `<tr data-schedule="${esc(x.name)}" data-squeue="${esc(x.queue)}"><td>${esc(x.name)}</td><td>${esc(x.queue)}</td><td>${esc(x.task)}</td>
+      <td><code>${esc(x.cron || (x.every ? "every " + x.every + "s" : ""))}</code> ${esc(x.tz || "")}</td>
+      <td>${x.enabled === false ? badge("disabled", "paused") : when(x.next_fire_at)}</td>
+      <td>${x.last_task_id ? `<a href="#task/${encodeURIComponent(x.last_task_id)}"><code>${esc(x.last_task_id)}</code></a>` : "-"}</td>
+      <td><button data-act="run-schedule" class="primary">Run now</button>
+        ${x.enabled === false ? '<button data-act="enable-schedule">Enable</button>' : '<button data-act="disable-schedule">Disable</button>'}</td></tr>`).join("");
     const delayed = s.scheduled_tasks.map((d) => `<tr class="click" data-task="${esc(d.task_id)}"><td><code>${esc(d.task_id)}</code></td>
       <td>${esc(d.name)}</td><td>${badge(d.kind, "scheduled")}</td><td>${when(d.due_at)}</td></tr>`).join("");
     return `<h2>Schedules</h2>
       <h3>Periodic schedules (next fires)</h3>
-      <table data-testid="periodic-table"><tr><th>schedule</th><th>queue</th><th>task</th><th>when</th><th>next fire</th></tr>${periodic || '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
+      <div class="scroll"><table data-testid="periodic-table"><tr><th>schedule</th><th>queue</th><th>task</th><th>when</th><th>next fire</th><th>last task</th><th></th></tr>${periodic || '<tr><td colspan="7" class="muted">none</td></tr>'}</table></div>
       <h3>Delayed tasks and retries</h3>
-      <table data-testid="delayed-table"><tr><th>task</th><th>name</th><th>kind</th><th>due</th></tr>${delayed || '<tr><td colspan="4" class="muted">none</td></tr>'}</table>`;
+      <div class="scroll"><table data-testid="delayed-table"><tr><th>task</th><th>name</th><th>kind</th><th>due</th></tr>${delayed || '<tr><td colspan="4" class="muted">none</td></tr>'}</table></div>`;
   },
 };
 
@@ -361,11 +492,14 @@ async function render(quiet) {
   const fn = views[name] || views.overview;
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.view === name));
   const seq = ++renderSeq;
+  const hash = location.hash.slice(1) || "overview";
   try {
     const html = await fn(quiet);
+    if (quiet && busy()) return;  // checked again: the user may have started typing meanwhile
     if (seq === renderSeq) {
       view().innerHTML = html;
       view().dataset.view = name;
+      view().dataset.rendered = hash;  // the state a test waits on, instead of a time
     }
   } catch (e) {
     if (seq === renderSeq) view().innerHTML = `<p class="error">Could not load: ${esc(e.message)}</p>`;
@@ -381,6 +515,8 @@ document.addEventListener("click", (ev) => {
     const id = btn.closest("tr[data-task]")?.dataset.task || decodeURIComponent(location.hash.slice("#task/".length));
     const enc = encodeURIComponent(id);
     const filters = () => Object.fromEntries([...new FormData($("#dlq-filters"))].filter(([, v]) => v));
+    const srow = btn.closest("tr[data-schedule]");
+    const sched = srow ? `/schedules/${encodeURIComponent(srow.dataset.squeue)}/${encodeURIComponent(srow.dataset.schedule)}` : "";
     const handlers = {
       pause: () => act(`Paused ${q}`, () => api(`/queues/${q}/pause`, { method: "POST" })),
       resume: () => act(`Resumed ${q}`, () => api(`/queues/${q}/resume`, { method: "POST" })),
@@ -394,6 +530,9 @@ document.addEventListener("click", (ev) => {
         "Requeue every dead letter matching the filters?"),
       "discard-all": () => act("Discarded matching dead letters", () => api("/dlq/discard", { method: "POST", body: filters() }),
         "Delete every dead letter matching the filters for good?"),
+      "run-schedule": () => act(`Ran ${srow.dataset.schedule} now`, () => api(sched + "/run", { method: "POST" })),
+      "disable-schedule": () => act(`Disabled ${srow.dataset.schedule}`, () => api(sched + "/disable", { method: "POST" })),
+      "enable-schedule": () => act(`Enabled ${srow.dataset.schedule}`, () => api(sched + "/enable", { method: "POST" })),
     };
     ev.preventDefault();
     if (handlers[act_]) handlers[act_]();
@@ -402,8 +541,32 @@ document.addEventListener("click", (ev) => {
   if (row && !ev.target.closest("a")) location.hash = "#task/" + encodeURIComponent(row.dataset.task);
 });
 
+async function enqueueFromForm(form) {
+  const f = Object.fromEntries([...new FormData(form)].filter(([, v]) => v !== ""));
+  const err = $("#enqueue-error");
+  try {
+    const body = { name: f.name, args: JSON.parse(f.args || "[]"), kwargs: JSON.parse(f.kwargs || "{}") };
+    if (f.queue) body.queue = f.queue;
+    if (f.priority) body.priority = Number(f.priority);
+    if (f.delay) body.delay = Number(f.delay);
+    const t = await api("/tasks", { method: "POST", body });
+    flash(`Enqueued ${t.id}`);
+    location.hash = "#task/" + encodeURIComponent(t.id);
+  } catch (e) {
+    err.textContent = e.message;
+    err.hidden = false;
+  }
+}
+
 document.addEventListener("submit", (ev) => {
   const form = ev.target;
+  if (form.id === "enqueue-form") { ev.preventDefault(); enqueueFromForm(form); return; }
+  if (form.id === "task-lookup") {
+    ev.preventDefault();
+    // (the input is not named "id": form.id would then be the input, not the form's id)
+    location.hash = "#task/" + encodeURIComponent(new FormData(form).get("task_id").trim());
+    return;
+  }
   if (form.id !== "task-filters" && form.id !== "dlq-filters") return;
   ev.preventDefault();
   const params = new URLSearchParams([...new FormData(form)].filter(([, v]) => v));

@@ -1,0 +1,188 @@
+"""The newest-first task list, read from indexes Redis already keeps (no SCAN, no new write).
+
+Why no index of its own: every enqueue (``enqueue.lua``, ``_flow.lua``, ``schedule_fire.lua``)
+already appends an ``enqueued`` event, with the task's tid, to its queue's capped event stream
+``P:{q}:events``. Stream ids are time-ordered, so that stream *is* a newest-first index of
+the queue's tasks, and a dedicated zset would cost every enqueue one more write (the hot path)
+for the same order. The running tasks are the pending entries of the queues' consumer groups.
+
+What that costs and bounds:
+
+* A page reads the event streams backwards in chunks (``XREVRANGE``), picks the ``enqueued``
+  events, and reads those records in one pipelined round trip per chunk; it stops after
+  ``INDEX_BUDGET`` stream entries with a cursor to continue from (a filter matching few tasks
+  answers a short page).
+* The index reaches back as far as the stream's cap (``DTQ_EVENTS_MAXLEN`` events per queue):
+  an older task is not listed, but is still found by id (``GET /api/v1/tasks/{id}``).
+  With ``DTQ_EVENTS_MAXLEN=0`` there is no index; :meth:`dtq.admin.Admin.list_tasks` (SCAN)
+  remains for that case and for the CLI.
+* The cursor is the place of the last task listed: its event's stream id and its queue,
+  written ``<ms>.<seq>.<queue>`` (two queues' streams may hold the same id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aredis
+
+from dtq.keys import GROUP, Keys, make_task_id
+from dtq.models import TaskInfo
+
+INDEX_BUDGET = 20_000
+"""Most event-stream entries one task page reads before answering with a cursor."""
+CHUNK = 1000
+RUNNING_MAX = 200
+"""Most running tasks listed on a first page."""
+
+
+Pos = tuple[int, int, str]
+"""A task's place in the list: its enqueued event's stream id (ms, seq), then its queue (two
+queues' streams can hold the same id)."""
+
+
+def parse_cursor(cursor: str | None) -> Pos | None:
+    """The position of the last task listed, from ``<ms>.<seq>.<queue>`` (None: the start)."""
+    if not cursor:
+        return None
+    ms, _, rest = cursor.partition(".")
+    seq, _, queue = rest.partition(".")
+    if not (ms.isdigit() and seq.isdigit()) or len(ms) > 19 or len(seq) > 19:
+        raise ValueError(f"bad cursor {cursor!r}")
+    return int(ms), int(seq), queue
+
+
+def make_cursor(pos: Pos) -> str:
+    return f"{pos[0]}.{pos[1]}.{pos[2]}"
+
+
+def _key(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _info(queue: str, tid: str, rec: dict[str, str]) -> TaskInfo | None:
+    if not rec or "status" not in rec:
+        return None
+    try:
+        return TaskInfo.from_record(make_task_id(queue, tid), queue, rec)
+    except (ValueError, KeyError):
+        return None  # a record this version cannot read is left out, not a 500
+
+
+async def newest(
+    r: aredis.Redis,
+    keys: Keys,
+    queues: Sequence[str],
+    *,
+    status: str | None,
+    name: str | None,
+    cursor: str | None,
+    limit: int,
+) -> tuple[list[dict[str, Any]], str | None, int]:
+    """Tasks of ``queues`` newest first, filtered; returns (items, next_cursor, entries read).
+
+    Streams are read in rounds of ``CHUNK`` entries each below a common upper bound; only the
+    entries newer than every full chunk's oldest (the round's cut) are complete across queues,
+    so those are listed, and the next round starts at the cut.
+    """
+    after = parse_cursor(cursor)
+    upper = "+" if after is None else f"{after[0]}-{after[1]}"  # inclusive: ties by queue
+    ev = {q: keys.queue(q).events for q in queues}
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    read = 0
+    while read < INDEX_BUDGET:
+        async with r.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.xrevrange(ev[q], max=upper, min="-", count=CHUNK)
+            chunks: list[list[tuple[str, dict[str, str]]]] = await pipe.execute()
+        cut: tuple[int, int] | None = None
+        for chunk in chunks:
+            read += len(chunk)
+            if len(chunk) == CHUNK:
+                oldest = _key(chunk[-1][0])
+                cut = oldest if cut is None or oldest > cut else cut
+        cands: list[tuple[Pos, str]] = []
+        for q, chunk in zip(queues, chunks, strict=True):
+            for eid, f in chunk:
+                ms, seq = _key(eid)
+                if cut is not None and (ms, seq) < cut:
+                    break
+                pos = (ms, seq, q)
+                if after is not None and pos >= after:
+                    continue
+                if f.get("type") == "enqueued" and f.get("tid"):
+                    cands.append((pos, f["tid"]))
+        cands.sort(reverse=True)
+        async with r.pipeline(transaction=False) as pipe:
+            for (_, _, q), tid in cands:
+                pipe.hgetall(keys.queue(q).task(tid))
+            recs: list[dict[str, str]] = await pipe.execute() if cands else []
+        for (pos, tid), rec in zip(cands, recs, strict=True):
+            q = pos[2]
+            full_id = make_task_id(q, tid)
+            if full_id in seen:
+                continue  # enqueued again under the same id (a repeat kept its record)
+            if status is not None and rec.get("status") != status:
+                continue
+            if name is not None and rec.get("name") != name:
+                continue
+            info = _info(q, tid, rec)
+            if info is None:
+                continue
+            seen.add(full_id)
+            items.append(info.to_dict())
+            if len(items) >= limit:
+                return items, make_cursor(pos), read
+        if cut is None:
+            return items, None, read
+        # Everything at or above the cut is listed: go on below it (the queue name sorts
+        # after "" so a (ms, seq, "") position excludes the cut's own id in every queue).
+        after = (cut[0], cut[1], "")
+        upper = f"{cut[0]}-{cut[1]}"
+    assert after is not None
+    return items, make_cursor(after), read
+
+
+async def running(
+    r: aredis.Redis, keys: Keys, queues: Sequence[str], *, name: str | None
+) -> list[dict[str, Any]]:
+    """The tasks being run now: the pending entries of each queue's consumer group (at most
+    ``RUNNING_MAX``), most recently delivered first."""
+    found: list[tuple[int, str, str, str]] = []  # (idle ms, queue, stream, entry id)
+    for q in queues:
+        qk = keys.queue(q)
+        async with r.pipeline(transaction=False) as pipe:
+            for s in qk.streams:
+                pipe.xpending_range(s, GROUP, min="-", max="+", count=RUNNING_MAX)
+            res = await pipe.execute(raise_on_error=False)
+        for s, pend in zip(qk.streams, res, strict=True):
+            if isinstance(pend, Exception):
+                continue  # no group yet: nothing delivered
+            found += [(int(p["time_since_delivered"]), q, s, p["message_id"]) for p in pend]
+    found.sort()
+    found = found[:RUNNING_MAX]
+    if not found:
+        return []
+    async with r.pipeline(transaction=False) as pipe:
+        for _, _, s, mid in found:
+            pipe.xrange(s, min=mid, max=mid, count=1)
+        entries = await pipe.execute()
+    tids: list[tuple[str, str]] = []
+    for (_, q, _, _), entry in zip(found, entries, strict=True):
+        if entry and entry[0][1].get("t"):
+            tids.append((q, entry[0][1]["t"]))
+    async with r.pipeline(transaction=False) as pipe:
+        for q, tid in tids:
+            pipe.hgetall(keys.queue(q).task(tid))
+        recs = await pipe.execute()
+    out: list[dict[str, Any]] = []
+    for (q, tid), rec in zip(tids, recs, strict=True):
+        if name is not None and rec.get("name") != name:
+            continue
+        info = _info(q, tid, rec)
+        if info is not None and info.status.value == "running":
+            out.append(info.to_dict())
+    return out
