@@ -324,3 +324,14 @@ async def test_a_cluster_walk_cursor_on_one_server_is_a_bad_cursor(settings: Set
     async with Admin(settings) as a:
         with pytest.raises(InvalidRequest, match="bad cursor"):
             await a.list_tasks(cursor="3:4830.6751")
+
+
+async def test_a_walk_cursor_given_to_a_position_listing_is_a_bad_cursor(
+    settings: Settings,
+) -> None:
+    """schemathesis sent "<primary>:<cursor>" to the DLQ and the failed-task listing: 500."""
+    async with Admin(settings) as a:
+        with pytest.raises(InvalidRequest, match="bad cursor"):
+            await a.dlq_list(cursor="5815:200178")
+        with pytest.raises(InvalidRequest, match="bad cursor"):
+            await a.list_tasks(queue="default", status="failed", cursor="5815:200178")

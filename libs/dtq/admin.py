@@ -666,6 +666,14 @@ class Admin:
             raise InvalidRequest(f"bad cursor {cursor!r}")
         return head, int(tail or 0)
 
+    @classmethod
+    def _position(cls, cursor: str | None) -> tuple[str, int]:
+        """A cursor of a listing that is no SCAN walk (no "<primary>:" part)."""
+        head, skip = cls._parse_cursor(cursor)
+        if ":" in head:
+            raise InvalidRequest(f"bad cursor {cursor!r}")
+        return head, skip
+
     async def _filter_records(
         self, keys: Sequence[str], status: str | None, name: str | None
     ) -> list[TaskInfo]:
@@ -731,7 +739,7 @@ class Admin:
         pipelined read of the records per chunk, at most ``DLQ_BUDGET`` entries per page."""
         qk = self.keys.queue(queue)
         key = qk.dlq if status == "failed" else qk.sched
-        pos = int(self._parse_cursor(cursor)[0]) if cursor else 0
+        pos = int(self._position(cursor)[0]) if cursor else 0
         items: list[dict[str, Any]] = []
         examined = 0
         chunk = max(limit, 200)
@@ -842,7 +850,7 @@ class Admin:
         if queue is not None:
             _check_queue_name(queue)
         queues = [queue] if queue is not None else await self.queue_names()
-        qi, off = self._parse_cursor(cursor)
+        qi, off = self._position(cursor)
         qidx = int(qi)
         items: list[DeadLetter] = []
         examined = 0
