@@ -279,7 +279,10 @@ class _Base:
     def _flow_cancel_call(self, task_id: str, reason: str) -> sc.Call:
         home, ftid = split_task_id(task_id)
         ttl = self.settings.result_ttl_s
-        return wf.cancel_call(self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen)
+        return wf.cancel_call(
+            self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
+        )  # fmt: skip
 
     def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
         """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
@@ -551,7 +554,8 @@ class AsyncClient(_Base):
         """Cancel a task: True when it was cancelled or a running task was asked to stop.
         A workflow: its waiting steps never start, its started ones are cancelled as tasks."""
         if is_flow_id(task_id):
-            raw = await self._io(lambda: self._scripts.run(self._flow_cancel_call(task_id, reason)))
+            fc = self._flow_cancel_call(task_id, reason)  # (one nonce for all its re-sends)
+            raw = await self._io(lambda: self._scripts.run(fc))
             if not raw or not raw[0]:
                 raise UnknownTask(f"no workflow {task_id}")
             for step in raw[1:]:
@@ -814,7 +818,8 @@ class Client(_Base):
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""
         if is_flow_id(task_id):
-            raw = self._io(lambda: self._scripts.run(self._flow_cancel_call(task_id, reason)))
+            fc = self._flow_cancel_call(task_id, reason)  # (one nonce for all its re-sends)
+            raw = self._io(lambda: self._scripts.run(fc))
             if not raw or not raw[0]:
                 raise UnknownTask(f"no workflow {task_id}")
             for step in raw[1:]:

@@ -20,7 +20,7 @@ from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.keys import Keys, QueueKeys, new_flow_tid, split_task_id
 from dtq.requests import TaskDefaults, build_task
-from dtq.scripts import Call, NewTask
+from dtq.scripts import REPLY_TTL_MS, Call, NewTask
 from dtq.settings import Settings
 
 __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
@@ -265,12 +265,16 @@ def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> 
     return None
 
 
-def cancel_call(home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int) -> Call:
-    return Call(
-        "flow_cancel",
-        [home.flow(ftid), home.events],
-        [reason, ttl, home.done_channel(ftid), events_maxlen],
-    )
+def cancel_call(
+    home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int, nonce: str | None = None
+) -> Call:
+    """flow_cancel.lua. ``nonce``: a re-send of this very call gets its first reply."""
+    keys = [home.flow(ftid), home.events]
+    args: list[Any] = [reason, ttl, home.done_channel(ftid), events_maxlen]
+    if nonce is not None:
+        keys.append(home.reply(nonce))
+        args.append(REPLY_TTL_MS)
+    return Call("flow_cancel", keys, args)
 
 
 def tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
