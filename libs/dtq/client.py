@@ -244,10 +244,21 @@ class _Base:
         queue, _ = split_task_id(task_id)
         return TaskInfo.from_record(task_id, queue, rec, declared)
 
-    def _flow_plan(self, flow: wf.Flow) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
-        p = wf.plan(flow, self.settings, self._defaults)
-        call, away = wf.enqueue_call(self.keys, p, self.settings.events_maxlen)
+    def _flow_plan(
+        self, flow: wf.Flow, reqs: list[EnqueueRequest] | None = None
+    ) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
+        p = wf.plan(flow, self.settings, self._defaults, requests=reqs)
+        call, away = wf.enqueue_call(
+            self.keys, p, self.settings.events_maxlen, self.settings.max_payload_bytes
+        )
         return p, call, away
+
+    def _step_requests(self, flow: wf.Flow) -> list[EnqueueRequest]:
+        """Each step's request, for before_enqueue middleware (then built from it)."""
+        return [
+            self._request(s.name, list(s.args), s.kwargs, dict(s.options), s.defaults)
+            for s in wf.sigs(flow)
+        ]
 
     def _flow_handle(self, p: wf.Plan, raw: Any) -> TaskHandle:
         return TaskHandle(p.id, p.home, TaskStatus.QUEUED, int(raw[1]) == 1)
@@ -472,8 +483,14 @@ class AsyncClient(_Base):
 
     async def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
-        is validated and encoded first. The handle's ``id`` is the workflow's id."""
-        p, call, away = self._flow_plan(flow)
+        is validated and encoded first (after ``before_enqueue`` middleware saw each step).
+        The handle's ``id`` is the workflow's id."""
+        mw, reqs = self._mw(), None
+        if mw is not None:
+            reqs = self._step_requests(flow)
+            for req in reqs:
+                await before_enqueue_async(mw, req)
+        p, call, away = self._flow_plan(flow, reqs)
 
         async def go() -> Any:
             queues = {s.queue for s in p.steps}
@@ -742,7 +759,12 @@ class Client(_Base):
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
-        p, call, away = self._flow_plan(flow)
+        mw, reqs = self._mw(), None
+        if mw is not None:
+            reqs = self._step_requests(flow)
+            for req in reqs:
+                before_enqueue_sync(mw, req)
+        p, call, away = self._flow_plan(flow, reqs)
 
         def go() -> Any:
             queues = {s.queue for s in p.steps}
