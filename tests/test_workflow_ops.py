@@ -294,7 +294,10 @@ def test_task_p_is_a_step_whose_first_argument_the_flow_fills(
         h = c.enqueue_workflow(chain(add.s(1, 2), mul.p(10)))
         [a] = claim(r, settings, "default")
         assert complete(r, settings, "default", a, 3)
-        [m] = claim(r, settings, "other")  # the task's declared queue
+        [put] = outbox(r, settings, "default")  # released to the task's declared queue
+        call = wf.handover_call(c.keys, settings, put)
+        assert call is not None and sc.SyncScripts(r).run(call) == 1
+        [m] = claim(r, settings, "other")
         assert args_of(r, settings, "other", m) == [3, 10]
         assert complete(r, settings, "other", m, 30)
         info = c.get(h.id)
