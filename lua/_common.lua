@@ -30,6 +30,14 @@ local function emit(events_key, maxlen, etype, tid, attempt, worker, detail)
   end
 end
 
+-- How many KEYS the caller gave, not counting the slot guard dtq appends on a Redis Cluster: a
+-- declared key that never exists, so no script runs while its slot migrates (dtq/scripts.py).
+local function nkeys()
+  local n = #KEYS
+  if n > 0 and string.sub(KEYS[n], -11) == ':~slotguard' then return n - 1 end
+  return n
+end
+
 -- Streams are passed as KEYS[1..10] for priorities 9..0.
 local function stream_index(prio)
   return 10 - tonumber(prio)

@@ -44,14 +44,15 @@ local F = 13
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[5], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
-if #KEYS == 5 then
+local nk = nkeys()
+if nk == 5 then
   local band = string.sub(stream, -1)
   for i = 0, n - 1 do
     if ARGV[6 + i * F] ~= band then bad = ARGV[6 + i * F]; break end
   end
 else
   streams = {}
-  for i = 5, #KEYS do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
+  for i = 5, nk do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
   for i = 0, n - 1 do
     if not streams[ARGV[6 + i * F]] then bad = ARGV[6 + i * F]; break end
   end

@@ -9,7 +9,7 @@
 
 local group, idle_ms = ARGV[1], tonumber(ARGV[2])
 local removed = 0
-for i = 1, #KEYS do
+for i = 1, nkeys() do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     local consumers = redis.pcall('XINFO', 'CONSUMERS', KEYS[i], group)
     if not consumers.err then  -- no group on this stream yet

@@ -12,7 +12,7 @@
 local base, idem_base, ttl = KEYS[1], KEYS[2], tonumber(ARGV[1])
 local terminal = {succeeded = true, failed = true, cancelled = true, expired = true}
 local idem_deleted, expired = 0, 0
-for i = 3, #KEYS do
+for i = 3, nkeys() do
   local k = KEYS[i]
   if redis.call('TTL', k) == -1 then
     if string.sub(k, 1, #idem_base) == idem_base then

@@ -18,6 +18,7 @@ import redis
 from dtq import App
 from dtq.keys import GROUP, QueueKeys
 from dtq.settings import Settings
+from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +46,24 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    c = redis_server.client()
+def r(backend: RedisServer | RedisClusterFixture) -> Iterator[redis.Redis]:
+    c: Any = backend.client()
     yield c
     c.close()
+
+
+@pytest.fixture
+def run(r: redis.Redis) -> Any:
+    """A blocking script runner on the session server (the scripts' direct tests)."""
+    from dtq import scripts as sc
+
+    return sc.SyncScripts(r).run
+
+
+@pytest.fixture
+def qk(prefix: str, request: pytest.FixtureRequest) -> QueueKeys:
+    """The keys of the test module's queue ``Q`` under the test's own prefix."""
+    return QueueKeys(prefix, request.module.Q)
 
 
 def make_settings(url: str, prefix: str, **kw: Any) -> Settings:
@@ -68,8 +83,8 @@ def make_settings(url: str, prefix: str, **kw: Any) -> Settings:
 
 
 @pytest.fixture
-def settings(redis_server: RedisServer, prefix: str) -> Settings:
-    return make_settings(redis_server.url, prefix)
+def settings(backend: RedisServer | RedisClusterFixture, prefix: str) -> Settings:
+    return make_settings(backend.url, prefix)
 
 
 @contextlib.asynccontextmanager
@@ -185,3 +200,34 @@ def create_groups(r: redis.Redis, qk: QueueKeys) -> None:
             r.xgroup_create(stream, GROUP, id="0", mkstream=True)
         except redis.ResponseError as exc:
             assert "BUSYGROUP" in str(exc)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterFixture]:
+    """One private Redis Cluster (3 masters, one replica each) for the session."""
+    cluster = RedisClusterFixture().start()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """ "single" unless the test is marked ``cluster`` (then "single" and "cluster")."""
+    return str(getattr(request, "param", "single"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("cluster") and "backend_kind" in (
+        metafunc.fixturenames
+    ):
+        metafunc.parametrize("backend_kind", ["single", "cluster"], indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, backend_kind: str) -> RedisServer | RedisClusterFixture:
+    """The session's redis-server, or (a test marked ``cluster``, second run) its Redis
+    Cluster: ``.url`` and ``.client()`` are what the two share. ``settings`` and ``r`` use it,
+    so a test marked ``cluster`` that takes them runs the same body on both."""
+    name = "redis_server" if backend_kind == "single" else "redis_cluster"
+    found: RedisServer | RedisClusterFixture = request.getfixturevalue(name)
+    return found

@@ -204,6 +204,7 @@ async def all_tasks(a: Admin, **filters: Any) -> list[dict[str, Any]]:
             return out
 
 
+@pytest.mark.cluster
 async def test_list_tasks_filters_and_cursor_pagination(settings: Settings) -> None:
     async with Admin(settings) as a:
         c = a.client
@@ -253,6 +254,7 @@ async def test_retry_and_cancel(settings: Settings) -> None:
             await a.cancel("default:0000")
 
 
+@pytest.mark.cluster
 async def test_events_read_from_now_and_throughput(settings: Settings) -> None:
     async with running_worker(app, settings), Admin(settings) as a:
         await a.client.enqueue("add", [0, 0])  # registers the queue
@@ -274,6 +276,7 @@ async def test_events_read_from_now_and_throughput(settings: Settings) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 async def test_sigkilled_worker_shows_stale_within_three_heartbeats(
     settings: Settings, spawn_worker: Any
 ) -> None:

@@ -9,25 +9,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
 import redis
 
 from dtq import admin
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys, QueueKeys, new_tid
+from dtq.keys import GROUP, QueueKeys, new_tid
 from tests.conftest import create_groups
 
 Q = "ops"
-
-
-@pytest.fixture
-def qk(prefix: str) -> QueueKeys:
-    return Keys(prefix).queue(Q)
-
-
-@pytest.fixture
-def run(r: redis.Redis) -> Any:
-    return sc.SyncScripts(r).run
 
 
 groups = create_groups

@@ -122,6 +122,7 @@ async def test_token_required_on_api_only(settings: Settings) -> None:
             assert (await c.get(open_path)).status_code == 200, open_path
 
 
+@pytest.mark.cluster
 async def test_tasks_listing_filters_and_pagination(http: httpx.AsyncClient) -> None:
     ids = set()
     for i in range(9):
@@ -160,6 +161,7 @@ async def follow(http: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]
             return items
 
 
+@pytest.mark.cluster
 async def test_queues_workers_dlq_schedules(http: httpx.AsyncClient, settings: Settings) -> None:
     # A slower heartbeat than the suite's 0.2 s: a loaded machine must not flip it to stale.
     slow_hb = settings.model_copy(update={"heartbeat_interval_s": 1.0, "visibility_timeout_s": 10})
@@ -249,6 +251,7 @@ async def test_openapi_lists_every_contract_path(http: httpx.AsyncClient) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_sse_streams_lifecycle_events_from_a_real_server(
     settings: Settings, spawn_worker: Any
 ) -> None:

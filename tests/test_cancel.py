@@ -29,6 +29,7 @@ async def wait_for(pred: Any, timeout: float = 20) -> None:
     await asyncio.to_thread(wait_until, pred, timeout)
 
 
+@pytest.mark.cluster
 async def test_running_async_task_is_cancelled_promptly(settings: Settings, r: redis.Redis) -> None:
     async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
         h = await c.enqueue("async_block", [30])
@@ -123,6 +124,7 @@ async def test_cancel_finished_task_says_so_and_changes_nothing(settings: Settin
             await c2.cancel("default:nosuchtask")
 
 
+@pytest.mark.cluster
 async def test_cancel_queued_and_scheduled_never_run(settings: Settings, r: redis.Redis) -> None:
     async with AsyncClient(settings=settings, app=app) as c:
         h1 = await c.enqueue("echo", [1])
@@ -138,6 +140,7 @@ async def test_cancel_queued_and_scheduled_never_run(settings: Settings, r: redi
     assert tags_of(r, settings, h1.id) == [] and tags_of(r, settings, h2.id) == []
 
 
+@pytest.mark.cluster
 async def test_bulk_cancel_by_queue_and_by_name(settings: Settings, r: redis.Redis) -> None:
     async with AsyncClient(settings=settings, app=app) as c:
         a = [await c.enqueue("echo", [i]) for i in range(5)]

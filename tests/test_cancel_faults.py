@@ -28,16 +28,6 @@ from tests.redis_server import RedisServer
 Q = "default"
 
 
-@pytest.fixture
-def qk(prefix: str) -> QueueKeys:
-    return Keys(prefix).queue(Q)
-
-
-@pytest.fixture
-def run(r: redis.Redis) -> Any:
-    return sc.SyncScripts(r).run
-
-
 def start(run: Any, r: redis.Redis, qk: QueueKeys, max_retries: int = 3) -> sc.Claimed:
     """One task enqueued and claimed by worker w1: running attempt 1."""
     create_groups(r, qk)

@@ -62,6 +62,7 @@ def make_dead_letters(client: Client, n: int, name: str = "job") -> list[str]:
     return [h.id for h in hs]
 
 
+@pytest.mark.cluster
 def test_enqueue_task_and_tasks(dtq: Any) -> None:
     r = dtq("enqueue", "add", "--args", "[1, 2]", "--priority", "7", "--json")
     assert r.code == 0, r.err
@@ -84,6 +85,7 @@ def test_enqueue_task_and_tasks(dtq: Any) -> None:
     assert {t["id"] for t in page["items"] + rest["items"]} == {tid, first}
 
 
+@pytest.mark.cluster
 def test_queues_pause_resume_purge_with_confirmation(dtq: Any, client: Client) -> None:
     client.enqueue_many([{"name": "add", "args": [i, i], "priority": i % 10} for i in range(30)])
     client.enqueue("add", [1, 1], delay=60)

@@ -26,11 +26,6 @@ def qk(prefix: str, r: redis.Redis) -> QueueKeys:
     return q
 
 
-@pytest.fixture
-def run(r: redis.Redis) -> Any:
-    return sc.SyncScripts(r).run
-
-
 def by_name(settings: Settings, name: str = "t", **kw: Any) -> sc.NewTask:
     """A task as a client that does not know it builds it."""
     return build_task(settings, name, [1], queue=Q, **kw)[1]

@@ -371,12 +371,13 @@ async def test_unstorable_results_fail_without_retries(settings: Settings) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_sigterm_hands_back_after_the_drain(
-    redis_server: RedisServer, prefix: str, spawn_worker: Any, jpath: str
+    backend: Any, prefix: str, spawn_worker: Any, jpath: str
 ) -> None:
-    settings = make_settings(redis_server.url, prefix, drain_timeout_s=0.5)
+    settings = make_settings(backend.url, prefix, drain_timeout_s=0.5)
     w = spawn_worker(APP, settings, "--worker-id", "A")
-    rc = redis_server.client()
+    rc = backend.client()
     with Client(settings=settings, app=app) as client:
         h = client.enqueue("long_async", kwargs={"seconds": 30, "journal_path": jpath})
         quick = client.enqueue("long_async", kwargs={"seconds": 0.2})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import redis
 
 from dtq import AsyncClient
@@ -20,16 +19,6 @@ from tests.test_limits import until
 
 Q = "q1"
 LK = "acct"
-
-
-@pytest.fixture
-def qk(prefix: str) -> QueueKeys:
-    return Keys(prefix).queue(Q)
-
-
-@pytest.fixture
-def run(r: redis.Redis) -> Any:
-    return sc.SyncScripts(r).run
 
 
 def limited(**kw: Any) -> sc.NewTask:

@@ -62,7 +62,7 @@ async def test_retention_registers_again_a_forgotten_queue_that_got_tasks(
             assert not r.sismember(keys.queues, "late")
             c.enqueue("nop", queue="late")  # the same client: it does not register again
             assert not r.sismember(keys.queues, "late")
-            ret.cursor = 0  # the next pass's scan starts over (it goes on where it stopped)
+            ret.cursor = "0"  # the next pass's scan starts over (it goes on where it stopped)
             rep = await ret.run_once()
             assert rep.queues_registered == 1 and r.sismember(keys.queues, "late")
             await ret.run_once()

@@ -56,10 +56,11 @@ def test_many_workers_start_each_attempt_exactly_once(
         assert sum(r.xlen(x) for x in qk.streams) == 0
 
 
+@pytest.mark.cluster
 def test_sigkilled_worker_task_is_reclaimed_by_another(
-    redis_server: Any, prefix: str, spawn_worker: Any, r: redis.Redis
+    backend: Any, prefix: str, spawn_worker: Any, r: redis.Redis
 ) -> None:
-    s = make_settings(redis_server.url, prefix)
+    s = make_settings(backend.url, prefix)
     with Client(settings=s) as c:
         a = spawn_worker(APP, s, "--worker-id", "victim")
         h = c.enqueue("sleep", [3.0])
@@ -79,10 +80,11 @@ def test_sigkilled_worker_task_is_reclaimed_by_another(
         assert b.wait(30) == 0
 
 
+@pytest.mark.cluster
 def test_sigterm_drains_running_tasks(
-    redis_server: Any, prefix: str, spawn_worker: Any, r: redis.Redis
+    backend: Any, prefix: str, spawn_worker: Any, r: redis.Redis
 ) -> None:
-    s = make_settings(redis_server.url, prefix, drain_timeout_s=20)
+    s = make_settings(backend.url, prefix, drain_timeout_s=20)
     with Client(settings=s) as c:
         w = spawn_worker(APP, s)
         hs = [c.enqueue("sleep", [1.0]) for _ in range(4)]

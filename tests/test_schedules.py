@@ -15,6 +15,7 @@ import redis.asyncio as aredis
 
 from dtq import App, AsyncClient, Client, InvalidRequest, Settings
 from dtq import scripts as sc
+from dtq.connection import async_redis
 from dtq.keys import Keys
 from dtq.schedules import (
     Schedule,
@@ -141,7 +142,7 @@ def test_periodic_decorator_registers_task_and_schedule() -> None:
 
 
 def runner_for(app: App, settings: Settings) -> tuple[ScheduleRunner, aredis.Redis]:
-    r = aredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = async_redis(settings.redis_url, decode_responses=True)
     return ScheduleRunner(r, sc.AsyncScripts(r), Keys(settings.key_prefix), settings, app), r
 
 
@@ -257,6 +258,7 @@ async def test_overlap_false_skips_while_previous_run_is_active(
             await ar.aclose()
 
 
+@pytest.mark.cluster
 async def test_code_schedules_sync_keep_next_fire_and_prune(
     settings: Settings, r: redis.Redis
 ) -> None:
@@ -288,6 +290,7 @@ async def test_code_schedules_sync_keep_next_fire_and_prune(
         await ar.aclose()
 
 
+@pytest.mark.cluster
 def test_add_list_remove(settings: Settings) -> None:
     with Client(settings=settings) as c:
         info = add_schedule(
@@ -308,6 +311,7 @@ def test_add_list_remove(settings: Settings) -> None:
         assert [i.schedule.name for i in list_schedules(c)] == ["b"]
 
 
+@pytest.mark.cluster
 async def test_async_add_list_remove(settings: Settings) -> None:
     async with AsyncClient(settings=settings) as c:
         await aadd_schedule(c, Schedule(name="x", task="add", every=5))
@@ -319,6 +323,7 @@ async def test_async_add_list_remove(settings: Settings) -> None:
 # --- with workers ---------------------------------------------------------------------------
 
 
+@pytest.mark.cluster
 async def test_worker_fires_declared_schedule(settings: Settings, r: redis.Redis) -> None:
     from tests.apps.periodic import app
 

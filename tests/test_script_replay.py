@@ -7,23 +7,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys, QueueKeys
+from dtq.keys import GROUP, QueueKeys
 from tests.conftest import create_groups
 from tests.test_scripts import Q, claim, enqueue, started, task
-
-
-@pytest.fixture
-def qk(prefix: str) -> QueueKeys:
-    return Keys(prefix).queue(Q)
-
-
-@pytest.fixture
-def run(r: redis.Redis) -> Any:
-    return sc.SyncScripts(r).run
 
 
 def _marks(r: redis.Redis, qk: QueueKeys) -> tuple[int, str | None]:

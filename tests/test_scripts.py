@@ -10,15 +10,10 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys, QueueKeys, new_tid
+from dtq.keys import GROUP, QueueKeys, new_tid
 from tests.conftest import create_groups
 
 Q = "q1"
-
-
-@pytest.fixture
-def qk(prefix: str) -> QueueKeys:
-    return Keys(prefix).queue(Q)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from tests.conftest import make_settings, running_worker
 from tests.redis_server import free_port
 
 
+@pytest.mark.cluster
 def test_sync_client_enqueue_get_result_cancel(settings: Settings) -> None:
     with Client(settings=settings) as c:
         h = c.enqueue("add", [1, 2], queue="other", priority=7, max_retries=1, timeout=5)
@@ -42,6 +43,7 @@ def test_sync_client_enqueue_get_result_cancel(settings: Settings) -> None:
             c.result(h.id, timeout=1)
 
 
+@pytest.mark.cluster
 async def test_async_client_matches_sync(settings: Settings) -> None:
     async with AsyncClient(settings=settings) as c:
         h = await c.enqueue("add", [1, 2], kwargs=None, delay=timedelta(seconds=60))
@@ -75,6 +77,7 @@ def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> N
         assert [c.get(h.id).args for h in hs] == [[i, i] for i in range(50)]
 
 
+@pytest.mark.cluster
 async def test_async_enqueue_many_streams_big_batches_in_order(settings: Settings) -> None:
     from dtq.client import BULK_PART
 

@@ -15,6 +15,7 @@ from tests.apps.basic import SLEEPING, app
 from tests.conftest import make_settings, running_worker
 
 
+@pytest.mark.cluster
 async def test_retries_until_success(settings: Settings) -> None:
     async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
         h = await c.enqueue("flaky", [2])
@@ -24,6 +25,7 @@ async def test_retries_until_success(settings: Settings) -> None:
         assert info.error is None
 
 
+@pytest.mark.cluster
 async def test_retries_spent_ends_failed_in_dlq(settings: Settings, r: redis.Redis) -> None:
     async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
         h = await c.enqueue("always_fails")
@@ -149,6 +151,7 @@ async def test_concurrency_bounds_inflight(redis_server: object, prefix: str) ->
     assert SLEEPING["peak"] == 3  # bodies seen running at once, counted by the bodies
 
 
+@pytest.mark.cluster
 async def test_graceful_stop_finishes_running_tasks(settings: Settings) -> None:
     async with AsyncClient(settings=settings, app=app) as c:
         async with running_worker(app, settings):
@@ -212,6 +215,7 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Se
         assert info.status == TaskStatus.SUCCEEDED and info.attempt == 1
 
 
+@pytest.mark.cluster
 async def test_events_are_recorded(settings: Settings, r: redis.Redis) -> None:
     async with running_worker(app, settings), AsyncClient(settings=settings, app=app) as c:
         h = await c.enqueue("flaky", [1])

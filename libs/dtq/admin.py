@@ -20,6 +20,7 @@ Costs worth knowing:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -33,7 +34,8 @@ import redis.asyncio as aredis
 from dtq import eviction
 from dtq import scripts as sc
 from dtq.client import CANCEL_REASON, AsyncClient
-from dtq.connection import async_redis
+from dtq.cluster import ascan_slot, scan_step
+from dtq.connection import async_redis, is_cluster
 from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
@@ -339,6 +341,7 @@ class Admin:
         # With the app, enqueues get each task's declared defaults (queue, priority, limits).
         self.client = AsyncClient(settings=self.settings, redis_client=self.redis, app=app)
         self.scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
+        self._cluster = is_cluster(self.redis)  # (see connection.py)
 
     async def __aenter__(self) -> Admin:
         return self
@@ -411,8 +414,10 @@ class Admin:
                 pipe.zcard(qk.sched)
                 pipe.zcard(qk.dlq)
                 pipe.exists(qk.paused)
-            pipe.time()
+            if not self._cluster:  # a cluster pipeline refuses TIME: sent after it
+                pipe.time()
             raw = await pipe.execute(raise_on_error=False)
+        raw.extend(await self._cluster_time())
         now = raw[-1]
         if isinstance(now, Exception):
             raise now
@@ -582,6 +587,8 @@ class Admin:
         if queue is not None and status in ("failed", "scheduled"):
             return await self._list_zset(queue, status, name, cursor, limit)
         scan_cursor, skip = self._parse_cursor(cursor)
+        if queue is not None and ":" in scan_cursor:  # a walk's over every primary
+            raise InvalidRequest(f"bad cursor {cursor!r}")
         if queue is not None:
             match = _glob_escape(self.keys.queue(queue).task_base) + "*"
         else:
@@ -589,8 +596,15 @@ class Admin:
             match = f"{p}:{{{p}:*}}:t:*"
         items: list[TaskInfo] = []
         scans = examined = 0
+        # One queue's records are in its slot's node; across queues the walk visits every
+        # primary of a cluster (dtq.cluster): its cursor then reads "<primary>:<cursor>".
         while True:
-            nxt, keys = await self._r.scan(int(scan_cursor), match=match, count=1000)
+            if queue is not None:
+                base = self.keys.queue(queue).task_base
+                at, keys = await ascan_slot(self._r, base, int(scan_cursor), match, 1000)
+                nxt = str(at)
+            else:
+                nxt, keys = await scan_step(self._r, scan_cursor, match, 1000)
             scans += 1
             examined += len(keys)
             matched = await self._filter_records(keys, status, name)
@@ -603,7 +617,7 @@ class Admin:
             items.extend(take)
             skip = 0
             scan_cursor = str(nxt)
-            if int(nxt) == 0:
+            if scan_cursor == "0":
                 next_cursor = None
                 break
             if len(items) >= limit or scans >= SCAN_BUDGET:
@@ -616,7 +630,13 @@ class Admin:
         if not cursor:
             return "0", 0
         head, _, tail = cursor.partition(".")
-        if not head.isdigit() or (tail and not tail.isdigit()) or int(head) >= 2**64:
+        node, _, at = head.rpartition(":")  # "<primary>:<cursor>" on a cluster (dtq.cluster)
+        if (
+            not at.isdigit()
+            or (node and not node.isdigit())
+            or (tail and not tail.isdigit())
+            or int(at) >= 2**64
+        ):
             raise InvalidRequest(f"bad cursor {cursor!r}")
         return head, int(tail or 0)
 
@@ -1016,6 +1036,10 @@ class Admin:
 
     # --- workers ---------------------------------------------------------------------------
 
+    async def _cluster_time(self) -> list[Any]:
+        """[TIME] on a cluster (whose pipelines refuse it), else [] (it was pipelined)."""
+        return [await self._r.time()] if self._cluster else []
+
     async def list_workers(self) -> list[WorkerInfo]:
         """Known workers; live unless the last heartbeat is older than 3 heartbeat intervals.
 
@@ -1026,8 +1050,10 @@ class Admin:
         async with self._r.pipeline(transaction=False) as pipe:
             for wid, _ in entries:
                 pipe.hgetall(self.keys.worker(wid))
-            pipe.time()  # ages on the Redis clock, which heartbeats carry, not this host's
-            *hashes, (sec, usec) = await pipe.execute()
+            if not self._cluster:  # ages on the Redis clock, which heartbeats carry
+                pipe.time()
+            replies: list[Any] = await pipe.execute()
+        *hashes, (sec, usec) = [*replies, *await self._cluster_time()]
         now_ms = int(sec) * 1000 + int(usec) / 1000
         out: list[WorkerInfo] = []
         for (wid, score), h in zip(entries, hashes, strict=True):
@@ -1167,7 +1193,12 @@ class Admin:
             if v == "$":
                 last = await self._r.xrevrange(k, count=1)
                 cur[k] = last[0][0] if last else "0-0"
-        res = await self._r.xread({k: cur[k] for k in keys}, count=count, block=block_ms or None)
+        if self._cluster:
+            res = await self._xread_each(keys, cur, count, block_ms)
+        else:
+            res = await self._r.xread(
+                {k: cur[k] for k in keys}, count=count, block=block_ms or None
+            )
         events: list[Event] = []
         for key, entries in res or []:
             for eid, f in entries:
@@ -1175,6 +1206,27 @@ class Admin:
                 cur[key] = eid
         events.sort(key=lambda e: (e.ts_ms, e.id))
         return events, cur
+
+    async def _xread_each(
+        self, keys: Iterable[str], cur: dict[str, str], count: int, block_ms: int
+    ) -> list[Any]:
+        """On a cluster, where one XREAD cannot span the queues' slots: one XREAD per stream,
+        in parallel, until the first has events (the others are cancelled: their cursors stay,
+        so the next call reads what they would have)."""
+        reads = [
+            asyncio.ensure_future(self._r.xread({k: cur[k]}, count=count, block=block_ms or None))
+            for k in keys
+        ]
+        try:
+            pending = set(reads)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.result() for t in done):
+                    break
+        finally:
+            for t in reads:
+                t.cancel()
+        return [x for t in reads if t.done() and not t.cancelled() for x in t.result() or []]
 
     async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
         """Finished runs per time bucket over the last ``window_s`` seconds, from the events.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
+from dtq.cluster import ascan_slot, scan_slot
 from dtq.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def cancel_many(
         base = client.keys.queue(q).task_base
         cursor = 0
         while True:
-            cursor, keys = client.redis.scan(cursor, match=base + "*", count=PAGE)  # type: ignore[misc]
+            cursor, keys = scan_slot(client.redis, base, cursor, base + "*", PAGE)
             tids = [str(k)[len(base) :] for k in keys]
             if tids:
                 with client.redis.pipeline(transaction=False) as pipe:
@@ -108,7 +109,7 @@ async def acancel_many(
         base = client.keys.queue(q).task_base
         cursor = 0
         while True:
-            cursor, keys = await client.redis.scan(cursor, match=base + "*", count=PAGE)
+            cursor, keys = await ascan_slot(client.redis, base, cursor, base + "*", PAGE)
             tids = [str(k)[len(base) :] for k in keys]
             if tids:
                 async with client.redis.pipeline(transaction=False) as pipe:

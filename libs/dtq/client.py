@@ -610,8 +610,11 @@ class Client(_Base):
         redis_client: redis.Redis | None = None,
     ) -> None:
         super().__init__(url, settings, app)
-        self.redis: redis.Redis = redis_client or sync_redis(
-            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
+        # (A cluster client connects here already: unreachable, that is RedisUnavailable.)
+        self.redis: redis.Redis = redis_client or self._io(
+            lambda: sync_redis(
+                self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
+            )
         )
         self._scripts = sc.SyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
 

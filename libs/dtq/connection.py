@@ -1,19 +1,30 @@
-"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, or through Sentinel.
+"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, Sentinel or Cluster.
 
 ``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``. A Sentinel deployment
 is written ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: dtq asks the
 sentinels for the current primary of ``service`` and follows failovers (a failover shows up as
 transient READONLY / connection errors, which the worker retries).
+
+A Redis Cluster is written ``redis+cluster://[[user]:password@]host:port[,host:port...][/]``
+(``rediss+cluster://`` for TLS): any reachable nodes; redis-py's ``RedisCluster`` learns the
+slot map from them, follows MOVED/ASK and retries TRYAGAIN itself. The cluster client is typed
+as the plain one it stands in for: dtq calls only commands both have, and the few places that
+need a connection of their own (the fast lane, the idle wake-up) ask :func:`is_cluster` first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import unquote, urlparse
+from typing import Any, cast
+from urllib.parse import parse_qs, unquote, urlparse
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.cluster as acluster
+import redis.cluster as scluster
+import redis.exceptions as rex
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import ExponentialWithJitterBackoff
@@ -21,6 +32,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 SENTINEL_SCHEME = "redis+sentinel"
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,154 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     )
 
 
+# The query options a cluster URL takes (TLS files and checks), passed to redis-py as given.
+CLUSTER_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUrl:
+    nodes: list[tuple[str, int]]
+    password: str | None
+    username: str | None
+    ssl: bool
+    options: dict[str, str]
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0] in CLUSTER_SCHEMES
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """Split a ``redis+cluster://`` URL; raise ValueError saying what is wrong."""
+    parsed = urlparse(url)
+    if parsed.scheme not in CLUSTER_SCHEMES:
+        raise ValueError("not a redis+cluster:// or rediss+cluster:// URL")
+    netloc = parsed.netloc.rpartition("@")[2]
+    nodes = []
+    for part in netloc.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"cluster node address {part!r} must be host:port")
+        nodes.append((host.strip("[]"), int(port)))
+    if parsed.path.strip("/"):
+        raise ValueError("a cluster has one database: nothing may follow host:port[,...]/")
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = sorted(set(options) - set(CLUSTER_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"bad option: {unknown[0]!r} (a cluster URL takes {', '.join(CLUSTER_OPTIONS)})"
+        )
+    return ClusterUrl(
+        nodes=nodes,
+        password=unquote(parsed.password) if parsed.password else None,
+        username=unquote(parsed.username) if parsed.username else None,
+        ssl=parsed.scheme == "rediss+cluster",
+        options=options,
+    )
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` (from :func:`sync_redis` / :func:`async_redis`) talks to a cluster:
+    the one question code that would write to a connection of its own asks."""
+    return isinstance(client, scluster.RedisCluster | acluster.RedisCluster)
+
+
+# redis-py raises "no startup node reachable" as a RedisClusterException, outside the RedisError
+# family that every dtq caller maps to "Redis unreachable" (SDK, CLI, API) or retries (worker):
+# these subclasses raise it as the ConnectionError it is.
+_UNREACHABLE = "Redis Cluster cannot be connected"
+# How long one command waits out a slot in migration: TRYAGAIN (a multi-key call, every dtq
+# script on a cluster: scripts.py's slot guard) means it did not run, so sending it again is
+# always safe. redis-py retries TRYAGAIN itself only for about half a second.
+SLOT_WAIT_S = 10.0
+
+
+def _as_connection_error(exc: redis.RedisClusterException) -> Exception:
+    if _UNREACHABLE in str(exc):
+        return redis.ConnectionError(str(exc))
+    return exc
+
+
+def _slot_in_flux(exc: Exception) -> bool:
+    """The command did not run: its slot is migrating (TRYAGAIN, or redis-py's redirects ran
+    out while it followed the migration)."""
+    return isinstance(exc, rex.TryAgainError) or (
+        isinstance(exc, rex.ClusterError) and "TTL exhausted" in str(exc)
+    )
+
+
+class _SlotWait:
+    """Backoff over :data:`SLOT_WAIT_S` for a command whose slot is migrating."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + SLOT_WAIT_S
+        self.delay = 0.02
+
+    def next(self, exc: Exception) -> float:
+        """The pause before the next try; raises ``exc`` when out of time or not in flux."""
+        if not _slot_in_flux(exc) or time.monotonic() >= self.deadline:
+            raise exc
+        delay, self.delay = self.delay, min(self.delay * 2, 0.5)
+        return delay
+
+
+class _SyncCluster(scluster.RedisCluster):
+    def __init__(self, **kwargs: Any) -> None:
+        try:
+            super().__init__(**kwargs)
+        except redis.RedisClusterException as exc:
+            raise _as_connection_error(exc) from None
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        wait: _SlotWait | None = None
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except redis.RedisClusterException as exc:
+                raise _as_connection_error(exc) from None
+            except (rex.TryAgainError, rex.ClusterError) as exc:
+                wait = wait or _SlotWait()
+                time.sleep(wait.next(exc))
+
+
+class _AsyncPubSub(acluster.ClusterPubSub):
+    """redis-py's cluster pub/sub routes its first SUBSCRIBE by the slot map without loading
+    it (a KeyError when the client has sent nothing yet): load it first."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        await self.cluster.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
+class _AsyncCluster(acluster.RedisCluster):
+    def pubsub(self, *args: Any, **kwargs: Any) -> acluster.ClusterPubSub:
+        return _AsyncPubSub(self, *args, **kwargs)
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> acluster.RedisCluster:
+        try:
+            return await super().initialize(*args, **kwargs)
+        except redis.RedisClusterException as exc:
+            raise _as_connection_error(exc) from None
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        wait: _SlotWait | None = None
+        while True:
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except (rex.TryAgainError, rex.ClusterError) as exc:
+                wait = wait or _SlotWait()
+                await asyncio.sleep(wait.next(exc))
+
+
+def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in kwargs.items() if k != "db"}
+    out.setdefault("password", c.password)
+    out.setdefault("username", c.username)
+    if c.ssl:
+        out["ssl"] = True
+    return {**c.options, **out}
+
+
 # The SDK's re-send backoff: full jitter over an exponential from 50 ms, capped at 1 s.
 RETRY_BASE_S, RETRY_CAP_S = 0.05, 1.0
 
@@ -78,6 +238,11 @@ def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
     (the SDK's, see docs/faults.md); the worker keeps 0 and handles its own failures.
     """
     kwargs = _with_retries(kwargs, retries, Retry)
+    if is_cluster_url(url):
+        c = parse_cluster_url(url)
+        nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
+        cluster = _SyncCluster(startup_nodes=nodes, **_cluster_kwargs(c, kwargs))
+        return cast(redis.Redis, cluster)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = Sentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
@@ -91,6 +256,11 @@ def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
 def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
     """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis."""
     kwargs = _with_retries(kwargs, retries, AsyncRetry)
+    if is_cluster_url(url):
+        c = parse_cluster_url(url)
+        anodes = [acluster.ClusterNode(h, p) for h, p in c.nodes]
+        acl = _AsyncCluster(startup_nodes=anodes, **_cluster_kwargs(c, kwargs))
+        return cast(aredis.Redis, acl)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = AsyncSentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]

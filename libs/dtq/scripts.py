@@ -33,6 +33,7 @@ try:  # the hiredis reader's "no whole reply yet" (redis-py's hiredis parser, 5.
 except ImportError:  # pragma: no cover - another redis-py: the lane reads the usual way
     _NOT_ENOUGH_DATA = None
 
+from dtq.connection import is_cluster
 from dtq.keys import GROUP, QueueKeys
 
 try:
@@ -132,6 +133,35 @@ class Call:
 # (redis-py loads the script and calls again: nothing ran), a lane busy with another call (a
 # second thread or task), a broken connection (dropped; the usual path reconnects and retries,
 # as redis-py does). A timeout is raised as is: the call may have run, so it is not resent here.
+#
+# On a Redis Cluster there is no lane: a kept connection knows one node, not the slot map, so
+# every call takes the cluster client's path (which follows MOVED/ASK and retries TRYAGAIN).
+# ``is_cluster`` at construction is the one decision; ``_lanes_ok`` carries it. In a cluster
+# pipeline redis-py refuses EVALSHA (it could not load a missing script there): a script call
+# in a pipeline is sent as EVAL with its text, which Redis caches under the same SHA.
+#
+# The slot guard. A script reaches keys it was not given (a task's record, ``base .. tid``):
+# same hash tag, so same slot, which is all a stable cluster needs. While that slot migrates,
+# though, such a key may already be on the new node: Redis 7 then fails the script at that
+# access ("non local key") with its earlier writes kept, a transition done half-way. On a
+# cluster each call therefore declares one more key, of its slot, that never exists: a node
+# serving a slot in migration answers TRYAGAIN (or ASK, then TRYAGAIN) to a call missing a key,
+# so no script runs at all until the migration ends, and then it runs whole on the new owner.
+# TRYAGAIN means "not run": the cluster client waits it out (connection.py). On a stable slot
+# the guard costs nothing (Redis looks keys up only for slots in migration). Scripts that count
+# their KEYS leave it out (``nkeys()`` in lua/_common.lua).
+SLOT_GUARD = ":~slotguard"
+
+
+def with_slot_guard(keys: list[str]) -> list[str]:
+    """``keys`` and the slot guard of their slot (the first key's hash tag, as Redis reads it)."""
+    first = keys[0]
+    lo = first.find("{")
+    hi = first.find("}", lo + 1) if lo >= 0 else -1
+    tag = first[lo + 1 : hi] if lo >= 0 and hi > lo + 1 else first
+    return [*keys, "{" + tag + "}" + SLOT_GUARD]
+
+
 _MISS: Any = object()
 # How long a reply of a pair is still read for once its deadline has passed (AsyncLane.call_pair).
 LATE_REPLY_S = 0.5
@@ -298,6 +328,7 @@ class AsyncScripts:
         """``replay_safe``: as for :class:`SyncScripts`."""
         self._redis = redis
         self._replay_safe = replay_safe
+        self._lanes_ok = not is_cluster(redis)  # (see the fast lane above)
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         # Several lanes: calls of one process overlap (a worker has two outcome writes in
         # flight, a heartbeat, a claim), and each would otherwise take the slow path.
@@ -320,6 +351,15 @@ class AsyncScripts:
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
+        if not self._lanes_ok:  # a cluster (see the fast lane and the slot guard above)
+            keys = with_slot_guard(call.keys)
+            if pipe is not None:
+                return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)
+            try:
+                return await obj(keys=keys, args=call.args)
+            except (ConnectionError, RedisTimeoutError, TimeoutError):
+                self._reply_lost(call)  # as on the usual path below
+                raise
         if pipe is not None:
             return await obj(keys=call.keys, args=call.args, client=pipe)
         lane = self._free_lane()
@@ -402,6 +442,8 @@ class AsyncScripts:
         return st.replies
 
     def _free_lane(self) -> AsyncLane | None:
+        if not self._lanes_ok:
+            return None
         for lane in self._lanes:
             if not lane.busy:
                 return lane
@@ -433,7 +475,7 @@ class _HiredisPacking:
 
 def hiredis_packing(client: AsyncRedis) -> AsyncRedis:
     """Make ``client``'s new connections pack with hiredis (no-op without hiredis)."""
-    if _hiredis_pack is None:  # pragma: no cover - hiredis comes with redis[hiredis]
+    if _hiredis_pack is None or is_cluster(client):  # a cluster's nodes make their own
         return client
     pool = client.connection_pool
     base = pool.connection_class
@@ -522,6 +564,7 @@ class SyncScripts:
         so a lane call that timed out goes the usual way too, whose retry policy re-sends it."""
         self._redis = redis
         self._replay_safe = replay_safe
+        self._lanes_ok = not is_cluster(redis)  # (see the fast lane above)
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         self._lane: Any = None
         self._lane_forks = -1
@@ -529,7 +572,12 @@ class SyncScripts:
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
-        if pipe is None and self._lane_lock.acquire(blocking=False):
+        if not self._lanes_ok:  # a cluster (see the fast lane and the slot guard above)
+            keys = with_slot_guard(call.keys)
+            if pipe is not None:
+                return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)  # type: ignore[no-untyped-call]
+            return obj(keys=keys, args=call.args)
+        if pipe is None and self._lanes_ok and self._lane_lock.acquire(blocking=False):
             try:
                 res = self._lane_call(obj.sha, call)
             finally:
@@ -551,7 +599,7 @@ class SyncScripts:
         first send raises.
         """
         calls = iter(calls)
-        if not self._lane_lock.acquire(blocking=False):
+        if not self._lanes_ok or not self._lane_lock.acquire(blocking=False):
             return _each([self.run(c) for c in calls], each)
         st = _Stream(each)
         fallback = False

@@ -32,8 +32,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DTQ_", extra="ignore", frozen=True)
 
     redis_url: str = "redis://localhost:6379/0"
-    """Where Redis is: ``redis://``, ``rediss://`` (TLS), ``unix://``, or
-    ``redis+sentinel://host:port[,host:port]/service[/db]`` (see the README)."""
+    """Where Redis is: ``redis://``, ``rediss://`` (TLS), ``unix://``,
+    ``redis+sentinel://host:port[,host:port]/service[/db]`` or
+    ``redis+cluster://host:port[,host:port]`` (see the README)."""
     key_prefix: str = "dtq"
     """Namespace of every key; two prefixes on one Redis never see each other."""
     queues: Annotated[tuple[str, ...], NoDecode] = ("default",)
@@ -179,8 +180,16 @@ class Settings(BaseSettings):
 
             parse_sentinel_url(value)
             return value
+        if parsed.scheme in ("redis+cluster", "rediss+cluster"):
+            from dtq.connection import parse_cluster_url
+
+            parse_cluster_url(value)
+            return value
         if parsed.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix://, redis+sentinel:// "
+                "or redis+cluster://"
+            )
         if parsed.scheme != "unix" and not parsed.hostname:
             raise ValueError("has no host")
         try:

@@ -9,12 +9,13 @@ import time
 import redis
 
 from dtq import App, Fail, Retry, TaskContext, current_task
+from tests.apps._redis import shared_redis
 
 app = App()
 
 
 def _r() -> redis.Redis:
-    return redis.Redis.from_url(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
+    return shared_redis(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
 
 
 def record_start(tag: str = "") -> None:

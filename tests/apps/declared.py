@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-import redis
-
 from dtq import App, current_task
+from dtq.connection import sync_redis
 
 app = App()
 
@@ -15,7 +14,7 @@ app = App()
 def record_start() -> None:
     """RPUSH "<task id>|<attempt>" to "<prefix>:test:starts" (no fault can erase it)."""
     ctx = current_task()
-    r = redis.Redis.from_url(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
+    r = sync_redis(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
     try:
         r.rpush(f"{app.settings.key_prefix}:test:starts", f"{ctx.id}|{ctx.attempt}")
     finally:

@@ -9,22 +9,19 @@ import time
 import redis
 
 from dtq import App, Fail, current_task
+from tests.apps._redis import shared_redis
 
 app = App()
 
 
 def _r() -> redis.Redis:
-    return redis.Redis.from_url(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
+    return shared_redis(os.environ.get("DTQ_REDIS_URL", app.settings.redis_url))
 
 
 def note(tag: str) -> None:
     """RPUSH "<task id>|<attempt>|<tag>" to "<prefix>:test:notes"."""
     ctx = current_task()
-    r = _r()
-    try:
-        r.rpush(f"{app.settings.key_prefix}:test:notes", f"{ctx.id}|{ctx.attempt}|{tag}")
-    finally:
-        r.close()
+    _r().rpush(f"{app.settings.key_prefix}:test:notes", f"{ctx.id}|{ctx.attempt}|{tag}")
 
 
 @app.task(name="stepper")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-import redis
-
 from dtq import App, current_task
+from tests.apps._redis import shared_redis
 
 app = App()
 
@@ -15,8 +14,4 @@ app = App()
 @app.task(name="tick")
 async def tick() -> None:
     url = os.environ.get("DTQ_REDIS_URL", app.settings.redis_url)
-    r = redis.Redis.from_url(url)
-    try:
-        r.rpush(f"{app.settings.key_prefix}:test:ticks", current_task().id)
-    finally:
-        r.close()
+    shared_redis(url).rpush(f"{app.settings.key_prefix}:test:ticks", current_task().id)

@@ -313,12 +313,17 @@ def _median(xs: Any) -> float | None:
 def markdown(report: dict[str, Any]) -> str:
     fig = report["figures"]
     cfg = report["config"]
+    where = (
+        "Redis Cluster (3 masters + 3 replicas)"
+        if cfg.get("cluster")
+        else "Redis with AOF (fsync always)"
+    )
     lines = [
         "# dtq chaos soak",
         "",
         f"seed {cfg['seed']}, {cfg['seconds']:.0f} s of faults, {cfg['workers']} workers x "
         f"{cfg['concurrency']} slots, heartbeat {cfg['heartbeat_s']} s, visibility "
-        f"{cfg['visibility_s']} s, Redis with AOF (fsync always); wall time "
+        f"{cfg['visibility_s']} s, {where}; wall time "
         f"{report['wall_s']:.0f} s. Verdict: **{'PASS' if report['ok'] else 'FAIL'}**.",
         "",
         "| check | result | figures |",

@@ -10,6 +10,10 @@ enqueued as chords (``--chord-share``, ``--chord-members``): their members and c
 checked like every task, and each chord's join on top (tests/chaos/check.py, check_chords).
 After the faults stop, it waits for every task to end and checks the journals (tests/chaos/app.py)
 against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every check passes.
+
+``--cluster``: the same soak on a Redis Cluster (3 masters, one replica each; no proxy), with
+cluster faults among the worker faults: the queue's slot migrated to another master, batch by
+batch, under load (``migrate``).
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from dtq.keys import Keys, split_task_id
 from dtq.settings import Settings
 from tests.chaos.check import Fault, WorkerLife, analyze, check_chords, markdown, read_journals
 from tests.chaos.proxy import Proxy
+from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"
 KINDS = ("kill", "stop", "redis", "cut", "lostreply")
+CLUSTER_KINDS = ("kill", "stop", "migrate")
 # Which reply the lostreply fault loses: a script call whose bytes hold the script's sha.
 LOST_REPLY_TARGETS = ("claim", "claim+xread", "complete")
 
@@ -60,6 +66,7 @@ class Config:
     fault_gap_s: tuple[float, float] = (2.0, 4.0)
     settle_s: float = 90.0
     slack_s: float = 0.5  # scheduling slack on the one-heartbeat cancel bound (busy 2-core box)
+    cluster: bool = False  # on a Redis Cluster, with cluster faults (CLUSTER_KINDS)
     chord_share: float = 0.0  # share of the enqueue batches sent as one chord instead (CLI: 0.2)
     chord_members: int = 50  # members per chord (one enqueue batch's tasks)
 
@@ -88,7 +95,7 @@ class Soak:
         env = dict(os.environ)
         env.update(
             {
-                "DTQ_REDIS_URL": f"redis://127.0.0.1:{self.proxy_port}/0",
+                "DTQ_REDIS_URL": self.worker_url,
                 "DTQ_KEY_PREFIX": PREFIX,
                 "DTQ_WORKER_ID": wid,
                 "DTQ_HEARTBEAT_INTERVAL_S": str(self.cfg.heartbeat_s),
@@ -246,11 +253,18 @@ class Soak:
             os.kill(proc.pid, signal.SIGCONT)
             with self.lock:
                 self.paused.discard(victim)
+        elif kind == "migrate":
+            assert isinstance(self.redis, RedisClusterFixture)
+            move = self.redis.begin_move(Keys(PREFIX).queue("default").streams[0])
+            victim = f"{move.src.port}->{move.dst.port}"
+            move.finish(batch=10, pause_s=0.01)
         elif kind == "redis":
+            assert isinstance(self.redis, RedisServer)
             self.redis.stop()
             time.sleep(rng.uniform(0.2, 1.0))
             self.redis.start()
         elif kind == "cut":
+            assert self.proxy is not None
             self.proxy.cut()
             time.sleep(rng.uniform(0.3, 3.0))
             self.proxy.restore()
@@ -273,6 +287,7 @@ class Soak:
         script, _, with_xread = target.partition("+")
         sha = hashlib.sha1(sc.source(script).encode()).hexdigest().encode()
         end, lost = time.time() + seconds, 0
+        assert self.proxy is not None
         while (left := end - time.time()) > 0:
             rule = self.proxy.drop_reply_when(
                 lambda d: sha in d and (b"XREAD" in d) == bool(with_xread)
@@ -293,9 +308,17 @@ class Soak:
         self.journal_dir = self.out / "journals"
         self.journal_dir.mkdir(parents=True)
         (self.out / "logs").mkdir()
-        self.redis = RedisServer(aof=True).start()
-        self.proxy_port = free_port()
-        self.proxy = Proxy(self.proxy_port, self.redis.port).start()
+        self.redis: RedisServer | RedisClusterFixture
+        self.proxy: Proxy | None = None
+        if cfg.cluster:
+            self.redis = RedisClusterFixture().start()
+            self.worker_url = self.redis.url
+        else:
+            self.redis = RedisServer(aof=True).start()
+            proxy_port = free_port()
+            self.proxy = Proxy(proxy_port, self.redis.port).start()
+            self.worker_url = f"redis://127.0.0.1:{proxy_port}/0"
+        kinds = CLUSTER_KINDS if cfg.cluster else KINDS
         sup = threading.Thread(target=self.supervise, daemon=True)
         try:
             for _ in range(cfg.workers):
@@ -311,7 +334,7 @@ class Soak:
                 if time.time() >= until:
                     break
                 if not bag:
-                    bag = list(KINDS)
+                    bag = list(kinds)
                     self.rng.shuffle(bag)
                 kind = bag.pop()
                 print(f"[chaos] {time.time() - wall0:6.1f}s fault {kind}", flush=True)
@@ -324,7 +347,8 @@ class Soak:
             sup.join(5) if sup.is_alive() else None
             self.stop_workers()
             records, stats = self.collect()
-            self.proxy.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             self.redis.cleanup()
         report = self.report(records, stats, time.time() - wall0)
         return report
@@ -423,15 +447,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--prefetch", type=int, default=0, help="DTQ_WORKER_PREFETCH of each worker")
     p.add_argument("--out", default=str(ROOT / "build" / "chaos"))
+    p.add_argument("--cluster", action="store_true", help="on a Redis Cluster, cluster faults")
     p.add_argument(
-        "--chord-share", type=float, default=0.2, help="share of the work enqueued as chords"
+        "--chord-share",
+        type=float,
+        default=None,
+        help="share of the work enqueued as chords (default 0.2; 0 with --cluster)",
     )
     p.add_argument("--chord-members", type=int, default=50, help="members per chord")
     args = p.parse_args(argv)
+    share = args.chord_share if args.chord_share is not None else (0.0 if args.cluster else 0.2)
     cfg = Config(
-        seconds=args.minutes * 60, seed=args.seed, workers=args.workers, prefetch=args.prefetch,
-        chord_share=args.chord_share, chord_members=args.chord_members,
-    )  # fmt: skip
+        seconds=args.minutes * 60,
+        seed=args.seed,
+        workers=args.workers,
+        prefetch=args.prefetch,
+        cluster=args.cluster,
+        chord_share=share,
+        chord_members=args.chord_members,
+    )
     report = Soak(cfg, Path(args.out)).run()
     print((Path(args.out) / "report.md").read_text())
     return 0 if report["ok"] else 1

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from dtq import scripts as sc
+from dtq.connection import is_cluster
+from dtq_worker.clusterwait import ClusterWait
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
 
 if TYPE_CHECKING:
@@ -40,6 +42,12 @@ class Consumer:
         self._wake = sc.AsyncLane(worker.blocking)
         self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
         self._wake_id: int | None = None
+        # On a Redis Cluster the wake-up is one XREAD per queue instead (clusterwait.py).
+        self._cluster = (
+            ClusterWait(worker, IDLE_BLOCK_MS, IDLE_WAIT_TIMEOUT_S)
+            if is_cluster(worker.blocking)
+            else None
+        )
 
     async def wait_slot(self, timeout: float) -> None:
         """Until a run ends (or shutdown starts), at most ``timeout`` seconds.
@@ -174,6 +182,9 @@ class Consumer:
         """
         w = self.w
         after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
+        if self._cluster is not None:
+            await self._wait_cluster(self._cluster, after)
+            return None
         if self._streams is None:
             self._streams = [s for q in w.queues for s in w.keys.queue(q).streams]
         streams = self._streams
@@ -199,6 +210,18 @@ class Consumer:
                 raise
             await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
             return None
+        finally:
+            self.waiting = False
+
+    async def _wait_cluster(self, cw: ClusterWait, after: str) -> None:
+        self.waiting = True
+        try:
+            if not self.w.stopping:
+                await cw.wait(after)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            await self.w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
         finally:
             self.waiting = False
 
@@ -242,6 +265,8 @@ class Consumer:
     def interrupt(self) -> None:
         """Shutdown: end the idle XREAD now (CLIENT UNBLOCK), so the claim behind it runs and
         its reply comes at once instead of after the block."""
+        if self._cluster is not None:
+            self._cluster.interrupt()
         if self.waiting and self._wake_id is not None:
             self.w.spawn(self._unblock(self._wake_id))
 

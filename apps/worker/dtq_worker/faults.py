@@ -13,7 +13,14 @@ from dtq.eviction import is_oom
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
     "max number of clients", "NOREPLICAS",
+    # Redis Cluster: a script that met a key of its slot which a migration already moved.
+    "non local key",
 )  # fmt: skip
+# redis-py's cluster client: no node serves the slot yet (a failover), too many redirects, or
+# no node of the startup list reachable (all raised outside the ResponseError family).
+# A MOVED/ASK redirect (AskError, MovedError) left over once redis-py's TTL of redirects ran out.
+_TRANSIENT_CLUSTER = (rex.SlotNotCoveredError, rex.ClusterError, rex.AskError, rex.TryAgainError)
+_CLUSTER_UNREACHABLE = "Redis Cluster cannot be connected"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -21,6 +28,10 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
         return True
     if isinstance(exc, rex.BusyLoadingError | rex.ReadOnlyError):
+        return True
+    if isinstance(exc, _TRANSIENT_CLUSTER):
+        return True
+    if isinstance(exc, rex.RedisClusterException) and _CLUSTER_UNREACHABLE in str(exc):
         return True
     if is_oom(exc):  # Redis at maxmemory (noeviction): writes land again once memory frees
         return True

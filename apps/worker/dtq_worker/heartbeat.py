@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.connection import is_cluster
 from dtq.errors import ConfigError
 from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
@@ -172,8 +173,13 @@ class Heartbeat:
                 for q in queues:
                     refs = [r.ref for r in by_queue[q]]
                     await w.scripts.run(sc.touch_call(w.keys.queue(q), w.worker_id, refs), pipe)
-                pipe.time()
+                # A cluster pipeline refuses TIME (no key to route it by): sent after it.
+                cluster = is_cluster(w.redis)
+                if not cluster:
+                    pipe.time()
                 replies = await pipe.execute()
+            if cluster:
+                replies.append(await w.redis.time())
         except Exception as exc:
             if not is_transient(exc):
                 raise

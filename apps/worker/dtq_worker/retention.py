@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
+from dtq.cluster import scan_step
 from dtq.settings import QUEUE_NAME_RE
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class Retention:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self.next_at = time.monotonic() + worker.settings.retention_interval_s * random.random()
-        self.cursor = 0
+        self.cursor = "0"  # a SCAN walk's (over every primary of a cluster: dtq.cluster)
         self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
     @property
@@ -167,10 +168,10 @@ class Retention:
         held: dict[str, list[str]] = defaultdict(list)
         busy: set[str] = set()
         for _ in range(SCAN_CALLS):
-            self.cursor, batch = await w.redis.scan(self.cursor, match=pattern, count=SCAN_COUNT)
+            self.cursor, batch = await scan_step(w.redis, self.cursor, pattern, SCAN_COUNT)
             for key in batch:
                 self._sort(str(key), found, held, busy)
-            if self.cursor == 0:
+            if self.cursor == "0":
                 rep.scan_done = True
                 break
         missing = sorted(q for q in busy - registered if QUEUE_NAME_RE.fullmatch(q))

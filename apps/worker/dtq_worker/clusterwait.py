@@ -1,0 +1,57 @@
+"""The idle wake-up on a Redis Cluster: one XREAD per queue, in parallel.
+
+On one server the idle XREAD names every band of every queue in one command, with the claim
+pipelined behind it on the same connection (consumer.py). On a cluster that XREAD would span
+slots (each queue has its own hash tag) and a kept connection does not know the slot map. So
+here each queue gets its own XREAD over its bands (one slot), sent through the cluster client;
+the wait ends when any of them is served. A read still pending when the wait ends is kept for
+the next wait (an older cursor only wakes it sooner), so an idle worker holds one blocked read
+per queue, never more. The claim then goes the usual way (one more round trip than on one
+server, only for the first task after an idle spell).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+
+class ClusterWait:
+    def __init__(self, worker: Worker, block_ms: int, timeout_s: float) -> None:
+        self.w = worker
+        self.block_ms, self.timeout_s = block_ms, timeout_s
+        self._reads: dict[str, asyncio.Task[Any]] = {}
+
+    async def wait(self, after: str) -> None:
+        """Until an entry with an id above ``after`` is in a band of any queue, a block ends,
+        or the wait is interrupted; raises what a read raised."""
+        w = self.w
+        done = [t for t in self._reads.values() if t.done()]
+        if not done:
+            for q in w.queues:
+                if q not in self._reads:
+                    self._reads[q] = asyncio.ensure_future(self._read(q, after))
+            finished, _ = await asyncio.wait(
+                self._reads.values(), timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            done = list(finished)
+        for q, t in list(self._reads.items()):
+            if t in done:
+                del self._reads[q]
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+
+    async def _read(self, queue: str, after: str) -> Any:
+        streams = self.w.keys.queue(queue).streams
+        return await self.w.blocking.xread(
+            dict.fromkeys(streams, after), count=1, block=self.block_ms
+        )
+
+    def interrupt(self) -> None:
+        """Shutdown: end every pending read now."""
+        for t in self._reads.values():
+            t.cancel()
