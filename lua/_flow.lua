@@ -41,7 +41,8 @@ local function flow_lib()
 
   -- Create the task record of a step from its spec (JSON array of strings: queue, tid, name,
   -- args, kwargs, prio, maxr (as enqueue.lua's field), timeout, delay_ms, expires_ms, meta,
-  -- flow field, task key prefix of its queue) with its final args. Nothing when it exists
+  -- flow field, task key prefix of its queue, middleware headers (JSON or '')) with its final
+  -- args. Nothing when it exists
   -- already (a second move of the same handover). Returns 1 when it created it.
   local function flow_create_step(K, spec, args)
     local tid, prio = spec[2], spec[6]
@@ -66,6 +67,7 @@ local function flow_lib()
     local expires = tonumber(spec[10])
     if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = string.format('%d', now + expires) end
     if spec[11] ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = spec[11] end
+    if spec[14] and spec[14] ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = spec[14] end
     redis.call('HSET', rk, 'name', spec[3], 'args', args, 'prio', prio, 'maxr', maxr,
       'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status, wk, wv,
       'flow', spec[12], unpack(h))
@@ -83,11 +85,32 @@ local function flow_lib()
     return (string.gsub(expr, '%d+', function(m) return redis.call('HGET', fkey, 'r' .. m) end))
   end
 
+  local function flow_event(K, etype, ftid, detail)
+    if K.maxlen > 0 then
+      redis.call('XADD', K.events, 'MAXLEN', '~', string.format('%d', K.maxlen), '*',
+        'type', etype, 'tid', ftid, 'attempt', '', 'worker', '', 'detail', detail or '',
+        'flow', ftid)
+    end
+  end
+
+  -- End the running flow at fkey "failed" (or "cancelled") with error text err.
+  local function flow_end(K, fkey, nfs, err, detail)
+    local ftid = string.sub(fkey, #K.fbase + 1)
+    local _, nows = now_ms()
+    redis.call('HSET', fkey, 'status', nfs, 'finished', nows, 'error', err)
+    redis.call('EXPIRE', fkey, K.ttl)
+    redis.call('PUBLISH', K.done_prefix .. ftid, nfs)
+    flow_event(K, 'flow_' .. nfs, ftid, detail)
+  end
+
   -- Release step j of the flow at fkey (all it waits for succeeded): build its args (its input's
-  -- value first) and create its record here, or hand it to its own queue's slot.
+  -- value first) and create its record here, or hand it to its own queue's slot. Arguments
+  -- over the flow's payload limit (maxp, DTQ_MAX_PAYLOAD_BYTES of the enqueueing client) make
+  -- no task: the step counts as failed (e<j>, for good: it has no record to requeue) and the
+  -- flow fails. Returns true when it failed the flow so.
   local function flow_release(K, fkey, j)
-    local x = redis.call('HMGET', fkey, 'x' .. j, 'in' .. j)
-    if not x[1] then return end  -- released before
+    local x = redis.call('HMGET', fkey, 'x' .. j, 'in' .. j, 'e' .. j, 'maxp')
+    if not x[1] or x[3] then return false end  -- released (or refused) before
     local spec = cjson.decode(x[1])
     local args = spec[4]
     if x[2] then
@@ -95,20 +118,26 @@ local function flow_lib()
       if args == '[]' then args = '[' .. input .. ']'
       else args = '[' .. input .. ',' .. string.sub(args, 2) end
     end
+    local size = #args + #spec[5]
+    if x[4] and size > tonumber(x[4]) then
+      local err = string.format('arguments are %d bytes, over DTQ_MAX_PAYLOAD_BYTES=%s '
+        .. '(pass big results by reference)', size, x[4])
+      redis.call('HSET', fkey, 'e' .. j, err)
+      redis.call('HDEL', fkey, 'in' .. j)
+      redis.call('HINCRBY', fkey, 'nfail', 1)
+      if redis.call('HGET', fkey, 'status') == 'running' then
+        local q = redis.call('HGET', fkey, 'q' .. j)
+        flow_end(K, fkey, 'failed', 'step ' .. j .. ' (' .. q .. ') failed: ' .. err, 'step ' .. j)
+      end
+      return true
+    end
     if spec[13] == K.tbase then
       flow_create_step(K, spec, args)
     else
       redis.call('XADD', K.flowq, '*', 'k', 'put', 'spec', x[1], 'args', args)
     end
     redis.call('HDEL', fkey, 'x' .. j, 'in' .. j)
-  end
-
-  local function flow_event(K, etype, ftid, detail)
-    if K.maxlen > 0 then
-      redis.call('XADD', K.events, 'MAXLEN', '~', string.format('%d', K.maxlen), '*',
-        'type', etype, 'tid', ftid, 'attempt', '', 'worker', '', 'detail', detail or '',
-        'flow', ftid)
-    end
+    return false
   end
 
   -- Step i of the flow (fkey, ftid; in this slot) ended with status ('succeeded', 'failed',
@@ -145,7 +174,14 @@ local function flow_lib()
         local held = redis.call('HGET', fkey, 'held')
         if held then
           redis.call('HDEL', fkey, 'held')
-          for j in string.gmatch(held, '%d+') do flow_release(K, fkey, j) end
+          for j in string.gmatch(held, '%d+') do
+            if fs == 'running' then
+              if flow_release(K, fkey, j) then fs = 'failed' end
+            else  -- (failed meanwhile by a step's arguments: the rest stays held)
+              local h2 = redis.call('HGET', fkey, 'held')
+              redis.call('HSET', fkey, 'held', h2 and (h2 .. ',' .. j) or j)
+            end
+          end
         end
       end
     end
@@ -155,7 +191,7 @@ local function flow_lib()
         if redis.call('HINCRBY', fkey, 'w' .. j, -1) == 0 then
           redis.call('HDEL', fkey, 'w' .. j)
           if fs == 'running' then
-            flow_release(K, fkey, j)
+            if flow_release(K, fkey, j) then fs = 'failed' end
           elseif fs == 'failed' then  -- held until the failed step is made good
             local held = redis.call('HGET', fkey, 'held')
             redis.call('HSET', fkey, 'held', held and (held .. ',' .. j) or j)

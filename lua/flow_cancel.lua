@@ -7,9 +7,17 @@
 --
 -- KEYS[1]      P:{home}:f:<ftid>, KEYS[2] P:{home}:events
 -- ARGV[1]      reason, ARGV[2] TTL (s), ARGV[3] done channel of the flow, ARGV[4] events maxlen
+-- KEYS[3]      P:{home}:reply:<nonce> (optional): this call's kept reply, for its re-send
+-- ARGV[5]      how long the reply is kept for a re-send (ms; with KEYS[3])
 -- Returns      {status before ('' = no such flow), task ids...}
+--              A re-send of a call (same nonce) gets the first send's reply and changes nothing
+--              (see _replay.lua): a cancel whose reply was lost still reports it cancelled.
+--
+-- include: _replay
 
-local fkey = KEYS[1]
+local fkey, reply_key = KEYS[1], KEYS[3]
+local again = replayed(reply_key)
+if again then return again end
 local st = redis.call('HGET', fkey, 'status')
 if not st then return {''} end
 local out = {st}
@@ -27,4 +35,4 @@ for i = 0, n - 1 do
   local f = redis.call('HMGET', fkey, 'q' .. i, 'x' .. i, 'r' .. i, 'e' .. i)
   if not f[2] and not f[3] and not f[4] then out[#out + 1] = f[1] end
 end
-return out
+return keep_reply(reply_key, ARGV[5], out)

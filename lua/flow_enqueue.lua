@@ -13,8 +13,9 @@
 -- KEYS[11]     P:{home}:sched, KEYS[12] P:{home}:events, KEYS[13] P:{home}:t:,
 -- KEYS[14]     P:{home}:f:, KEYS[15] P:{home}:flowq
 -- ARGV[1]      events maxlen, ARGV[2] ftid, ARGV[3] n (steps), ARGV[4] root expression,
--- ARGV[5]      tree (JSON, for display)
--- ARGV[6..]    per step, 5 fields: task id (queue:tid), waits (number of steps it waits for),
+-- ARGV[5]      tree (JSON, for display), ARGV[6] the most bytes a released step's arguments
+--              may have (DTQ_MAX_PAYLOAD_BYTES; kept as the flow's field maxp)
+-- ARGV[7..]    per step, 5 fields: task id (queue:tid), waits (number of steps it waits for),
 --              dependents ("3,4" or ''), input expression ('' = none), spec (JSON, see
 --              flow_create_step in _flow.lua)
 -- Returns      {status, created (1 | 0: a re-send)}
@@ -29,13 +30,13 @@ local st = redis.call('HGET', fkey, 'status')
 if st then return {st, 0} end
 local _, nows = now_ms()
 redis.call('HSET', fkey, 'status', 'running', 'n', n, 'left', n, 'nfail', '0', 'root', ARGV[4],
-  'tree', ARGV[5], 'enq', nows)
+  'tree', ARGV[5], 'enq', nows, 'maxp', ARGV[6])
 local h = {}
 local function flush()
   if #h > 0 then redis.call('HSET', fkey, unpack(h)); h = {} end
 end
 for i = 0, n - 1 do
-  local o = 6 + i * 5
+  local o = 7 + i * 5
   local si = tostring(i)
   h[#h + 1] = 'q' .. si; h[#h + 1] = ARGV[o]
   if ARGV[o + 2] ~= '' then h[#h + 1] = 'd' .. si; h[#h + 1] = ARGV[o + 2] end
@@ -48,7 +49,7 @@ for i = 0, n - 1 do
 end
 flush()
 for i = 0, n - 1 do
-  local o = 6 + i * 5
+  local o = 7 + i * 5
   if ARGV[o + 1] == '0' then
     local spec = cjson.decode(ARGV[o + 4])
     if spec[13] == K.tbase then

@@ -17,11 +17,16 @@
 -- KEYS[16]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- ARGV[4]      done channel prefix (waiters of a purged task are woken with 'purged')
 -- ARGV[5]      how long the reply is kept for a re-send (ms; with KEYS[16])
+-- KEYS[17..18] P:{q}:f:, P:{q}:flowq (optional, with KEYS[16]): a purged workflow step ends
+--              its flow "cancelled" in this same call (flow_note in _flow.lua: in place when
+--              the flow is homed here, else a note in this queue's outbox)
+-- ARGV[6]      TTL (s) of a flow that ends here (with KEYS[17])
 -- Returns      {queued removed, scheduled removed, more (1 when the limit was reached)}
 --              A re-send of a call (same nonce) gets the first send's reply and changes nothing
 --              (see _replay.lua): the counts stay those of the batch it removed.
 --
 -- include: _replay
+-- include: _flow
 
 local group, limit, maxlen, done_prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local base, idem_base = KEYS[13], KEYS[14]
@@ -30,14 +35,27 @@ local reply_key = KEYS[16]
 local again = replayed(reply_key)
 if again then return again end
 
+local flows = nil  -- flow_lib() and its K, made at the first purged workflow step
+local function flow_purged(fl)
+  if not KEYS[17] then return end
+  if not flows then
+    flows = {flow_lib(), {streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
+      fbase = KEYS[17], flowq = KEYS[18], maxlen = maxlen, ttl = ARGV[6],
+      done_prefix = done_prefix}}
+  end
+  flows[1].note(flows[2], fl, 'cancelled', 'purged')
+end
+
 local function forget(tid)
   local rk = base .. tid
-  local idem = redis.call('HGET', rk, 'idem')
+  local r = redis.call('HMGET', rk, 'idem', 'flow')
+  local idem = r[1]
   if idem and idem ~= '' and redis.call('GET', idem_base .. idem) == tid then
     redis.call('DEL', idem_base .. idem)
   end
   redis.call('DEL', rk)
   redis.call('PUBLISH', done_prefix .. tid, 'purged')
+  if r[2] then flow_purged(r[2]) end
 end
 
 -- The first id no consumer of the group has been given: '-' when the group does not exist.

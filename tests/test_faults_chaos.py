@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from tests.chaos.check import markdown
 from tests.chaos.run import Config, Soak
 
 
-def soak_passes(cfg: Config, out: Path) -> None:
+def soak_passes(cfg: Config, out: Path) -> dict[str, Any]:
     report = Soak(cfg, out).run()
     print(markdown(report))
     failed = [c for c in report["checks"] if not c["ok"]]
@@ -21,12 +22,15 @@ def soak_passes(cfg: Config, out: Path) -> None:
     assert set(fig["faults"]) == {"kill", "stop", "redis", "cut", "lostreply"}
     assert fig["interrupted_runs"] > 0
     assert fig["status"] == {"succeeded": fig["tasks"]}
+    return fig
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_chaos_soak_short_seeded(tmp_path: Path) -> None:
-    soak_passes(Config(seconds=40, seed=20261130), tmp_path / "chaos")
+    # A fifth of the work as chords of 50 members, their joins checked (check_chords).
+    fig = soak_passes(Config(seconds=40, seed=20261130, chord_share=0.2), tmp_path / "chaos")
+    assert fig["chords"] > 0 and fig["chord_callback_attempts"] >= fig["chords"]
 
 
 @pytest.mark.slow

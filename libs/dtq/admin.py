@@ -76,13 +76,20 @@ class Conflict(DtqError):
 # --- script calls ----------------------------------------------------------------------------
 
 
-def purge_call(qk: QueueKeys, limit: int, events_maxlen: int, nonce: str | None = None) -> sc.Call:
-    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+def purge_call(
+    qk: QueueKeys,
+    limit: int,
+    events_maxlen: int,
+    nonce: str | None = None,
+    flow_ttl_s: int = 86_400,
+) -> sc.Call:
+    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce).
+    With it, a purged workflow step ends its flow cancelled (kept ``flow_ttl_s``)."""
     keys = [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base, qk.lim_base]
     args: list[Any] = [GROUP, limit, events_maxlen, qk.done_base]
     if nonce is not None:
-        keys.append(qk.reply(nonce))
-        args.append(sc.REPLY_TTL_MS)
+        keys += [qk.reply(nonce), qk.flow_base, qk.flowq]
+        args += [sc.REPLY_TTL_MS, flow_ttl_s]
     return sc.Call("purge", keys, args)
 
 
@@ -513,7 +520,10 @@ class Admin:
         qk = await self._require_queue(name)
         queued = scheduled = 0
         while True:
-            call = purge_call(qk, batch, self.settings.events_maxlen, nonce=sc.new_nonce())
+            call = purge_call(
+                qk, batch, self.settings.events_maxlen, nonce=sc.new_nonce(),
+                flow_ttl_s=self.settings.result_ttl_s,
+            )  # fmt: skip
             res = parse_purge(await self._run(call))
             queued += res.queued
             scheduled += res.scheduled

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from dtq import codec
 from dtq.errors import ConfigError, InvalidRequest
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+P2 = ParamSpec("P2")
+R2 = TypeVar("R2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +75,36 @@ class Task(Generic[P, R]):
 
     def s(self, *args: P.args, **kwargs: P.kwargs) -> Sig:
         """A workflow step of this task: type-checked like :meth:`enqueue`, with the task's own
-        defaults. A step that gets an earlier result (in a chain, a chord's callback) is given
-        its other arguments: use ``dtq.sig(task.name, ...)`` for those (docs/workflows.md)."""
+        defaults, all its arguments given. A step that gets an earlier result (in a chain, a
+        chord's callback) is written with :meth:`p` (docs/workflows.md)."""
+        return Sig(self.name, tuple(args), dict(kwargs) or None, {}, self.defaults)
+
+    def p(self: Task[Concatenate[Any, P2], R2], *args: P2.args, **kwargs: P2.kwargs) -> Sig:
+        """A *partial* workflow step of this task: the flow fills its first argument with the
+        earlier result (a chain's previous step, a chord's list of results); ``args`` and
+        ``kwargs`` are the others, type-checked against the rest of the task's signature
+        (``chain(add.s(1, 2), mul.p(10))`` runs ``mul(3, 10)``). Checked at once too: the task
+        must take a first positional argument, and the others must fit."""
+        try:
+            params = inspect.signature(self.fn).parameters.values()
+        except (TypeError, ValueError):  # no signature to check (a builtin): Redis-side only
+            params = None
+        if params is not None:
+            first = next(iter(params), None)
+            if first is None or first.kind not in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                inspect.Parameter.VAR_POSITIONAL,
+            ):
+                raise InvalidRequest(
+                    f"task {self.name!r} takes no first positional argument for the flow to fill"
+                )
+            try:
+                inspect.signature(self.fn).bind(None, *args, **kwargs)
+            except TypeError as exc:
+                raise InvalidRequest(
+                    f"task {self.name!r}: {exc} (the flow gives the first)"
+                ) from None
         return Sig(self.name, tuple(args), dict(kwargs) or None, {}, self.defaults)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:

@@ -250,10 +250,21 @@ class _Base:
         queue, _ = split_task_id(task_id)
         return TaskInfo.from_record(task_id, queue, rec, declared)
 
-    def _flow_plan(self, flow: wf.Flow) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
-        p = wf.plan(flow, self.settings, self._defaults)
-        call, away = wf.enqueue_call(self.keys, p, self.settings.events_maxlen)
+    def _flow_plan(
+        self, flow: wf.Flow, reqs: list[EnqueueRequest] | None = None
+    ) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
+        p = wf.plan(flow, self.settings, self._defaults, requests=reqs)
+        call, away = wf.enqueue_call(
+            self.keys, p, self.settings.events_maxlen, self.settings.max_payload_bytes
+        )
         return p, call, away
+
+    def _step_requests(self, flow: wf.Flow) -> list[EnqueueRequest]:
+        """Each step's request, for before_enqueue middleware (then built from it)."""
+        return [
+            self._request(s.name, list(s.args), s.kwargs, dict(s.options), s.defaults)
+            for s in wf.sigs(flow)
+        ]
 
     def _flow_handle(self, p: wf.Plan, raw: Any) -> TaskHandle:
         return TaskHandle(p.id, p.home, TaskStatus.QUEUED, int(raw[1]) == 1)
@@ -285,7 +296,10 @@ class _Base:
     def _flow_cancel_call(self, task_id: str, reason: str) -> sc.Call:
         home, ftid = split_task_id(task_id)
         ttl = self.settings.result_ttl_s
-        return wf.cancel_call(self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen)
+        return wf.cancel_call(
+            self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
+        )  # fmt: skip
 
     def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
         """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
@@ -489,8 +503,14 @@ class AsyncClient(_Base):
 
     async def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
-        is validated and encoded first. The handle's ``id`` is the workflow's id."""
-        p, call, away = self._flow_plan(flow)
+        is validated and encoded first (after ``before_enqueue`` middleware saw each step).
+        The handle's ``id`` is the workflow's id."""
+        mw, reqs = self._mw(), None
+        if mw is not None:
+            reqs = self._step_requests(flow)
+            for req in reqs:
+                await before_enqueue_async(mw, req)
+        p, call, away = self._flow_plan(flow, reqs)
 
         async def go() -> Any:
             queues = {s.queue for s in p.steps}
@@ -572,7 +592,8 @@ class AsyncClient(_Base):
         """Cancel a task: True when it was cancelled or a running task was asked to stop.
         A workflow: its waiting steps never start, its started ones are cancelled as tasks."""
         if is_flow_id(task_id):
-            raw = await self._io(lambda: self._scripts.run(self._flow_cancel_call(task_id, reason)))
+            fc = self._flow_cancel_call(task_id, reason)  # (one nonce for all its re-sends)
+            raw = await self._io(lambda: self._scripts.run(fc))
             if not raw or not raw[0]:
                 raise UnknownTask(f"no workflow {task_id}")
             for step in raw[1:]:
@@ -762,7 +783,12 @@ class Client(_Base):
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
-        p, call, away = self._flow_plan(flow)
+        mw, reqs = self._mw(), None
+        if mw is not None:
+            reqs = self._step_requests(flow)
+            for req in reqs:
+                before_enqueue_sync(mw, req)
+        p, call, away = self._flow_plan(flow, reqs)
 
         def go() -> Any:
             queues = {s.queue for s in p.steps}
@@ -839,7 +865,8 @@ class Client(_Base):
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""
         if is_flow_id(task_id):
-            raw = self._io(lambda: self._scripts.run(self._flow_cancel_call(task_id, reason)))
+            fc = self._flow_cancel_call(task_id, reason)  # (one nonce for all its re-sends)
+            raw = self._io(lambda: self._scripts.run(fc))
             if not raw or not raw[0]:
                 raise UnknownTask(f"no workflow {task_id}")
             for step in raw[1:]:

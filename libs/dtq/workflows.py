@@ -19,8 +19,9 @@ from typing import Any, TypeAlias
 from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.keys import Keys, QueueKeys, new_flow_tid, split_task_id
+from dtq.middleware import EnqueueRequest
 from dtq.requests import TaskDefaults, build_task
-from dtq.scripts import Call, NewTask
+from dtq.scripts import REPLY_TTL_MS, Call, NewTask
 from dtq.settings import Settings
 
 __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
@@ -148,9 +149,29 @@ def _deps(e: Expr | None, out: set[int]) -> set[int]:
     return out
 
 
-def plan(flow: Flow, settings: Settings, defaults_for: Any = None, ftid: str | None = None) -> Plan:
+def sigs(flow: Flow) -> list[Sig]:
+    """The signatures of ``flow`` in step order (the order of :func:`plan`'s steps)."""
+    if isinstance(flow, Sig):
+        return [flow]
+    if isinstance(flow, Chain | Group):
+        return [s for x in (flow.steps if isinstance(flow, Chain) else flow.members)
+                for s in sigs(x)]  # fmt: skip
+    if isinstance(flow, Chord):
+        return [*sigs(flow.header), *sigs(flow.body)]
+    raise InvalidRequest(f"not a workflow: {type(flow).__name__}")
+
+
+def plan(
+    flow: Flow,
+    settings: Settings,
+    defaults_for: Any = None,
+    ftid: str | None = None,
+    requests: list[EnqueueRequest] | None = None,
+) -> Plan:
     """Check and encode ``flow``; raise :class:`dtq.InvalidRequest` (or a serialization
-    error) before anything is sent. ``defaults_for(name)``: the app's declared defaults."""
+    error) before anything is sent. ``defaults_for(name)``: the app's declared defaults.
+    ``requests``: each step's request as ``before_enqueue`` middleware left it (in the order
+    of :func:`sigs`); a step is then built from its request (metadata and headers included)."""
     steps: list[Step] = []
 
     def walk(node: Flow, inp: Expr | None) -> tuple[Expr, Any]:
@@ -158,8 +179,15 @@ def plan(flow: Flow, settings: Settings, defaults_for: Any = None, ftid: str | N
             d = node.defaults
             if d is None and defaults_for is not None:
                 d = defaults_for(node.name)
-            q, t = build_task(settings, node.name, list(node.args), node.kwargs, defaults=d,
-                              **node.options)  # fmt: skip
+            if requests is None:
+                q, t = build_task(settings, node.name, list(node.args), node.kwargs, defaults=d,
+                                  **node.options)  # fmt: skip
+            else:
+                rq = requests[len(steps)]
+                q, t = build_task(
+                    settings, rq.name, rq.args, rq.kwargs, defaults=d, queue=rq.queue,
+                    metadata=rq.metadata or None, headers=rq.headers or None, **rq.options,
+                )  # fmt: skip
             if t.idempotency_key or t.limit:
                 raise InvalidRequest(
                     f"step {node.name!r}: unique tasks and limits are not supported in workflows"
@@ -204,6 +232,7 @@ def _spec(keys: Keys, p: Plan, i: int) -> str:
         s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.maxr_arg()),
         "" if t.timeout is None else repr(float(t.timeout)), str(t.delay_ms),
         str(t.expires_ms), t.meta, f"{keys.queue(p.home).flow(p.ftid)}|{i}", qk.task_base,
+        t.headers,
     ]  # fmt: skip
     return codec.dumps(fields, "workflow step")
 
@@ -212,12 +241,15 @@ def _home_keys(qk: QueueKeys) -> list[str]:
     return [*qk.streams, qk.sched, qk.events, qk.task_base, qk.flow_base, qk.flowq]
 
 
-def enqueue_call(keys: Keys, p: Plan, events_maxlen: int) -> tuple[Call, list[tuple[str, str]]]:
+def enqueue_call(
+    keys: Keys, p: Plan, events_maxlen: int, max_payload: int = 1_048_576
+) -> tuple[Call, list[tuple[str, str]]]:
     """flow_enqueue.lua's call; and (queue, spec) of each first step on another queue, for the
-    client to move at once with :func:`put_call`."""
+    client to move at once with :func:`put_call`. ``max_payload``: the most bytes a released
+    step's arguments may have (DTQ_MAX_PAYLOAD_BYTES)."""
     args: list[Any] = [
         events_maxlen, p.ftid, len(p.steps), json.dumps(p.root, separators=(",", ":")),
-        json.dumps(p.tree, separators=(",", ":")),
+        json.dumps(p.tree, separators=(",", ":")), max_payload,
     ]  # fmt: skip
     away: list[tuple[str, str]] = []
     for i, s in enumerate(p.steps):
@@ -265,12 +297,16 @@ def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> 
     return None
 
 
-def cancel_call(home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int) -> Call:
-    return Call(
-        "flow_cancel",
-        [home.flow(ftid), home.events],
-        [reason, ttl, home.done_channel(ftid), events_maxlen],
-    )
+def cancel_call(
+    home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int, nonce: str | None = None
+) -> Call:
+    """flow_cancel.lua. ``nonce``: a re-send of this very call gets its first reply."""
+    keys = [home.flow(ftid), home.events]
+    args: list[Any] = [reason, ttl, home.done_channel(ftid), events_maxlen]
+    if nonce is not None:
+        keys.append(home.reply(nonce))
+        args.append(REPLY_TTL_MS)
+    return Call("flow_cancel", keys, args)
 
 
 def tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
@@ -309,6 +345,8 @@ def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict
         status, name = (x if x else [None, None])[:2]
         if name is None and f"x{i}" in rec:
             name = json.loads(rec[f"x{i}"])[2]
+        if status is None and f"e{i}" in rec:  # refused at its release (payload limit)
+            status = "failed"
         steps.append(
             {
                 "index": i,

@@ -64,3 +64,16 @@ def work_sync(idx: int, ms: int) -> dict[str, Any]:
     time.sleep(ms / 1000)
     journal("finish", idx)
     return _result(idx)
+
+
+@app.task(name="chaos.join", max_retries=50)
+async def join(results: list[dict[str, Any]], idx: int) -> dict[str, Any]:
+    """A chord's callback: gets its members' results (in member order) first."""
+    journal("start", idx)
+    try:
+        await asyncio.sleep(0.02)
+    except asyncio.CancelledError:
+        journal("cancelled", idx)
+        raise
+    journal("finish", idx)
+    return _result(idx) | {"members": [r["idx"] for r in results]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,3 +356,69 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Problems", "", "```", json.dumps(report["problems"], indent=1)[:20000]]
         lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def check_chords(
+    chords: list[dict[str, Any]],
+    records: dict[str, dict[str, str]],
+    journal: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The joins of the soak's chords (docs/workflows.md), on top of the per-task checks that
+    their members and callbacks pass like any task: every chord's flow succeeded with its
+    callback's result; the callback got every member's result, in member order; it started
+    exactly once per attempt (and at least once); no attempt of it started before the last
+    member's stored run (the attempt its record names) finished. A stale run of a member (a
+    frozen one fenced out) may well finish after the callback started: it does not count."""
+    starts: dict[str, Counter[int]] = defaultdict(Counter)
+    first_start: dict[str, float] = {}
+    finish: dict[tuple[str, int], float] = {}
+    for e in journal:
+        if e["ev"] == "start":
+            starts[e["id"]][e["attempt"]] += 1
+            first_start[e["id"]] = min(first_start.get(e["id"], e["t"]), e["t"])
+        elif e["ev"] == "finish":
+            finish[(e["id"], e["attempt"])] = e["t"]
+    not_succeeded, wrong_members, bad_starts, early = [], [], [], []
+    cb_attempts = 0
+    for c in chords:
+        flow = records.get(c["flow"], {})
+        cb = records.get(c["callback"], {})
+        try:
+            res = json.loads(cb.get("result", "null"))
+            flow_res = json.loads(flow.get("result", "null"))
+        except ValueError:
+            res = flow_res = None
+        if flow.get("status") != "succeeded" or flow_res != res:
+            not_succeeded.append({"flow": c["flow"], "status": flow.get("status")})
+        if not isinstance(res, dict) or res.get("members") != c["members"]:
+            wrong_members.append({"flow": c["flow"], "got": res and res.get("members")})
+        per_attempt = starts.get(c["callback"], Counter())
+        cb_attempts += len(per_attempt)
+        if not per_attempt or max(per_attempt.values()) != 1:
+            bad_starts.append({"flow": c["flow"], "starts": dict(per_attempt)})
+        stored = [(m, int(records.get(m, {}).get("attempt", -1))) for m in c["member_ids"]]
+        done = [finish[k] for k in stored if k in finish]
+        if c["callback"] in first_start and done and first_start[c["callback"]] < max(done):
+            early.append({"flow": c["flow"], "callback_start": first_start[c["callback"]],
+                          "last_member_finish": max(done)})  # fmt: skip
+    n = len(chords)
+    checks = [
+        ("chords: every flow succeeded with its callback's result", not not_succeeded,
+         f"{n - len(not_succeeded)} of {n}"),
+        ("chords: callback got every member's result, in member order", not wrong_members,
+         f"{len(wrong_members)} wrong"),
+        ("chords: callback started exactly once per attempt", not bad_starts,
+         f"{cb_attempts} callback attempts for {n} chords, {len(bad_starts)} bad"),
+        ("chords: no callback started before its last member finished", not early,
+         f"{len(early)} early"),
+    ]  # fmt: skip
+    return {
+        "checks": [{"name": name, "ok": ok, "detail": d} for name, ok, d in checks],
+        "figures": {"chords": n, "chord_callback_attempts": cb_attempts},
+        "problems": {
+            "not_succeeded": not_succeeded[:20],
+            "wrong_members": wrong_members[:20],
+            "bad_starts": bad_starts[:20],
+            "early": early[:20],
+        },
+    }

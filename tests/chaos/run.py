@@ -5,7 +5,9 @@ subprocesses that reach Redis only through the proxy. Tasks of mixed length are 
 seeded fault driver repeatedly SIGKILLs a worker (a supervisor starts a new one), SIGSTOPs one past
 the visibility timeout and resumes it, restarts Redis, cuts and restores the proxy's links, and
 loses one reply after Redis ran the command (a claim, the idle XREAD's claim, or an outcome write
-with its refill claim: the proxy aborts the link instead of answering).
+with its refill claim: the proxy aborts the link instead of answering). A share of the work is
+enqueued as chords (``--chord-share``, ``--chord-members``): their members and callbacks are
+checked like every task, and each chord's join on top (tests/chaos/check.py, check_chords).
 After the faults stop, it waits for every task to end and checks the journals (tests/chaos/app.py)
 against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every check passes.
 
@@ -33,11 +35,12 @@ from typing import Any
 
 import redis
 
-from dtq import Client
+from dtq import Client, chord, group, sig
 from dtq import scripts as sc
+from dtq import workflows as wf
 from dtq.keys import Keys, split_task_id
 from dtq.settings import Settings
-from tests.chaos.check import Fault, WorkerLife, analyze, markdown, read_journals
+from tests.chaos.check import Fault, WorkerLife, analyze, check_chords, markdown, read_journals
 from tests.chaos.proxy import Proxy
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer, free_port
@@ -64,6 +67,8 @@ class Config:
     settle_s: float = 90.0
     slack_s: float = 0.5  # scheduling slack on the one-heartbeat cancel bound (busy 2-core box)
     cluster: bool = False  # on a Redis Cluster, with cluster faults (CLUSTER_KINDS)
+    chord_share: float = 0.0  # share of the enqueue batches sent as one chord instead (CLI: 0.2)
+    chord_members: int = 50  # members per chord (one enqueue batch's tasks)
 
 
 class Soak:
@@ -76,6 +81,7 @@ class Soak:
         self.lives: dict[str, WorkerLife] = {}
         self.faults: list[Fault] = []
         self.ids: dict[int, str] = {}
+        self.chords: list[dict[str, Any]] = []  # flow, callback, cb_idx, members (idx in order)
         self.n_spawned = 0
         self.stop_supervisor = threading.Event()
         self.paused: set[str] = set()
@@ -138,8 +144,14 @@ class Soak:
         rng = random.Random(self.cfg.seed * 7919)
         settings = Settings(redis_url=self.redis.url, key_prefix=PREFIX)
         client = Client(settings=settings)
-        batch, start = 50, time.time()
+        batch, start = max(1, self.cfg.chord_members), time.time()
         for first in range(0, total, batch):
+            # (no draw without chords: the plain workload of a seed stays what it was)
+            if self.cfg.chord_share > 0 and rng.random() < self.cfg.chord_share:
+                self.enqueue_chord(client, settings, rng, range(first, min(total, first + batch)))
+                due = start + (first + batch) / total * (until - start)
+                time.sleep(max(0.0, due - time.time()))
+                continue
             items = []
             for idx in range(first, min(total, first + batch)):
                 roll = rng.random()
@@ -174,6 +186,43 @@ class Soak:
             due = start + (first + batch) / total * (until - start)
             time.sleep(max(0.0, due - time.time()))
         client.close()
+
+    def enqueue_chord(
+        self, client: Client, settings: Settings, rng: random.Random, idxs: range
+    ) -> None:
+        """One chord: a member per idx (chaos.async, short or medium), then chaos.join with a
+        callback idx of its own (past the plain tasks' range). Planned once: a re-send of the
+        same call after a Redis restart finds the flow made and writes nothing again."""
+        cb_idx = 1_000_000 + len(self.chords)
+        members = [
+            sig("chaos.async", [], {"idx": i, "ms": rng.randint(5, 300)}, max_retries=50,
+                priority=rng.randint(0, 9))
+            for i in idxs
+        ]  # fmt: skip
+        flow = chord(group(*members), sig("chaos.join", [], {"idx": cb_idx}, max_retries=50))
+        p = wf.plan(flow, settings)
+        call, away = wf.enqueue_call(Keys(PREFIX), p, settings.events_maxlen)
+        assert not away  # every step on the home queue
+        run = sc.SyncScripts(client.redis).run
+        while True:
+            try:
+                run(call)
+                break
+            except Exception:  # Redis restarting: the same call again (idempotent by ftid)
+                time.sleep(0.2)
+        ids = [f"{s.queue}:{s.task.tid}" for s in p.steps]
+        for i, sid in zip(idxs, ids, strict=False):
+            self.ids[i] = sid
+        self.ids[cb_idx] = ids[-1]
+        self.chords.append(
+            {
+                "flow": p.id,
+                "callback": ids[-1],
+                "cb_idx": cb_idx,
+                "members": list(idxs),
+                "member_ids": ids[:-1],
+            }
+        )
 
     # --- faults --------------------------------------------------------------------------------
 
@@ -349,6 +398,9 @@ class Soak:
             q, t = split_task_id(tid)
             pipe.hgetall(keys.queue(q).task(t))
         records = dict(zip(order, pipe.execute(), strict=True))
+        for c in self.chords:  # the flows' own state (status, result)
+            home, ftid = split_task_id(c["flow"])
+            records[c["flow"]] = r.hgetall(keys.queue(home).flow(ftid))
         (self.out / "records.json").write_text(json.dumps(records))
         raw = r.hgetall(keys.queue("default").stats)
         stats = {k: int(v) for k, v in raw.items() if str(v).lstrip("-").isdigit()}
@@ -375,6 +427,11 @@ class Soak:
             stale_rejected_logged=stale_logged,
             adopted_logged=adopted,
         )
+        chords = check_chords(self.chords, records, read_journals(self.journal_dir))
+        result["checks"] += chords["checks"]
+        result["ok"] = result["ok"] and all(c["ok"] for c in chords["checks"])
+        result["figures"] |= chords["figures"]
+        result["problems"]["chords"] = chords["problems"]
         cfg = asdict(self.cfg)
         report = {"config": cfg, "wall_s": round(wall, 1), **result}
         report["faults"] = [asdict(f) for f in self.faults]
@@ -391,13 +448,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch", type=int, default=0, help="DTQ_WORKER_PREFETCH of each worker")
     p.add_argument("--out", default=str(ROOT / "build" / "chaos"))
     p.add_argument("--cluster", action="store_true", help="on a Redis Cluster, cluster faults")
+    p.add_argument(
+        "--chord-share",
+        type=float,
+        default=None,
+        help="share of the work enqueued as chords (default 0.2; 0 with --cluster)",
+    )
+    p.add_argument("--chord-members", type=int, default=50, help="members per chord")
     args = p.parse_args(argv)
+    share = args.chord_share if args.chord_share is not None else (0.0 if args.cluster else 0.2)
     cfg = Config(
         seconds=args.minutes * 60,
         seed=args.seed,
         workers=args.workers,
         prefetch=args.prefetch,
         cluster=args.cluster,
+        chord_share=share,
+        chord_members=args.chord_members,
     )
     report = Soak(cfg, Path(args.out)).run()
     print((Path(args.out) / "report.md").read_text())

@@ -62,9 +62,14 @@ class FlowMover:
         so one blocking XREADGROUP cannot name two of them."""
         streams = list(self._outboxes())
         await self._ensure_groups(streams)
-        async with asyncio.TaskGroup() as tg:  # one reader failing restarts them all
-            for s in streams:
-                tg.create_task(self._read(s))
+        try:
+            async with asyncio.TaskGroup() as tg:  # one reader failing restarts them all
+                for s in streams:
+                    tg.create_task(self._read(s))
+        except ExceptionGroup as eg:
+            # The supervisor classifies one error: a Redis outage (every reader's connection
+            # closed) is a transient warning, not a crash with a group's traceback.
+            raise eg.exceptions[0] from eg
 
     async def _read(self, stream: str) -> None:
         w = self.w

@@ -1,9 +1,10 @@
 """``dtq bench`` / ``make bench``: dtq measured side by side with the peer task queues.
 
 The suite starts its own ``redis-server`` on a free port, runs workloads A-G (see
-docs/performance.md) against dtq and, when ``bench/peers`` and its virtualenv are available,
-against each peer through ``bench/peers/run_peer.py``; each run is repeated (3 times by default)
-and the medians are written to ``build/bench/results.md`` and ``results.json`` with the ratio
+docs/performance.md) and W (workflow cost, docs/workflows.md) against dtq and, when
+``bench/peers`` and its virtualenv are available, against each peer through
+``bench/peers/run_peer.py``; each run is repeated (3 times by default) and the medians are
+written to ``build/bench/results.md`` and ``results.json`` with the ratio
 dtq/peer per row and the issue's targets marked met or not.
 """
 
@@ -19,19 +20,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq.benchmark import ceiling, report
+from dtq.benchmark import ceiling, flowcost, report
 from dtq.benchmark.peers import LIBS, Peers, repo_root
 from dtq.benchmark.server import BenchRedis
 from dtq.benchmark.workloads import DtqBench
 
-ALL = "ABCDEFG"
+ALL = "ABCDEFGW"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dtq bench",
         description="Benchmark dtq against its peers on a private redis-server "
-        "(workloads A-G, see docs/performance.md).",
+        "(workloads A-G, see docs/performance.md; W: workflow cost, docs/workflows.md).",
     )
     p.add_argument(
         "--quick",
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shrink every size (10x fewer tasks, backlogs 1k/10k, 1 repetition)",
     )
     p.add_argument("--reps", type=int, help="repetitions per measurement (default 3; 1 if --quick)")
-    p.add_argument("--workloads", default=ALL, help="which of A-G to run (default: all)")
+    p.add_argument("--workloads", default=ALL, help="which of A-G and W to run (default: all)")
     p.add_argument(
         "--peers",
         default="all",
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backlogs", help="E: backlog sizes (default 1000,100000,1000000)")
     p.add_argument("--n-f", type=int, help="F: tasks queued to measure memory (default 100000)")
     p.add_argument("--n-g", type=int, help="G: tasks per ceiling loop (default 50000)")
+    p.add_argument("--n-w", type=int, help="W: tasks per workflow-cost scenario (default 4000)")
     p.add_argument(
         "--peer-n",
         default="rq:A=4000,rq:D=1000",
@@ -93,6 +95,7 @@ def _sizes(args: argparse.Namespace) -> dict[str, Any]:
         "E_runs": pick(args.e_runs, 3, 1),
         "F": pick(args.n_f, 100_000, 10_000),
         "G": pick(args.n_g, 50_000, 5_000),
+        "W": pick(args.n_w, 4_000, 500),
         "reps": args.reps or (1 if q else 3),
     }
 
@@ -246,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record("D", "dtq", guard(lambda: b.io_bound(sz["D"])))
                 for lib in libs:
                     peer("D", lib, n=sz["D"], concurrency=100, sleep_ms=10)
+            if "W" in wanted:
+                srv.flush()
+                record("W", "dtq", guard(lambda: flowcost.flow_cost(srv.url, sz["W"])))
+                srv.flush()
             meta["load_after"] = _load()
             save()
         if "E" in wanted:

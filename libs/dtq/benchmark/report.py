@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dtq.benchmark import flowcost
+
 Rec = dict[str, Any]
 DTQ = "dtq"
 # (workload, metric, what a reader should know, higher is better?)
@@ -316,6 +318,9 @@ def markdown(data: Rec) -> str:
             rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
             lines.append(f"| {name} | {_fmt(rec.get('tasks_per_s'))} | {rng_s} |")
         lines.append("")
+    wcost = med.get("W", {}).get(DTQ)
+    if wcost:
+        lines += flowcost.markdown(wcost, _fmt)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in data["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]

@@ -412,6 +412,7 @@ const views = {
         ${field("error", `<span class="error" data-testid="task-error">${esc(t.error || "-")}</span>`)}
         ${t.traceback ? field("traceback", `<pre class="traceback" data-testid="task-traceback">${esc(t.traceback)}</pre>`) : ""}
       </dl>
+      ${t.steps ? renderFlowTree(t) : ""}
       <h3>Attempt history</h3>
       <table data-testid="history"><tr><th>time</th><th>event</th><th>attempt</th><th>worker</th><th>detail</th></tr>
         ${(t.history || []).map((e) => `<tr><td>${when(e.ts)}</td><td>${badge(e.type, e.type)}</td><td>${e.attempt ?? ""}</td><td>${esc(e.worker || "")}</td><td class="muted">${esc(e.detail)}</td></tr>`).join("")}
@@ -480,6 +481,30 @@ const views = {
 };
 
 // --- wiring -----------------------------------------------------------------------------------
+
+// --- workflows (docs/workflows.md): a flow's shape with each step's status -----------------
+// `t.tree` is {"chain"|"group"|"chord": [...]} with step indices at the leaves; `t.steps[i]`
+// is {index, id, name, status}. Each step links to its own task page.
+function renderFlowTree(t) {
+  const steps = t.steps || [];
+  const leaf = (i) => {
+    const s = steps[i] || { index: i, id: "", name: "?", status: "waiting" };
+    const link = s.id ? `<a href="#task/${encodeURIComponent(s.id)}"><code>${esc(s.id)}</code></a>` : "";
+    return `<li class="flow-step" data-step="${esc(s.index)}" data-status="${esc(s.status)}">
+      <span class="muted">[${esc(s.index)}]</span> <b>${esc(s.name)}</b> ${badge(s.status)} ${link}</li>`;
+  };
+  const node = (n) => {
+    if (typeof n === "number") return leaf(n);
+    if (!n || typeof n !== "object") return "";
+    const kind = Object.keys(n)[0];
+    const kids = Array.isArray(n[kind]) ? n[kind] : [];
+    return `<li class="flow-node"><span class="flow-kind">${esc(kind)}</span>
+      <ul>${kids.map(node).join("")}</ul></li>`;
+  };
+  const tree = t.tree != null ? t.tree : { chain: steps.map((s) => s.index) };
+  return `<h3>Workflow steps</h3>
+    <ul class="flow-tree" data-testid="flow-tree">${node(tree)}</ul>`;
+}
 
 function currentView() {
   const h = location.hash.slice(1) || "overview";
