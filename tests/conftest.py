@@ -104,6 +104,21 @@ async def running_worker(app: App, settings: Settings, **caps: int) -> AsyncIter
     finally:
         w.initiate_shutdown()
         await asyncio.wait_for(task, 30)
+    assert_no_leaked_run(w)
+
+
+def assert_no_leaked_run(w: Any) -> None:
+    """A run whose task has ended leaves ``inflight`` (and gives its slot back), unless it was
+    stopped for shutdown and not handed back (Redis away): one left there holds a slot forever,
+    and enough of them wedge the worker (slots counted busy, no body running)."""
+    from dtq_worker.runs import StopReason
+
+    leaked = [
+        r.task_id
+        for r in w.inflight.values()
+        if r.task is not None and r.task.done() and r.stop_reason is not StopReason.SHUTDOWN
+    ]
+    assert not leaked, f"runs ended but still held: {leaked}"
 
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:

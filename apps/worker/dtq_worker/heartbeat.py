@@ -196,11 +196,16 @@ class Heartbeat:
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
         w.healthy.set()
-        for r in runs:
-            r.leased_mono = sent  # renewed by this beat (a lost one is dropped just below)
         self.set_clock(replies[-1])
-        for q, raw in zip(queues, replies[3:-1], strict=True):
-            self.apply_touch(q, sc.parse_touch(raw), by_queue[q])
+        touches = [sc.parse_touch(raw) for raw in replies[3:-1]]
+        lost = {(q, tid) for q, t in zip(queues, touches, strict=True) for tid in t.lost}
+        for r in runs:
+            # Renewed by this beat, unless its touch reports it lost (dropped just below): such
+            # a run must not look fresh to fill_slots, which the drop of another one calls.
+            if not lost or r.key not in lost:
+                r.leased_mono = sent
+        for q, touch in zip(queues, touches, strict=True):
+            self.apply_touch(q, touch, by_queue[q])
         if w.ready:
             w.fill_slots()  # runs claimed ahead whose lease was too old to start
         return True

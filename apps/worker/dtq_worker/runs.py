@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -61,5 +62,13 @@ class Run:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.cancel_detail = detail
-        if self.task is not None and not self.task.done() and not self.writing:
+        if self.task is not None and not self.task.done() and not self.writing and self.begun:
             self.task.cancel()
+
+    @property
+    def begun(self) -> bool:
+        """Whether its task's coroutine has begun. A task cancelled before its first step never
+        runs its coroutine, cleanup included (Worker._run's release of the slot): a run stopped
+        that early is left to start, and Executor.execute ends it by its stop reason."""
+        coro: Any = self.task.get_coro() if self.task is not None else None
+        return coro is not None and inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
