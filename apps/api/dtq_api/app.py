@@ -49,7 +49,7 @@ from dtq_api.guard import Guard, allowed_hosts
 log = logging.getLogger("dtq.api")
 SSE_PING_S = 15.0
 QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
-CURSOR_RE = r"^([0-9]{1,4}:)?[0-9]{1,19}(\.[0-9]{1,9})?$"  # "<primary>:" on a cluster
+CURSOR_RE = r"^[0-9]{1,19}(\.[0-9]{1,9})?$"  # a position: the DLQ listing's
 Cursor = Annotated[
     str | None,
     Query(pattern=CURSOR_RE, description="The previous page's next_cursor (opaque)."),

@@ -414,9 +414,9 @@ const views = {
       </dl>
       ${t.steps ? renderFlowTree(t) : ""}
       <h3>Attempt history</h3>
-      <table data-testid="history"><tr><th>time</th><th>event</th><th>attempt</th><th>worker</th><th>detail</th></tr>
+      <div class="scroll"><table data-testid="history"><tr><th>time</th><th>event</th><th>attempt</th><th>worker</th><th>detail</th></tr>
         ${(t.history || []).map((e) => `<tr><td>${when(e.ts)}</td><td>${badge(e.type, e.type)}</td><td>${e.attempt ?? ""}</td><td>${esc(e.worker || "")}</td><td class="muted">${esc(e.detail)}</td></tr>`).join("")}
-      </table>
+      </table></div>
       ${taskDetailExtras.map((f) => f(t)).join("")}`;
   },
 
