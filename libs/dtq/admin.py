@@ -290,6 +290,18 @@ def _check_queue_name(name: str) -> None:
         raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
 
 
+def _check_listing(queue: str | None, status: str | None, limit: int) -> None:
+    """The filters both task listings take (the SCAN one and the newest-first one)."""
+    if queue is not None:
+        _check_queue_name(queue)
+    if status is not None and status not in TaskStatus._value2member_map_:
+        raise InvalidRequest(
+            f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
+        )
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+
+
 def _id_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
@@ -580,14 +592,7 @@ class Admin:
         limit: int = 50,
     ) -> Page:
         """Tasks matching all given filters, about ``limit`` per page (see the module doc)."""
-        if queue is not None:
-            _check_queue_name(queue)
-        if status is not None and status not in TaskStatus._value2member_map_:
-            raise InvalidRequest(
-                f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
-            )
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        _check_listing(queue, status, limit)
         if queue is not None and status in ("failed", "scheduled"):
             return await self._list_zset(queue, status, name, cursor, limit)
         scan_cursor, skip = self._parse_cursor(cursor)
@@ -641,14 +646,7 @@ class Admin:
     ) -> Page:
         """Tasks newest first from the queues' event streams (see :mod:`dtq.task_index`);
         ``Page.running`` holds the running tasks on the first page (no cursor)."""
-        if queue is not None:
-            _check_queue_name(queue)
-        if status is not None and status not in TaskStatus._value2member_map_:
-            raise InvalidRequest(
-                f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
-            )
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        _check_listing(queue, status, limit)
         queues = [queue] if queue is not None else await self.queue_names()
         try:
             items, nxt, read = await task_index.newest(
