@@ -46,6 +46,7 @@ class EnqueueOptions:
     expires: float | timedelta | datetime | None = None
     metadata: Mapping[str, Any] | None = None
     unique: bool | None = None
+    partition_key: str | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

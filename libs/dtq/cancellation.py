@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from dtq import scripts as sc
 from dtq.cluster import ascan_slot, scan_slot
 from dtq.errors import InvalidRequest
+from dtq.keys import make_task_id
+from dtq.partitions import within
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
@@ -68,7 +70,9 @@ def cancel_many(
 ) -> CancelSummary:
     """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``."""
     _check(queue, name)
-    found: Any = [queue] if queue else client.redis.smembers(client.keys.queues)
+    found: Any = client.redis.smembers(client.keys.queues)
+    if queue:
+        found = within(queue, found)
     total = CancelSummary()
     scripts = client._scripts  # the client's runner: scripts already registered
     for q in sorted(found):
@@ -86,7 +90,7 @@ def cancel_many(
                 if chosen:
                     with client.redis.pipeline(transaction=False) as pipe:
                         for tid in chosen:
-                            call = client._cancel_call(f"{q}:{tid}", reason or _reason())
+                            call = client._cancel_call(make_task_id(q, tid), reason or _reason())
                             scripts.run(call, pipe)
                         total += _summary(pipe.execute())
             if int(cursor) == 0:
@@ -102,7 +106,9 @@ async def acancel_many(
 ) -> CancelSummary:
     """:func:`cancel_many` for asyncio."""
     _check(queue, name)
-    found: Any = [queue] if queue else await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
+    found: Any = await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
+    if queue:
+        found = within(queue, found)
     total = CancelSummary()
     scripts = client._scripts
     for q in sorted(found):
@@ -120,7 +126,7 @@ async def acancel_many(
                 if chosen:
                     async with client.redis.pipeline(transaction=False) as pipe:
                         for tid in chosen:
-                            call = client._cancel_call(f"{q}:{tid}", reason or _reason())
+                            call = client._cancel_call(make_task_id(q, tid), reason or _reason())
                             await scripts.run(call, pipe)
                         total += _summary(await pipe.execute())
             if int(cursor) == 0:

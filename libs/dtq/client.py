@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 import redis
 import redis.asyncio as aredis
 
+from dtq import partitions
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App, Task
@@ -34,9 +35,10 @@ from dtq.errors import (
     UnknownTask,
 )
 from dtq.eviction import is_oom, out_of_memory_message
-from dtq.keys import Keys, is_flow_id, split_task_id
+from dtq.keys import PARTITION_SEP, Keys, is_flow_id, make_task_id, split_task_id
 from dtq.middleware import EnqueueRequest, Hooks, before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
+from dtq.partitions import logical
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
 
@@ -209,6 +211,10 @@ class _Base:
         tid, status = raw[b], raw[b + 1]
         if type(tid) is not str:
             tid, status = tid.decode(), status.decode()
+        if PARTITION_SEP in queue:
+            return TaskHandle(
+                make_task_id(queue, tid), logical(queue), _STATUS[status], int(raw[b + 2]) == 1
+            )
         return TaskHandle(f"{queue}:{tid}", queue, _STATUS[status], int(raw[b + 2]) == 1)
 
     @staticmethod
@@ -248,7 +254,7 @@ class _Base:
         if not rec:
             raise UnknownTask(f"no task {task_id} (never enqueued, or its record expired)")
         queue, _ = split_task_id(task_id)
-        return TaskInfo.from_record(task_id, queue, rec, declared)
+        return TaskInfo.from_record(task_id, logical(queue), rec, declared)
 
     def _flow_plan(
         self, flow: wf.Flow, reqs: list[EnqueueRequest] | None = None
@@ -388,6 +394,7 @@ class AsyncClient(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+        partition_key: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
@@ -419,6 +426,7 @@ class AsyncClient(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+        partition_key: str | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         mw = self._mw()
@@ -428,13 +436,13 @@ class AsyncClient(_Base):
                 self.settings, name, args, kwargs, defaults=d, queue=queue,
                 priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
+                metadata=metadata, unique=unique, partition_key=partition_key,
             )  # fmt: skip
         else:
             req = self._request(name, args, kwargs, dict(
                 queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
+                metadata=metadata, unique=unique, partition_key=partition_key,
             ), d)  # fmt: skip
             await before_enqueue_async(mw, req)
             q, task = self._build(req, d)
@@ -476,7 +484,9 @@ class AsyncClient(_Base):
         async def go() -> None:
             new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
-                await self.redis.sadd(self.keys.queues, *new)
+                await partitions.aregister(
+                    self.redis, self.keys, self.settings.queue_partitions, new
+                )
                 self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
@@ -516,7 +526,9 @@ class AsyncClient(_Base):
             queues = {s.queue for s in p.steps}
             new = self._unregistered(queues)
             if new:
-                await self.redis.sadd(self.keys.queues, *new)
+                await partitions.aregister(
+                    self.redis, self.keys, self.settings.queue_partitions, new
+                )
                 self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             raw = await self._scripts.run(call)
             for c in self._put_calls(away):
@@ -677,6 +689,7 @@ class Client(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+        partition_key: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
@@ -708,6 +721,7 @@ class Client(_Base):
         expires: float | timedelta | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
+        partition_key: str | None = None,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``)."""
         mw = self._mw()
@@ -717,13 +731,13 @@ class Client(_Base):
                 self.settings, name, args, kwargs, defaults=d, queue=queue,
                 priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
+                metadata=metadata, unique=unique, partition_key=partition_key,
             )  # fmt: skip
         else:
             req = self._request(name, args, kwargs, dict(
                 queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
                 timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
+                metadata=metadata, unique=unique, partition_key=partition_key,
             ), d)  # fmt: skip
             before_enqueue_sync(mw, req)
             q, task = self._build(req, d)
@@ -758,7 +772,7 @@ class Client(_Base):
         def go() -> None:
             new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
-                self.redis.sadd(self.keys.queues, *new)
+                partitions.register(self.redis, self.keys, self.settings.queue_partitions, new)
                 self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
@@ -794,7 +808,7 @@ class Client(_Base):
             queues = {s.queue for s in p.steps}
             new = self._unregistered(queues)
             if new:
-                self.redis.sadd(self.keys.queues, *new)
+                partitions.register(self.redis, self.keys, self.settings.queue_partitions, new)
                 self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             raw = self._scripts.run(call)
             for c in self._put_calls(away):

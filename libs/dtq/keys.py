@@ -34,7 +34,8 @@ Per queue (tag ``{P:q}``)::
 Global::
 
     P:schema               layout version, checked by workers at start
-    P:queues               set of queue names seen
+    P:queues               set of queue names seen (a partition ``q~i`` is listed as itself)
+    P:partitions           hash logical queue -> partition count (absent: 1), dtq.partitions
     P:workers              zset worker id -> last heartbeat (ms)
     P:worker:<id>          worker heartbeat hash, expires after 3 heartbeat intervals; its
                            ``owner`` (host:pid) keeps a second process off a live id, its
@@ -87,15 +88,22 @@ def new_tid() -> str:
     return f"{int(time.time() * 1000):012x}{_random_part()}"
 
 
+PARTITION_SEP = "~"  # partition i > 0 of queue q is the internal queue "q~i" (dtq.partitions)
+
+
 def make_task_id(queue: str, tid: str) -> str:
-    """The public task id embeds the queue, so any client can find the task's keys."""
+    """The public task id embeds the queue, so any client can find the task's keys. A task of
+    partition i > 0 (queue ``q~i``) gets ``q:<tid>~i``: the id names the logical queue."""
+    if PARTITION_SEP in queue:
+        q, _, i = queue.partition(PARTITION_SEP)
+        return f"{q}:{tid}{PARTITION_SEP}{i}"
     return f"{queue}:{tid}"
 
 
 # A queue name, matched whole: with ``$`` "default\n" would pass (``$`` matches before a final
 # newline) and name a queue no worker consumes. Use ``fullmatch`` (``\Z`` keeps ``match`` safe).
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}\Z")
-_TASK_ID_RE = re.compile(r"([A-Za-z0-9_.\-]{1,100}):([A-Za-z0-9_.\-]{1,128})")
+_TASK_ID_RE = re.compile(r"([A-Za-z0-9_.\-]{1,100}):([A-Za-z0-9_.\-]{1,128}?)(~[1-9][0-9]{0,2})?")
 
 
 FLOW_TID_PREFIX = "wf"  # a workflow's tid: "wf" + a task tid (hex digits never start with "w")
@@ -111,10 +119,13 @@ def is_flow_id(task_id: str) -> bool:
 
 
 def split_task_id(task_id: str) -> tuple[str, str]:
-    """(queue, tid) of a public task id; :class:`BadTaskId` for anything else (None included)."""
+    """(queue, tid) of a public task id; :class:`BadTaskId` for anything else (None included).
+    The queue is the physical one: ``q~i`` for a task of partition i > 0 (``q:<tid>~i``)."""
     m = _TASK_ID_RE.fullmatch(task_id) if isinstance(task_id, str) else None
     if m is None:
         raise BadTaskId(f"not a dtq task id: {task_id!r}")
+    if m.group(3):
+        return m.group(1) + m.group(3), m.group(2)
     return m.group(1), m.group(2)
 
 
@@ -257,6 +268,11 @@ class Keys:
     @property
     def queues(self) -> str:
         return f"{self.prefix}:queues"
+
+    @property
+    def partitions(self) -> str:
+        """Hash: logical queue -> its partition count, when above 1 (dtq.partitions)."""
+        return f"{self.prefix}:partitions"
 
     @property
     def workers(self) -> str:

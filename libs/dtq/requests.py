@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from dtq import codec
+from dtq import codec, partitions
 from dtq.errors import InvalidRequest, SerializationError
 from dtq.keys import new_tid
 from dtq.limits import Limit
@@ -23,7 +23,7 @@ DEFAULT_MAX_RETRIES = 3
 ENQUEUE_FIELDS = frozenset(
     {
         "name", "args", "kwargs", "queue", "priority", "delay", "eta", "max_retries", "timeout",
-        "idempotency_key", "expires", "metadata", "unique",
+        "idempotency_key", "expires", "metadata", "unique", "partition_key",
     }
 )  # fmt: skip
 
@@ -100,6 +100,7 @@ def build_task(
     metadata: Mapping[str, Any] | None = None,
     unique: bool | None = None,
     headers: Mapping[str, str] | None = None,
+    partition_key: str | None = None,
 ) -> tuple[str, NewTask]:
     """Check one enqueue request; return its queue and the encoded task.
 
@@ -181,6 +182,9 @@ def build_task(
         lim = d.limit.encode(name, args, kwargs)
         if not lim.isascii():
             codec.utf8(lim, "limit key")
+    parts = settings.queue_partitions
+    if parts or partition_key is not None:
+        q = _partition(q, parts.get(q, 1), partition_key, idempotency_key, lim)
     return q, NewTask(
         new_tid(),
         name,
@@ -197,6 +201,17 @@ def build_task(
         unset,
         headers=_headers(headers) if headers else "",
     )
+
+
+def _partition(q: str, n: int, key: object, idem: str | None, lim: str) -> str:
+    """The partition of queue ``q`` (``n`` partitions) a task goes to (dtq.partitions): by its
+    partition key, else its idempotency key (so a duplicate meets the first), else its limit
+    (so one key's runs are counted in one place), else round the partitions."""
+    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
+        raise InvalidRequest("partition_key must be a string of 1 to 256 characters")
+    if n <= 1:
+        return q
+    return partitions.place(q, n, key if key is not None else idem or lim or None)
 
 
 def check_task_name(name: str) -> None:

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from dtq import partitions
 from dtq.errors import ConfigError
 from dtq.keys import QUEUE_NAME_RE as QUEUE_NAME_RE  # (re-exported: its old home)
 
@@ -53,6 +54,10 @@ class Settings(BaseSettings):
     queue_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     """Per-queue caps on one worker's slots, e.g. ``bulk=4,critical=12`` (each 1 to
     DTQ_WORKER_CONCURRENCY), so a slow queue cannot take every slot."""
+    queue_partitions: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    """Queues split into partitions, e.g. ``bulk=4`` (each 1 to 256): each partition has its own
+    hash tag, so one queue spreads over a Redis Cluster's shards. Clients and workers must agree
+    (the count is recorded in Redis; docs/operations.md, "Partitioned queues")."""
     fair: bool = False
     """Weighted selection across priority bands (band p weighs p+1) instead of strict priority,
     so a flood in one band cannot starve the others."""
@@ -169,6 +174,21 @@ class Settings(BaseSettings):
                     raise ValueError(f"wants queue=N pairs, got {part.strip()!r}")
                 caps[name.strip()] = num.strip()
             return caps
+        return value
+
+    @field_validator("queue_partitions", mode="before")
+    @classmethod
+    def _split_partitions(cls, value: object) -> object:
+        return partitions.parse(value)
+
+    @field_validator("queue_partitions")
+    @classmethod
+    def _check_partitions(cls, value: dict[str, int]) -> dict[str, int]:
+        for q, n in value.items():
+            if not QUEUE_NAME_RE.fullmatch(q):
+                raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+            if not 1 <= n <= partitions.MAX_PARTITIONS:
+                raise ValueError(f"{q}={n}: a count is 1 to {partitions.MAX_PARTITIONS}")
         return value
 
     @field_validator("redis_url")

@@ -20,6 +20,7 @@ from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.keys import Keys, QueueKeys, new_flow_tid, split_task_id
 from dtq.middleware import EnqueueRequest
+from dtq.partitions import logical
 from dtq.requests import TaskDefaults, build_task
 from dtq.scripts import REPLY_TTL_MS, Call, NewTask
 from dtq.settings import Settings
@@ -194,7 +195,8 @@ def plan(
                 )
             i = len(steps)
             deps = _deps(inp, set())
-            steps.append(Step(q, t, inp, len(deps)))
+            # A step runs on its queue's partition 0 (a flow's keys stay on its home's slot).
+            steps.append(Step(logical(q), t, inp, len(deps)))
             for d_ in deps:
                 steps[d_].dependents.append(i)
             return i, i

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from dtq import partitions
 from dtq import scripts as sc
 from dtq.connection import is_cluster
 from dtq_worker.clusterwait import ClusterWait
@@ -35,6 +36,7 @@ class Consumer:
         self.w = worker
         self.backoff = Backoff(log, "poll")
         self.more = False
+        self._turn = 0  # claim passes so far: which partition of a queue comes first
         self.waiting = False  # blocked in wait_for_work: the queues were empty
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
         # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
@@ -101,6 +103,14 @@ class Consumer:
                         break
                 woke = await self.wait_for_work(now_ms)
 
+    def _order(self) -> list[str]:
+        """The queues in claim order: a partitioned queue's partitions take turns first."""
+        w = self.w
+        if not w.partitions_of:
+            return w.queues
+        self._turn += 1
+        return partitions.poll_order(w.queues, self._turn)
+
     async def claim_once(self) -> tuple[int, int, bool]:
         """One claim pass over the queues in order.
 
@@ -111,7 +121,7 @@ class Consumer:
         total, now_ms = 0, 0
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
-        for queue in w.queues:
+        for queue in self._order():
             if w.recovery.active(queue):
                 await w.recovery.wait(queue)  # its claims wait for it (recovery.py)
             free = w.free_slots(queue)
@@ -192,7 +202,7 @@ class Consumer:
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
             *([after] * len(streams)),
         )  # fmt: skip
-        queue = w.queues[0]
+        queue = self._order()[0] if w.partitions_of else w.queues[0]
         free = w.free_slots(queue)
         self.waiting = True
         try:

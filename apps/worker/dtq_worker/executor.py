@@ -18,6 +18,7 @@ from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
 from dtq.models import clip_traceback
+from dtq.partitions import logical
 from dtq.progress import ProgressWriter
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Hooked, Run, StopReason
@@ -46,7 +47,7 @@ def _extra(run: Run, worker_id: str) -> dict[str, Any]:
     """Structured log fields of a run (built only when a line is actually logged)."""
     c = run.claimed
     return {
-        "task_id": run.task_id, "queue": c.queue, "attempt": c.attempt, "task": c.name,
+        "task_id": run.task_id, "queue": logical(c.queue), "attempt": c.attempt, "task": c.name,
         "worker": worker_id,
     }  # fmt: skip
 
@@ -145,7 +146,7 @@ class Executor:
             log.info("started %s %s attempt %d", c.name, run.task_id, c.attempt,
                      extra=_extra(run, w.worker_id))  # fmt: skip
         if c.attempt == 1:
-            self._metric(w.metrics.wait, c.queue).observe(
+            self._metric(w.metrics.wait, logical(c.queue)).observe(
                 max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
             )
         item: sc.Success | sc.Failure
@@ -226,8 +227,9 @@ class Executor:
     def _context(self, run: Run, progress: _Hooks | None, deadline: float | None) -> TaskContext:
         c = run.claimed
         return TaskContext(
-            id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt, retries=c.retries,
-            max_retries=c.max_retries, worker_id=self.w.worker_id, deadline=deadline,
+            id=run.task_id, name=c.name, queue=logical(c.queue), attempt=c.attempt,
+            retries=c.retries, max_retries=c.max_retries, worker_id=self.w.worker_id,
+            deadline=deadline,
             hooks=progress,
         )  # fmt: skip
 
@@ -263,7 +265,7 @@ class Executor:
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         w, c = self.w, run.claimed
         elapsed = time.monotonic() - run.started_mono
-        self._metric(w.metrics.duration, c.queue, c.name).observe(elapsed)
+        self._metric(w.metrics.duration, logical(c.queue), c.name).observe(elapsed)
         if verdict is None:
             return
         if verdict == "stale":
@@ -272,7 +274,7 @@ class Executor:
                         extra=_extra(run, w.worker_id))  # fmt: skip
             return
         outcome = {"scheduled": "retried"}.get(verdict, verdict)
-        self._metric(w.metrics.tasks, w.worker_id, c.queue, c.name, outcome).inc()
+        self._metric(w.metrics.tasks, w.worker_id, logical(c.queue), c.name, outcome).inc()
         w.counters[outcome] = w.counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,

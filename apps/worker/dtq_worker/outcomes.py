@@ -72,12 +72,14 @@ class OutcomeWriter:
         The slots a batch of runs freed are refilled in the same round trip, while the
         worker's other runs go on: with several writes in flight, Redis and the worker then
         work at the same time instead of in turns. Only for the first queue (claiming another
-        would jump the queue order the poll loop keeps) and not while the poll loop waits for
-        work (the queue was empty: it wakes on new entries itself).
+        would jump the queue order the poll loop keeps), unpartitioned (a partition refilling
+        itself would starve the others: the poll loop takes turns among them) and not while the
+        poll loop waits for work (the queue was empty: it wakes on new entries itself).
         """
         w = self.w
         return (
             queue == w.queues[0]
+            and queue not in w.partitions_of
             and not w.stopping
             and not w.consumer.waiting
             and w.healthy.is_set()

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any
 
 from dtq.context import TaskContext
+from dtq.keys import make_task_id
 from dtq.scripts import Claimed, RunRef
 
 
@@ -55,7 +56,7 @@ class Run:
 
     @property
     def task_id(self) -> str:
-        return f"{self.claimed.queue}:{self.claimed.tid}"
+        return make_task_id(self.claimed.queue, self.claimed.tid)
 
     def stop(self, reason: StopReason, detail: str = "") -> None:
         """Stop the run; the first reason wins."""

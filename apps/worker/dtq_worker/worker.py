@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from dtq import eviction
+from dtq import eviction, partitions
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.client import cancel_channel
@@ -70,7 +70,9 @@ class Worker:
         self.app = app
         self.settings = settings
         self.worker_id = settings.worker_id
-        self.queues = list(settings.queues)
+        # A partitioned queue is consumed as all its partitions (dtq.partitions).
+        self.queues = partitions.expand(settings.queues, settings.queue_partitions)
+        self.partitions_of = partitions.siblings(self.queues)
         self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
         self.pid = os.getpid()
@@ -266,9 +268,11 @@ class Worker:
     def free_slots(self, queue: str) -> int:
         """Slots free for new runs of ``queue`` (worker concurrency and the queue's cap)."""
         free = self.unheld_slots
-        cap = self.queue_caps.get(queue)
+        cap = self.queue_caps.get(partitions.logical(queue))
         if cap is not None:
-            taken = self.active_per_queue.get(queue, 0) + self.claiming_per_queue.get(queue, 0)
+            taken = 0
+            for q in self.partitions_of.get(queue, (queue,)):  # a cap covers every partition
+                taken += self.active_per_queue.get(q, 0) + self.claiming_per_queue.get(q, 0)
             free = min(free, cap - taken)
         return free
 
@@ -397,7 +401,9 @@ class Worker:
                 await self.check_eviction()
                 await self.heartbeat.claim_id()
                 await self.ensure_groups()
-                await self.redis.sadd(self.keys.queues, *self.queues)
+                await partitions.aregister(
+                    self.redis, self.keys, self.settings.queue_partitions, self.queues
+                )
                 sec, usec = await self.redis.time()
                 self.recovery.since_ms = sec * 1000 + usec // 1000
                 return

@@ -1,0 +1,199 @@
+"""Partitioned queues (``DTQ_QUEUE_PARTITIONS=bulk=4``): one logical queue over several hash tags.
+
+Partition 0 of ``bulk`` is the queue ``bulk`` itself (its keys, its hash tag): a queue with one
+partition is exactly an unpartitioned queue. Partition ``i`` > 0 is the internal queue
+``bulk~i`` (tag ``{P:bulk~i}``), a queue like any other to the scripts, the worker's loops and
+retention; ``~`` is not allowed in a queue name, so no user queue can collide with it. A task id
+names the logical queue and carries its partition at the end of the tid (``bulk:<tid>~2``), so
+``get``, ``cancel`` and a DLQ requeue find its keys without scanning (dtq.keys.split_task_id).
+
+The count is recorded in Redis (``P:partitions``, logical queue -> count, absent for 1) and
+checked by clients (on the first enqueue to a queue, and again with each re-registration) and by
+workers at start: a different count is refused while tasks wait in the recorded partitions
+(:class:`dtq.errors.ConfigError`, exit 2 for a command); once they are empty the new count is
+recorded (docs/operations.md, "Partitioned queues").
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dtq.errors import ConfigError
+from dtq.keys import PARTITION_SEP, Keys
+
+MAX_PARTITIONS = 256
+_spread = itertools.count()  # tasks without a key go round the partitions
+
+
+def physical(queue: str, i: int) -> str:
+    """The internal queue holding partition ``i`` of ``queue``."""
+    return queue if i == 0 else f"{queue}{PARTITION_SEP}{i}"
+
+
+def logical(name: str) -> str:
+    """The queue a physical queue name belongs to (itself when unpartitioned)."""
+    return name.partition(PARTITION_SEP)[0]
+
+
+def index(name: str) -> int:
+    """The partition a physical queue name holds (0 for the logical queue itself)."""
+    _, sep, i = name.partition(PARTITION_SEP)
+    return int(i) if sep else 0
+
+
+def expand(queues: Iterable[str], counts: Mapping[str, int]) -> list[str]:
+    """Every physical queue of ``queues``, in order, each queue's partitions together."""
+    return [physical(q, i) for q in queues for i in range(counts.get(q, 1))]
+
+
+def place(queue: str, n: int, key: str | None) -> str:
+    """The physical queue a new task of ``queue`` (``n`` partitions) goes to: the partition of
+    ``key`` (CRC32, the same in every process), or the next one round the partitions."""
+    if key is None:
+        return physical(queue, next(_spread) % n)
+    return physical(queue, zlib.crc32(key.encode("utf-8", "surrogatepass")) % n)
+
+
+def parse(value: object) -> object:
+    """``bulk=4,other=2`` as a dict (settings validation checks the names and numbers)."""
+    if not isinstance(value, str):
+        return value
+    out: dict[str, object] = {}
+    for part in value.split(","):
+        if not part.strip():
+            continue
+        name, sep, num = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"wants queue=N pairs, got {part.strip()!r}")
+        out[name.strip()] = num.strip()
+    return out
+
+
+# --- the count recorded in Redis ---
+
+
+def _waiting_calls(pipe: Any, keys: Keys, queue: str, n: int) -> None:
+    for i in range(n):
+        qk = keys.queue(physical(queue, i))
+        for stream in qk.streams:
+            pipe.xlen(stream)
+        pipe.zcard(qk.sched)
+
+
+def _recorded(raw: Any) -> int:
+    try:
+        return 1 if raw is None else int(raw)
+    except ValueError:
+        return 0  # not a count: a mismatch, fixed by the next record
+
+
+def refusal(queue: str, recorded: int, wanted: int, waiting: int) -> str:
+    return (
+        f"queue {queue!r} has {recorded} partition(s) in Redis but DTQ_QUEUE_PARTITIONS gives "
+        f"{wanted}, and {waiting} task(s) wait in them: drain the queue before changing the "
+        "count (docs/operations.md, 'Partitioned queues')"
+    )
+
+
+def _wanted(queues: Iterable[str], counts: Mapping[str, int]) -> dict[str, int]:
+    return {q: counts.get(q, 1) for q in dict.fromkeys(logical(q) for q in queues)}
+
+
+def register(redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]) -> None:
+    """Add ``queues`` (physical names) to the registry and check their logical queues' partition
+    counts against the record, in one round trip (blocking client). A changed count is recorded
+    when nothing waits in the recorded partitions; else :class:`ConfigError`."""
+    names = list(queues)
+    wanted = _wanted(names, counts)
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.sadd(keys.queues, *names)
+        pipe.hmget(keys.partitions, list(wanted))
+        raws = pipe.execute()[1]
+    for q, have, want in _changed(wanted, raws):
+        with redis.pipeline(transaction=False) as pipe:
+            _waiting_calls(pipe, keys, q, have)
+            waiting = sum(int(x) for x in pipe.execute())
+        if waiting:
+            raise ConfigError(refusal(q, have, want, waiting))
+        if want == 1:
+            redis.hdel(keys.partitions, q)
+        else:
+            redis.hset(keys.partitions, q, str(want))
+
+
+async def aregister(
+    redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]
+) -> None:
+    """:func:`register` for an asyncio client."""
+    names = list(queues)
+    wanted = _wanted(names, counts)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.sadd(keys.queues, *names)
+        pipe.hmget(keys.partitions, list(wanted))
+        raws = (await pipe.execute())[1]
+    for q, have, want in _changed(wanted, raws):
+        async with redis.pipeline(transaction=False) as pipe:
+            _waiting_calls(pipe, keys, q, have)
+            waiting = sum(int(x) for x in await pipe.execute())
+        if waiting:
+            raise ConfigError(refusal(q, have, want, waiting))
+        if want == 1:
+            await redis.hdel(keys.partitions, q)
+        else:
+            await redis.hset(keys.partitions, q, str(want))
+
+
+def _changed(wanted: dict[str, int], raws: list[Any]) -> list[tuple[str, int, int]]:
+    """(queue, recorded, wanted) of each queue whose count differs from the record."""
+    out = []
+    for (q, want), raw in zip(wanted.items(), raws, strict=True):
+        have = _recorded(raw)
+        if have != want:
+            out.append((q, have, want))
+    return out
+
+
+def siblings(queues: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Each physical queue of a partitioned queue in ``queues`` -> all its queue's partitions
+    there (unpartitioned queues are left out)."""
+    by: dict[str, list[str]] = {}
+    for q in queues:
+        by.setdefault(logical(q), []).append(q)
+    return {q: tuple(g) for g in by.values() if len(g) > 1 for q in g}
+
+
+def poll_order(queues: list[str], turn: int) -> list[str]:
+    """``queues`` with each partitioned queue's partitions rotated to start at ``turn``: a claim
+    pass fills its slots from the first partitions that have work, so successive passes start
+    at successive partitions and none is starved by a busy other."""
+    out: list[str] = []
+    i = 0
+    while i < len(queues):
+        name = logical(queues[i])
+        j = i + 1
+        while j < len(queues) and logical(queues[j]) == name:
+            j += 1
+        group = queues[i:j]
+        k = turn % len(group)
+        out += group[k:] + group[:k]
+        i = j
+    return out
+
+
+def within(queue: str, names: Iterable[Any]) -> list[str]:
+    """``queue`` and those of ``names`` (e.g. the registry) that are partitions of it."""
+    parts = {str(n) for n in names if logical(str(n)) == queue and str(n) != queue}
+    return [queue, *sorted(parts, key=index)]
+
+
+def merge_counts(rows: Iterable[tuple[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+    """Sum per-physical-queue counters under their logical queue."""
+    out: dict[str, dict[str, int]] = {}
+    for name, counters in rows:
+        acc = out.setdefault(logical(name), {})
+        for k, v in counters.items():
+            acc[k] = acc.get(k, 0) + v
+    return out
