@@ -21,9 +21,7 @@ from tests.redis_cluster import RedisClusterFixture
 
 
 def parted(backend: Any, prefix: str, n: int = 4, **kw: Any) -> Any:
-    return make_settings(
-        backend.url, prefix, queues=("bulk",), queue_partitions={"bulk": n}, **kw
-    )
+    return make_settings(backend.url, prefix, queues=("bulk",), queue_partitions={"bulk": n}, **kw)
 
 
 def physical_of(task_id: str) -> str:
