@@ -3,12 +3,10 @@ hash tags. Bodies marked ``cluster`` run against one redis-server and the test c
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any
 
 import pytest
-import redis
 
 from dtq import AsyncClient, Client, TaskStatus
 from dtq import partitions as pt
@@ -157,4 +155,108 @@ def test_an_empty_queue_takes_a_new_count(backend: Any, prefix: str) -> None:
         r.close()
 
 
-_ = (asyncio, redis, body_starts)
+def keys_for_each_partition(n: int) -> list[str]:
+    """A partition key landing on each of ``n`` partitions, in partition order."""
+    found: dict[int, str] = {}
+    for i in range(1000):
+        found.setdefault(pt.index(pt.place("bulk", n, f"k{i}")), f"k{i}")
+        if len(found) == n:
+            return [found[j] for j in range(n)]
+    raise AssertionError("no key for some partition")
+
+
+def started_partitions(r: Any, prefix: str) -> list[int]:
+    return [pt.index(physical_of(tid)) for tid, _, _ in body_starts(r, prefix)]
+
+
+@pytest.mark.cluster
+async def test_a_worker_takes_from_every_partition_in_turn(
+    backend: Any, prefix: str, r: Any
+) -> None:
+    """One slot and every partition full: successive claims start at successive partitions,
+    so none waits for another to drain (a fixed order would run partition 0's ten first)."""
+    s = parted(backend, prefix, worker_concurrency=1)
+    async with AsyncClient(settings=s, app=app) as c:
+        hs = [
+            await c.enqueue("record", queue="bulk", partition_key=k)
+            for k in keys_for_each_partition(4)
+            for _ in range(10)
+        ]
+        async with running_worker(app, s):
+            for h in hs[:12]:
+                await c.result(h.id, timeout=20)
+            wait_until_started(r, prefix, 12)
+    first = started_partitions(r, prefix)[:12]
+    assert Counter(first[:4]) == Counter(first[4:8]) == Counter(first[8:12]) == Counter(range(4))
+
+
+def wait_until_started(r: Any, prefix: str, n: int) -> None:
+    from tests.conftest import wait_until
+
+    wait_until(lambda: len(body_starts(r, prefix)) >= n)
+
+
+@pytest.mark.cluster
+async def test_priorities_hold_within_a_partition(backend: Any, prefix: str, r: Any) -> None:
+    s = parted(backend, prefix, worker_concurrency=1)
+    async with AsyncClient(settings=s, app=app) as c:
+        low = [await c.enqueue("record", queue="bulk", partition_key="k", priority=0)
+               for _ in range(3)]  # fmt: skip
+        high = [await c.enqueue("record", queue="bulk", partition_key="k", priority=9)
+                for _ in range(3)]  # fmt: skip
+        async with running_worker(app, s):
+            for h in low + high:
+                await c.result(h.id, timeout=20)
+    order = [tid for tid, _, _ in body_starts(r, prefix)]
+    assert order == [h.id for h in high] + [h.id for h in low]
+
+
+@pytest.mark.cluster
+async def test_two_workers_lose_nothing_and_start_nothing_twice(
+    backend: Any, prefix: str, r: Any
+) -> None:
+    s = parted(backend, prefix)
+    async with AsyncClient(settings=s, app=app) as c:
+        hs = await c.enqueue_many([{"name": "record", "queue": "bulk"}] * 200)
+        async with running_worker(app, s), running_worker(app, s.model_copy(
+            update={"worker_id": s.worker_id + "-b"}
+        )):  # fmt: skip
+            for h in hs:
+                assert (await c.get(h.id)).queue == "bulk"
+                await c.result(h.id, timeout=30)
+    starts = body_starts(r, prefix)
+    assert sorted(t for t, _, _ in starts) == sorted(h.id for h in hs)
+    assert {a for _, a, _ in starts} == {1}
+    assert len({pt.index(physical_of(h.id)) for h in hs}) == 4
+
+
+@pytest.mark.cluster
+async def test_dlq_listings_and_metrics_show_one_queue(backend: Any, prefix: str) -> None:
+    from prometheus_client import generate_latest
+
+    from dtq.admin import Admin
+
+    s = parted(backend, prefix)
+    async with AsyncClient(settings=s, app=app) as c:
+        hs = [await c.enqueue("fail_now", queue="bulk", max_retries=0) for _ in range(8)]
+        async with running_worker(app, s) as w:
+            for h in hs:
+                with pytest.raises(Exception):  # noqa: B017 - any failure
+                    await c.result(h.id, timeout=20)
+            text = generate_latest(w.metrics.registry).decode()
+        assert 'queue="bulk"' in text and "bulk~" not in text
+    async with Admin(settings=s) as admin:
+        assert await admin.queue_names() == ["bulk"]
+        (q,) = await admin.list_queues()
+        assert (q.name, q.dlq, q.queued) == ("bulk", 8, 0)
+        assert await admin.dlq_count("bulk") == 8
+        page = await admin.dlq_list(queue="bulk", limit=100)
+        assert sorted(d["task_id"] for d in page.items) == sorted(h.id for h in hs)
+        assert {d["queue"] for d in page.items} == {"bulk"}
+        assert await admin.pause("bulk")
+        assert (await admin.get_queue("bulk")).paused
+        assert await admin.resume("bulk")
+        res = await admin.dlq_requeue(queue="bulk")
+        assert res.done == 8
+        assert (await admin.get_queue("bulk")).queued == 8
+        assert (await admin.purge("bulk")).done == 8

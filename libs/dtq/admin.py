@@ -42,6 +42,7 @@ from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus, ms_to_datetime
+from dtq.partitions import is_physical, logical, within
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -285,6 +286,27 @@ def _glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
 
+def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
+    """One queue's state from its partitions' (dtq.partitions): counts summed, the oldest
+    waiting age the largest, paused when any partition is."""
+    if len(parts) == 1:
+        return parts[0]
+    depth: dict[int, int] = {}
+    for p in parts:
+        for band, n in p.depth.items():
+            depth[band] = depth.get(band, 0) + n
+    ages = [p.oldest_waiting_age_s for p in parts if p.oldest_waiting_age_s is not None]
+    return QueueInfo(
+        name=name,
+        depth=depth,
+        scheduled=sum(p.scheduled for p in parts),
+        running=sum(p.running for p in parts),
+        dlq=sum(p.dlq for p in parts),
+        paused=any(p.paused for p in parts),
+        oldest_waiting_age_s=max(ages) if ages else None,
+    )
+
+
 def _check_queue_name(name: str) -> None:
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
@@ -390,11 +412,21 @@ class Admin:
     # --- queues ----------------------------------------------------------------------------
 
     async def queue_names(self) -> list[str]:
-        """Queues seen under this prefix (enqueued to, or consumed by a known worker)."""
+        """Queues seen under this prefix (enqueued to, or consumed by a known worker); a
+        partitioned queue once, by its name (dtq.partitions)."""
+        return sorted({logical(n) for n in await self.physical_names()})
+
+    async def physical_names(self) -> list[str]:
+        """:meth:`queue_names` with each partition of a partitioned queue (``q~i``) listed."""
         names: set[str] = set(await self._r.smembers(self.keys.queues))
         for w in await self.list_workers():
             names.update(w.queues)
-        return sorted(n for n in names if QUEUE_NAME_RE.fullmatch(n))
+        return sorted(n for n in names if is_physical(n))
+
+    async def _physical_of(self, queue: str | None) -> list[str]:
+        """The physical queues of ``queue`` (its partitions), or of every queue when None."""
+        names = await self.physical_names()
+        return names if queue is None else within(queue, names)
 
     async def _queue_exists(self, name: str) -> bool:
         _check_queue_name(name)
@@ -419,6 +451,14 @@ class Admin:
         return (await self.queue_infos([name]))[0]
 
     async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
+        """The state of each queue in ``names``, a partitioned queue's partitions summed."""
+        known = await self._r.smembers(self.keys.queues)
+        parts = {n: within(n, known) for n in names}
+        flat = [p for n in names for p in parts[n]]
+        infos = dict(zip(flat, await self._physical_infos(flat), strict=True))
+        return [merge_infos(n, [infos[p] for p in parts[n]]) for n in names]
+
+    async def _physical_infos(self, names: Sequence[str]) -> list[QueueInfo]:
         """The state of each queue in ``names``: two pipelined round trips for all of them."""
         per = 2 * len(PRIORITIES) + 3
         async with self._r.pipeline(transaction=False) as pipe:
@@ -503,7 +543,13 @@ class Admin:
 
     async def pause(self, name: str) -> bool:
         """Stop workers taking from the queue (running tasks finish). True if it changed."""
-        qk = await self._require_queue(name)
+        await self._require_queue(name)
+        changed = False
+        for q in await self._physical_of(name):
+            changed = await self._pause(self.keys.queue(q)) or changed
+        return changed
+
+    async def _pause(self, qk: QueueKeys) -> bool:
         # The value names this call: re-sent after a lost reply, SET NX finds the key set and
         # the value tells that it was this very call (only the key's existence pauses).
         mark = f"{int(time.time() * 1000)} {sc.new_nonce()}"
@@ -516,10 +562,13 @@ class Admin:
 
     async def resume(self, name: str) -> bool:
         """Let workers take from the queue again. True if it was paused."""
-        qk = await self._require_queue(name)
-        changed = bool(await self._r.delete(qk.paused))
-        if changed:
-            await self._queue_event(qk, "resumed")
+        await self._require_queue(name)
+        changed = False
+        for q in await self._physical_of(name):
+            qk = self.keys.queue(q)
+            if await self._r.delete(qk.paused):
+                changed = True
+                await self._queue_event(qk, "resumed")
         return changed
 
     async def purge(
@@ -529,7 +578,15 @@ class Admin:
 
         Running tasks finish normally; finished records and dead letters stay.
         """
-        qk = await self._require_queue(name)
+        await self._require_queue(name)
+        queued = scheduled = 0
+        for q in await self._physical_of(name):
+            q_queued, q_scheduled = await self._purge(self.keys.queue(q), batch, progress)
+            queued += q_queued
+            scheduled += q_scheduled
+        return BulkResult(queued + scheduled, {"queued": queued, "scheduled": scheduled})
+
+    async def _purge(self, qk: QueueKeys, batch: int, progress: Progress | None) -> tuple[int, int]:
         queued = scheduled = 0
         while True:
             call = purge_call(
@@ -543,7 +600,7 @@ class Admin:
                 progress(res.queued + res.scheduled)
             if not res.more:
                 break
-        return BulkResult(queued + scheduled, {"queued": queued, "scheduled": scheduled})
+        return queued, scheduled
 
     # --- tasks -----------------------------------------------------------------------------
 
@@ -647,7 +704,7 @@ class Admin:
         """Tasks newest first from the queues' event streams (see :mod:`dtq.task_index`);
         ``Page.running`` holds the running tasks on the first page (no cursor)."""
         _check_listing(queue, status, limit)
-        queues = [queue] if queue is not None else await self.queue_names()
+        queues = await self._physical_of(queue)
         try:
             items, nxt, read = await task_index.newest(
                 self._r, self.keys, queues, status=status, name=name, cursor=cursor, limit=limit
@@ -857,7 +914,7 @@ class Admin:
             raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
         if queue is not None:
             _check_queue_name(queue)
-        queues = [queue] if queue is not None else await self.queue_names()
+        queues = await self._physical_of(queue)
         qi, off = self._position(cursor)
         qidx = int(qi)
         items: list[DeadLetter] = []
@@ -907,7 +964,7 @@ class Admin:
                 out.append(
                     DeadLetter(
                         task_id=make_task_id(queue, tid),
-                        queue=queue,
+                        queue=logical(queue),
                         name=r[0],
                         failed_at=_iso(score),
                         attempt=_int(r[1]),
@@ -947,7 +1004,7 @@ class Admin:
         error: str | None,
     ) -> Sequence[str]:
         """The tids of ``queue`` that match the filters (one pipelined read when filtering)."""
-        if want_queue is not None and queue != want_queue:
+        if want_queue is not None and logical(queue) != want_queue:
             return []
         if name is None and error is None:
             return tids
@@ -963,7 +1020,7 @@ class Admin:
         ]
 
     async def dlq_count(self, queue: str | None = None) -> int:
-        queues = [queue] if queue is not None else await self.queue_names()
+        queues = await self._physical_of(queue)
         async with self._r.pipeline(transaction=False) as pipe:
             for q in queues:
                 pipe.zcard(self.keys.queue(q).dlq)
@@ -1057,7 +1114,7 @@ class Admin:
                 q, tid = split_task_id(task_id)
                 by_queue.setdefault(q, []).append(tid)
             for q, tids in by_queue.items():
-                _check_queue_name(q)
+                _check_queue_name(logical(q))
                 for chunk in _chunks(tids, BATCH):
                     # Ids outside the filters are left alone (skipped as "filtered").
                     picked = await self._dlq_filter(q, chunk, queue, name, error)
@@ -1068,7 +1125,7 @@ class Admin:
         else:
             if queue is not None:
                 _check_queue_name(queue)
-            queues = [queue] if queue is not None else await self.queue_names()
+            queues = await self._physical_of(queue)
             for q in queues:
                 # The zset shrinks as tasks leave it, so collect first, then apply.
                 batches = [b async for b in self._dlq_matching(q, name, error)]
@@ -1161,7 +1218,7 @@ class Admin:
 
         Two pipelined round trips for all queues: their soonest entries, then those records.
         """
-        queues = [queue] if queue is not None else await self.queue_names()
+        queues = await self._physical_of(queue)
         async with self._r.pipeline(transaction=False) as pipe:
             for q in queues:
                 pipe.zrange(self.keys.queue(q).sched, 0, limit - 1, withscores=True)
@@ -1180,7 +1237,7 @@ class Admin:
             out.append(
                 ScheduledTask(
                     task_id=make_task_id(q, tid),
-                    queue=q,
+                    queue=logical(q),
                     name=nm or "",
                     due_at=_iso(score),
                     kind="retry" if _int(retries) > 0 else "delayed",
@@ -1205,7 +1262,7 @@ class Admin:
             ts_ms=_id_ms(eid),
             type=f.get("type", ""),
             task_id=make_task_id(stream, tid) if tid else None,
-            queue=stream,
+            queue=logical(stream),
             attempt=int(attempt) if attempt.isdigit() else None,
             worker=f.get("worker") or None,
             detail=f.get("detail", ""),
@@ -1220,7 +1277,8 @@ class Admin:
         self, *, queues: Sequence[str] | None = None, since_ms: int | None = None, limit: int = 1000
     ) -> list[Event]:
         """Events newer than ``since_ms`` (default: the last ``limit`` of each stream)."""
-        qs = list(queues) if queues is not None else await self.queue_names()
+        names = await self.physical_names()
+        qs = names if queues is None else [p for q in queues for p in within(q, names)]
         out: list[Event] = []
         for key, stream in self._event_keys(qs).items():
             lo = "-" if since_ms is None else str(since_ms)
@@ -1237,7 +1295,7 @@ class Admin:
         ``cursors`` maps stream keys to the last id seen (None: start from now). Returns the
         events and the cursors to pass next time; queues that appear later are picked up.
         """
-        qs = await self.queue_names()
+        qs = await self.physical_names()
         keys = self._event_keys(qs)
         cur = dict(cursors or {})
         fresh = cursors is None
@@ -1293,7 +1351,7 @@ class Admin:
         stream, so events of another stream in the same millisecond as ``last_id`` may be
         missed or repeated; later ones are all there.
         """
-        keys = self._event_keys(await self.queue_names())
+        keys = self._event_keys(await self.physical_names())
         async with self._r.pipeline(transaction=False) as pipe:
             for k in keys:
                 pipe.xrange(k, min="(" + last_id, max="+", count=limit)
@@ -1320,7 +1378,7 @@ class Admin:
         n = (now_ms - start) // (bucket_s * 1000) + 1
         kinds = ("succeeded", "failed", "retried", "enqueued")
         series = {k: [0] * n for k in kinds}
-        for q in await self.queue_names():
+        for q in await self.physical_names():
             key = self.keys.queue(q).events
             lo = str(start)
             while True:

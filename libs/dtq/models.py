@@ -11,6 +11,7 @@ from typing import Any, Generic
 from typing_extensions import TypeVar
 
 from dtq.declared import fill as fill_declared
+from dtq.partitions import logical
 
 
 class TaskStatus(StrEnum):
@@ -141,7 +142,7 @@ class TaskInfo:
         return cls(
             id=task_id,
             name=rec.get("name", ""),
-            queue=queue,
+            queue=logical(queue),  # a partition's task belongs to its queue (dtq.partitions)
             status=TaskStatus(rec.get("status", "queued")),
             priority=int(rec.get("prio", 0)),
             attempt=int(rec.get("attempt", 0)),

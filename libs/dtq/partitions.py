@@ -17,6 +17,7 @@ recorded (docs/operations.md, "Partitioned queues").
 from __future__ import annotations
 
 import itertools
+import re
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -31,6 +32,14 @@ _spread = itertools.count()  # tasks without a key go round the partitions
 def physical(queue: str, i: int) -> str:
     """The internal queue holding partition ``i`` of ``queue``."""
     return queue if i == 0 else f"{queue}{PARTITION_SEP}{i}"
+
+
+_PHYSICAL_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}(~[1-9][0-9]{0,2})?\Z")
+
+
+def is_physical(name: str) -> bool:
+    """Whether ``name`` is a queue name or a partition's (``q~i``)."""
+    return _PHYSICAL_RE.match(name) is not None
 
 
 def logical(name: str) -> str:
@@ -187,13 +196,3 @@ def within(queue: str, names: Iterable[Any]) -> list[str]:
     """``queue`` and those of ``names`` (e.g. the registry) that are partitions of it."""
     parts = {str(n) for n in names if logical(str(n)) == queue and str(n) != queue}
     return [queue, *sorted(parts, key=index)]
-
-
-def merge_counts(rows: Iterable[tuple[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
-    """Sum per-physical-queue counters under their logical queue."""
-    out: dict[str, dict[str, int]] = {}
-    for name, counters in rows:
-        acc = out.setdefault(logical(name), {})
-        for k, v in counters.items():
-            acc[k] = acc.get(k, 0) + v
-    return out
