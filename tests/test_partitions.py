@@ -260,3 +260,57 @@ async def test_dlq_listings_and_metrics_show_one_queue(backend: Any, prefix: str
         assert res.done == 8
         assert (await admin.get_queue("bulk")).queued == 8
         assert (await admin.purge("bulk")).done == 8
+
+
+def test_dtq_refuses_a_count_mismatch_with_one_line_and_exit_2(
+    settings: Any, prefix: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtq.cli import main
+
+    with Client(settings=settings.model_copy(update={"queue_partitions": {"bulk": 4}})) as c:
+        c.enqueue("add", [1, 2], queue="bulk")
+    monkeypatch.setenv("DTQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("DTQ_KEY_PREFIX", prefix)
+    monkeypatch.setenv("DTQ_QUEUE_PARTITIONS", "bulk=2")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["enqueue", "add", "--args", "[1, 2]", "--queue", "bulk"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and "has 4 partition(s) in Redis" in err
+    monkeypatch.setenv("DTQ_QUEUE_PARTITIONS", "bulk=4")
+    with pytest.raises(SystemExit) as exc:
+        main(["enqueue", "add", "--queue", "bulk", "--partition-key", "k", "--json"])
+    assert exc.value.code == 0
+
+
+async def test_the_http_api_enqueues_gets_and_cancels_a_partitioned_task(
+    settings: Any,
+) -> None:
+    import httpx
+
+    from dtq_api.app import create_app
+
+    s = settings.model_copy(update={"queue_partitions": {"bulk": 4}})
+    transport = httpx.ASGITransport(app=create_app(s))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        ids = []
+        for i in range(4):
+            r = await http.post("/api/v1/tasks", json={"name": "add", "queue": "bulk",
+                                                       "args": [i, 1], "delay": 3600})  # fmt: skip
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        assert {pt.index(physical_of(i)) for i in ids} == {0, 1, 2, 3}
+        for tid in ids:
+            got = (await http.get(f"/api/v1/tasks/{tid}")).json()
+            assert (got["id"], got["queue"], got["status"]) == (tid, "bulk", "scheduled")
+            assert (await http.post(f"/api/v1/tasks/{tid}/cancel")).status_code == 200
+        queues = (await http.get("/api/v1/queues")).json()
+        assert [q["name"] for q in queues["items"] if q["name"].startswith("bulk")] == ["bulk"]
+        page = (await http.get("/api/v1/tasks", params={"queue": "bulk", "limit": 2})).json()
+        seen = [t["id"] for t in page["items"]]
+        while page["next_cursor"]:
+            page = (await http.get("/api/v1/tasks", params={
+                "queue": "bulk", "limit": 2, "cursor": page["next_cursor"]})).json()  # fmt: skip
+            seen += [t["id"] for t in page["items"]]
+        assert sorted(seen) == sorted(ids)

@@ -190,6 +190,8 @@ def _json_arg(value: str | None, what: str) -> Any:
     default=None,
     help="While a task of NAME with these arguments is unfinished, return it instead.",
 )
+@click.option("--partition-key", help="Of a partitioned queue: tasks with one key go to one "
+              "partition (DTQ_QUEUE_PARTITIONS).")  # fmt: skip
 @json_option
 def enqueue(
     name: str,
@@ -205,6 +207,7 @@ def enqueue(
     expires: str | None,
     metadata_json: str | None,
     unique: bool | None,
+    partition_key: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue task NAME. Retry budget, timeout and expiry left out come from the task's
@@ -228,7 +231,7 @@ def enqueue(
         h = await a.client.enqueue(
             name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
             max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
-            expires=expiry, metadata=metadata, unique=unique,
+            expires=expiry, metadata=metadata, unique=unique, partition_key=partition_key,
         )  # fmt: skip
         return h, await declared_by_workers(a.redis, a.keys, h.queue, name)
 

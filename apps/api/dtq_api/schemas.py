@@ -20,7 +20,8 @@ from pydantic import (
 
 from dtq.models import TaskStatus
 
-TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}$"
+# A task of partition i > 0 of a partitioned queue ends "~i" (dtq.partitions).
+TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}(~[1-9][0-9]{0,2})?$"
 # Strict numbers: in a union a too-long digit string must not fall through to int 0.
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"  # dtq.settings.CONTROL_RE, negated
 Scalar = Annotated[str, Field(max_length=200)] | StrictInt | StrictFloat | StrictBool | None
@@ -76,6 +77,10 @@ class EnqueueRequest(BaseModel):
     max_retries: int | None = Field(None, ge=0, le=1_000_000)
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=256)
+    partition_key: str | None = Field(
+        None, min_length=1, max_length=256,
+        description="Of a partitioned queue: tasks with one key go to one partition.",
+    )  # fmt: skip
     expires: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
         None, max_length=10, description="Small flat metadata: at most 10 scalar entries."

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
 from dtq.cluster import scan_step
-from dtq.settings import QUEUE_NAME_RE
+from dtq.partitions import is_physical
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker
@@ -174,7 +174,7 @@ class Retention:
             if self.cursor == "0":
                 rep.scan_done = True
                 break
-        missing = sorted(q for q in busy - registered if QUEUE_NAME_RE.fullmatch(q))
+        missing = sorted(q for q in busy - registered if is_physical(q))  # partitions too
         if missing:
             rep.queues_registered = int(await w.redis.sadd(w.keys.queues, *missing))
         for q, keys in found.items():
