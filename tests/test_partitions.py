@@ -314,3 +314,16 @@ async def test_the_http_api_enqueues_gets_and_cancels_a_partitioned_task(
                 "queue": "bulk", "limit": 2, "cursor": page["next_cursor"]})).json()  # fmt: skip
             seen += [t["id"] for t in page["items"]]
         assert sorted(seen) == sorted(ids)
+
+
+def test_dtq_testing_runs_a_partitioned_queue() -> None:
+    from dtq.testing import TestQueue
+
+    with TestQueue(app, queue_partitions={"bulk": 3}) as tq:
+        hs = [tq.client.enqueue("add", [i, 1], queue="bulk") for i in range(6)]
+        assert {pt.index(physical_of(h.id)) for h in hs} == {0, 1, 2}
+        ran = tq.drain()
+        assert sorted(i.id for i in ran) == sorted(h.id for h in hs)
+        assert [tq.client.result(h.id, timeout=1) for h in hs] == [i + 1 for i in range(6)]
+        listed = tq.tasks(queue="bulk")
+        assert len(listed) == 6 and {i.queue for i in listed} == {"bulk"}

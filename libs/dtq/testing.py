@@ -43,6 +43,7 @@ from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.keys import GROUP, Keys, make_task_id, split_task_id
+from dtq.partitions import logical, within
 from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.models import TaskHandle, TaskInfo, clip_traceback
 from dtq.progress import progress_call
@@ -138,8 +139,8 @@ class TestQueue:
     def tasks(self, name: str | None = None, queue: str | None = None) -> list[TaskInfo]:
         """Every task enqueued so far (any state), oldest first, optionally filtered."""
         out = []
-        found: Any = [queue] if queue else self.redis.smembers(self.keys.queues)
-        queues: list[str] = sorted(found)
+        found: Any = self.redis.smembers(self.keys.queues)
+        queues: list[str] = within(queue, found) if queue else sorted(found)
         for q in queues:
             base = self.keys.queue(q).task_base
             for key in self.redis.scan_iter(match=base + "*"):
@@ -362,7 +363,7 @@ class TestQueue:
         item: sc.Success | sc.Failure
         mw = self.app.hooks()  # middleware, as a worker runs it (dtq.middleware)
         ctx = TaskContext(
-            id=make_task_id(queue, c.tid), name=c.name, queue=queue, attempt=c.attempt,
+            id=make_task_id(queue, c.tid), name=c.name, queue=logical(queue), attempt=c.attempt,
             retries=c.retries, max_retries=c.max_retries, worker_id=WORKER_ID,
             deadline=None if c.timeout is None else time.time() + c.timeout,
             hooks=_Hooks(self, queue, c),
