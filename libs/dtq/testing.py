@@ -43,9 +43,9 @@ from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.keys import GROUP, Keys, make_task_id, split_task_id
-from dtq.partitions import logical, within
 from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.models import TaskHandle, TaskInfo, clip_traceback
+from dtq.partitions import logical, within
 from dtq.progress import progress_call
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
