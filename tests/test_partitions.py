@@ -327,3 +327,33 @@ def test_dtq_testing_runs_a_partitioned_queue() -> None:
         assert [tq.client.result(h.id, timeout=1) for h in hs] == [i + 1 for i in range(6)]
         listed = tq.tasks(queue="bulk")
         assert len(listed) == 6 and {i.queue for i in listed} == {"bulk"}
+
+
+@pytest.mark.cluster
+async def test_a_workflow_on_a_partitioned_queue_runs_on_its_partition_0(
+    backend: Any, prefix: str
+) -> None:
+    from dtq import chain, sig
+
+    s = parted(backend, prefix)
+    async with AsyncClient(settings=s, app=app) as c, running_worker(app, s):
+        h = await c.enqueue_workflow(
+            chain(sig("add", args=[1, 2], queue="bulk"), sig("add", args=[10], queue="bulk"))
+        )
+        assert await c.result(h.id, timeout=20) == 13
+        info = await c.get(h.id)
+        assert info.queue == "bulk" and {physical_of(st["id"]) for st in info.steps} == {"bulk"}
+
+
+def test_a_limit_key_keeps_its_tasks_on_one_partition(settings: Any) -> None:
+    """A fleet limit counts the runs of its key per queue slot: all of one key's tasks go to
+    one partition, so the limit holds across the partitions."""
+    from tests.apps import limited
+
+    s = settings.model_copy(update={"queue_partitions": {"default": 4}})
+    with Client(settings=s, app=limited.app) as c:
+        for tenant in ("t1", "t2", "t3"):
+            ids = [c.enqueue(limited.tenant_job, tenant).id for _ in range(6)]
+            assert len({physical_of(i) for i in ids}) == 1
+        spread = {physical_of(c.enqueue(limited.free_job, "x").id) for _ in range(4)}
+        assert len(spread) == 4

@@ -1174,7 +1174,10 @@ class Admin:
                     status=h.get("status", "unknown") if live else "stale",
                     hostname=h.get("hostname", ""),
                     pid=int(h["pid"]) if h.get("pid") else None,
-                    queues=[q for q in h.get("queues", "").split(",") if q],
+                    # a partitioned queue once, by its name (the hash lists its partitions)
+                    queues=list(
+                        dict.fromkeys(logical(q) for q in h.get("queues", "").split(",") if q)
+                    ),
                     active_tasks=int(h.get("active_tasks") or 0),
                     concurrency=int(h["concurrency"]) if h.get("concurrency") else None,
                     tasks_processed=int(h.get("tasks_processed") or 0),
