@@ -357,3 +357,11 @@ def test_a_limit_key_keeps_its_tasks_on_one_partition(settings: Any) -> None:
             assert len({physical_of(i) for i in ids}) == 1
         spread = {physical_of(c.enqueue(limited.free_job, "x").id) for _ in range(4)}
         assert len(spread) == 4
+
+
+@pytest.mark.cluster
+def test_cancel_many_covers_every_partition(backend: Any, prefix: str) -> None:
+    with Client(settings=parted(backend, prefix)) as c:
+        hs = [c.enqueue("add", [i, 1], queue="bulk") for i in range(8)]
+        assert c.cancel_many(queue="bulk").cancelled == 8
+        assert {c.get(h.id).status for h in hs} == {TaskStatus.CANCELLED}

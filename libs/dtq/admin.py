@@ -42,7 +42,7 @@ from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus, ms_to_datetime
-from dtq.partitions import is_physical, logical, within
+from dtq.partitions import expand, is_physical, logical, within
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -424,9 +424,11 @@ class Admin:
         return sorted(n for n in names if is_physical(n))
 
     async def _physical_of(self, queue: str | None) -> list[str]:
-        """The physical queues of ``queue`` (its partitions), or of every queue when None."""
-        names = await self.physical_names()
-        return names if queue is None else within(queue, names)
+        """The physical queues of ``queue`` (its partitions, as DTQ_QUEUE_PARTITIONS says: no
+        round trip), or of every known queue when None (the registry's)."""
+        if queue is not None:
+            return expand([queue], self.settings.queue_partitions)
+        return await self.physical_names()
 
     async def _queue_exists(self, name: str) -> bool:
         _check_queue_name(name)
@@ -441,7 +443,12 @@ class Admin:
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every known queue with its depth per priority, schedule, running, dead letters."""
-        return await self.queue_infos(await self.queue_names())
+        names = await self.physical_names()
+        infos = dict(zip(names, await self._physical_infos(names), strict=True))
+        return [
+            merge_infos(q, [infos[p] for p in within(q, names)])
+            for q in sorted({logical(n) for n in names})
+        ]
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
@@ -452,8 +459,7 @@ class Admin:
 
     async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
         """The state of each queue in ``names``, a partitioned queue's partitions summed."""
-        known = await self._r.smembers(self.keys.queues)
-        parts = {n: within(n, known) for n in names}
+        parts = {n: expand([n], self.settings.queue_partitions) for n in names}
         flat = [p for n in names for p in parts[n]]
         infos = dict(zip(flat, await self._physical_infos(flat), strict=True))
         return [merge_infos(n, [infos[p] for p in parts[n]]) for n in names]
@@ -1280,8 +1286,11 @@ class Admin:
         self, *, queues: Sequence[str] | None = None, since_ms: int | None = None, limit: int = 1000
     ) -> list[Event]:
         """Events newer than ``since_ms`` (default: the last ``limit`` of each stream)."""
-        names = await self.physical_names()
-        qs = names if queues is None else [p for q in queues for p in within(q, names)]
+        qs = (
+            await self.physical_names()
+            if queues is None
+            else expand(queues, self.settings.queue_partitions)
+        )
         out: list[Event] = []
         for key, stream in self._event_keys(qs).items():
             lo = "-" if since_ms is None else str(since_ms)

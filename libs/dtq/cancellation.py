@@ -16,7 +16,7 @@ from dtq import scripts as sc
 from dtq.cluster import ascan_slot, scan_slot
 from dtq.errors import InvalidRequest
 from dtq.keys import make_task_id
-from dtq.partitions import within
+from dtq.partitions import expand
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
@@ -70,9 +70,8 @@ def cancel_many(
 ) -> CancelSummary:
     """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``."""
     _check(queue, name)
-    found: Any = client.redis.smembers(client.keys.queues)
-    if queue:
-        found = within(queue, found)
+    parts = client.settings.queue_partitions
+    found: Any = expand([queue], parts) if queue else client.redis.smembers(client.keys.queues)
     total = CancelSummary()
     scripts = client._scripts  # the client's runner: scripts already registered
     for q in sorted(found):
@@ -106,9 +105,10 @@ async def acancel_many(
 ) -> CancelSummary:
     """:func:`cancel_many` for asyncio."""
     _check(queue, name)
-    found: Any = await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
-    if queue:
-        found = within(queue, found)
+    parts = client.settings.queue_partitions
+    found: Any = (
+        expand([queue], parts) if queue else await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
+    )
     total = CancelSummary()
     scripts = client._scripts
     for q in sorted(found):
