@@ -365,3 +365,26 @@ def test_cancel_many_covers_every_partition(backend: Any, prefix: str) -> None:
         hs = [c.enqueue("add", [i, 1], queue="bulk") for i in range(8)]
         assert c.cancel_many(queue="bulk").cancelled == 8
         assert {c.get(h.id).status for h in hs} == {TaskStatus.CANCELLED}
+
+
+@pytest.mark.cluster
+async def test_the_scan_listing_of_a_partitioned_queue_finds_every_partition(
+    backend: Any, prefix: str
+) -> None:
+    from dtq.admin import Admin
+
+    s = parted(backend, prefix)
+    with Client(settings=s) as c:
+        ids = [c.enqueue("add", [i, 1], queue="bulk", delay=60).id for i in range(8)]
+        c.enqueue("add", [1, 1], queue="bulkier")
+    async with Admin(settings=s) as admin:
+        for status in (None, "scheduled"):
+            seen: list[str] = []
+            cursor = None
+            while True:
+                page = await admin.list_tasks(queue="bulk", status=status, cursor=cursor, limit=3)
+                seen += [t["id"] for t in page.items]
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            assert sorted(seen) == sorted(ids)

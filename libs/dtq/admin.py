@@ -656,24 +656,30 @@ class Admin:
     ) -> Page:
         """Tasks matching all given filters, about ``limit`` per page (see the module doc)."""
         _check_listing(queue, status, limit)
-        if queue is not None and status in ("failed", "scheduled"):
-            return await self._list_zset(queue, status, name, cursor, limit)
+        # A partitioned queue's records are in several slots: walked like every queue's, with
+        # a pattern matching its partitions' keys only (dtq.partitions).
+        parted = queue is not None and self.settings.queue_partitions.get(queue, 1) > 1
+        one = None if parted else queue
+        if one is not None and status in ("failed", "scheduled"):
+            return await self._list_zset(one, status, name, cursor, limit)
         scan_cursor, skip = self._parse_cursor(cursor)
-        if ":" in scan_cursor and (queue is not None or not self._cluster):
+        if ":" in scan_cursor and (one is not None or not self._cluster):
             # "<primary>:<cursor>" is a walk over every primary of a cluster only
             raise InvalidRequest(f"bad cursor {cursor!r}")
-        if queue is not None:
-            match = _glob_escape(self.keys.queue(queue).task_base) + "*"
+        p = _glob_escape(self.keys.prefix)
+        if one is not None:
+            match = _glob_escape(self.keys.queue(one).task_base) + "*"
+        elif queue is not None:
+            match = f"{p}:{{{p}:{_glob_escape(queue)}[}}~]*:t:*"
         else:
-            p = _glob_escape(self.keys.prefix)
             match = f"{p}:{{{p}:*}}:t:*"
         items: list[TaskInfo] = []
         scans = examined = 0
         # One queue's records are in its slot's node; across queues the walk visits every
         # primary of a cluster (dtq.cluster): its cursor then reads "<primary>:<cursor>".
         while True:
-            if queue is not None:
-                base = self.keys.queue(queue).task_base
+            if one is not None:
+                base = self.keys.queue(one).task_base
                 at, keys = await ascan_slot(self._r, base, int(scan_cursor), match, 1000)
                 nxt = str(at)
             else:
