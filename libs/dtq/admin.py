@@ -42,7 +42,7 @@ from dtq.declared import pending as pending_declared
 from dtq.errors import DtqError, InvalidRequest, RedisUnavailable, UnknownTask
 from dtq.keys import GROUP, PRIORITIES, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo, TaskStatus, ms_to_datetime
-from dtq.partitions import expand, is_physical, logical, within
+from dtq.partitions import expand, is_physical, logical
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -443,12 +443,7 @@ class Admin:
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every known queue with its depth per priority, schedule, running, dead letters."""
-        names = await self.physical_names()
-        infos = dict(zip(names, await self._physical_infos(names), strict=True))
-        return [
-            merge_infos(q, [infos[p] for p in within(q, names)])
-            for q in sorted({logical(n) for n in names})
-        ]
+        return await self.queue_infos(await self.queue_names())
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
