@@ -3,6 +3,7 @@ hash tags. Bodies marked ``cluster`` run against one redis-server and the test c
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -388,3 +389,23 @@ async def test_the_scan_listing_of_a_partitioned_queue_finds_every_partition(
                 if cursor is None:
                     break
             assert sorted(seen) == sorted(ids)
+
+
+async def test_a_schedule_of_a_partitioned_queue_fires_and_runs(settings: Any, r: Any) -> None:
+    from dtq.schedules import Schedule, add_schedule, list_schedules
+
+    s = settings.model_copy(update={"queues": ("bulk",), "queue_partitions": {"bulk": 4}})
+    with Client(settings=s) as c:
+        add_schedule(c, Schedule(name="often", task="add", every=3600, args=[2, 2], queue="bulk"))
+        qk = Keys(s.key_prefix).queue("bulk")
+        sec, usec = r.time()
+        r.zadd(qk.schedules_next, {"often": sec * 1000 + usec // 1000 - 1000})  # due now
+    async with AsyncClient(settings=s) as ac, running_worker(app, s):
+        for _ in range(2000):
+            if r.hget(qk.schedules_last, "often"):
+                break
+            await asyncio.sleep(0.01)
+        with Client(settings=s) as c:
+            [listed] = list_schedules(c, "bulk")
+        assert listed.last_task_id is not None
+        assert await ac.result(listed.last_task_id, timeout=20) == 4
