@@ -117,10 +117,29 @@ class _Hooks:
                 self._loop.call_soon_threadsafe(self.report_progress, payload)
 
 
+class _Record:
+    """The metric children one (queue, task name) updates per run, looked up once."""
+
+    __slots__ = ("_labels", "_metrics", "_tasks", "duration")
+
+    def __init__(self, metrics: Any, worker_id: str, queue: str, name: str) -> None:
+        self._metrics = metrics
+        self._labels = (worker_id, queue, name)
+        self.duration = metrics.duration.labels(queue, name)
+        self._tasks: dict[str, Any] = {}
+
+    def count(self, outcome: str) -> Any:
+        child = self._tasks.get(outcome)
+        if child is None:
+            child = self._tasks[outcome] = self._metrics.tasks.labels(*self._labels, outcome)
+        return child
+
+
 class Executor:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._records: dict[tuple[str, str], _Record] = {}
         # The app's middleware (dtq.middleware), None when it has none: then a run costs one
         # attribute test more than without the feature. Read once: middleware added after the
         # worker started is not seen.
@@ -263,7 +282,10 @@ class Executor:
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         w, c = self.w, run.claimed
         elapsed = time.monotonic() - run.started_mono
-        self._metric(w.metrics.duration, c.queue, c.name).observe(elapsed)
+        rec = self._records.get((c.queue, c.name))
+        if rec is None:
+            rec = self._records[(c.queue, c.name)] = _Record(w.metrics, w.worker_id, c.queue, c.name)
+        rec.duration.observe(elapsed)
         if verdict is None:
             return
         if verdict == "stale":
@@ -271,8 +293,8 @@ class Executor:
             log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
                         extra=_extra(run, w.worker_id))  # fmt: skip
             return
-        outcome = {"scheduled": "retried"}.get(verdict, verdict)
-        self._metric(w.metrics.tasks, w.worker_id, c.queue, c.name, outcome).inc()
+        outcome = "retried" if verdict == "scheduled" else verdict
+        rec.count(outcome).inc()
         w.counters[outcome] = w.counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,

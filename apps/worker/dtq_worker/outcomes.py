@@ -52,11 +52,12 @@ class OutcomeWriter:
         if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
             outcome.held = True
             self.w.reserve(outcome.queue, 1)
-        backoff = Backoff(log, "outcome write")
+        backoff: Backoff | None = None  # made on the first failure (most writes have none)
         while True:
             try:
                 verdict = await self._batcher.submit(outcome)
-                backoff.ok()
+                if backoff is not None:
+                    backoff.ok()
                 return verdict
             except Exception as exc:
                 if not is_transient(exc):
@@ -64,6 +65,8 @@ class OutcomeWriter:
                 self.w.metrics.redis_errors.labels("outcome").inc()
                 if not still_owned() or self.w.self_stopping:
                     return None
+                if backoff is None:
+                    backoff = Backoff(log, "outcome write")
                 await asyncio.sleep(backoff.failed(exc))
 
     def _can_refill(self, queue: str) -> bool:
