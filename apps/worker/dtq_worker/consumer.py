@@ -54,13 +54,7 @@ class Consumer:
 
         No wrapper tasks (this runs once per claim cycle when every slot is busy).
         """
-        ev = self.w.slot_freed
-        ev.clear()
-        try:
-            async with asyncio.timeout(timeout):
-                await ev.wait()
-        except TimeoutError:
-            pass
+        await self.w.slots.changed.wait(timeout)
 
     async def loop(self) -> None:
         w = self.w
@@ -70,9 +64,9 @@ class Consumer:
                 woke = None
                 await w.wait_or_stop(w.healthy.wait(), 1.0)
                 continue
-            if w.unheld_slots <= 0:
+            if w.slots.unheld <= 0:
                 woke = None
-                await self.wait_slot(1.0)  # shutdown sets slot_freed too
+                await self.wait_slot(1.0)  # the drain's start wakes it too
                 continue
             try:
                 if woke is None:
@@ -114,7 +108,7 @@ class Consumer:
         for queue in w.queues:
             if w.recovery.active(queue):
                 await w.recovery.wait(queue)  # its claims wait for it (recovery.py)
-            free = w.free_slots(queue)
+            free = w.slots.free(queue)
             if free <= 0 or w.stopping:
                 drained = False
                 continue
@@ -139,7 +133,7 @@ class Consumer:
         streams were missing)."""
         w = self.w
         sent = time.monotonic()
-        w.reserve(queue, free)
+        w.slots.reserve(queue, free)
         try:
             raw = await send()
         except Exception as exc:
@@ -147,7 +141,7 @@ class Consumer:
                 w.recovery.request(queue)
             raise
         finally:
-            w.reserve(queue, -free)
+            w.slots.unreserve(queue, free)
         batch = sc.parse_claim(queue, raw)
         if batch.missing_streams:
             await w.ensure_groups()
@@ -168,8 +162,8 @@ class Consumer:
         if batch.absorbed:
             w.metrics.absorbed.inc(batch.absorbed)
         self.more = self.more or batch.more
-        for c in batch.runs:
-            w.launch(c, sent)
+        if batch.runs:
+            w.launch_batch(batch.runs, sent)
 
     async def wait_for_work(self, now_ms: int) -> tuple[int, int, bool] | None:
         """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes); return
@@ -193,7 +187,7 @@ class Consumer:
             *([after] * len(streams)),
         )  # fmt: skip
         queue = w.queues[0]
-        free = w.free_slots(queue)
+        free = w.slots.free(queue)
         self.waiting = True
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The

@@ -284,7 +284,8 @@ class Executor:
         elapsed = time.monotonic() - run.started_mono
         rec = self._records.get((c.queue, c.name))
         if rec is None:
-            rec = self._records[(c.queue, c.name)] = _Record(w.metrics, w.worker_id, c.queue, c.name)
+            rec = _Record(w.metrics, w.worker_id, c.queue, c.name)
+            self._records[(c.queue, c.name)] = rec
         rec.duration.observe(elapsed)
         if verdict is None:
             return

@@ -201,13 +201,13 @@ class Heartbeat:
         lost = {(q, tid) for q, t in zip(queues, touches, strict=True) for tid in t.lost}
         for r in runs:
             # Renewed by this beat, unless its touch reports it lost (dropped just below): such
-            # a run must not look fresh to fill_slots, which the drop of another one calls.
+            # a run must not look fresh to Slots.fill, which the drop of another one calls.
             if not lost or r.key not in lost:
                 r.leased_mono = sent
         for q, touch in zip(queues, touches, strict=True):
             self.apply_touch(q, touch, by_queue[q])
-        if w.ready:
-            w.fill_slots()  # runs claimed ahead whose lease was too old to start
+        if w.slots.ready:
+            w.slots.fill()  # runs claimed ahead whose lease was too old to start
         return True
 
     def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:

@@ -51,7 +51,7 @@ class OutcomeWriter:
         """
         if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
             outcome.held = True
-            self.w.reserve(outcome.queue, 1)
+            self.w.slots.reserve(outcome.queue, 1)
         backoff: Backoff | None = None  # made on the first failure (most writes have none)
         while True:
             try:
@@ -111,8 +111,7 @@ class OutcomeWriter:
                     if claim:
                         refill = (queue, held)
                     elif held:
-                        w.reserve(queue, -held)
-                        w.slot_freed.set()  # the poll loop takes them
+                        w.slots.unreserve(queue, held, wake=True)  # the poll loop takes them
                     call = sc.complete_call(
                         qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                         s.events_maxlen, s.result_ttl_s, claim, s.fair,
@@ -142,7 +141,7 @@ class OutcomeWriter:
             raise
         finally:
             if refill is not None:
-                w.reserve(refill[0], -refill[1])
+                w.slots.unreserve(refill[0], refill[1])
         for (kind, idx), raw in zip(order, replies, strict=True):
             if kind == "ok":
                 stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)

@@ -107,8 +107,7 @@ class Recovery:
         done = self._busy[queue]
         try:
             # No claim of this queue is sent from now on (active()); wait out those in flight.
-            while w.claiming_per_queue.get(queue, 0) > 0:
-                await asyncio.sleep(0.005)
+            await w.slots.claims_settled(queue)
             s = w.settings
             call = sc.recover_call(
                 w.keys.queue(queue), w.worker_id, self._known(queue),
