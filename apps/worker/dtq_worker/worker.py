@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,6 +31,7 @@ from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
 from dtq_worker import poolchild
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
+from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
@@ -93,11 +94,16 @@ class Worker:
         sc.hiredis_packing(self.blocking)  # the idle XREAD names every band of every queue
         self.scripts = sc.AsyncScripts(self.redis)
         self.metrics = WorkerMetrics(self.worker_id)
+        # What every loop reads (identity, settings, Redis, metrics, stopping): env.py.
+        self.env = env = WorkerEnv(
+            settings, self.keys, self.redis, self.blocking, self.scripts, self.metrics
+        )
+        self.healthy = env.healthy
         self.pool = ThreadPoolExecutor(
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
         # Capacity: the runs held, the bodies running, the claims in flight (slots.py).
-        self.slots = Slots(
+        self.slots = slots = Slots(
             settings.worker_concurrency,
             settings.worker_prefetch,
             self.queue_caps,
@@ -105,27 +111,33 @@ class Worker:
             self._start,
         )
         # Read when scraped: no gauge update per task on the hot path.
-        self.metrics.inflight.set_function(lambda: len(self.slots.inflight))
-        self.counters: dict[str, int] = {}
-        self.detached_threads = 0
-        self.healthy = asyncio.Event()
+        self.metrics.inflight.set_function(lambda: len(slots.inflight))
+        self.counters: dict[str, int] = {}  # outcomes so far (the heartbeat publishes them)
         self.prepared = False
         self.http: HealthServer | None = None
-        self._stop = asyncio.Event()
-        self._finished = asyncio.Event()
         self._skip_drain = asyncio.Event()
-        self.self_stopping = False
         self._process = False  # owns_process(): this worker is the whole process
-        self.executor = Executor(self)
-        self.outcomes = OutcomeWriter(self)
-        self.consumer = Consumer(self)
-        self.reaper = Reaper(self)
-        self.scheduler = Scheduler(self)
-        self.heartbeat = Heartbeat(self)
-        self.recovery = Recovery(self)
-        self.flows = FlowMover(self)  # workflow handovers between slots (flowmover.py)
+        # The loops, each built from what it uses (the module map: docs/design.md).
+        self.recovery = Recovery(env, slots, self.launch_batch, self.hand_back)
+        self.consumer = Consumer(env, slots, self.recovery, self.launch_batch, self.ensure_groups)
+        self.outcomes = OutcomeWriter(
+            env, slots, self.recovery, self.consumer.took, lambda: self.consumer.waiting
+        )
+        self.executor = Executor(env, app, self.pool, self.outcomes, slots, self.counters)
+        self.reaper = Reaper(env, self.ensure_groups)
+        self.scheduler = Scheduler(env, app)
+        self.heartbeat = Heartbeat(
+            env,
+            slots,
+            sorted(app.tasks),
+            self.counters,
+            on_beat=self.recovery.tick,
+            request_cancel=self.request_cancel,
+            stop_run=self.stop_run,
+            self_stop=self.self_stop,
+        )
+        self.flows = FlowMover(env)  # workflow handovers between slots (flowmover.py)
         self.scripts.on_reply_lost = self.recovery.reply_lost
-        self._bg: set[asyncio.Task[Any]] = set()
 
     # --- state ---------------------------------------------------------------------------
 
@@ -136,38 +148,18 @@ class Worker:
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        return self.env.stopping
 
     @property
     def finished(self) -> bool:
-        return self._finished.is_set()
+        return self.env.finished
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep, waking early when shutdown starts."""
-        await self.wait_or_stop(asyncio.sleep(seconds), None)
-
-    async def sleep_until_finished(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._finished.wait(), seconds)
-
-    async def wait_or_stop(self, aw: Awaitable[Any], timeout: float | None) -> None:
-        """Await ``aw`` until it ends, shutdown starts, or ``timeout`` passes."""
-        main = asyncio.ensure_future(aw)
-        stop = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({main, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (main, stop):
-                if not t.done():
-                    t.cancel()
-            if main.done() and not main.cancelled() and main.exception() is not None:
-                raise main.exception()  # type: ignore[misc]
+    @property
+    def self_stopping(self) -> bool:
+        return self.env.self_stopping
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        t = asyncio.get_running_loop().create_task(coro)
-        self._bg.add(t)
-        t.add_done_callback(self._bg.discard)
-        return t
+        return self.env.spawn(coro)
 
     # --- runs ----------------------------------------------------------------------------
 
@@ -228,9 +220,6 @@ class Worker:
         if self.slots.forget(run) and not run.answered:
             self.recovery.forgotten(run)
 
-    def thread_returned(self) -> None:
-        self.detached_threads -= 1
-
     def request_cancel(self, queue: str | None, tid: str) -> None:
         held = False
         for run in list(self.inflight.values()):
@@ -257,19 +246,7 @@ class Worker:
             self.slots.start_waiting(run)
 
     def emit_worker_event(self, etype: str, detail: str = "") -> None:
-        async def go() -> None:
-            try:
-                await self.redis.xadd(
-                    self.keys.worker_events,
-                    {"type": etype, "worker": self.worker_id, "detail": detail,
-                     "ts": int(time.time() * 1000)},
-                    maxlen=1000,
-                    approximate=True,
-                )  # fmt: skip
-            except Exception as exc:  # events are best effort
-                log.debug("worker event %s not written: %s", etype, exc)
-
-        self.spawn(go())
+        self.env.emit_event(etype, detail)
 
     # --- start -----------------------------------------------------------------------------
 
@@ -369,8 +346,8 @@ class Worker:
             self._skip_the_drain()
 
     def initiate_shutdown(self) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
+        if not self.env.stop_event.is_set():
+            self.env.stop_event.set()
             self.slots.begin_drain()
             self.consumer.interrupt()
             self._arm_hard_exit()
@@ -383,7 +360,7 @@ class Worker:
             self._hard_timer.start()
 
     def self_stop(self) -> None:
-        self.self_stopping = True
+        self.env.self_stopping = True
         self._skip_the_drain()
         self.initiate_shutdown()
 
@@ -452,9 +429,9 @@ class Worker:
             self.spawn(supervise("cancels", self._cancel_listener, stopping, self._restarted)),
             self.spawn(supervise("flows", self.flows.loop, stopping, self._restarted)),
         ]
-        await self._stop.wait()
+        await self.env.stop_event.wait()
         code = await self.shutdown()
-        self._finished.set()
+        self.env.finished_event.set()
         for t in loops:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
@@ -574,7 +551,7 @@ class Worker:
                 events_maxlen=s.events_maxlen,
                 ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
                 max_interruptions=s.max_interruptions,
-                retry_delay_ms=retry_delay_ms(self, 0),
+                retry_delay_ms=retry_delay_ms(s, 0),
                 started=started,
             )
             while True:
@@ -611,8 +588,7 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     async def _close(self) -> None:
-        for t in list(self._bg):
-            t.cancel()
+        self.env.cancel_background()
         self.pool.shutdown(wait=False, cancel_futures=True)
         for r in (self.redis, self.blocking):
             with contextlib.suppress(Exception):
