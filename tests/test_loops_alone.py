@@ -86,7 +86,7 @@ def test_a_heartbeat_touch_stops_lost_runs_and_passes_on_cancel_flags() -> None:
     hb = Heartbeat(
         env,
         slots,
-        sorted(app.tasks),
+        app.tasks,
         {},
         on_beat=lambda: None,
         request_cancel=lambda q, tid: cancels.append((q, tid)),

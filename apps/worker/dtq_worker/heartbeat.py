@@ -9,8 +9,8 @@ import random
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq.connection import is_cluster
@@ -45,7 +45,7 @@ class Heartbeat:
         self,
         env: WorkerEnv,
         slots: Slots,
-        task_names: list[str],
+        tasks: Mapping[str, Any],
         counters: dict[str, int],
         *,
         on_beat: Callable[[], None],
@@ -53,13 +53,14 @@ class Heartbeat:
         stop_run: Callable[[Run, StopReason], None],
         self_stop: Callable[[], None],
     ) -> None:
-        """``counters``: the outcomes so far (published); ``on_beat()``: after every beat Redis
+        """``tasks``: the app's tasks by name (their names are published); ``counters``: the
+        outcomes so far (published); ``on_beat()``: after every beat Redis
         took (the recovery's periodic check); ``request_cancel(queue, tid)``: a touch found a
         run's cancel flag; ``stop_run(run, reason)``: a touch found a run's claim lost;
         ``self_stop()``: no beat got through for the heartbeat TTL."""
         self.env = env
         self.slots = slots
-        self.task_names = task_names
+        self.tasks = tasks
         self.counters = counters
         self._on_beat = on_beat
         self._request_cancel = request_cancel
@@ -189,7 +190,7 @@ class Heartbeat:
                         key,
                         mapping={
                             "owner": self.owner(),
-                            TASKS_FIELD: json.dumps(self.task_names),
+                            TASKS_FIELD: json.dumps(sorted(self.tasks)),
                         },
                     )
                 pipe.pexpire(key, hb_ttl_ms)

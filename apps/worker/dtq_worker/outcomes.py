@@ -6,9 +6,9 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dtq import scripts as sc
 from dtq_worker.batcher import Batcher
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.outcomes")
+
+
+class PollLoop(Protocol):
+    """What an outcome write needs of the poll loop (consumer.Consumer)."""
+
+    waiting: bool  # blocked waiting for work: the queues were empty
+
+    def took(self, batch: sc.ClaimBatch, sent: float) -> None:
+        """Launch a claim's runs (here: a write's refill)."""
 
 
 @dataclass(slots=True)
@@ -43,16 +52,14 @@ class OutcomeWriter:
         env: WorkerEnv,
         slots: Slots,
         recovery: Recovery,
-        took: Callable[[sc.ClaimBatch, float], None],
-        poll_idle: Callable[[], bool],
+        poll: PollLoop,
     ) -> None:
-        """``took(batch, sent)``: launch what a write's refill claimed (Consumer.took);
-        ``poll_idle()``: the poll loop is blocked waiting for work (the queue was empty)."""
+        """``poll``: the poll loop (consumer.py), which launches what a write's refill claimed
+        and says whether it is blocked waiting for work."""
         self.env = env
         self.slots = slots
         self.recovery = recovery
-        self._took = took
-        self._poll_idle = poll_idle
+        self.poll = poll
         # Two writes in flight of at most half the slots each: the batches alternate between
         # Redis and the worker (see _can_refill).
         self._batcher: Batcher[Outcome, str] = Batcher(
@@ -97,7 +104,7 @@ class OutcomeWriter:
         return (
             queue == env.queues[0]
             and not env.stopping
-            and not self._poll_idle()
+            and not self.poll.waiting
             and env.healthy.is_set()
             and not self.recovery.active(queue)
         )
@@ -161,7 +168,7 @@ class OutcomeWriter:
             if kind == "ok":
                 stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)
                 if claimed is not None and not claimed.missing_streams:
-                    self._took(claimed, sent)
+                    self.poll.took(claimed, sent)
                 for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)

@@ -147,10 +147,6 @@ class Slots:
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def held(self, run: Run) -> Run | None:
-        """The run held here for the same task, if any."""
-        return self.inflight.get(run.key)
-
     def launch(self, run: Run) -> bool:
         """Hold ``run`` (a new claim of a task not held here). True: start its task now (its
         body has a slot, or it was cancelled before its claim's reply came and only writes

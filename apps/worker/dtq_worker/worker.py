@@ -120,16 +120,14 @@ class Worker:
         # The loops, each built from what it uses (the module map: docs/design.md).
         self.recovery = Recovery(env, slots, self.launch_batch, self.hand_back)
         self.consumer = Consumer(env, slots, self.recovery, self.launch_batch, self.ensure_groups)
-        self.outcomes = OutcomeWriter(
-            env, slots, self.recovery, self.consumer.took, lambda: self.consumer.waiting
-        )
+        self.outcomes = OutcomeWriter(env, slots, self.recovery, self.consumer)
         self.executor = Executor(env, app, self.pool, self.outcomes, slots, self.counters)
         self.reaper = Reaper(env, self.ensure_groups)
         self.scheduler = Scheduler(env, app)
         self.heartbeat = Heartbeat(
             env,
             slots,
-            sorted(app.tasks),
+            app.tasks,
             self.counters,
             on_beat=self.recovery.tick,
             request_cancel=self.request_cancel,
@@ -170,7 +168,7 @@ class Worker:
         if sent is not None:
             run.leased_mono = sent
         slots = self.slots
-        old = slots.held(run)
+        old = slots.inflight.get(run.key)
         if old is not None:
             if old.claimed.attempt == claimed.attempt:
                 # The same run twice (a recovery and a claim reply both carrying it): it runs
