@@ -409,3 +409,15 @@ async def test_a_schedule_of_a_partitioned_queue_fires_and_runs(settings: Any, r
             [listed] = list_schedules(c, "bulk")
         assert listed.last_task_id is not None
         assert await ac.result(listed.last_task_id, timeout=20) == 4
+
+
+def test_a_queue_cap_covers_all_its_partitions() -> None:
+    from dtq_worker.slots import Slots
+
+    queues = pt.expand(["bulk", "other"], {"bulk": 3})
+    slots = Slots(8, 0, {"bulk": 2}, 10.0, lambda run: None, pt.siblings(queues))
+    slots.reserve("bulk~1", 1)
+    slots.reserve("bulk~2", 1)
+    assert [slots.free(q) for q in queues] == [0, 0, 0, 6]
+    slots.reserve("bulk~2", -1)
+    assert slots.free("bulk") == 1
