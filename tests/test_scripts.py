@@ -116,6 +116,35 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
 
 
+def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """A batch in which no task has an option sends 5 fields per task, not 13 (the bulk
+    enqueue's hot path); its records are those the 13 fields make. One task with an option
+    sends all 13 for every task, and each record gets only its own options."""
+    plain = [task(prio=p, args="[]") for p in (9, 9, 0)]
+    call = sc.enqueue_call(qk, plain, 100)
+    assert len(call.args) == 2 + 5 * 3
+    assert [e.status for e in sc.parse_enqueue(run(call))] == ["queued"] * 3
+    twin = task(prio=9, args="[]")
+    run(sc.Call("enqueue", call.keys, [100, 1, *sc._task_args(twin)]))
+    short, full = r.hgetall(qk.task(plain[0].tid)), r.hgetall(qk.task(twin.tid))
+    for rec in (short, full):
+        rec.pop("eid"), rec.pop("enq")
+    assert short == full and r.xlen(qk.stream(9)) == 3 and r.xlen(qk.stream(0)) == 1
+    # Left to the declaration (dtq.declared): still a fixed field, so still the short form.
+    unset = task(unset="m")
+    call = sc.enqueue_call(qk, [unset, task()], 100)
+    assert len(call.args) == 2 + 5 * 2
+    run(call)
+    assert r.hget(qk.task(unset.tid), "dflt") == "m"
+    mixed = [task(), task(kwargs='{"a":1}'), task()]
+    call = sc.enqueue_call(qk, mixed, 100)
+    assert len(call.args) == 2 + 13 * 3
+    run(call)
+    assert [r.hget(qk.task(t.tid), "kwargs") for t in mixed] == [None, '{"a":1}', None]
+
+
 def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     later, now = task(delay_ms=5_000), task(prio=2)
     enqueue(run, qk, later, now)

@@ -723,8 +723,13 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
     if len(tasks) == 1:
         return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen)
     args: list[Any] = [events_maxlen, len(tasks)]
-    for t in tasks:
-        args += _task_args(t)
+    for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
+        if _has_options(t):
+            args = [events_maxlen, len(tasks)]
+            for t in tasks:
+                args += _task_args(t)
+            break
+        args += (t.tid, t.name, t.args, t.priority, t.maxr_arg() if t.unset else t.max_retries)
     head, streams = _enqueue_keys(qk.prefix, qk.queue)
     # Only the bands used: enqueue.lua finds each stream by its last character.
     return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
@@ -735,15 +740,20 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
     without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
-    if (
-        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
-        or t.meta or t.limit or t.headers
-    ):  # fmt: skip
+    if _has_options(t):
         args = [events_maxlen, 1, *_task_args(t)]
     else:
         mr = t.maxr_arg() if t.unset else t.max_retries
         args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
+
+
+def _has_options(t: NewTask) -> bool:
+    """Whether any of the 8 options of enqueue.lua's task fields is set."""
+    return bool(
+        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
+        or t.meta or t.limit or t.headers
+    )  # fmt: skip
 
 
 def _task_args(t: NewTask) -> list[Any]:
