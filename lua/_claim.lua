@@ -29,6 +29,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return {now, -2}
   end
   local started = {}
+  local hdrs = nil  -- run index (from 0), headers: only for runs that carry headers
   local absorbed, expired, held = 0, 0, 0
   -- Bounds the work of one call when many entries are parked or absorbed in a row.
   local scanned, budget = 0, math.max(200, remaining * 4)
@@ -186,7 +187,11 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       started[o + 11] = r[12]
       started[o + 12] = r[13]
       started[o + 13] = r[14] or ''
-      started[o + 14] = r[20] or ''  -- headers for the worker's middleware (e.g. traceparent)
+      if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
+        hdrs = hdrs or {}
+        hdrs[#hdrs + 1] = o / 13
+        hdrs[#hdrs + 1] = r[20]
+      end
       remaining = remaining - 1
       return true
     end
@@ -246,11 +251,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     redis.call('HSET', KEYS[18], unpack(save))
   end
 
-  local out = {now, absorbed, expired, #started / 14}
+  local out = {now, absorbed, expired, #started / 13}
   for _, v in ipairs(started) do out[#out + 1] = v end
   out[#out + 1] = held
   local more = 0
   if remaining > 0 and scanned >= budget then more = 1 end
   out[#out + 1] = more
+  if hdrs then
+    for _, v in ipairs(hdrs) do out[#out + 1] = v end
+  end
   return out
 end

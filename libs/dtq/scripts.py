@@ -16,7 +16,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -850,18 +850,21 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
     runs = []
     s = _s
-    for b in range(4, 4 + n * 14, 14):  # positional, no slice per run (claim is the hot path)
+    end = 4 + n * 13
+    for b in range(4, end, 13):  # positional, no slice per run (claim is the hot path)
         runs.append(
             Claimed(
                 queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
                 s(raw[b + 4]), s(raw[b + 5]), int(raw[b + 6]),
                 float(raw[b + 7]) if raw[b + 7] else None, int(raw[b + 8]), int(raw[b + 9]),
-                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]), s(raw[b + 13]),
+                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]),
             )
         )  # fmt: skip
-    tail = raw[4 + n * 14 :]
-    held = int(tail[0]) if tail else 0
-    more = len(tail) > 1 and int(tail[1]) == 1
+    held = int(raw[end]) if len(raw) > end else 0
+    more = len(raw) > end + 1 and int(raw[end + 1]) == 1
+    for h in range(end + 2, len(raw) - 1, 2):  # headers, only of the runs that have them
+        k = int(raw[h])
+        runs[k] = replace(runs[k], headers=s(raw[h + 1]))
     return ClaimBatch(now, runs, absorbed=absorbed, expired=expired, held=held, more=more)
 
 
