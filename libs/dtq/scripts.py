@@ -12,6 +12,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.client import Pipeline
 from redis.client import Redis as SyncRedis
-from redis.exceptions import ConnectionError, NoScriptError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq import transport
@@ -104,6 +105,23 @@ def helpers_for(body: str, common: str) -> str:
             used[i] = True
             corpus.append(block)
     return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+
+
+class ScriptError(StrEnum):
+    """Every error code a dtq script replies with (``redis.error_reply('<code> <detail>')``);
+    redis-py raises it as a :class:`ResponseError` whose message starts with the code."""
+
+    BAD_CALL = "DTQ_BAD_CALL"
+    """The call was built wrong (enqueue.lua: a task's band has no stream among the KEYS):
+    a bug in the caller; nothing was written."""
+    DUPLICATE_ID = "DTQ_DUPLICATE_ID"
+    """schedule_fire.lua: a record with the task id it was given exists; nothing was written."""
+
+    @classmethod
+    def of(cls, exc: ResponseError) -> ScriptError | None:
+        """The code of a script's error reply, or None for any other error (Redis's own)."""
+        code = str(exc).split(" ", 1)[0]
+        return cls(code) if code in cls._value2member_map_ else None
 
 
 @dataclass(frozen=True, slots=True)
