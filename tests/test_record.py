@@ -94,3 +94,37 @@ def _task(prio: int) -> sc.NewTask:
     from dtq.keys import new_tid
 
     return sc.NewTask(new_tid(), "t", "[]", "", prio, 3, None, 0, 0, "", "")
+
+
+BASE_QUEUED = {
+    Field.NAME, Field.ARGS, Field.PRIORITY, Field.MAX_RETRIES, Field.ATTEMPT, Field.RETRIES,
+    Field.INTERRUPTIONS, Field.ENQUEUED, Field.STATUS, Field.ENTRY_ID,
+}  # fmt: skip
+
+
+def test_a_plain_record_holds_exactly_the_base_fields(r: redis.Redis, qk: QueueKeys) -> None:
+    """claim.lua and complete.lua skip the optional fields of a record with exactly 10 fields
+    (queued) or 12 (running): a plain task's record must hold exactly these, and any option
+    makes it longer."""
+    from tests.conftest import create_groups
+
+    create_groups(r, qk)
+    run = sc.SyncScripts(r).run
+    plain, opt = _task(5), _task(5)
+    opt.kwargs = '{"a":1}'
+    run(sc.enqueue_call(qk, [plain, opt], 100))
+    assert set(r.hkeys(qk.task(plain.tid))) == {f.value for f in BASE_QUEUED}
+    assert r.hlen(qk.task(opt.tid)) == 11
+    batch = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 10, 100, 60)))
+    runs = {c.tid: c for c in batch.runs}
+    assert runs[opt.tid].kwargs == '{"a":1}' and runs[plain.tid].kwargs == ""
+    running = BASE_QUEUED | {Field.WORKER, Field.STARTED}
+    assert set(r.hkeys(qk.task(plain.tid))) == {f.value for f in running}
+    # A cancel requested meanwhile makes a 13th field: the outcome write reads it.
+    sc.SyncScripts(r).run(
+        sc.cancel_call(qk, plain.tid, events_maxlen=0, ttl_s=60, hint_channel="h", reason="stop")
+    )
+    c = runs[plain.tid]
+    done = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "generic")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [done], 100, 60))) == [True]
+    assert r.hget(qk.task(plain.tid), Field.ERROR) == "stop"
