@@ -64,7 +64,7 @@ bench: install
 
 chaos: install
 	$(BIN)/python -m tests.chaos.run --minutes 1
-	$(BIN)/python -m tests.chaos.run --minutes 1 --cluster --out build/chaos-cluster
+	$(BIN)/python -m tests.chaos.run --minutes 1 --cluster --chord-share 0.2 --out build/chaos-cluster
 
 chaos-long: install
 	$(BIN)/python -m tests.chaos.run --minutes 15
