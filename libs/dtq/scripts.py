@@ -80,31 +80,42 @@ def source(name: str) -> str:
 _DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*=)", re.MULTILINE)
 
 
+_WORDS = re.compile(r"\w+")
+
+
 def helpers_for(body: str, common: str) -> str:
     """The definitions of ``common`` that ``body`` needs, directly or through one another, in
     their order (a Lua local can only name locals defined before it). A definition starts at a
     ``local`` line in column 0 and takes the comment lines just above it."""
-    blocks: list[tuple[set[str], str]] = []
+    blocks = _definitions(common)
+    used = [False] * len(blocks)
+    words = set(_WORDS.findall(body))  # every name the text needing helpers mentions
+    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
+        names, block = blocks[i]
+        if not names.isdisjoint(words):
+            used[i] = True
+            words.update(_WORDS.findall(block))
+    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+
+
+@cache
+def _definitions(common: str) -> list[tuple[frozenset[str], str]]:
+    """``common`` cut into its top-level definitions: (the names each defines, its text). Made
+    once per process (every script's source asks; a worker builds them all at start)."""
+    blocks: list[tuple[frozenset[str], str]] = []
     lead: list[str] = []  # comment lines waiting for their definition
     for line in common.splitlines(keepends=True):
         m = _DEFINES.match(line)
         if m:
             names = {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
-            blocks.append((names, "".join(lead) + line))
+            blocks.append((frozenset(names), "".join(lead) + line))
             lead = []
         elif line.startswith("--") or not line.strip() or not blocks:
             lead.append(line)  # a comment or blank line: the next definition's, or ...
         else:  # ... the definition goes on (any code line, in or after its body)
             blocks[-1] = (blocks[-1][0], blocks[-1][1] + "".join(lead) + line)
             lead = []
-    used = [False] * len(blocks)
-    corpus = [body]
-    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
-        names, block = blocks[i]
-        if any(re.search(rf"\b{n}\b", c) for n in names for c in corpus):
-            used[i] = True
-            corpus.append(block)
-    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+    return blocks
 
 
 class ScriptError(StrEnum):
