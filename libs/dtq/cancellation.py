@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.cluster import ascan_slot, scan_slot
+from dtq.cluster import atask_key_pages, task_key_pages
 from dtq.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -73,9 +73,7 @@ def cancel_many(
     scripts = client._scripts  # the client's runner: scripts already registered
     for q in sorted(found):
         base = client.keys.queue(q).task_base
-        cursor = 0
-        while True:
-            cursor, keys = scan_slot(client.redis, base, cursor, base + "*", PAGE)
+        for keys in task_key_pages(client.redis, client.keys.queue(q), PAGE):
             tids = [str(k)[len(base) :] for k in keys]
             if tids:
                 with client.redis.pipeline(transaction=False) as pipe:
@@ -89,8 +87,6 @@ def cancel_many(
                             call = client._cancel_call(f"{q}:{tid}", reason or _reason())
                             scripts.run(call, pipe)
                         total += _summary(pipe.execute())
-            if int(cursor) == 0:
-                break
     return total
 
 
@@ -107,9 +103,7 @@ async def acancel_many(
     scripts = client._scripts
     for q in sorted(found):
         base = client.keys.queue(q).task_base
-        cursor = 0
-        while True:
-            cursor, keys = await ascan_slot(client.redis, base, cursor, base + "*", PAGE)
+        async for keys in atask_key_pages(client.redis, client.keys.queue(q), PAGE):
             tids = [str(k)[len(base) :] for k in keys]
             if tids:
                 async with client.redis.pipeline(transaction=False) as pipe:
@@ -123,8 +117,6 @@ async def acancel_many(
                             call = client._cancel_call(f"{q}:{tid}", reason or _reason())
                             await scripts.run(call, pipe)
                         total += _summary(await pipe.execute())
-            if int(cursor) == 0:
-                break
     return total
 
 

@@ -66,7 +66,7 @@ REGISTER_EVERY_S = 60.0
 
 def cancel_channel(keys: Keys) -> str:
     """Pub/sub channel on which workers hear cancel requests for running tasks."""
-    return f"{keys.prefix}:cancel"
+    return keys.cancel_channel
 
 
 def _unavailable(exc: Exception) -> RedisUnavailable:

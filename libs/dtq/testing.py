@@ -31,6 +31,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 
 import fakeredis
@@ -40,6 +41,7 @@ from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App
 from dtq.client import AsyncClient, Client
+from dtq.cluster import task_key_pages
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.keys import GROUP, Keys, make_task_id, split_task_id
@@ -142,7 +144,7 @@ class TestQueue:
         queues: list[str] = sorted(found)
         for q in queues:
             base = self.keys.queue(q).task_base
-            for key in self.redis.scan_iter(match=base + "*"):
+            for key in chain.from_iterable(task_key_pages(self.redis, self.keys.queue(q), 500)):
                 rec: dict[str, str] = self.redis.hgetall(key)  # type: ignore[assignment]
                 if rec and (name is None or rec.get("name") == name):
                     out.append(TaskInfo.from_record(make_task_id(q, key[len(base) :]), q, rec))

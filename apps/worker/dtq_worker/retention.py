@@ -67,7 +67,7 @@ class Retention:
 
     @property
     def lock_key(self) -> str:
-        return f"{self.w.keys.prefix}:lock:retention"
+        return self.w.keys.retention_lock
 
     async def maybe_run(self) -> RetentionReport | None:
         """Run a pass when one is due and this worker holds (or takes) the retention lease."""
@@ -163,7 +163,7 @@ class Retention:
         used by a client that had registered it before) is registered again."""
         w = self.w
         s = w.settings
-        pattern = f"{w.keys.prefix}:{{{w.keys.prefix}:*"
+        pattern = w.keys.every_queue_key_pattern
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)
         busy: set[str] = set()
@@ -198,12 +198,10 @@ class Retention:
     def _sort(
         self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
     ) -> None:
-        prefix = self.w.keys.prefix
-        head = f"{prefix}:{{{prefix}:"
-        close = key.find("}:", len(head))
-        if not key.startswith(head) or close < 0:
+        parts = self.w.keys.queue_key_parts(key)
+        if parts is None:
             return
-        queue, rest = key[len(head) : close], key[close + 2 :]
+        queue, rest = parts
         if rest == "sched" or _STREAM.fullmatch(rest):
             # A stream or schedule: forget_queues deletes these, so after it they mean new work
             # (finished records would not: they wait for their TTL).

@@ -30,7 +30,7 @@ class Scheduler:
         )
 
     def lock_key(self, queue: str) -> str:
-        return f"{self.w.keys.scheduler_lock}:{queue}"
+        return self.w.keys.scheduler_lock_of(queue)
 
     async def loop(self) -> None:
         w = self.w

@@ -34,10 +34,6 @@ class Conflict(DtqError):
         self.status = status
 
 
-def glob_escape(s: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
-
-
 def check_queue_name(name: str) -> None:
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
