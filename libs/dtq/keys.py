@@ -18,15 +18,11 @@ import re
 import time
 from dataclasses import dataclass
 
-from dtq.errors import DtqError
+from dtq.errors import BadTaskId as BadTaskId  # its home was here; kept importable
 
 SCHEMA_VERSION = "1"
 GROUP = "workers"
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
-
-
-class BadTaskId(DtqError, ValueError):
-    """A string that is not a dtq task id."""
 
 
 # Random parts of task ids, drawn from the OS 256 at a time: one getrandom call per id cost

@@ -12,7 +12,6 @@ from dtq.admin.common import (
     HISTORY_SCAN,
     RETRYABLE,
     SCAN_BUDGET,
-    Conflict,
     check_listing,
     parse_cursor,
     position,
@@ -22,7 +21,7 @@ from dtq.admin.views import Event, Page, event_from
 from dtq.client import CANCEL_REASON
 from dtq.cluster import ascan_tasks, scan_step
 from dtq.declared import pending as pending_declared
-from dtq.errors import InvalidRequest, UnknownTask
+from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo
 
