@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 $(DEMO_STAMP): pyproject.toml
 	$(PY) -m venv $(DEMO_VENV)
-	$(DEMO_VENV)/bin/pip install -q -e ".[api]"
+	$(DEMO_VENV)/bin/pip install -q -e ".[api,testing]"
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)

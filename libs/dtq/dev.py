@@ -77,7 +77,13 @@ def redis_for_dev(say: Any) -> Iterator[str]:
             proc.wait(10)
             shutil.rmtree(tmp, ignore_errors=True)
         return
-    from fakeredis import TcpFakeServer
+    try:
+        from fakeredis import TcpFakeServer
+    except ImportError:  # the `testing` extra
+        raise DtqError(
+            "redis-server is not installed, nor is fakeredis: install redis-server, "
+            "or pip install 'dtq[testing]'"
+        ) from None
 
     say("redis-server is not installed: using an in-process fakeredis server instead")
     server = TcpFakeServer(("127.0.0.1", port), server_type="redis")

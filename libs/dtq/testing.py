@@ -34,7 +34,10 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
 
-import fakeredis
+try:
+    import fakeredis
+except ImportError as exc:  # the `testing` extra: not every user of dtq needs it
+    raise ImportError("dtq.testing needs fakeredis: pip install 'dtq[testing]'") from exc
 
 from dtq import codec
 from dtq import scripts as sc
