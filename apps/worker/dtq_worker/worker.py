@@ -29,10 +29,11 @@ from dtq.connection import async_redis, default_url_warning, display_url
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
+from dtq.retrypolicy import retry_delay_ms
 from dtq.settings import Settings
 from dtq_worker import poolchild
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
-from dtq_worker.executor import Executor, retry_delay_ms
+from dtq_worker.executor import Executor
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
 from dtq_worker.health import HealthServer, loop_answers
@@ -674,7 +675,7 @@ class Worker:
                 events_maxlen=s.events_maxlen,
                 ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
                 max_interruptions=s.max_interruptions,
-                retry_delay_ms=retry_delay_ms(self, 0),
+                retry_delay_ms=retry_delay_ms(self.settings, 0),
                 started=started,
             )
             while True:
