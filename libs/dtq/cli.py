@@ -78,8 +78,8 @@ def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
     # Hand-written on purpose: tabulate(tablefmt="plain", disable_numparse=True) prints the same
-    # columns but takes 2.5x as long (tools/bench_handwritten.py, 50 rows: 540 us vs 210 us)
-    # and would be a dependency of every SDK install for these six lines.
+    # columns more slowly (docs/performance.md, "Hand-written code") and would be a dependency
+    # of every SDK install for these six lines.
     if not rows:
         _echo("(none)")
         return

@@ -45,8 +45,8 @@ def _random_part() -> str:
 def new_tid() -> str:
     """A time-ordered 28-hex-digit id: 12 digits of milliseconds, 16 random."""
     # Hand-written on purpose: python-ulid gives this format as ULID().hex[:28] (48 bits of
-    # milliseconds, then random) but takes 1.7 us per id against 0.44 us here, once per
-    # enqueued task (tools/bench_handwritten.py); the stdlib's uuid7 is Python 3.14+.
+    # milliseconds, then random) at several times the cost, paid once per enqueued task
+    # (docs/performance.md, "Hand-written code"); the stdlib's uuid7 is Python 3.14+.
     return f"{int(time.time() * 1000):012x}{_random_part()}"
 
 
