@@ -12,7 +12,15 @@ import dataclasses
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from functools import partial
@@ -44,6 +52,8 @@ if TYPE_CHECKING:
     from dtq.cancellation import CancelSummary
 
 T = TypeVar("T")
+Steps = Generator[Any, Any, T]
+"""A request written once for both clients: it yields its I/O steps (see _Base._get_steps)."""
 P = ParamSpec("P")
 R = TypeVar("R")
 _STATUS = {s.value: s for s in TaskStatus}
@@ -141,6 +151,19 @@ class _Base:
             opts = {k: v for k, v in item.items() if k not in ("name", "args", "kwargs")}
             reqs.append(self._request(item["name"], item.get("args"), item.get("kwargs"), opts))
         return reqs
+
+    def _built(
+        self,
+        name: str,
+        args: Any,
+        kwargs: Mapping[str, Any] | None,
+        defaults: TaskDefaults | None,
+        options: dict[str, Any],
+    ) -> tuple[str, sc.NewTask]:
+        """One enqueue's task, built from ``enqueue``'s options (build_task's keywords)."""
+        if "headers" in options:  # build_task's, set by middleware only: not an option
+            raise TypeError("enqueue() got an unexpected keyword argument 'headers'")
+        return build_task(self.settings, name, args, kwargs, defaults=defaults, **options)
 
     def _build(
         self, req: EnqueueRequest, defaults: TaskDefaults | None = None
@@ -306,6 +329,60 @@ class _Base:
         q, tid = split_task_id(step_id)
         return wf.tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
 
+    # --- requests shared by both clients: generators of their I/O steps ----------------------
+    # Each yields a step (a script call, or a function of the Redis client whose value, awaited
+    # on an AsyncClient, is the reply) and is sent the step's reply; each client's ``_drive``
+    # does the I/O. So a request is written once and the twins differ only in I/O.
+
+    def _get_steps(self, task_id: str) -> Steps[TaskInfo]:
+        if is_flow_id(task_id):
+            fkey, _ = self._flow_keys(task_id)
+            rec = yield lambda r: r.hgetall(fkey)
+            statuses: list[Any] = []
+            if rec:
+                step_keys = self._step_keys(rec)
+
+                def statuses_of(r: Any) -> Any:
+                    pipe = r.pipeline(transaction=False)
+                    for k in step_keys:
+                        pipe.hmget(k, "status", "name")
+                    return pipe.execute()
+
+                statuses = yield statuses_of
+            return self._flow_info(task_id, rec, statuses)
+        queue, tid = split_task_id(task_id)
+        qk = self.keys.queue(queue)
+        rec = yield lambda r: r.hgetall(qk.task(tid))
+        decl = None
+        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
+            decl = yield lambda r: r.hget(qk.decl, rec.get("name", ""))
+        return self._info(task_id, rec, decl)
+
+    def _cancel_steps(self, task_id: str, reason: str) -> Steps[bool]:
+        if is_flow_id(task_id):
+            raw = yield self._flow_cancel_call(task_id, reason)  # (one nonce for its re-sends)
+            if not raw or not raw[0]:
+                raise UnknownTask(f"no workflow {task_id}")
+            for step in raw[1:]:
+                res = sc.parse_cancel((yield self._cancel_call(step, reason)))
+                if res.outcome == "missing":  # on its way to its queue: it never runs
+                    yield self._tomb_call(step, reason)
+            return bool(raw[0] in ("running", "failed"))
+        res = sc.parse_cancel((yield self._cancel_call(task_id, reason)))
+        if res.outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        return res.outcome in ("cancelled", "requested")
+
+    def _workflow_steps(self, p: wf.Plan, call: sc.Call, away: list[tuple[str, str]]) -> Steps[Any]:
+        new = self._unregistered({s.queue for s in p.steps})
+        if new:
+            yield lambda r: r.sadd(self.keys.queues, *new)
+            self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
+        raw = yield call
+        for c in self._put_calls(away):  # noqa: UP028 (yield from a list cannot take replies)
+            yield c
+        return raw
+
     @staticmethod
     def _outcome(info: TaskInfo) -> Any:
         if info.status == TaskStatus.SUCCEEDED:
@@ -409,33 +486,16 @@ class AsyncClient(_Base):
         kwargs: Mapping[str, Any] | None = None,
         *,
         defaults: TaskDefaults | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        delay: float | timedelta | None = None,
-        eta: datetime | str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        idempotency_key: str | None = None,
-        expires: float | timedelta | datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        unique: bool | None = None,
+        **options: Any,
     ) -> TaskHandle:
-        """Enqueue one task; one round trip. Returns its handle (``.id``)."""
+        """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
+        build_task's (the enqueue overload above lists them for callers)."""
         mw = self._mw()
         d = defaults or self._defaults(name)
         if mw is None:
-            q, task = build_task(
-                self.settings, name, args, kwargs, defaults=d, queue=queue,
-                priority=priority, delay=delay, eta=eta, max_retries=max_retries,
-                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
-            )  # fmt: skip
+            q, task = self._built(name, args, kwargs, d, options)
         else:
-            req = self._request(name, args, kwargs, dict(
-                queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
-                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
-            ), d)  # fmt: skip
+            req = self._request(name, args, kwargs, options, d)
             await before_enqueue_async(mw, req)
             q, task = self._build(req, d)
         call = self._single(q, task)
@@ -511,43 +571,25 @@ class AsyncClient(_Base):
             for req in reqs:
                 await before_enqueue_async(mw, req)
         p, call, away = self._flow_plan(flow, reqs)
+        return self._flow_handle(p, await self._drive(self._workflow_steps(p, call, away)))
 
-        async def go() -> Any:
-            queues = {s.queue for s in p.steps}
-            new = self._unregistered(queues)
-            if new:
-                await self.redis.sadd(self.keys.queues, *new)
-                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
-            raw = await self._scripts.run(call)
-            for c in self._put_calls(away):
-                await self._scripts.run(c)
-            return raw
-
-        return self._flow_handle(p, await self._io(go))
-
-    async def _get_flow(self, task_id: str) -> TaskInfo:
-        fkey, _ = self._flow_keys(task_id)
-        rec: Any = await self._io(lambda: self.redis.hgetall(fkey))
-        statuses: list[Any] = []
-        if rec:
-            pipe = self.redis.pipeline(transaction=False)
-            for k in self._step_keys(rec):
-                pipe.hmget(k, "status", "name")
-            statuses = await self._io(pipe.execute)
-        return self._flow_info(task_id, rec, statuses)
+    async def _drive(self, steps: Steps[T]) -> T:
+        """Do a shared request's I/O (see _Base._get_steps)."""
+        reply: Any = None
+        try:
+            while True:
+                step = steps.send(reply)
+                if isinstance(step, sc.Call):
+                    reply = await self._io(partial(self._scripts.run, step))
+                else:
+                    reply = await self._io(partial(step, self.redis))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none. For a
         workflow id: the flow's status, result or error, and its ``steps`` and ``tree``."""
-        if is_flow_id(task_id):
-            return await self._get_flow(task_id)
-        queue, tid = split_task_id(task_id)
-        qk = self.keys.queue(queue)
-        rec: Any = await self._io(lambda: self.redis.hgetall(qk.task(tid)))
-        decl: Any = None
-        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
-            decl = await self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
-        return self._info(task_id, rec, decl)
+        return await self._drive(self._get_steps(task_id))
 
     @overload
     async def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
@@ -591,24 +633,7 @@ class AsyncClient(_Base):
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task: True when it was cancelled or a running task was asked to stop.
         A workflow: its waiting steps never start, its started ones are cancelled as tasks."""
-        if is_flow_id(task_id):
-            fc = self._flow_cancel_call(task_id, reason)  # (one nonce for all its re-sends)
-            raw = await self._io(lambda: self._scripts.run(fc))
-            if not raw or not raw[0]:
-                raise UnknownTask(f"no workflow {task_id}")
-            for step in raw[1:]:
-                c = self._cancel_call(step, reason)
-                res = sc.parse_cancel(await self._io(lambda c=c: self._scripts.run(c)))  # type: ignore[misc]
-                if res.outcome == "missing":  # on its way to its queue: it never runs
-                    t = self._tomb_call(step, reason)
-                    await self._io(lambda t=t: self._scripts.run(t))  # type: ignore[misc]
-            return bool(raw[0] in ("running", "failed"))
-        call = self._cancel_call(task_id, reason)
-        raw = await self._io(lambda: self._scripts.run(call))
-        res = sc.parse_cancel(raw)
-        if res.outcome == "missing":
-            raise UnknownTask(f"no task {task_id}")
-        return res.outcome in ("cancelled", "requested")
+        return await self._drive(self._cancel_steps(task_id, reason))
 
     async def cancel_many(
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
@@ -698,33 +723,16 @@ class Client(_Base):
         kwargs: Mapping[str, Any] | None = None,
         *,
         defaults: TaskDefaults | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        delay: float | timedelta | None = None,
-        eta: datetime | str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        idempotency_key: str | None = None,
-        expires: float | timedelta | datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        unique: bool | None = None,
+        **options: Any,
     ) -> TaskHandle:
-        """Enqueue one task; one round trip. Returns its handle (``.id``)."""
+        """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
+        build_task's (the enqueue overload above lists them for callers)."""
         mw = self._mw()
         d = defaults or self._defaults(name)
         if mw is None:
-            q, task = build_task(
-                self.settings, name, args, kwargs, defaults=d, queue=queue,
-                priority=priority, delay=delay, eta=eta, max_retries=max_retries,
-                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
-            )  # fmt: skip
+            q, task = self._built(name, args, kwargs, d, options)
         else:
-            req = self._request(name, args, kwargs, dict(
-                queue=queue, priority=priority, delay=delay, eta=eta, max_retries=max_retries,
-                timeout=timeout, idempotency_key=idempotency_key, expires=expires,
-                metadata=metadata, unique=unique,
-            ), d)  # fmt: skip
+            req = self._request(name, args, kwargs, options, d)
             before_enqueue_sync(mw, req)
             q, task = self._build(req, d)
         call = self._single(q, task)
@@ -789,45 +797,25 @@ class Client(_Base):
             for req in reqs:
                 before_enqueue_sync(mw, req)
         p, call, away = self._flow_plan(flow, reqs)
+        return self._flow_handle(p, self._drive(self._workflow_steps(p, call, away)))
 
-        def go() -> Any:
-            queues = {s.queue for s in p.steps}
-            new = self._unregistered(queues)
-            if new:
-                self.redis.sadd(self.keys.queues, *new)
-                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
-            raw = self._scripts.run(call)
-            for c in self._put_calls(away):
-                self._scripts.run(c)
-            return raw
-
-        return self._flow_handle(p, self._io(go))
-
-    def _get_flow(self, task_id: str) -> TaskInfo:
-        fkey, _ = self._flow_keys(task_id)
-        rec: Any = self._io(lambda: self.redis.hgetall(fkey))
-        statuses: list[Any] = []
-        if rec:
-            pipe = self.redis.pipeline(transaction=False)
-            for k in self._step_keys(rec):
-                pipe.hmget(k, "status", "name")
-            statuses = self._io(pipe.execute)
-        return self._flow_info(task_id, rec, statuses)
+    def _drive(self, steps: Steps[T]) -> T:
+        """Do a shared request's I/O (see _Base._get_steps)."""
+        reply: Any = None
+        try:
+            while True:
+                step = steps.send(reply)
+                if isinstance(step, sc.Call):
+                    reply = self._io(partial(self._scripts.run, step))
+                else:
+                    reply = self._io(partial(step, self.redis))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none (a workflow:
         see :meth:`AsyncClient.get`)."""
-        if is_flow_id(task_id):
-            return self._get_flow(task_id)
-        queue, tid = split_task_id(task_id)
-        qk = self.keys.queue(queue)
-        rec: dict[str, str] = self._io(
-            lambda: self.redis.hgetall(qk.task(tid))  # type: ignore[arg-type,return-value]
-        )
-        decl = None
-        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
-            decl = self._io(lambda: self.redis.hget(qk.decl, rec.get("name", "")))
-        return self._info(task_id, rec, decl)  # type: ignore[arg-type]
+        return self._drive(self._get_steps(task_id))
 
     @overload
     def result(self, task_id: TaskHandle[R], timeout: float | None = None) -> R: ...
@@ -864,23 +852,7 @@ class Client(_Base):
 
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""
-        if is_flow_id(task_id):
-            fc = self._flow_cancel_call(task_id, reason)  # (one nonce for all its re-sends)
-            raw = self._io(lambda: self._scripts.run(fc))
-            if not raw or not raw[0]:
-                raise UnknownTask(f"no workflow {task_id}")
-            for step in raw[1:]:
-                c = self._cancel_call(step, reason)
-                res = sc.parse_cancel(self._io(lambda c=c: self._scripts.run(c)))  # type: ignore[misc]
-                if res.outcome == "missing":  # on its way to its queue: it never runs
-                    t = self._tomb_call(step, reason)
-                    self._io(lambda t=t: self._scripts.run(t))  # type: ignore[misc]
-            return bool(raw[0] in ("running", "failed"))
-        call = self._cancel_call(task_id, reason)
-        res = sc.parse_cancel(self._io(lambda: self._scripts.run(call)))
-        if res.outcome == "missing":
-            raise UnknownTask(f"no task {task_id}")
-        return res.outcome in ("cancelled", "requested")
+        return self._drive(self._cancel_steps(task_id, reason))
 
     def cancel_many(
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
