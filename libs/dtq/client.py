@@ -32,6 +32,7 @@ import redis.asyncio as aredis
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App, Task
+from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, sync_redis
 from dtq.declared import pending as pending_declared
 from dtq.errors import (
@@ -42,7 +43,7 @@ from dtq.errors import (
     UnknownTask,
 )
 from dtq.eviction import is_oom, out_of_memory_message
-from dtq.keys import Keys, is_flow_id, split_task_id
+from dtq.keys import Keys, QueueKeys, is_flow_id, split_task_id
 from dtq.middleware import EnqueueRequest, Hooks, before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
@@ -54,6 +55,24 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Steps = Generator[Any, Any, T]
 """A request written once for both clients: it yields its I/O steps (see _Base._get_steps)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskScan:
+    """A step: one SCAN call over a queue's task records (dtq.cluster.scan_tasks)."""
+
+    qk: QueueKeys
+    cursor: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pipelined:
+    """A step: script calls sent in one pipeline; the reply is theirs, in order."""
+
+    calls: list[sc.Call]
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 _STATUS = {s.value: s for s in TaskStatus}
@@ -330,9 +349,10 @@ class _Base:
         return wf.tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
 
     # --- requests shared by both clients: generators of their I/O steps ----------------------
-    # Each yields a step (a script call, or a function of the Redis client whose value, awaited
-    # on an AsyncClient, is the reply) and is sent the step's reply; each client's ``_drive``
-    # does the I/O. So a request is written once and the twins differ only in I/O.
+    # Each yields a step (a script call, a TaskScan, Pipelined script calls, or a function of
+    # the Redis client whose value, awaited on an AsyncClient, is the reply) and is sent the
+    # step's reply; each client's ``_drive`` does the I/O. So a request is written once and the
+    # twins differ only in I/O.
 
     def _get_steps(self, task_id: str) -> Steps[TaskInfo]:
         if is_flow_id(task_id):
@@ -578,13 +598,21 @@ class AsyncClient(_Base):
         reply: Any = None
         try:
             while True:
-                step = steps.send(reply)
-                if isinstance(step, sc.Call):
-                    reply = await self._io(partial(self._scripts.run, step))
-                else:
-                    reply = await self._io(partial(step, self.redis))
+                reply = await self._io(partial(self._step, steps.send(reply)))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    async def _step(self, step: Any) -> Any:
+        if isinstance(step, sc.Call):
+            return await self._scripts.run(step)
+        if isinstance(step, TaskScan):
+            return await ascan_tasks(self.redis, step.qk, step.cursor, step.count)
+        if isinstance(step, Pipelined):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for call in step.calls:
+                    await self._scripts.run(call, pipe)
+                return await pipe.execute()
+        return await step(self.redis)
 
     async def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none. For a
@@ -804,13 +832,21 @@ class Client(_Base):
         reply: Any = None
         try:
             while True:
-                step = steps.send(reply)
-                if isinstance(step, sc.Call):
-                    reply = self._io(partial(self._scripts.run, step))
-                else:
-                    reply = self._io(partial(step, self.redis))
+                reply = self._io(partial(self._step, steps.send(reply)))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    def _step(self, step: Any) -> Any:
+        if isinstance(step, sc.Call):
+            return self._scripts.run(step)
+        if isinstance(step, TaskScan):
+            return scan_tasks(self.redis, step.qk, step.cursor, step.count)
+        if isinstance(step, Pipelined):
+            with self.redis.pipeline(transaction=False) as pipe:
+                for call in step.calls:
+                    self._scripts.run(call, pipe)
+                return pipe.execute()
+        return step(self.redis)
 
     def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none (a workflow:

@@ -10,7 +10,7 @@ may on one server for keys changed during it: the callers already take that.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from dtq.connection import is_cluster
@@ -84,16 +84,6 @@ def task_key_pages(client: Any, qk: QueueKeys, count: int) -> Iterator[list[Any]
     cursor = 0
     while True:
         cursor, keys = scan_tasks(client, qk, cursor, count)
-        yield keys
-        if cursor == 0:
-            return
-
-
-async def atask_key_pages(client: Any, qk: QueueKeys, count: int) -> AsyncIterator[list[Any]]:
-    """:func:`task_key_pages` for an asyncio client."""
-    cursor = 0
-    while True:
-        cursor, keys = await ascan_tasks(client, qk, cursor, count)
         yield keys
         if cursor == 0:
             return
