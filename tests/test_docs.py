@@ -18,7 +18,7 @@ def test_readme_settings_table_is_current() -> None:
 def test_design_key_table_is_the_one_keys_py_builds() -> None:
     text = key_table.DESIGN.read_text()
     assert key_table.START in text
-    assert key_table.rewrite(text) == text, "run: .venv/bin/python tools/key_table.py"
+    assert key_table.rewrite(text) == text, "run: .venv/bin/python -m tools.key_table"
 
 
 def test_every_lua_script_has_a_header() -> None:

@@ -1,15 +1,15 @@
 """Render docs/design.md's key table from dtq.keys.layout (the keys as dtq.keys builds them).
 
-`python tools/key_table.py` rewrites the table between the markers in docs/design.md;
+`python -m tools.key_table` rewrites the table between the markers in docs/design.md;
 tests/test_docs.py fails when the page is out of date.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from dtq.keys import layout
+from tools.settings_table import replace_between
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 START, END = "<!-- key-table:start -->", "<!-- key-table:end -->"
@@ -22,8 +22,7 @@ def render() -> str:
 
 
 def rewrite(text: str) -> str:
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    return pattern.sub(lambda _m: f"{START}\n{render()}\n{END}", text)
+    return replace_between(text, START, END, render())
 
 
 if __name__ == "__main__":
