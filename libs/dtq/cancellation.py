@@ -14,7 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.client import Pipelined, Steps, TaskScan
+from dtq.clientbase import Pipelined, Steps, TaskScan
 from dtq.errors import InvalidRequest
 
 if TYPE_CHECKING:
