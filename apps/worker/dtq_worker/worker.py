@@ -91,9 +91,10 @@ class Worker:
             socket_timeout=timeout + 2,
             socket_connect_timeout=min(timeout, 5.0),
         )
-        sc.hiredis_packing(self.redis)  # the batched script calls are long: see scripts.py
-        sc.hiredis_packing(self.blocking)  # the idle XREAD names every band of every queue
-        self.scripts = sc.AsyncScripts(self.redis)
+        lane = settings.fast_lane
+        sc.hiredis_packing(self.redis, fast_lane=lane)  # the batched script calls are long
+        sc.hiredis_packing(self.blocking, fast_lane=lane)  # the idle XREAD names every band
+        self.scripts = sc.AsyncScripts(self.redis, fast_lane=lane)
         self.metrics = WorkerMetrics(self.worker_id)
         # What every loop reads (identity, settings, Redis, metrics, stopping): env.py.
         self.env = env = WorkerEnv(
