@@ -1,4 +1,4 @@
-"""The benchmark suite (dtq.benchmark): a tiny end-to-end run, and the report's arithmetic.
+"""The benchmark suite (bench/dtq_bench): a tiny end-to-end run, and the report's arithmetic.
 
 No timing is asserted: the point is that `make bench` / `dtq bench` works and writes its files.
 """
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dtq.benchmark import main, report
+from dtq_bench import report
+from dtq_bench.suite import main
 
 
 def test_median_record_ignores_failed_runs_and_keeps_ranges() -> None:

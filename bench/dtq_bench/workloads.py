@@ -2,12 +2,11 @@
 
 Every workload flushes the server first. Workers are real ``python -m dtq_worker`` processes;
 the runner enqueues with the SDK and watches the same counters the peers' runner watches
-(``bench:done`` / ``bench:lat``, see :mod:`dtq.benchmark.tasks`).
+(``bench:done`` / ``bench:lat``, see :mod:`dtq_bench.tasks`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
@@ -20,25 +19,21 @@ from typing import Any
 
 import redis
 
-from dtq.benchmark.server import BenchRedis
-from dtq.benchmark.tasks import DONE_KEY, LAT_KEY
 from dtq.client import Client
 from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq_bench.server import BenchRedis
+from dtq_bench.shared import DONE_KEY, LAT_KEY, pct
 
-APP = "dtq.benchmark.tasks:app"
+APP = "dtq_bench.tasks:app"
+# On the workers' PYTHONPATH: the suite is not installed, it runs from the checkout's bench/.
+BENCH_DIR = Path(__file__).resolve().parents[1]
 PREFIX = "bench"
 RAW_STREAM = "bench:raw-xadd"
 QUEUE = "bench"
 CHUNK = 1000
 POLL_S = 0.002
 Result = dict[str, Any]
-
-
-def pct(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile (the same definition as the peers' runner)."""
-    idx = max(0, math.ceil(p / 100.0 * len(sorted_values)) - 1)
-    return round(sorted_values[idx], 3)
 
 
 class Workers:
@@ -64,6 +59,7 @@ class Workers:
             DTQ_WORKER_CONCURRENCY=str(concurrency),
             DTQ_WORKER_PREFETCH=str(self.prefetch),
             DTQ_LOG_LEVEL=log_level,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")])),
         )
         self.env = env
         self.n = procs

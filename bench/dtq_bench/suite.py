@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq.benchmark import ceiling, flowcost, report
-from dtq.benchmark.peers import LIBS, Peers, repo_root
-from dtq.benchmark.server import BenchRedis
-from dtq.benchmark.workloads import DtqBench
+from dtq_bench import ceiling, flowcost, report
+from dtq_bench.peers import LIBS, VARIANTS, Peers, repo_root
+from dtq_bench.server import BenchRedis
+from dtq_bench.workloads import DtqBench
 
 ALL = "ABCDEFGW"
 
@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-setup-peers",
         action="store_true",
         help="do not run bench/setup_peers.sh when the peers' virtualenv is missing",
+    )
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="also run the peers' alternative settings (rows 'lib:variant'; A and C)",
     )
     p.add_argument("--peer-timeout", type=float, default=600.0, help="seconds per peer run")
     p.add_argument("--n-a", type=int, help="A: tasks (default 20000)")
@@ -210,7 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (lib, w) in caps:
                 opts["n"] = min(int(opts.get("n") or caps[(lib, w)]), caps[(lib, w)])
             srv.flush()
-            record(key or w, lib, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
+            row = f"{lib}:{opts['variant']}" if opts.get("variant") else lib
+            record(key or w, row, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
+
+        def variants(w: str, **opts: Any) -> None:
+            for lib, variant, vw in VARIANTS if args.variants else ():
+                if lib in libs and vw == w:
+                    peer(w, lib, variant=variant, **opts)
 
         for rep in range(reps):
             say(f"--- repetition {rep + 1}/{reps}")
@@ -237,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for lib in libs:
                     peer("A", lib, n=sz["A"], concurrency=32, procs=1)
                     peer("A", lib, key="A2", n=sz["A"], concurrency=32, procs=2)
+                variants("A", n=sz["A"], concurrency=32, procs=1)
             if "B" in wanted:
                 record("B", "dtq", guard(lambda: b.enqueue_rate(sz["B"])))
                 for lib in libs:
@@ -245,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record("C", "dtq", guard(lambda: b.pickup_latency(sz["C"])))
                 for lib in libs:
                     peer("C", lib, n=sz["C"], interval_ms=5)
+                variants("C", n=sz["C"], interval_ms=5)
             if "D" in wanted:
                 record("D", "dtq", guard(lambda: b.io_bound(sz["D"])))
                 for lib in libs:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq.benchmark import flowcost
+from dtq_bench import flowcost
 
 Rec = dict[str, Any]
 DTQ = "dtq"
