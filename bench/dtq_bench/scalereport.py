@@ -1,0 +1,178 @@
+"""Workload S in the report: the cost table, the CPU split per row, the projection to 10k, 100k
+and 1M tasks/s, and its targets (docs/performance.md, "Scale")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+Rec = dict[str, Any]
+# Each Redis shard and each worker process is planned at this share of one core: the headroom
+# for bursts, the reaper and scheduler loops, and a neighbour on the same host.
+PLAN_BUSY = 0.7
+RATES = (10_000, 100_000, 1_000_000)
+TARGET_US = 25.0
+LABELS = {
+    "server p1": "1 redis-server, 1 worker process",
+    "server p2": "1 redis-server, dtq-worker --processes 2",
+    "cluster1 p2": "cluster of 1 master, --processes 2 (3 queues)",
+    "cluster3 p2": "cluster of 3 masters, --processes 2 (3 queues, 1 per shard)",
+}
+
+
+def _num(rec: Rec | None, key: str) -> float | None:
+    v = (rec or {}).get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _nodes(rec: Rec, key: str) -> list[float]:
+    v = rec.get(key)
+    return [float(x) for x in v] if isinstance(v, list) and v else []
+
+
+def projection(s: dict[str, Rec]) -> tuple[list[Rec], str]:
+    """Shards, worker processes and client cores for each rate in :data:`RATES`, from the
+    per-task costs measured (and the method, as one sentence)."""
+    cost = s.get("cost") or {}
+    enq = _num(cost, "enqueue_single_redis_us")
+    c3 = s.get("cluster3 p2") or {}
+    run = _num(c3, "window_redis_cpu_us_per_task") or _num(cost, "run_after_single_redis_us")
+    worker = _num(c3, "window_worker_cpu_us_per_task") or _num(
+        cost, "run_after_single_worker_cpu_us"
+    )
+    client = _num(cost, "enqueue_single_client_us")
+    net = (_num(cost, "enqueue_single_net_bytes") or 0) + (
+        _num(cost, "run_after_single_net_bytes") or 0
+    )
+    if enq is None or run is None or worker is None:
+        return [], ""
+    redis_us = enq + run
+    per_queue = PLAN_BUSY * 1e6 / redis_us
+    out = []
+    for rate in RATES:
+        out.append(
+            {
+                "rate": rate,
+                "shards": math.ceil(rate * redis_us / (PLAN_BUSY * 1e6)),
+                "worker_processes": math.ceil(rate * worker / (PLAN_BUSY * 1e6)),
+                "client_cores": math.ceil(rate * (client or 0) / (PLAN_BUSY * 1e6)),
+                "queues_at_least": math.ceil(rate / per_queue),
+                "net_mb_s": round(rate * net / 1e6, 1),
+            }
+        )
+    method = (
+        f"Redis {redis_us:.1f} µs/task (single enqueue {enq:.1f} + run {run:.1f} on the "
+        f"3-shard cluster), worker {worker:.1f} µs/task, client {client or 0:.1f} µs per single "
+        f"enqueue, {net:.0f} bytes/task on the wire; each shard and process planned at "
+        f"{PLAN_BUSY:.0%} of a core. One queue lives in one slot, so one queue tops out at "
+        f"~{per_queue:,.0f} tasks/s (its shard is busy): the first limit."
+    )
+    return out, method
+
+
+def markdown(s: dict[str, Rec], a2: dict[str, Rec], fmt: Callable[[Any], str]) -> list[str]:
+    lines = [
+        "## S: scale (dtq)",
+        "",
+        "Redis CPU from the server's own counters (INFO cpu, used_cpu_user + used_cpu_sys, "
+        "deltas over each phase); S's data lives on servers of its own, the done counters on "
+        "the suite's server, so these are dtq's alone.",
+        "",
+    ]
+    cost = s.get("cost")
+    if cost and not cost.get("errors"):
+        lines += [
+            "| no-op task, enqueued | Redis µs enqueue | Redis µs run | **Redis µs total** | "
+            "client µs enqueue | worker µs run | bytes enqueue + run | enqueues/s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for how in ("single", "bulk"):
+            lines.append(
+                f"| {how} | {fmt(cost.get(f'enqueue_{how}_redis_us'))} | "
+                f"{fmt(cost.get(f'run_after_{how}_redis_us'))} | "
+                f"**{fmt(cost.get(f'total_{how}_redis_us'))}** | "
+                f"{fmt(cost.get(f'enqueue_{how}_client_us'))} | "
+                f"{fmt(cost.get(f'run_after_{how}_worker_cpu_us'))} | "
+                f"{fmt(cost.get(f'enqueue_{how}_net_bytes'))} + "
+                f"{fmt(cost.get(f'run_after_{how}_net_bytes'))} | "
+                f"{fmt(cost.get(f'{how}_per_s'))} |"
+            )
+        lines.append("")
+    elif cost:
+        lines += ["cost: error: " + "; ".join(cost.get("errors", []))[:300], ""]
+    rows = [(k, r) for k, r in s.items() if k != "cost"]
+    if rows:
+        lines += [
+            "Steady window of each run (from 20% of the tasks done to the last): tasks/s, CPU "
+            "µs per task and cores busy, for the workers (pool parent and children) and each "
+            "Redis node; tasks/s per busy core = tasks/s over all the cores those processes "
+            "kept busy.",
+            "",
+            "| row | tasks/s | worker µs/task | worker cores | Redis µs/task (per node) | "
+            "Redis cores (per node) | tasks/s per busy core |",
+            "|---|---:|---:|---:|---|---|---:|",
+        ]
+        for key, r in rows:
+            if r.get("errors") and not r.get("ok_runs"):
+                lines.append(f"| {key} | error: {'; '.join(r['errors'])[:150]} | | | | | |")
+                continue
+            rate = _num(r, "window_tasks_per_s")
+            wc = _num(r, "window_worker_cores")
+            rc = _nodes(r, "window_redis_cores_by_node")
+            per_core = rate / (wc + sum(rc)) if rate and wc is not None and wc + sum(rc) else None
+            ru = _nodes(r, "window_redis_cpu_us_per_task_by_node")
+            lines.append(
+                f"| {LABELS.get(key, key)} | {fmt(rate)} | "
+                f"{fmt(_num(r, 'window_worker_cpu_us_per_task'))} | {fmt(wc)} | "
+                f"{fmt(_num(r, 'window_redis_cpu_us_per_task'))}"
+                + (f" ({' / '.join(fmt(x) for x in ru)})" if len(ru) > 1 else "")
+                + f" | {' / '.join(fmt(x) for x in rc) or '-'} | {fmt(per_core)} |"
+            )
+        lines.append("")
+    for metric, what in (
+        ("tasks_per_s", "worker start to last completion"),
+        ("steady_tasks_per_s", "first completion to last"),
+    ):
+        dtq2 = _num(a2.get("dtq"), metric)
+        peers = [(lib, _num(r, metric)) for lib, r in a2.items() if not lib.startswith("dtq")]
+        best = max(((lib, v) for lib, v in peers if v), key=lambda x: x[1], default=None)
+        if dtq2 is not None and best:
+            lines += [
+                f"A2, {what}: dtq on one server at `--processes 2` {dtq2:,.0f} tasks/s; the "
+                f"fastest peer at 2 processes, {best[0]}, {best[1]:,.0f} tasks/s = "
+                f"{dtq2 / best[1]:.2f}x (same harness).",
+                "",
+            ]
+    proj, method = projection(s)
+    if proj:
+        lines += [
+            "Projection (planning figures from the costs above, not measured at these rates): "
+            + method,
+            "",
+            "| tasks/s | Redis shards | worker processes | client cores (single enqueue) | "
+            "queues at least | network MB/s (all shards) |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for p in proj:
+            lines.append(
+                f"| {p['rate']:,} | {p['shards']:,} | {p['worker_processes']:,} | "
+                f"{p['client_cores']:,} | {p['queues_at_least']:,} | {fmt(p['net_mb_s'])} |"
+            )
+        lines.append("")
+    return lines
+
+
+def targets(s: dict[str, Rec], add: Callable[[str, str, str, bool | None], None]) -> None:
+    cost = s.get("cost") or {}
+    for how in ("single", "bulk"):
+        total = _num(cost, f"total_{how}_redis_us")
+        if total is not None:
+            add(
+                f"S-cpu-{how}",
+                f"<= {TARGET_US:g} µs Redis CPU per enqueued-and-completed no-op task "
+                f"({how} enqueue + run)",
+                f"{_num(cost, f'enqueue_{how}_redis_us') or 0:.1f} + "
+                f"{_num(cost, f'run_after_{how}_redis_us') or 0:.1f} = {total:.1f} µs",
+                total <= TARGET_US,
+            )
