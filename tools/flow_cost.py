@@ -5,7 +5,7 @@ bench`` reports them in build/bench/results.md). This tool runs them on its own 
 REPS times, and adds the same plain tasks with the Lua scripts as they were before workflows
 were merged (``git show BEFORE:lua/...``), to show what the flow branch costs a plain task.
 
-    .venv/bin/python -m tools.flow_cost [N] [REPS]
+    PYTHONPATH=bench .venv/bin/python -m tools.flow_cost [N] [REPS]
 """
 
 from __future__ import annotations

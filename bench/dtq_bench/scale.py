@@ -87,23 +87,33 @@ class ScaleBench:
 
     # --- rows ------------------------------------------------------------------------------
 
-    def cost(self, n: int) -> Result:
-        """Redis CPU per no-op task: single and bulk enqueue, and each batch's run."""
-        b = self.bench(self.server)
+    def cost(self, n: int, *, cluster: bool = False) -> Result:
+        """Redis CPU per no-op task: single and bulk enqueue, and each batch's run by one
+        worker process; on the suite's own server, or (``cluster``) on the 3-master cluster
+        with the tasks spread over its 3 queues."""
+        if cluster:
+            b = self.bench(self.c3, tuple(queues_per_shard(PREFIX, SHARDED_QUEUES)))
+        else:
+            b = self.bench(self.server)
+        qs = b.queues
         out: dict[str, Result] = {}
         m: dict[str, dict[str, float]] = {}
         for how in ("single", "bulk"):
             b.flush()
             with b.client() as c:
-                c.enqueue("noop", queue=QUEUE)  # loads the script, registers the queue
+                for q in qs:
+                    c.enqueue("noop", queue=q)  # loads the script, registers the queue
                 if how == "single":
-                    m[how] = _measure(b, lambda: [c.enqueue("noop", queue=QUEUE) for _ in range(n)])
+                    m[how] = _measure(
+                        b, lambda: [c.enqueue("noop", queue=qs[i % len(qs)]) for i in range(n)]
+                    )
                 else:
                     m[how] = _measure(b, lambda: b.fill(c, "noop", n))
-            m["run_" + how] = _measure(b, functools.partial(_drain_into, b, n + 1, out, how))
+            m["run_" + how] = _measure(b, functools.partial(_drain_into, b, n + len(qs), out, how))
         b.flush()
-        per, per_run = 1e6 / n, 1e6 / (n + 1)
-        res: Result = {"n": n, "setting": "1 redis-server; " + out["bulk"]["setting"]}
+        where = "3-master cluster, 3 queues" if cluster else "1 redis-server"
+        per, per_run = 1e6 / n, 1e6 / (n + len(qs))
+        res: Result = {"n": n, "setting": f"{where}; " + out["bulk"]["setting"]}
         for how in ("single", "bulk"):
             # The run's Redis CPU over its steady window (a worker's start-up is per worker,
             # not per task); the whole run's when the run was too short to have one.
@@ -117,7 +127,7 @@ class ScaleBench:
                 f"total_{how}_redis_us": round(enq + run, 2),
                 f"enqueue_{how}_client_us": round(m[how]["client"] * per, 2),
                 f"enqueue_{how}_net_bytes": round(m[how]["net"] / n, 1),
-                f"run_after_{how}_net_bytes": round(m["run_" + how]["net"] / (n + 1), 1),
+                f"run_after_{how}_net_bytes": round(m["run_" + how]["net"] / (n + len(qs)), 1),
                 f"{how}_per_s": round(n / m[how]["wall"], 1),
                 f"run_after_{how}_worker_cpu_us": out[how].get("window_worker_cpu_us_per_task"),
             }

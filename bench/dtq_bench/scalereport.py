@@ -33,17 +33,19 @@ def _nodes(rec: Rec, key: str) -> list[float]:
 
 def projection(s: dict[str, Rec]) -> tuple[list[Rec], str]:
     """Shards, worker processes and client cores for each rate in :data:`RATES`, from the
-    per-task costs measured (and the method, as one sentence)."""
-    cost = s.get("cost") or {}
-    enq = _num(cost, "enqueue_single_redis_us")
+    per-task costs measured on the 3-master cluster (on one server where the cluster rows
+    are missing), and the method as one paragraph."""
+    cost = s.get("cost cluster3") or s.get("cost") or {}
+    where = "3-master cluster" if s.get("cost cluster3") else "one server"
     c3 = s.get("cluster3 p2") or {}
+    enq = _num(cost, "enqueue_single_redis_us")
     run = _num(c3, "window_redis_cpu_us_per_task") or _num(cost, "run_after_single_redis_us")
     worker = _num(c3, "window_worker_cpu_us_per_task") or _num(
         cost, "run_after_single_worker_cpu_us"
     )
-    client = _num(cost, "enqueue_single_client_us")
-    net = (_num(cost, "enqueue_single_net_bytes") or 0) + (
-        _num(cost, "run_after_single_net_bytes") or 0
+    client = _num(cost, "enqueue_single_client_us") or 0.0
+    net = (_num(cost, "enqueue_single_net_bytes") or 0.0) + (
+        _num(cost, "run_after_single_net_bytes") or 0.0
     )
     if enq is None or run is None or worker is None:
         return [], ""
@@ -56,17 +58,17 @@ def projection(s: dict[str, Rec]) -> tuple[list[Rec], str]:
                 "rate": rate,
                 "shards": math.ceil(rate * redis_us / (PLAN_BUSY * 1e6)),
                 "worker_processes": math.ceil(rate * worker / (PLAN_BUSY * 1e6)),
-                "client_cores": math.ceil(rate * (client or 0) / (PLAN_BUSY * 1e6)),
+                "client_cores": math.ceil(rate * client / (PLAN_BUSY * 1e6)),
                 "queues_at_least": math.ceil(rate / per_queue),
                 "net_mb_s": round(rate * net / 1e6, 1),
             }
         )
     method = (
-        f"Redis {redis_us:.1f} µs/task (single enqueue {enq:.1f} + run {run:.1f} on the "
-        f"3-shard cluster), worker {worker:.1f} µs/task, client {client or 0:.1f} µs per single "
-        f"enqueue, {net:.0f} bytes/task on the wire; each shard and process planned at "
-        f"{PLAN_BUSY:.0%} of a core. One queue lives in one slot, so one queue tops out at "
-        f"~{per_queue:,.0f} tasks/s (its shard is busy): the first limit."
+        f"measured on the {where}: Redis {redis_us:.1f} µs/task (single enqueue {enq:.1f} + "
+        f"run {run:.1f}), worker {worker:.1f} µs/task (--processes 2), client {client:.1f} µs "
+        f"per single enqueue, {net:.0f} bytes/task on the wire; each shard, worker process and "
+        f"client core planned at {PLAN_BUSY:.0%} busy. One queue lives in one slot, so one "
+        f"queue tops out at ~{per_queue:,.0f} tasks/s (its shard is busy): the first limit."
     )
     return out, method
 
@@ -80,16 +82,19 @@ def markdown(s: dict[str, Rec], a2: dict[str, Rec], fmt: Callable[[Any], str]) -
         "the suite's server, so these are dtq's alone.",
         "",
     ]
-    cost = s.get("cost")
-    if cost and not cost.get("errors"):
+    costs = [(k, s[k]) for k in ("cost", "cost cluster3") if s.get(k)]
+    good = [(k, c) for k, c in costs if c.get("ok_runs")]
+    if good:
         lines += [
             "| no-op task, enqueued | Redis µs enqueue | Redis µs run | **Redis µs total** | "
             "client µs enqueue | worker µs run | bytes enqueue + run | enqueues/s |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
+    for key, cost in good:
+        where = "3-master cluster" if key.endswith("cluster3") else "one server"
         for how in ("single", "bulk"):
             lines.append(
-                f"| {how} | {fmt(cost.get(f'enqueue_{how}_redis_us'))} | "
+                f"| {how}, {where} | {fmt(cost.get(f'enqueue_{how}_redis_us'))} | "
                 f"{fmt(cost.get(f'run_after_{how}_redis_us'))} | "
                 f"**{fmt(cost.get(f'total_{how}_redis_us'))}** | "
                 f"{fmt(cost.get(f'enqueue_{how}_client_us'))} | "
@@ -98,10 +103,12 @@ def markdown(s: dict[str, Rec], a2: dict[str, Rec], fmt: Callable[[Any], str]) -
                 f"{fmt(cost.get(f'run_after_{how}_net_bytes'))} | "
                 f"{fmt(cost.get(f'{how}_per_s'))} |"
             )
+    if good:
         lines.append("")
-    elif cost:
-        lines += ["cost: error: " + "; ".join(cost.get("errors", []))[:300], ""]
-    rows = [(k, r) for k, r in s.items() if k != "cost"]
+    for key, cost in costs:
+        if cost.get("errors"):
+            lines += [f"{key}: error: " + "; ".join(cost["errors"])[:300], ""]
+    rows = [(k, r) for k, r in s.items() if not k.startswith("cost")]
     if rows:
         lines += [
             "Steady window of each run (from 20% of the tasks done to the last): tasks/s, CPU "

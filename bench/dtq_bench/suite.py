@@ -281,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     peer("D", lib, n=sz["D"], concurrency=100, sleep_ms=10)
             if scale is not None:
                 record("S", "cost", guard(lambda: scale.cost(sz["S"])))
+                record("S", "cost cluster3", guard(lambda: scale.cost(sz["S"], cluster=True)))
                 for row in ROWS:
                     record("S", row, guard(lambda: scale.row(row, sz["S"])))  # noqa: B023
             elif "S" in wanted:
