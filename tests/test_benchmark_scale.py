@@ -51,18 +51,22 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
 
 def test_projection_scales_shards_and_processes_with_the_rate() -> None:
     s = {
-        "cost": {"enqueue_single_redis_us": 10.0, "run_after_single_redis_us": 15.0,
-                 "enqueue_single_client_us": 14.0, "enqueue_single_net_bytes": 300.0,
-                 "run_after_single_net_bytes": 200.0},
+        "cost": {"enqueue_single_redis_us": 10.0, "enqueue_bulk_redis_us": 3.0,
+                 "run_after_single_redis_us": 15.0, "enqueue_single_client_us": 14.0,
+                 "enqueue_bulk_client_us": 7.0, "enqueue_single_net_bytes": 300.0,
+                 "enqueue_bulk_net_bytes": 100.0, "run_after_single_net_bytes": 200.0},
         "cluster3 p2": {"window_redis_cpu_us_per_task": 25.0,
                         "window_worker_cpu_us_per_task": 70.0},
     }  # fmt: skip
     proj, method = scalereport.projection(s)
     by_rate = {p["rate"]: p for p in proj}
-    # Redis 10 + 25 = 35 µs per task, at 70% of a core: 20,000 tasks/s per shard.
-    assert by_rate[10_000]["shards"] == 1 and by_rate[100_000]["shards"] == 5
-    assert by_rate[1_000_000]["shards"] == 50
-    # Workers at 70 µs per task: 10,000 tasks/s per process.
+    # Redis 10 + 25 = 35 µs per task enqueued singly, at 70% of a core: 20,000 tasks/s a shard;
+    # 3 + 25 = 28 µs in bulk: 25,000 tasks/s a shard.
+    assert by_rate[10_000]["shards_single"] == 1 and by_rate[100_000]["shards_single"] == 5
+    assert by_rate[1_000_000]["shards_single"] == 50 and by_rate[1_000_000]["shards_bulk"] == 40
+    # Workers at 70 µs per task: 10,000 tasks/s per process; clients 14 and 7 µs.
     assert by_rate[100_000]["worker_processes"] == 10
+    assert by_rate[1_000_000]["client_cores_single"] == 20
+    assert by_rate[1_000_000]["client_cores_bulk"] == 10
     assert by_rate[1_000_000]["net_mb_s"] == 500.0
-    assert "20,000 tasks/s" in method
+    assert "~20,000 tasks/s enqueued one by one and ~25,000 in bulk" in method

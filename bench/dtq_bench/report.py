@@ -52,7 +52,7 @@ def median_record(runs: Sequence[Rec]) -> Rec:
         nums = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
         if len(nums) == len(vals):
             out[key] = round(statistics.median(nums), 3)
-            if len(nums) > 1 and key.endswith(("_per_s", "_ms")):
+            if len(nums) > 1 and key.endswith(("_per_s", "_ms", "_us", "_us_per_task")):
                 out[key + "_range"] = [min(nums), max(nums)]
         elif key.endswith("_by_node") and all(isinstance(v, list) for v in vals):
             # Per node (S's shards): the median of each node's values.

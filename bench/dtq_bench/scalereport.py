@@ -32,43 +32,50 @@ def _nodes(rec: Rec, key: str) -> list[float]:
 
 
 def projection(s: dict[str, Rec]) -> tuple[list[Rec], str]:
-    """Shards, worker processes and client cores for each rate in :data:`RATES`, from the
-    per-task costs measured on the 3-master cluster (on one server where the cluster rows
-    are missing), and the method as one paragraph."""
+    """Shards, worker processes and client cores for each rate in :data:`RATES`, with tasks
+    enqueued one by one and in bulk, from the per-task costs measured on the 3-master cluster
+    (on one server where the cluster rows are missing); and the method as one paragraph."""
     cost = s.get("cost cluster3") or s.get("cost") or {}
     where = "3-master cluster" if s.get("cost cluster3") else "one server"
     c3 = s.get("cluster3 p2") or {}
-    enq = _num(cost, "enqueue_single_redis_us")
     run = _num(c3, "window_redis_cpu_us_per_task") or _num(cost, "run_after_single_redis_us")
     worker = _num(c3, "window_worker_cpu_us_per_task") or _num(
         cost, "run_after_single_worker_cpu_us"
     )
-    client = _num(cost, "enqueue_single_client_us") or 0.0
-    net = (_num(cost, "enqueue_single_net_bytes") or 0.0) + (
-        _num(cost, "run_after_single_net_bytes") or 0.0
-    )
-    if enq is None or run is None or worker is None:
+    enq = {h: _num(cost, f"enqueue_{h}_redis_us") for h in ("single", "bulk")}
+    client = {h: _num(cost, f"enqueue_{h}_client_us") or 0.0 for h in ("single", "bulk")}
+    run_net = _num(cost, "run_after_single_net_bytes") or 0.0
+    net = {h: (_num(cost, f"enqueue_{h}_net_bytes") or 0.0) + run_net for h in ("single", "bulk")}
+    if run is None or worker is None or enq["single"] is None or enq["bulk"] is None:
         return [], ""
-    redis_us = enq + run
-    per_queue = PLAN_BUSY * 1e6 / redis_us
-    out = []
-    for rate in RATES:
-        out.append(
-            {
-                "rate": rate,
-                "shards": math.ceil(rate * redis_us / (PLAN_BUSY * 1e6)),
-                "worker_processes": math.ceil(rate * worker / (PLAN_BUSY * 1e6)),
-                "client_cores": math.ceil(rate * client / (PLAN_BUSY * 1e6)),
-                "queues_at_least": math.ceil(rate / per_queue),
-                "net_mb_s": round(rate * net / 1e6, 1),
-            }
-        )
+    redis_us = {h: (enq[h] or 0.0) + run for h in ("single", "bulk")}
+    cap = PLAN_BUSY * 1e6  # µs of CPU one planned core gives per second
+
+    def need(rate: int, us: float) -> int:
+        return math.ceil(rate * us / cap)
+
+    out = [
+        {
+            "rate": rate,
+            "shards_single": need(rate, redis_us["single"]),
+            "shards_bulk": need(rate, redis_us["bulk"]),
+            "worker_processes": need(rate, worker),
+            "client_cores_single": need(rate, client["single"]),
+            "client_cores_bulk": need(rate, client["bulk"]),
+            "net_mb_s": round(rate * net["single"] / 1e6, 1),
+        }
+        for rate in RATES
+    ]
     method = (
-        f"measured on the {where}: Redis {redis_us:.1f} µs/task (single enqueue {enq:.1f} + "
-        f"run {run:.1f}), worker {worker:.1f} µs/task (--processes 2), client {client:.1f} µs "
-        f"per single enqueue, {net:.0f} bytes/task on the wire; each shard, worker process and "
-        f"client core planned at {PLAN_BUSY:.0%} busy. One queue lives in one slot, so one "
-        f"queue tops out at ~{per_queue:,.0f} tasks/s (its shard is busy): the first limit."
+        f"measured on the {where}: Redis {redis_us['single']:.1f} µs per task enqueued one by "
+        f"one ({enq['single']:.1f} enqueue + {run:.1f} run) and {redis_us['bulk']:.1f} µs in "
+        f"bulk ({enq['bulk']:.1f} + {run:.1f}); worker {worker:.1f} µs/task (--processes 2); "
+        f"client {client['single']:.1f} µs per single enqueue, {client['bulk']:.1f} in bulk; "
+        f"{net['single']:.0f} bytes/task on the wire. Each shard, worker process and client "
+        f"core planned at {PLAN_BUSY:.0%} busy. A queue lives in one slot, so one queue tops "
+        f"out at ~{cap / redis_us['single']:,.0f} tasks/s enqueued one by one and "
+        f"~{cap / redis_us['bulk']:,.0f} in bulk (its shard is busy): the first limit; past "
+        "it the tasks must spread over at least as many queues as shards."
     )
     return out, method
 
@@ -157,14 +164,15 @@ def markdown(s: dict[str, Rec], a2: dict[str, Rec], fmt: Callable[[Any], str]) -
             "Projection (planning figures from the costs above, not measured at these rates): "
             + method,
             "",
-            "| tasks/s | Redis shards | worker processes | client cores (single enqueue) | "
-            "queues at least | network MB/s (all shards) |",
-            "|---:|---:|---:|---:|---:|---:|",
+            "| tasks/s | Redis shards (single / bulk enqueue) | worker processes | "
+            "client cores (single / bulk) | network MB/s (all shards) |",
+            "|---:|---:|---:|---:|---:|",
         ]
         for p in proj:
             lines.append(
-                f"| {p['rate']:,} | {p['shards']:,} | {p['worker_processes']:,} | "
-                f"{p['client_cores']:,} | {p['queues_at_least']:,} | {fmt(p['net_mb_s'])} |"
+                f"| {p['rate']:,} | {p['shards_single']:,} / {p['shards_bulk']:,} | "
+                f"{p['worker_processes']:,} | {p['client_cores_single']:,} / "
+                f"{p['client_cores_bulk']:,} | {fmt(p['net_mb_s'])} |"
             )
         lines.append("")
     return lines
