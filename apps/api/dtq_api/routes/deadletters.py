@@ -1,0 +1,71 @@
+"""The ``/api/v1/dlq`` routes: list, requeue and discard (one or in bulk)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+
+from dtq_api import schemas as s
+from dtq_api.deps import QUEUE_RE, A, Cursor, TaskId
+
+log = logging.getLogger("dtq.api")
+
+router = APIRouter()
+
+
+@router.get("/dlq", response_model=s.DeadLetterPage, tags=["dlq"])
+async def list_dlq(
+    a: A,
+    queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
+    name: Annotated[str | None, Query(max_length=200)] = None,
+    error_contains: Annotated[str | None, Query(alias="error", max_length=200)] = None,
+    cursor: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> Any:
+    """Failed tasks, newest failure first, with their last error.
+
+    One request examines a bounded number of dead letters: a filter matching few answers
+    a short (even empty) page with a ``next_cursor`` to continue from.
+    """
+    page = await a.dlq_list(
+        queue=queue, name=name, error=error_contains, cursor=cursor, limit=limit
+    )
+    return {"items": page.items, "next_cursor": page.next_cursor}
+
+
+@router.post("/dlq/requeue", response_model=s.BulkOut, tags=["dlq"])
+async def requeue_many(a: A, body: s.DlqBulkRequest) -> Any:
+    """Requeue ``ids``, or every dead letter matching the filters (all when none)."""
+    res = await a.dlq_requeue(
+        body.ids, queue=body.queue, name=body.name, error=body.error, max_retries=body.max_retries
+    )
+    log.info("requeued %d dead letters", res.done)
+    return res.to_dict()
+
+
+@router.post("/dlq/discard", response_model=s.BulkOut, tags=["dlq"])
+async def discard_many(a: A, body: s.DlqBulkRequest) -> Any:
+    """Delete ``ids``, or every dead letter matching the filters (all when none)."""
+    res = await a.dlq_discard(body.ids, queue=body.queue, name=body.name, error=body.error)
+    log.info("discarded %d dead letters", res.done)
+    return res.to_dict()
+
+
+@router.post("/dlq/{task_id}/requeue", response_model=s.RetryOut, tags=["dlq"])
+async def requeue_one(
+    a: A, task_id: TaskId, body: Annotated[s.RetryRequest | None, Body()] = None
+) -> Any:
+    """Requeue one dead letter (same id and history; optionally a new retry budget)."""
+    await a.dlq_requeue_one(task_id, max_retries=body.max_retries if body else None)
+    log.info("requeued dead letter %s", task_id, extra={"task_id": task_id})
+    return {"id": task_id, "status": "queued"}
+
+
+@router.delete("/dlq/{task_id}", response_model=s.DiscardOut, tags=["dlq"])
+async def discard_one(a: A, task_id: TaskId) -> Any:
+    """Delete one dead letter for good."""
+    await a.dlq_discard_one(task_id)
+    log.info("discarded dead letter %s", task_id, extra={"task_id": task_id})
+    return {"id": task_id, "discarded": True}

@@ -1,0 +1,97 @@
+"""Operator operations on a dtq deployment: the one implementation behind the CLI and the API.
+
+Everything here reads or changes Redis through the key layout in :mod:`dtq.keys` and, for every
+change that must be atomic, a Lua script (``lua/purge.lua``, ``lua/dlq_requeue.lua``,
+``lua/dlq_discard.lua``; the cancel transition is the SDK's). The ``dtq`` CLI runs these
+coroutines with :func:`asyncio.run`; ``dtq-api`` awaits them directly.
+
+Costs worth knowing:
+
+* :meth:`Admin.list_queues` is a fixed handful of commands per queue (pipelined), whatever
+  the queue lengths.
+* :meth:`Admin.recent_tasks` (the API's and dashboard's list) reads tasks newest first from
+  the queues' event streams, which every enqueue already writes (:mod:`dtq.task_index`).
+* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (the CLI's complete walk), so
+  one page costs O(keys scanned), not O(page). A status filter on ``failed`` or ``scheduled``
+  with a queue uses the dead-letter/schedule zsets instead. Pages are cursor based;
+  as with any ``SCAN``, a task may appear twice across pages while Redis rehashes, and
+  records created during the walk may or may not be seen.
+* Purge and bulk requeue/discard run in bounded batches (one short script call per batch), so
+  Redis is never blocked for long and progress can be reported.
+
+The package splits :class:`Admin` by concern; each part is a mixin over :class:`AdminCore`
+(``core.py``: connection, script runner, queue registry): ``queues.py``, ``tasks.py``,
+``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``. ``views.py`` holds what they
+answer, ``calls.py`` the operator scripts' calls, ``common.py`` the bounds, errors and checks.
+"""
+
+from __future__ import annotations
+
+from dtq.admin.calls import (
+    PurgeBatch,
+    dlq_discard_call,
+    dlq_requeue_call,
+    parse_purge,
+    purge_call,
+)
+from dtq.admin.common import (
+    BATCH,
+    DLQ_BUDGET,
+    HISTORY_SCAN,
+    MAX_PAGE,
+    RETRYABLE,
+    SCAN_BUDGET,
+    Conflict,
+    Progress,
+    UnknownQueue,
+)
+from dtq.admin.core import AdminCore
+from dtq.admin.deadletters import DeadLetterOps
+from dtq.admin.events import EventOps
+from dtq.admin.queues import QueueOps
+from dtq.admin.schedules import ScheduleOps
+from dtq.admin.tasks import TaskOps
+from dtq.admin.views import (
+    BulkResult,
+    DeadLetter,
+    Event,
+    Page,
+    QueueInfo,
+    ScheduledTask,
+    WorkerInfo,
+    dumps,
+    filled_page,
+)
+from dtq.admin.workers import WorkerOps
+
+__all__ = [
+    "BATCH",
+    "DLQ_BUDGET",
+    "HISTORY_SCAN",
+    "MAX_PAGE",
+    "RETRYABLE",
+    "SCAN_BUDGET",
+    "Admin",
+    "AdminCore",
+    "BulkResult",
+    "Conflict",
+    "DeadLetter",
+    "Event",
+    "Page",
+    "Progress",
+    "PurgeBatch",
+    "QueueInfo",
+    "ScheduledTask",
+    "UnknownQueue",
+    "WorkerInfo",
+    "dlq_discard_call",
+    "dlq_requeue_call",
+    "dumps",
+    "filled_page",
+    "parse_purge",
+    "purge_call",
+]
+
+
+class Admin(QueueOps, TaskOps, DeadLetterOps, WorkerOps, ScheduleOps, EventOps):
+    """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""

@@ -1,0 +1,97 @@
+"""What every part of :class:`dtq.admin.Admin` shares: its bounds, its errors, its checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from dtq.errors import DtqError, InvalidRequest
+from dtq.models import TaskStatus
+from dtq.settings import QUEUE_NAME_RE
+
+BATCH = 500
+"""Tasks handled per script call by purge and bulk dead-letter operations."""
+MAX_PAGE = 1000
+HISTORY_SCAN = 20_000
+"""Most event-stream entries read to build one task's history."""
+SCAN_BUDGET = 20
+"""Most SCAN calls (COUNT 1000 each) one task listing makes before answering with a cursor."""
+DLQ_BUDGET = 10_000
+"""Most zset entries one dead-letter (or failed/scheduled) listing examines per request."""
+RETRYABLE = ("failed", "cancelled", "expired")
+
+Progress = Callable[[int], None]
+
+
+class UnknownQueue(DtqError, LookupError):
+    """No queue of that name has ever been used under this prefix."""
+
+
+class Conflict(DtqError):
+    """The task is not in a state that allows the operation (e.g. retrying a running task)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def glob_escape(s: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
+
+
+def check_queue_name(name: str) -> None:
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
+        raise InvalidRequest(f"bad queue name {name!r}: use letters, digits, '_', '.', '-'")
+
+
+def check_listing(queue: str | None, status: str | None, limit: int) -> None:
+    """The filters both task listings take (the SCAN one and the newest-first one)."""
+    if queue is not None:
+        check_queue_name(queue)
+    if status is not None and status not in TaskStatus._value2member_map_:
+        raise InvalidRequest(
+            f"unknown status {status!r}; one of {', '.join(s.value for s in TaskStatus)}"
+        )
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+
+
+def as_int(value: str | None) -> int:
+    """A counter field as an int; 0 when missing or unreadable (never a 500 for a listing)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def chunks(items: Sequence[str], n: int) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def id_ms(entry_id: str) -> int:
+    """The millisecond part of a stream entry id."""
+    return int(entry_id.split("-", 1)[0])
+
+
+def parse_cursor(cursor: str | None) -> tuple[str, int]:
+    """``<scan cursor>.<skip>`` (``<primary>:<scan cursor>.<skip>`` on a cluster walk)."""
+    if not cursor:
+        return "0", 0
+    head, _, tail = cursor.partition(".")
+    node, _, at = head.rpartition(":")  # "<primary>:<cursor>" on a cluster (dtq.cluster)
+    if (
+        not at.isdigit()
+        or (node and not node.isdigit())
+        or (tail and not tail.isdigit())
+        or int(at) >= 2**64
+    ):
+        raise InvalidRequest(f"bad cursor {cursor!r}")
+    return head, int(tail or 0)
+
+
+def position(cursor: str | None) -> tuple[str, int]:
+    """A cursor of a listing that is no SCAN walk (no "<primary>:" part)."""
+    head, skip = parse_cursor(cursor)
+    if ":" in head:
+        raise InvalidRequest(f"bad cursor {cursor!r}")
+    return head, skip

@@ -1,0 +1,128 @@
+"""The base of :class:`dtq.admin.Admin`: its connection, its script runner, the queue registry
+(which queues exist) and the dead-letter requeue transition both tasks and dead letters use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Self
+
+import redis
+import redis.asyncio as aredis
+
+from dtq import eviction
+from dtq import scripts as sc
+from dtq.admin.calls import dlq_requeue_call
+from dtq.admin.common import UnknownQueue, check_queue_name
+from dtq.client import AsyncClient
+from dtq.connection import async_redis, is_cluster
+from dtq.errors import InvalidRequest, RedisUnavailable
+from dtq.keys import Keys, QueueKeys
+from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
+
+if TYPE_CHECKING:
+    from dtq.admin.views import WorkerInfo
+    from dtq.app import App
+
+
+class AdminCore:
+    """The connection, the script runner and the queue registry every part of Admin uses."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        redis_client: aredis.Redis | None = None,
+        app: App | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        self.keys = Keys(self.settings.key_prefix)
+        # Re-sends after a blip (DTQ_CLIENT_RETRIES): reads, and state changes made safe to
+        # re-send (docs/faults.md, "Connection blips at the SDK").
+        self.redis: aredis.Redis = redis_client or async_redis(
+            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
+        )
+        # redis-py's command stubs are unions of bytes/str; this client decodes to str.
+        self._r: Any = self.redis
+        # With the app, enqueues get each task's declared defaults (queue, priority, limits).
+        self.client = AsyncClient(settings=self.settings, redis_client=self.redis, app=app)
+        self.scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
+        self._cluster = is_cluster(self.redis)  # (see connection.py)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+    async def ping(self) -> None:
+        """Raise :class:`dtq.RedisUnavailable` unless Redis answers."""
+        try:
+            await self._r.ping()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+
+    async def eviction_warning(self) -> str | None:
+        """What is wrong with Redis's ``maxmemory-policy`` for dtq (dtq.eviction), or None."""
+        return eviction.warning(await eviction.eviction_policy(self._r))
+
+    async def _run(self, call: sc.Call) -> Any:
+        try:
+            return await self.scripts.run(call)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+        except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+            raise RedisUnavailable(f"Redis refused the write: {exc}") from None
+
+    async def _cluster_time(self) -> list[Any]:
+        """[TIME] on a cluster (whose pipelines refuse it), else [] (it was pipelined)."""
+        return [await self._r.time()] if self._cluster else []
+
+    # --- the queue registry ----------------------------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        """Queues seen under this prefix (enqueued to, or consumed by a known worker)."""
+        names: set[str] = set(await self._r.smembers(self.keys.queues))
+        for w in await self.list_workers():
+            names.update(w.queues)
+        return sorted(n for n in names if QUEUE_NAME_RE.fullmatch(n))
+
+    async def _queue_exists(self, name: str) -> bool:
+        check_queue_name(name)
+        if await self._r.sismember(self.keys.queues, name):
+            return True
+        return name in await self.queue_names()
+
+    async def _require_queue(self, name: str) -> QueueKeys:
+        if not await self._queue_exists(name):
+            raise UnknownQueue(f"no queue named {name!r}")
+        return self.keys.queue(name)
+
+    if TYPE_CHECKING:
+        # The registry counts the queues known workers consume (dtq.admin.workers).
+        async def list_workers(self) -> list[WorkerInfo]: ...
+
+    # --- the requeue transition (a retry and a dead-letter requeue) -------------------------
+
+    async def _requeue(
+        self,
+        qk: QueueKeys,
+        tids: Sequence[str],
+        max_retries: int | None,
+        allowed: Sequence[str] = ("failed",),
+    ) -> list[str]:
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise InvalidRequest("max_retries must be a non-negative integer")
+        call = dlq_requeue_call(
+            qk,
+            tids,
+            events_maxlen=self.settings.events_maxlen,
+            max_retries=max_retries,
+            allowed=allowed,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
+        )
+        return sc.parse_strings(await self._run(call))

@@ -1,0 +1,264 @@
+"""Admin's dead-letter operations: list, count, requeue and discard (one or in bulk)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from dtq import scripts as sc
+from dtq.admin.calls import dlq_discard_call
+from dtq.admin.common import (
+    BATCH,
+    DLQ_BUDGET,
+    MAX_PAGE,
+    Conflict,
+    Progress,
+    as_int,
+    check_queue_name,
+    chunks,
+    position,
+)
+from dtq.admin.core import AdminCore
+from dtq.admin.views import BulkResult, DeadLetter, Page, iso
+from dtq.errors import InvalidRequest, UnknownTask
+from dtq.keys import QueueKeys, make_task_id, split_task_id
+
+
+class DeadLetterOps(AdminCore):
+    """Dead letters: the failed tasks kept in each queue's ``dlq`` zset."""
+
+    async def dlq_list(
+        self,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        error: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Failed tasks, newest failure first, across queues (or one), with their last error.
+
+        The cursor is ``<queue index>.<offset>`` over the queues in name order. One request
+        examines at most ``DLQ_BUDGET`` entries (a queue visited counts as one).
+        """
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
+        if queue is not None:
+            check_queue_name(queue)
+        queues = [queue] if queue is not None else await self.queue_names()
+        qi, off = position(cursor)
+        qidx = int(qi)
+        items: list[DeadLetter] = []
+        examined = 0
+        while qidx < len(queues) and len(items) < limit and examined < DLQ_BUDGET:
+            letters, nxt, seen = await self._dlq_scan(
+                queues[qidx], off, name, error, limit - len(items), DLQ_BUDGET - examined
+            )
+            items.extend(letters)
+            examined += max(1, seen)
+            if nxt is None:
+                qidx, off = qidx + 1, 0
+            else:
+                off = nxt
+        next_cursor = f"{qidx}.{off}" if qidx < len(queues) else None
+        return Page([d.to_dict() for d in items], next_cursor, 0, examined)
+
+    async def _dlq_scan(
+        self, queue: str, offset: int, name: str | None, error: str | None, want: int, budget: int
+    ) -> tuple[list[DeadLetter], int | None, int]:
+        """Dead letters of one queue from ``offset`` (newest first), reading at most ``budget``
+        entries in chunks of at least ``want`` (one range read and one pipelined read each).
+
+        Returns the letters, the next offset (None at the end) and the entries examined.
+        """
+        qk = self.keys.queue(queue)
+        out: list[DeadLetter] = []
+        pos = offset
+        seen = 0
+        while len(out) < want and seen < budget:
+            n = min(max(want, 200), budget - seen)
+            entries = await self._r.zrevrange(qk.dlq, pos, pos + n - 1, withscores=True)
+            if not entries:
+                return out, None, seen
+            async with self._r.pipeline(transaction=False) as pipe:
+                for tid, _ in entries:
+                    pipe.hmget(qk.task(tid), ["name", "attempt", "retries", "maxr", "error"])
+                recs = await pipe.execute()
+            seen += len(entries)
+            for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
+                if r[0] is None:
+                    continue  # record expired; retention removes the entry
+                if name is not None and r[0] != name:
+                    continue
+                if error is not None and error.lower() not in (r[4] or "").lower():
+                    continue
+                out.append(
+                    DeadLetter(
+                        task_id=make_task_id(queue, tid),
+                        queue=queue,
+                        name=r[0],
+                        failed_at=iso(score),
+                        attempt=as_int(r[1]),
+                        retries=as_int(r[2]),
+                        max_retries=as_int(r[3]),
+                        error=r[4],
+                    )
+                )
+                if len(out) >= want:
+                    return out, pos + i + 1, seen
+            pos += len(entries)
+            if len(entries) < n:
+                return out, None, seen
+        return out, pos, seen
+
+    async def _dlq_matching(
+        self, queue: str, name: str | None, error: str | None
+    ) -> AsyncIterator[Sequence[str]]:
+        """Batches of dead-letter tids of one queue matching the filters (oldest first)."""
+        qk = self.keys.queue(queue)
+        pos = 0
+        while True:
+            tids: list[str] = await self._r.zrange(qk.dlq, pos, pos + BATCH - 1)
+            if not tids:
+                return
+            pos += len(tids)
+            picked = await self._dlq_filter(queue, tids, None, name, error)
+            if picked:
+                yield picked
+
+    async def _dlq_filter(
+        self,
+        queue: str,
+        tids: Sequence[str],
+        want_queue: str | None,
+        name: str | None,
+        error: str | None,
+    ) -> Sequence[str]:
+        """The tids of ``queue`` that match the filters (one pipelined read when filtering)."""
+        if want_queue is not None and queue != want_queue:
+            return []
+        if name is None and error is None:
+            return tids
+        qk = self.keys.queue(queue)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.hmget(qk.task(tid), ["name", "error"])
+            recs = await pipe.execute()
+        return [
+            tid
+            for tid, (n, e) in zip(tids, recs, strict=True)
+            if (name is None or n == name) and (error is None or error.lower() in (e or "").lower())
+        ]
+
+    async def dlq_count(self, queue: str | None = None) -> int:
+        queues = [queue] if queue is not None else await self.queue_names()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.zcard(self.keys.queue(q).dlq)
+            return sum(int(x) for x in await pipe.execute())
+
+    async def dlq_requeue(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        error: str | None = None,
+        max_retries: int | None = None,
+        progress: Progress | None = None,
+    ) -> BulkResult:
+        """Requeue dead letters: the given ids, or all matching the filters (all when none).
+
+        Each keeps its id, record and history; ``max_retries`` sets a new retry budget.
+        """
+        return await self._dlq_bulk("requeue", task_ids, queue, name, error, max_retries, progress)
+
+    async def dlq_discard(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        error: str | None = None,
+        progress: Progress | None = None,
+    ) -> BulkResult:
+        """Delete dead letters for good: the given ids, or all matching the filters."""
+        return await self._dlq_bulk("discard", task_ids, queue, name, error, None, progress)
+
+    async def dlq_purge(self, queue: str | None = None, progress: Progress | None = None) -> int:
+        """Discard every dead letter of a queue (or of all queues); returns how many."""
+        return (await self.dlq_discard(queue=queue, progress=progress)).done
+
+    async def dlq_requeue_one(self, task_id: str, max_retries: int | None = None) -> None:
+        """Requeue one dead letter; UnknownTask / Conflict when it is not one."""
+        res = await self.dlq_requeue([task_id], max_retries=max_retries)
+        self._single(task_id, res)
+
+    async def dlq_discard_one(self, task_id: str) -> None:
+        res = await self.dlq_discard([task_id])
+        self._single(task_id, res)
+
+    @staticmethod
+    def _single(task_id: str, res: BulkResult) -> None:
+        if res.done == 1:
+            return
+        why = next(iter(res.skipped), "missing")
+        if why == "missing":
+            raise UnknownTask(f"no dead letter {task_id}")
+        raise Conflict(f"task {task_id} is {why}, not a dead letter", why)
+
+    async def _dlq_bulk(
+        self,
+        op: str,
+        task_ids: Sequence[str] | None,
+        queue: str | None,
+        name: str | None,
+        error: str | None,
+        max_retries: int | None,
+        progress: Progress | None,
+    ) -> BulkResult:
+        done = 0
+        skipped: dict[str, int] = {}
+
+        async def apply(qk: QueueKeys, tids: Sequence[str]) -> None:
+            nonlocal done
+            if op == "requeue":
+                outcomes = await self._requeue(qk, tids, max_retries)
+                ok = "requeued"
+            else:
+                call = dlq_discard_call(
+                    qk, tids, events_maxlen=self.settings.events_maxlen, nonce=sc.new_nonce()
+                )
+                outcomes = sc.parse_strings(await self._run(call))
+                ok = "discarded"
+            for o in outcomes:
+                if o == ok:
+                    done += 1
+                else:
+                    skipped[o] = skipped.get(o, 0) + 1
+            if progress is not None:
+                progress(len(tids))
+
+        if task_ids is not None:
+            by_queue: dict[str, list[str]] = {}
+            for task_id in task_ids:
+                q, tid = split_task_id(task_id)
+                by_queue.setdefault(q, []).append(tid)
+            for q, tids in by_queue.items():
+                check_queue_name(q)
+                for chunk in chunks(tids, BATCH):
+                    # Ids outside the filters are left alone (skipped as "filtered").
+                    picked = await self._dlq_filter(q, chunk, queue, name, error)
+                    if len(picked) < len(chunk):
+                        skipped["filtered"] = skipped.get("filtered", 0) + len(chunk) - len(picked)
+                    if picked:
+                        await apply(self.keys.queue(q), picked)
+        else:
+            if queue is not None:
+                check_queue_name(queue)
+            queues = [queue] if queue is not None else await self.queue_names()
+            for q in queues:
+                # The zset shrinks as tasks leave it, so collect first, then apply.
+                batches = [b async for b in self._dlq_matching(q, name, error)]
+                for b in batches:
+                    await apply(self.keys.queue(q), b)
+        return BulkResult(done, skipped)

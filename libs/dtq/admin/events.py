@@ -1,0 +1,145 @@
+"""Admin's reads of the event streams: recent, live (blocking), after an id, throughput."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dtq.admin.common import id_ms
+from dtq.admin.core import AdminCore
+from dtq.admin.views import Event, event_from, iso
+from dtq.errors import InvalidRequest
+
+
+class EventOps(AdminCore):
+    """The queues' and the workers' event streams."""
+
+    def _event_keys(self, queues: Sequence[str]) -> dict[str, str]:
+        keys = {self.keys.queue(q).events: q for q in queues}
+        keys[self.keys.worker_events] = "@workers"
+        return keys
+
+    async def recent_events(
+        self, *, queues: Sequence[str] | None = None, since_ms: int | None = None, limit: int = 1000
+    ) -> list[Event]:
+        """Events newer than ``since_ms`` (default: the last ``limit`` of each stream)."""
+        qs = list(queues) if queues is not None else await self.queue_names()
+        out: list[Event] = []
+        for key, stream in self._event_keys(qs).items():
+            lo = "-" if since_ms is None else str(since_ms)
+            entries = await self._r.xrevrange(key, max="+", min=lo, count=limit)
+            out.extend(event_from(stream, eid, f) for eid, f in entries)
+        out.sort(key=lambda e: (e.ts_ms, e.id))
+        return out
+
+    async def read_events(
+        self, cursors: dict[str, str] | None, *, block_ms: int = 5000, count: int = 500
+    ) -> tuple[list[Event], dict[str, str]]:
+        """Wait up to ``block_ms`` for new events on every queue's stream and the workers'.
+
+        ``cursors`` maps stream keys to the last id seen (None: start from now). Returns the
+        events and the cursors to pass next time; queues that appear later are picked up.
+        """
+        qs = await self.queue_names()
+        keys = self._event_keys(qs)
+        cur = dict(cursors or {})
+        fresh = cursors is None
+        for k in keys:
+            if k not in cur:
+                # A queue seen for the first time mid-stream is read from its start of now.
+                cur[k] = "$" if fresh else "0-0"
+        # "$" cannot be kept between calls: resolve it to the stream's last id.
+        for k, v in list(cur.items()):
+            if v == "$":
+                last = await self._r.xrevrange(k, count=1)
+                cur[k] = last[0][0] if last else "0-0"
+        if self._cluster:
+            res = await self._xread_each(keys, cur, count, block_ms)
+        else:
+            res = await self._r.xread(
+                {k: cur[k] for k in keys}, count=count, block=block_ms or None
+            )
+        events: list[Event] = []
+        for key, entries in res or []:
+            for eid, f in entries:
+                events.append(event_from(keys[key], eid, f))
+                cur[key] = eid
+        events.sort(key=lambda e: (e.ts_ms, e.id))
+        return events, cur
+
+    async def _xread_each(
+        self, keys: Iterable[str], cur: dict[str, str], count: int, block_ms: int
+    ) -> list[Any]:
+        """On a cluster, where one XREAD cannot span the queues' slots: one XREAD per stream,
+        in parallel, until the first has events (the others are cancelled: their cursors stay,
+        so the next call reads what they would have)."""
+        reads = [
+            asyncio.ensure_future(self._r.xread({k: cur[k]}, count=count, block=block_ms or None))
+            for k in keys
+        ]
+        try:
+            pending = set(reads)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.result() for t in done):
+                    break
+        finally:
+            for t in reads:
+                t.cancel()
+        return [x for t in reads if t.done() and not t.cancelled() for x in t.result() or []]
+
+    async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
+        """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
+        oldest first, at most ``limit``; the flag says whether more were left out.
+
+        One ``XRANGE`` per stream, pipelined (a cluster splits it by slot). Stream ids are per
+        stream, so events of another stream in the same millisecond as ``last_id`` may be
+        missed or repeated; later ones are all there.
+        """
+        keys = self._event_keys(await self.queue_names())
+        async with self._r.pipeline(transaction=False) as pipe:
+            for k in keys:
+                pipe.xrange(k, min="(" + last_id, max="+", count=limit)
+            chunks: list[list[tuple[str, dict[str, str]]]] = await pipe.execute()
+        out = [
+            event_from(keys[k], eid, f)
+            for k, chunk in zip(keys, chunks, strict=True)
+            for eid, f in chunk
+        ]
+        out.sort(key=lambda e: (e.ts_ms, e.id))
+        return out[:limit], len(out) > limit or any(len(c) >= limit for c in chunks)
+
+    async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
+        """Finished runs per time bucket over the last ``window_s`` seconds, from the events.
+
+        Bounded by the event streams' caps (``DTQ_EVENTS_MAXLEN`` per queue).
+        """
+        if not (bucket_s >= 1 and 1 <= window_s <= 86_400):
+            raise InvalidRequest("need bucket_s >= 1 and 1 <= window_s <= 86400")
+        bucket_s = min(bucket_s, window_s)
+        now_ms = int(time.time() * 1000)
+        start = now_ms - window_s * 1000
+        start -= start % (bucket_s * 1000)
+        n = (now_ms - start) // (bucket_s * 1000) + 1
+        kinds = ("succeeded", "failed", "retried", "enqueued")
+        series = {k: [0] * n for k in kinds}
+        for q in await self.queue_names():
+            key = self.keys.queue(q).events
+            lo = str(start)
+            while True:
+                entries = await self._r.xrange(key, min=lo, max="+", count=5000)
+                for eid, f in entries:
+                    t = f.get("type")
+                    if t in series:
+                        series[t][(id_ms(eid) - start) // (bucket_s * 1000)] += 1
+                if len(entries) < 5000:
+                    break
+                lo = "(" + entries[-1][0]
+        return {
+            "start": iso(start),
+            "bucket_s": bucket_s,
+            "buckets": [iso(start + i * bucket_s * 1000) for i in range(n)],
+            "series": series,
+        }

@@ -1,0 +1,156 @@
+"""Admin's queue operations: their state, pause and resume, purge."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from dtq import scripts as sc
+from dtq.admin.calls import parse_purge, purge_call
+from dtq.admin.common import BATCH, Progress, id_ms
+from dtq.admin.core import AdminCore
+from dtq.admin.views import BulkResult, QueueInfo
+from dtq.keys import GROUP, PRIORITIES, QueueKeys
+
+
+class QueueOps(AdminCore):
+    """Queues: their depth, running and dead letters; pause, resume, purge."""
+
+    async def list_queues(self) -> list[QueueInfo]:
+        """Every known queue with its depth per priority, schedule, running, dead letters."""
+        return await self.queue_infos(await self.queue_names())
+
+    async def get_queue(self, name: str) -> QueueInfo:
+        await self._require_queue(name)
+        return await self.queue_info(name)
+
+    async def queue_info(self, name: str) -> QueueInfo:
+        return (await self.queue_infos([name]))[0]
+
+    async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
+        """The state of each queue in ``names``: two pipelined round trips for all of them."""
+        per = 2 * len(PRIORITIES) + 3
+        async with self._r.pipeline(transaction=False) as pipe:
+            for name in names:
+                qk = self.keys.queue(name)
+                for p in PRIORITIES:
+                    pipe.xlen(qk.stream(p))
+                    pipe.xinfo_groups(qk.stream(p))
+                pipe.zcard(qk.sched)
+                pipe.zcard(qk.dlq)
+                pipe.exists(qk.paused)
+            if not self._cluster:  # a cluster pipeline refuses TIME: sent after it
+                pipe.time()
+            raw = await pipe.execute(raise_on_error=False)
+        raw.extend(await self._cluster_time())
+        now = raw[-1]
+        if isinstance(now, Exception):
+            raise now
+        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        partial: list[tuple[str, dict[int, int], int, dict[int, str], list[Any]]] = []
+        for j, name in enumerate(names):
+            part = raw[j * per : (j + 1) * per]
+            depth: dict[int, int] = {}
+            running = 0
+            starts: dict[int, str] = {}
+            for i, p in enumerate(PRIORITIES):
+                length, groups = part[2 * i], part[2 * i + 1]
+                if isinstance(length, Exception):
+                    raise length
+                pending, start = 0, "-"
+                if not isinstance(groups, Exception):
+                    for g in groups:
+                        if g.get("name") == GROUP:
+                            pending = int(g.get("pending", 0))
+                            start = "(" + str(g.get("last-delivered-id"))
+                depth[p] = max(0, int(length) - pending)
+                running += pending
+                if depth[p]:
+                    starts[p] = start
+            for x in part[-3:]:
+                if isinstance(x, Exception):
+                    raise x
+            partial.append((name, depth, running, starts, part[-3:]))
+        firsts: list[Any] = []
+        if any(starts for _, _, _, starts, _ in partial):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for name, _, _, starts, _ in partial:
+                    qk = self.keys.queue(name)
+                    for p, start in starts.items():
+                        pipe.xrange(qk.stream(p), min=start, max="+", count=1)
+                firsts = await pipe.execute()
+        out: list[QueueInfo] = []
+        k = 0
+        for name, depth, running, starts, (scheduled, dlq, paused) in partial:
+            oldest: float | None = None
+            for entries in firsts[k : k + len(starts)]:
+                if entries:
+                    age = max(0.0, (now_ms - id_ms(entries[0][0])) / 1000)
+                    oldest = age if oldest is None else max(oldest, age)
+            k += len(starts)
+            out.append(
+                QueueInfo(
+                    name=name,
+                    depth=depth,
+                    scheduled=int(scheduled),
+                    running=running,
+                    dlq=int(dlq),
+                    paused=bool(paused),
+                    oldest_waiting_age_s=oldest,
+                )
+            )
+        return out
+
+    async def _queue_event(self, qk: QueueKeys, etype: str, detail: str = "") -> None:
+        if self.settings.events_maxlen > 0:
+            await self._r.xadd(
+                qk.events,
+                {"type": etype, "tid": "", "attempt": "", "worker": "", "detail": detail},
+                maxlen=self.settings.events_maxlen,
+                approximate=True,
+            )
+
+    async def pause(self, name: str) -> bool:
+        """Stop workers taking from the queue (running tasks finish). True if it changed."""
+        qk = await self._require_queue(name)
+        # The value names this call: re-sent after a lost reply, SET NX finds the key set and
+        # the value tells that it was this very call (only the key's existence pauses).
+        mark = f"{int(time.time() * 1000)} {sc.new_nonce()}"
+        changed = bool(await self._r.set(qk.paused, mark, nx=True))
+        if not changed:
+            changed = await self._r.get(qk.paused) == mark
+        if changed:
+            await self._queue_event(qk, "paused")
+        return changed
+
+    async def resume(self, name: str) -> bool:
+        """Let workers take from the queue again. True if it was paused."""
+        qk = await self._require_queue(name)
+        changed = bool(await self._r.delete(qk.paused))
+        if changed:
+            await self._queue_event(qk, "resumed")
+        return changed
+
+    async def purge(
+        self, name: str, *, batch: int = BATCH, progress: Progress | None = None
+    ) -> BulkResult:
+        """Delete the queue's waiting tasks (queued and scheduled), in bounded batches.
+
+        Running tasks finish normally; finished records and dead letters stay.
+        """
+        qk = await self._require_queue(name)
+        queued = scheduled = 0
+        while True:
+            call = purge_call(
+                qk, batch, self.settings.events_maxlen, nonce=sc.new_nonce(),
+                flow_ttl_s=self.settings.result_ttl_s,
+            )  # fmt: skip
+            res = parse_purge(await self._run(call))
+            queued += res.queued
+            scheduled += res.scheduled
+            if progress is not None:
+                progress(res.queued + res.scheduled)
+            if not res.more:
+                break
+        return BulkResult(queued + scheduled, {"queued": queued, "scheduled": scheduled})

@@ -1,0 +1,278 @@
+"""Admin's task operations: one task, its history, the two task listings, cancel and retry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dtq import scripts as sc
+from dtq import task_index
+from dtq.admin.common import (
+    DLQ_BUDGET,
+    HISTORY_SCAN,
+    RETRYABLE,
+    SCAN_BUDGET,
+    Conflict,
+    check_listing,
+    glob_escape,
+    parse_cursor,
+    position,
+)
+from dtq.admin.core import AdminCore
+from dtq.admin.views import Event, Page, event_from
+from dtq.client import CANCEL_REASON
+from dtq.cluster import ascan_slot, scan_step
+from dtq.declared import pending as pending_declared
+from dtq.errors import InvalidRequest, UnknownTask
+from dtq.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
+from dtq.models import TaskInfo
+
+
+class TaskOps(AdminCore):
+    """Tasks: read one, list them (SCAN walk or newest first), cancel, retry."""
+
+    async def get_task(self, task_id: str, *, history: bool = False) -> dict[str, Any]:
+        """The task's fields (as :class:`dtq.TaskInfo` names them), optionally its history."""
+        info = await self.client.get(task_id)
+        d = info.to_dict()
+        queue, tid = split_task_id(task_id)
+        extra = await self._r.hmget(self.keys.queue(queue).task(tid), ["requeues"])
+        d["requeues"] = int(extra[0] or 0)
+        if history:
+            d["history"] = [e.to_dict() for e in await self.task_history(task_id)]
+        return d
+
+    async def task_history(self, task_id: str, limit: int = HISTORY_SCAN) -> list[Event]:
+        """The task's lifecycle events still in its queue's capped event stream, oldest first.
+
+        Reads the stream newest first, at most ``limit`` entries.
+        """
+        queue, tid = split_task_id(task_id)
+        key = self.keys.queue(queue).events
+        found: list[Event] = []
+        upper = "+"
+        read = 0
+        while read < limit:
+            chunk = await self._r.xrevrange(key, max=upper, min="-", count=1000)
+            if not chunk:
+                break
+            for eid, fields in chunk:
+                if fields.get("tid") == tid:
+                    found.append(event_from(queue, eid, fields))
+            read += len(chunk)
+            upper = "(" + chunk[-1][0]
+            if found and found[-1].type == "enqueued":
+                break
+        found.reverse()
+        return found
+
+    async def list_tasks(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Tasks matching all given filters, about ``limit`` per page (see the module doc)."""
+        check_listing(queue, status, limit)
+        if queue is not None and status in ("failed", "scheduled"):
+            return await self._list_zset(queue, status, name, cursor, limit)
+        scan_cursor, skip = parse_cursor(cursor)
+        if ":" in scan_cursor and (queue is not None or not self._cluster):
+            # "<primary>:<cursor>" is a walk over every primary of a cluster only
+            raise InvalidRequest(f"bad cursor {cursor!r}")
+        if queue is not None:
+            match = glob_escape(self.keys.queue(queue).task_base) + "*"
+        else:
+            p = glob_escape(self.keys.prefix)
+            match = f"{p}:{{{p}:*}}:t:*"
+        items: list[TaskInfo] = []
+        scans = examined = 0
+        # One queue's records are in its slot's node; across queues the walk visits every
+        # primary of a cluster (dtq.cluster): its cursor then reads "<primary>:<cursor>".
+        while True:
+            if queue is not None:
+                base = self.keys.queue(queue).task_base
+                at, keys = await ascan_slot(self._r, base, int(scan_cursor), match, 1000)
+                nxt = str(at)
+            else:
+                nxt, keys = await scan_step(self._r, scan_cursor, match, 1000)
+            scans += 1
+            examined += len(keys)
+            matched = await self._filter_records(keys, status, name)
+            take = matched[skip:]
+            room = limit - len(items)
+            if len(take) > room:
+                items.extend(take[:room])
+                next_cursor: str | None = f"{scan_cursor}.{skip + room}"
+                break
+            items.extend(take)
+            skip = 0
+            scan_cursor = str(nxt)
+            if scan_cursor == "0":
+                next_cursor = None
+                break
+            if len(items) >= limit or scans >= SCAN_BUDGET:
+                next_cursor = f"{nxt}.0"
+                break
+        return Page([t.to_dict() for t in items], next_cursor, scans, examined)
+
+    async def recent_tasks(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Tasks newest first from the queues' event streams (see :mod:`dtq.task_index`);
+        ``Page.running`` holds the running tasks on the first page (no cursor)."""
+        check_listing(queue, status, limit)
+        queues = [queue] if queue is not None else await self.queue_names()
+        try:
+            items, nxt, read = await task_index.newest(
+                self._r, self.keys, queues, status=status, name=name, cursor=cursor, limit=limit
+            )
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        running: list[dict[str, Any]] = []
+        if cursor is None and status in (None, "running"):
+            running = await task_index.running(self._r, self.keys, queues, name=name)
+        return Page(items, nxt, 0, read, running)
+
+    async def _filter_records(
+        self, keys: Sequence[str], status: str | None, name: str | None
+    ) -> list[TaskInfo]:
+        if not keys:
+            return []
+        async with self._r.pipeline(transaction=False) as pipe:
+            for k in keys:
+                pipe.hgetall(k)
+            recs = await pipe.execute()
+        decls = await self._declared_of(keys, recs)
+        out: list[TaskInfo] = []
+        for k, rec, decl in zip(keys, recs, decls, strict=True):
+            if not rec or "status" not in rec:
+                continue
+            if status is not None and rec["status"] != status:
+                continue
+            if name is not None and rec.get("name") != name:
+                continue
+            info = self._info_from_key(k, rec, decl)
+            if info is not None:
+                out.append(info)
+        out.sort(key=lambda t: t.id)
+        return out
+
+    async def _declared_of(
+        self, keys: Sequence[str], recs: Sequence[dict[str, str]]
+    ) -> list[str | None]:
+        """The published declaration of each record still waiting for one (dtq.declared),
+        None for the others; one pipelined round trip, and none when no record waits."""
+        want = [
+            (i, k)
+            for i, (k, rec) in enumerate(zip(keys, recs, strict=True))
+            if rec and pending_declared(rec)
+        ]
+        out: list[str | None] = [None] * len(keys)
+        if want:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for i, k in want:
+                    # P:{q}:t:<tid> -> P:{q}:decl (dtq/keys.py)
+                    pipe.hget(k.rpartition(":t:")[0] + ":decl", recs[i].get("name", ""))
+                for (i, _), raw in zip(want, await pipe.execute(), strict=True):
+                    out[i] = raw
+        return out
+
+    def _info_from_key(
+        self, key: str, rec: dict[str, str], declared: str | None = None
+    ) -> TaskInfo | None:
+        # key = P:{P:queue}:t:<tid>
+        head, sep, tid = key.rpartition(":t:")
+        start = head.find("{" + self.keys.prefix + ":")
+        if not sep or start < 0 or not head.endswith("}"):
+            return None
+        queue = head[start + len(self.keys.prefix) + 2 : -1]
+        try:
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
+        except (ValueError, KeyError):
+            return None
+
+    async def _list_zset(
+        self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
+    ) -> Page:
+        """Failed or scheduled tasks of one queue from its zset: one range read and one
+        pipelined read of the records per chunk, at most ``DLQ_BUDGET`` entries per page."""
+        qk = self.keys.queue(queue)
+        key = qk.dlq if status == "failed" else qk.sched
+        pos = int(position(cursor)[0]) if cursor else 0
+        items: list[dict[str, Any]] = []
+        examined = 0
+        chunk = max(limit, 200)
+        while len(items) < limit and examined < DLQ_BUDGET:
+            n = min(chunk, DLQ_BUDGET - examined)
+            tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
+            recs = await self._records(qk, tids)
+            decls = await self._declared_of([qk.task(t) for t in tids], recs)
+            examined += len(tids)
+            for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
+                if rec and rec.get("status") == status and name in (None, rec.get("name")):
+                    info = self._info(queue, tid, rec, decls[i])
+                    if info is not None:
+                        items.append(info.to_dict())
+                    if len(items) >= limit:
+                        return Page(items, str(pos + i + 1), 0, examined)
+            pos += len(tids)
+            if len(tids) < n:
+                return Page(items, None, 0, examined)
+        return Page(items, str(pos), 0, examined)
+
+    async def _records(self, qk: QueueKeys, tids: Sequence[str]) -> list[dict[str, str]]:
+        if not tids:
+            return []
+        async with self._r.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.hgetall(qk.task(tid))
+            recs: list[dict[str, str]] = await pipe.execute()
+        return recs
+
+    @staticmethod
+    def _info(
+        queue: str, tid: str, rec: dict[str, str], declared: str | None = None
+    ) -> TaskInfo | None:
+        try:
+            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
+        except (ValueError, KeyError):
+            return None  # a record this version cannot read is left out, not a 500
+
+    async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
+        """Cancel through the SDK's transition; returns the outcome and the task's status."""
+        split_task_id(task_id)
+        if is_flow_id(task_id):  # a workflow (docs/workflows.md): the flow and its steps
+            before = (await self.client.get(task_id)).status.value
+            changed = await self.client.cancel(task_id, reason)
+            outcome = "cancelled" if changed else "unchanged"
+            return {"id": task_id, "outcome": outcome, "status": "cancelled" if changed else before}
+        call = self.client._cancel_call(task_id, reason)
+        res = sc.parse_cancel(await self._run(call))
+        if res.outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        return {"id": task_id, "outcome": res.outcome, "status": res.status}
+
+    async def retry(self, task_id: str, *, max_retries: int | None = None) -> dict[str, Any]:
+        """Run a failed, cancelled or expired task again under the same id (keeps history)."""
+        queue, tid = split_task_id(task_id)
+        qk = self.keys.queue(queue)
+        res = await self._requeue(qk, [tid], max_retries, RETRYABLE)
+        outcome = res[0]
+        if outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        if outcome != "requeued":
+            raise Conflict(
+                f"task {task_id} is {outcome}; only {', '.join(RETRYABLE)} tasks can be retried",
+                outcome,
+            )
+        return {"id": task_id, "status": "queued"}

@@ -1,0 +1,205 @@
+"""What the operator operations answer: plain frozen dataclasses with ``to_dict`` for the API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dtq.admin.common import id_ms
+from dtq.keys import make_task_id
+from dtq.models import ms_to_datetime
+
+
+def iso(ms: float | None) -> str | None:
+    dt = ms_to_datetime(ms)  # None for a time no datetime holds (a bad record is still listed)
+    return None if dt is None else dt.isoformat()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue as an operator sees it."""
+
+    name: str
+    depth: dict[int, int]
+    """Waiting (queued, not yet taken) tasks per priority band."""
+    scheduled: int
+    running: int
+    """Entries taken by a worker and not yet finished (the group's pending list)."""
+    dlq: int
+    paused: bool
+    oldest_waiting_age_s: float | None
+    """Age of the oldest waiting entry (since it became ready to run), None when none waits."""
+
+    @property
+    def queued(self) -> int:
+        return sum(self.depth.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["depth"] = {str(p): n for p, n in self.depth.items()}
+        d["queued"] = self.queued
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker's last heartbeat and the observer's verdict on its liveness."""
+
+    worker_id: str
+    live: bool
+    last_heartbeat_ms: int
+    heartbeat_age_s: float
+    heartbeat_interval_s: float | None
+    status: str
+    hostname: str = ""
+    pid: int | None = None
+    queues: list[str] = field(default_factory=list)
+    active_tasks: int = 0
+    concurrency: int | None = None
+    tasks_processed: int = 0
+    tasks_failed: int = 0
+    tasks_retried: int = 0
+    started_at: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        return not self.live
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stale"] = self.stale
+        d["last_heartbeat"] = iso(self.last_heartbeat_ms)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One lifecycle event from a queue's event stream or the workers' stream."""
+
+    stream: str
+    """``<queue>`` for task events, ``@workers`` for worker events."""
+    id: str
+    ts_ms: int
+    type: str
+    task_id: str | None
+    queue: str | None
+    attempt: int | None
+    worker: str | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ts"] = iso(self.ts_ms)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    task_id: str
+    queue: str
+    name: str
+    failed_at: str | None
+    attempt: int
+    retries: int
+    max_retries: int
+    error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of results and the cursor of the next (None on the last page).
+
+    A page may hold fewer than ``limit`` items, even none, while ``next_cursor`` is set: each
+    request stops after a bounded amount of work (``SCAN_BUDGET``, ``DLQ_BUDGET``).
+    ``scans`` and ``examined`` say what this page cost: SCAN calls, records/entries read.
+    """
+
+    items: list[Any]
+    next_cursor: str | None
+    scans: int = 0
+    examined: int = 0
+    running: list[Any] = field(default_factory=list)
+    """The running tasks, on a newest-first listing's first page."""
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """Counts of a bulk operation: how many changed, how many were skipped (and why)."""
+
+    done: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"done": self.done, "skipped": dict(self.skipped)}
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTask:
+    task_id: str
+    queue: str
+    name: str
+    due_at: str | None
+    kind: str  # "delayed" | "retry"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def event_from(stream: str, eid: str, f: dict[str, str]) -> Event:
+    """One entry of a queue's event stream (``stream`` is the queue) or the workers'."""
+    if stream == "@workers":
+        return Event(
+            stream, eid, id_ms(eid), f.get("type", ""), None, None, None,
+            f.get("worker") or None, f.get("detail", ""),
+        )  # fmt: skip
+    tid = f.get("tid") or ""
+    attempt = f.get("attempt") or ""
+    return Event(
+        stream=stream,
+        id=eid,
+        ts_ms=id_ms(eid),
+        type=f.get("type", ""),
+        task_id=make_task_id(stream, tid) if tid else None,
+        queue=stream,
+        attempt=int(attempt) if attempt.isdigit() else None,
+        worker=f.get("worker") or None,
+        detail=f.get("detail", ""),
+    )
+
+
+async def filled_page(
+    fetch: Callable[[str | None, int], Awaitable[Page]], cursor: str | None, limit: int
+) -> Page:
+    """Follow ``fetch(cursor, room)`` until ``limit`` items or the end: for a caller of its own
+    (the CLI) that wants a full page; each call stays bounded, so Redis is never held long."""
+    items: list[Any] = []
+    scans = examined = 0
+    while True:
+        page = await fetch(cursor, limit - len(items))
+        items += page.items
+        scans, examined = scans + page.scans, examined + page.examined
+        cursor = page.next_cursor
+        if cursor is None or len(items) >= limit:
+            return Page(items, cursor, scans, examined)
+
+
+def dumps(obj: Any) -> str:
+    """JSON for ``--json`` output and the API: dataclasses and datetimes handled."""
+
+    def default(o: Any) -> Any:
+        if hasattr(o, "to_dict"):
+            return o.to_dict()
+        if isinstance(o, datetime):
+            return o.isoformat()
+        return str(o)
+
+    return json.dumps(obj, default=default, indent=2)

@@ -1,0 +1,254 @@
+"""A periodic schedule (:class:`Schedule`), what a listing shows of it, and declaring one in
+code (``@app.periodic``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dtq import codec
+from dtq.errors import InvalidRequest
+from dtq.requests import MAX_SPAN_S, check_task_name
+from dtq.schedules.cron import cron_next, from_ms, to_ms
+from dtq.settings import CONTROL_RE, QUEUE_NAME_RE
+
+if TYPE_CHECKING:
+    from dtq.app import App, Task
+
+DEFAULT_GRACE_S = 60.0
+DISABLED = float("inf")
+"""The next-fire score of a disabled schedule: never due, and kept by ``schedule_put`` while
+its definition is unchanged (a changed definition starts enabled from its next fire)."""
+MIN_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One periodic schedule: which task to enqueue, when, and with what.
+
+    Exactly one of ``cron`` (5-field cron expression, wall clock in ``tz``) and ``every``
+    (seconds) is given. ``priority``, ``max_retries`` and ``timeout`` default to the task's own
+    (``@app.task``) when the worker knows it. ``expires`` (seconds) ends a fire ``expired`` if no
+    worker starts it in time. ``grace`` is how late a fire may still run (seconds).
+    """
+
+    name: str
+    task: str
+    queue: str = "default"
+    cron: str | None = None
+    every: float | None = None
+    tz: str = "UTC"
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    overlap: bool = True
+    grace: float = DEFAULT_GRACE_S
+    priority: int | None = None
+    max_retries: int | None = None
+    timeout: float | None = None
+    expires: float | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "runtime"
+    """``code`` for ``@app.periodic`` declarations (kept in step with the code by the workers),
+    ``runtime`` for :func:`add_schedule` (kept until removed)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 0 < len(self.name) <= 200:
+            raise InvalidRequest("schedule name must be a string of 1 to 200 characters")
+        if CONTROL_RE.search(self.name):
+            raise InvalidRequest(f"schedule name {self.name!r} holds control characters")
+        if not isinstance(self.task, str) or not self.task:
+            raise InvalidRequest("schedule needs a task name")
+        check_task_name(self.task)
+        if not isinstance(self.queue, str) or not QUEUE_NAME_RE.fullmatch(self.queue):
+            raise InvalidRequest(f"bad queue name {self.queue!r}")
+        if (self.cron is None) == (self.every is None):
+            raise InvalidRequest("give exactly one of cron= and every=")
+        if self.every is not None and (
+            isinstance(self.every, bool)
+            or not isinstance(self.every, int | float)
+            or not math.isfinite(self.every)
+            or not MIN_EVERY_S <= self.every <= MAX_SPAN_S
+        ):
+            raise InvalidRequest(
+                f"every must be a number of seconds from {MIN_EVERY_S:g} to at most {MAX_SPAN_S}"
+            )
+        if self.cron is not None:
+            if not isinstance(self.cron, str) or (
+                len(self.cron.split()) != 5 and not self.cron.startswith("@")
+            ):
+                raise InvalidRequest(f"cron must have 5 fields: {self.cron!r}")
+            from croniter import croniter
+            from croniter.croniter import CroniterBadCronError
+
+            try:
+                croniter(self.cron)
+            except (CroniterBadCronError, ValueError, KeyError) as exc:
+                raise InvalidRequest(f"bad cron expression {self.cron!r}: {exc}") from None
+        try:
+            ZoneInfo(self.tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidRequest(f"unknown time zone {self.tz!r}") from None
+        if not isinstance(self.grace, int | float) or not 0 <= self.grace <= 86_400:
+            raise InvalidRequest("grace must be 0 to 86400 seconds")
+        if self.expires is not None and not self.expires > 0:
+            raise InvalidRequest("expires must be positive")
+        if self.source not in ("code", "runtime"):
+            raise InvalidRequest("source must be 'code' or 'runtime'")
+        codec.dumps(list(self.args), "schedule args")
+        codec.dumps(dict(self.kwargs), "schedule kwargs")
+        codec.dumps(dict(self.metadata), "schedule metadata")
+        if self.cron is not None:
+            from croniter.croniter import CroniterBadDateError
+
+            try:
+                self.next_after(to_ms(datetime.now(UTC)))
+            except CroniterBadDateError:
+                raise InvalidRequest(f"cron expression {self.cron!r} never fires") from None
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.tz)
+
+    def next_after(self, after_ms: int) -> int:
+        """The first fire time (ms since the epoch) strictly after ``after_ms``."""
+        if self.every is not None:
+            step = round(self.every * 1000)
+            return (after_ms // step + 1) * step
+        assert self.cron is not None
+        return to_ms(cron_next(self.cron, self.zone, from_ms(after_ms)))
+
+    def latest_in(self, lo_ms: int, hi_ms: int) -> int | None:
+        """The last fire time in ``[lo_ms, hi_ms]``, or None."""
+        if self.every is not None:
+            step = round(self.every * 1000)
+            last = hi_ms // step * step
+            return last if last >= lo_ms else None
+        t = self.next_after(lo_ms - 1)
+        if t > hi_ms:
+            return None
+        while (n := self.next_after(t)) <= hi_ms:
+            t = n
+        return t
+
+    def to_json(self) -> str:
+        """The stored definition: canonical JSON (sorted keys), compared byte for byte."""
+        d = asdict(self)
+        d["args"] = list(self.args)
+        d["kwargs"] = dict(self.kwargs)
+        d["metadata"] = dict(self.metadata)
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str) -> Schedule:
+        d = json.loads(raw)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A stored schedule with its next fire time and the id of the last task it enqueued."""
+
+    schedule: Schedule
+    next_fire_at: datetime | None
+    last_task_id: str | None
+    enabled: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as ``dtq schedules --json`` and ``GET /api/v1/schedules`` show it."""
+        s = self.schedule
+        return {
+            "name": s.name,
+            "queue": s.queue,
+            "task": s.task,
+            "cron": s.cron,
+            "every": s.every,
+            "tz": s.tz,
+            "args": list(s.args),
+            "kwargs": dict(s.kwargs),
+            "overlap": s.overlap,
+            "grace": s.grace,
+            "priority": s.priority,
+            "max_retries": s.max_retries,
+            "timeout": s.timeout,
+            "expires": s.expires,
+            "metadata": dict(s.metadata),
+            "source": s.source,
+            "next_fire_at": self.next_fire_at.isoformat() if self.next_fire_at else None,
+            "last_task_id": self.last_task_id,
+            "enabled": self.enabled,
+        }
+
+
+# --- declaring schedules in code -------------------------------------------------------------
+
+_declared: weakref.WeakKeyDictionary[App, dict[tuple[str, str], Schedule]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def declared(app: App) -> list[Schedule]:
+    """The schedules declared in code on ``app`` with ``@app.periodic``."""
+    return list(_declared.get(app, {}).values())
+
+
+def periodic(
+    app: App,
+    *,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    tz: str = "UTC",
+    name: str | None = None,
+    queue: str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    overlap: bool = True,
+    grace: float = DEFAULT_GRACE_S,
+    priority: int | None = None,
+    max_retries: int | None = None,
+    timeout: float | None = None,
+    expires: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Callable[[Any], Task[Any, Any]]:
+    """Decorator behind ``App.periodic``: registers the function as a task (unless it already is
+    one) and declares its schedule. The schedule's name defaults to the task's name."""
+    from dtq.app import Task
+
+    if isinstance(every, timedelta):
+        every = every.total_seconds()
+
+    def decorate(fn: Any) -> Task[Any, Any]:
+        task: Task[Any, Any] = (
+            fn if isinstance(fn, Task) else app.task(queue=queue or "default")(fn)
+        )
+        s = Schedule(
+            name=name or task.name,
+            task=task.name,
+            queue=queue or task.defaults.queue,
+            cron=cron,
+            every=every,
+            tz=tz,
+            args=list(args),
+            kwargs=dict(kwargs or {}),
+            overlap=overlap,
+            grace=grace,
+            priority=priority,
+            max_retries=max_retries,
+            timeout=timeout,
+            expires=expires,
+            metadata=dict(metadata or {}),
+            source="code",
+        )
+        registry = _declared.setdefault(app, {})
+        if (s.queue, s.name) in registry:
+            raise InvalidRequest(f"schedule {s.name!r} is declared twice in queue {s.queue!r}")
+        registry[(s.queue, s.name)] = s
+        return task
+
+    return decorate

@@ -1,0 +1,159 @@
+"""Firing schedules: run by the worker's scheduler leader (and by :mod:`dtq.testing`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dtq import scripts as sc
+from dtq.keys import Keys, QueueKeys, make_task_id
+from dtq.requests import TaskDefaults, build_task
+from dtq.schedules.cron import from_ms
+from dtq.schedules.model import Schedule, declared
+from dtq.schedules.ops import forget, put_call, server_ms
+from dtq.settings import Settings
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis as AsyncRedis
+
+    from dtq.app import App
+
+log = logging.getLogger("dtq.schedules")
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    outcome: str  # fired | overlap | missed | stale
+    task_id: str | None
+
+
+def fire_call(
+    qk: QueueKeys,
+    s: Schedule,
+    spec: str,
+    expected_ms: int,
+    next_ms: int,
+    fire_ms: int | None,
+    task: sc.NewTask,
+    events_maxlen: int,
+) -> sc.Call:
+    return sc.Call(
+        "schedule_fire",
+        [*qk.streams, qk.events, qk.task_base, qk.schedules, qk.schedules_next, qk.schedules_last],
+        [
+            s.name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
+            1 if s.overlap else 0, events_maxlen, fire_ms or expected_ms,
+            task.tid, task.name, task.args, task.kwargs, task.priority, task.maxr_arg(),
+            "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
+            task.limit,
+        ],
+    )  # fmt: skip
+
+
+class ScheduleRunner:
+    """Fires the due schedules of a queue; called from the scheduler leader's tick.
+
+    Also keeps the code-declared schedules of ``app`` in step with Redis: new or changed ones
+    are stored, ones the code no longer declares are removed (runtime ones are never touched).
+    """
+
+    SYNC_EVERY_S = 30.0
+    BATCH = 100
+
+    def __init__(
+        self, redis: AsyncRedis, scripts: sc.AsyncScripts, keys: Keys, settings: Settings, app: App
+    ) -> None:
+        self.redis = redis
+        self.scripts = scripts
+        self.keys = keys
+        self.settings = settings
+        self.app = app
+        self._next_sync: dict[str, float] = {}
+
+    async def now_ms(self) -> int:
+        return server_ms(await self.redis.time())
+
+    async def sync(self, queue: str, now: int) -> None:
+        qk = self.keys.queue(queue)
+        mine = {s.name: s for s in declared(self.app) if s.queue == queue}
+        for s in mine.values():
+            if await self.scripts.run(put_call(qk, s, s.next_after(now))):
+                log.info("schedule %s of queue %s stored from code", s.name, queue)
+        stored: dict[str, str] = await self.redis.hgetall(qk.schedules)  # type: ignore[misc,assignment]
+        for name, spec in stored.items():
+            if name in mine:
+                continue
+            try:
+                is_code = json.loads(spec).get("source") == "code"
+            except ValueError:
+                is_code = False
+            if is_code:
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    forget(pipe, qk, name)
+                    await pipe.execute()
+                log.info("schedule %s of queue %s removed: no longer declared in code", name, queue)
+
+    async def tick(self, queue: str) -> int | None:
+        """Fire what is due in ``queue``; return the next fire time (ms), or None."""
+        qk = self.keys.queue(queue)
+        now = await self.now_ms()
+        if time.monotonic() >= self._next_sync.get(queue, 0.0):
+            await self.sync(queue, now)
+            self._next_sync[queue] = time.monotonic() + self.SYNC_EVERY_S
+        due: Any = await self.redis.zrange(
+            qk.schedules_next, "-inf", now, byscore=True, offset=0, num=self.BATCH, withscores=True
+        )
+        if due:
+            names = [n for n, _ in due]
+            specs: Any = await self.redis.hmget(qk.schedules, names)  # type: ignore[misc]
+            for (name, score), spec in zip(due, specs, strict=True):
+                await self.fire_one(qk, name, int(score), spec, now)
+        first: Any = await self.redis.zrange(
+            qk.schedules_next, "-inf", "(inf", byscore=True, offset=0, num=1, withscores=True
+        )  # a disabled schedule (score inf) is never next
+        return int(first[0][1]) if first else None
+
+    async def fire_one(
+        self, qk: QueueKeys, name: str, expected: int, spec: str | None, now: int
+    ) -> FireResult:
+        if spec is None:
+            await self.redis.zrem(qk.schedules_next, name)
+            return FireResult("stale", None)
+        try:
+            s = Schedule.from_json(spec)
+            lo = max(expected, now - int(s.grace * 1000))
+            # The stored next fire time is authoritative; a later one in the window replaces it.
+            fire_ms = s.latest_in(lo, now) or (expected if expected == lo else None)
+            next_ms = s.next_after(now)
+            task = self._task(s, fire_ms or expected)
+        except Exception as exc:
+            # A definition that cannot fire (bad JSON, task arguments refused): retry in a
+            # minute rather than spin or stop the scheduler.
+            log.error("schedule %s of queue %s cannot fire: %s", name, qk.queue, exc)
+            await self.redis.zadd(qk.schedules_next, {name: now + 60_000}, xx=True)
+            return FireResult("stale", None)
+        call = fire_call(qk, s, spec, expected, next_ms, fire_ms, task, self.settings.events_maxlen)
+        raw = await self.scripts.run(call)
+        outcome, tid = sc.parse_strings(raw)
+        task_id = make_task_id(qk.queue, tid) if tid else None
+        if outcome == "fired":
+            log.info("schedule %s fired %s (due %s)", name, task_id, from_ms(fire_ms or expected))
+        elif outcome == "overlap":
+            log.info("schedule %s skipped a fire: previous run %s still active", name, task_id)
+        elif outcome == "missed":
+            log.warning("schedule %s skipped missed fire(s) from %s (past the %gs grace)",
+                        name, from_ms(expected), s.grace)  # fmt: skip
+        return FireResult(outcome, task_id)
+
+    def _task(self, s: Schedule, fire_ms: int) -> sc.NewTask:
+        meta = {**s.metadata, "schedule": s.name, "fire_at": from_ms(fire_ms).isoformat()}
+        defaults = self.app.defaults_for(s.task) or TaskDefaults(queue=s.queue)
+        _, task = build_task(
+            self.settings, s.task, list(s.args), dict(s.kwargs) or None,
+            defaults=defaults, queue=s.queue, priority=s.priority, max_retries=s.max_retries,
+            timeout=s.timeout, expires=s.expires, metadata=meta,
+        )  # fmt: skip
+        return task
