@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= build/demo-venv
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: install lint test test-fast demo bench chaos chaos-long clean docker-test docker-clean
+.PHONY: install lint test test-fast test-lanes-off test-oldest demo bench chaos chaos-long clean docker-test docker-clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,25 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
+# The script and lane tests on redis-py's usual path (no fast lane: dtq/transport.py).
+LANE_TESTS := tests/test_transport.py tests/test_lane.py tests/test_scripts.py \
+	tests/test_script_replay.py tests/test_sdk.py tests/test_sdk_blips.py
+test-lanes-off: install
+	DTQ_FAST_LANE=0 $(BIN)/pytest -q -p no:cacheprovider $(LANE_TESTS)
+
+# The same tests, both ways, with the oldest redis-py pyproject.toml accepts (its own venv).
+OLDEST_REDIS ?= 8.0.0
+OLDEST_VENV ?= build/oldest-venv
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(OLDEST_REDIS)
+$(OLDEST_STAMP): pyproject.toml
+	$(PY) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/pip install -q -e . "redis[hiredis]==$(OLDEST_REDIS)" pytest pytest-asyncio pytest-timeout
+	touch $(OLDEST_STAMP)
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/python -c "import redis; assert redis.__version__ == '$(OLDEST_REDIS)', redis.__version__"
+	$(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(LANE_TESTS)
+	DTQ_FAST_LANE=0 $(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(LANE_TESTS)
+
 # Runs until Ctrl-C (dtq dev --keep). Uses the developer venv when `make install` made one.
 demo:
 	@if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep; \
@@ -46,7 +65,7 @@ bench: install
 
 chaos: install
 	$(BIN)/python -m tests.chaos.run --minutes 1
-	$(BIN)/python -m tests.chaos.run --minutes 1 --cluster --out build/chaos-cluster
+	$(BIN)/python -m tests.chaos.run --minutes 1 --cluster --chord-share 0.2 --out build/chaos-cluster
 
 chaos-long: install
 	$(BIN)/python -m tests.chaos.run --minutes 15

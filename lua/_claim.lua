@@ -29,6 +29,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return {now, -2}
   end
   local started = {}
+  local hdrs = nil  -- run index (from 0), headers: only for runs that carry headers
   local absorbed, expired, held = 0, 0, 0
   -- Bounds the work of one call when many entries are parked or absorbed in a row.
   local scanned, budget = 0, math.max(200, remaining * 4)
@@ -135,7 +136,21 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local eid, fields = entry[1], entry[2]
     local tid = fields[2]
     local rk = base .. tid
-    local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
+    -- A plain task's first claim: its record holds exactly the 10 base fields every record is
+    -- made with (enqueue.lua, schedule_fire.lua, _flow.lua). Ten fields, all ten of them there:
+    -- nothing else is, so the optional ones are not asked for (each absent field costs HMGET a
+    -- scan of the whole record; docs/performance.md, "Redis instructions per task").
+    local r = nil
+    if redis.call('HLEN', rk) == 10 then
+      local q = redis.call('HMGET', rk, 'status', 'eid', 'attempt', 'name', 'args', 'maxr',
+        'retries', 'intr', 'enq', 'prio')
+      if q[1] and q[2] and q[3] and q[4] and q[5] and q[6] and q[7] and q[8] and q[9]
+          and q[10] then
+        r = {q[1], q[2], false, q[3], q[4], q[5], false, q[6], false, q[7], q[8], q[9], q[10],
+          false, false, false, false, false, false, false}
+      end
+    end
+    r = r or redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
       'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
       'lrw', 'dflt', 'hdr')
     if r[1] == 'queued' and r[2] == eid then
@@ -186,7 +201,11 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       started[o + 11] = r[12]
       started[o + 12] = r[13]
       started[o + 13] = r[14] or ''
-      started[o + 14] = r[20] or ''  -- headers for the worker's middleware (e.g. traceparent)
+      if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
+        hdrs = hdrs or {}
+        hdrs[#hdrs + 1] = o / 13
+        hdrs[#hdrs + 1] = r[20]
+      end
       remaining = remaining - 1
       return true
     end
@@ -246,11 +265,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     redis.call('HSET', KEYS[18], unpack(save))
   end
 
-  local out = {now, absorbed, expired, #started / 14}
+  local out = {now, absorbed, expired, #started / 13}
   for _, v in ipairs(started) do out[#out + 1] = v end
   out[#out + 1] = held
   local more = 0
   if remaining > 0 and scanned >= budget then more = 1 end
   out[#out + 1] = more
+  if hdrs then
+    for _, v in ipairs(hdrs) do out[#out + 1] = v end
+  end
   return out
 end

@@ -21,9 +21,10 @@
 --              "concurrency|rate count|rate window ms|key", dtq/limits.py), headers (JSON
 --              object of strings set by middleware, e.g. a W3C traceparent, or ''; stored as
 --              field hdr and handed to the worker in the claim reply).
---              The last task may stop after its 5 fields when its 8 options are all empty
---              (a single enqueue of a plain task sends 7 arguments, not 15: each costs Redis
---              a Lua string).
+--              When no task of the call has an option, each sends its 5 fields only (the
+--              call has 2 + 5n arguments: a bulk enqueue of plain tasks sends 5 per task, not
+--              13, and a single one 7, not 15; each argument costs Redis a Lua string).
+--              Else the last task may stop after its 5 fields when its 8 options are empty.
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
 --              A task whose record exists already was made by this very call, sent before:
@@ -40,11 +41,15 @@
 
 local maxlen = events_maxlen(ARGV[1])
 local n = tonumber(ARGV[2])
-local F = 13
+local F = 13  -- fields per task; 5 when no task of the call has options (see above)
+if #ARGV == 2 + 5 * n then F = 5 end
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[5], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
-local nk = nkeys()
+-- The keys but the slot guard (_common.lua's key count, inlined: every key from KEYS[5] on is a
+-- stream, which ends in its band digit; the guard ends in 'd').
+local nk = #KEYS
+if string.byte(KEYS[nk], -1) == 100 then nk = nk - 1 end
 if nk == 5 then
   local band = string.sub(stream, -1)
   for i = 0, n - 1 do
@@ -67,7 +72,7 @@ local out = nil
 for i = 0, n - 1 do
   local o = 3 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
-  local opts = ARGV[o + 5] ~= nil  -- the 8 options were sent
+  local opts = F == 13 and ARGV[o + 5] ~= nil  -- the 8 options were sent
   local delay, idem = 0, ''
   if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
   local status, created = nil, 1

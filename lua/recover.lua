@@ -23,8 +23,8 @@
 -- ARGV[4]      ms (server time): runs started before it are not this process's
 -- ARGV[5]      max pending entries read per band
 -- ARGV[6]      n, then ARGV[7..] n known runs, 2 fields each: priority, entry id
--- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 14 fields per run (as claim.lua),
---              0, 0}
+-- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 13 fields per run (as claim.lua),
+--              0, 0, then index and headers of each run that has headers}
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen = events_maxlen(ARGV[3])
@@ -37,7 +37,8 @@ for i = 0, n - 1 do
 end
 local runs, absorbed = {}, 0
 -- Fields that may be unset on a record, and what claim.lua answers for them.
-local blank = {[8] = '', [10] = '', [15] = '', [16] = ''}
+local blank = {[8] = '', [10] = '', [15] = ''}
+local hdrs = {}  -- index, headers of each run that has headers (as claim.lua)
 for i = 1, 10 do
   local pending = {}
   if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -61,7 +62,11 @@ for i = 1, 10 do
           runs[o + 1] = tid
           runs[o + 2] = eid
           runs[o + 3] = r[5]
-          for f = 6, 16 do runs[o + f - 2] = r[f] or blank[f] or '0' end
+          for f = 6, 15 do runs[o + f - 2] = r[f] or blank[f] or '0' end
+          if r[16] then
+            hdrs[#hdrs + 1] = o / 13
+            hdrs[#hdrs + 1] = r[16]
+          end
         end
       else
         drop_entry(KEYS[i], group, eid)
@@ -72,8 +77,9 @@ for i = 1, 10 do
     end
   end
 end
-local out = {now, absorbed, 0, #runs / 14}
+local out = {now, absorbed, 0, #runs / 13}
 for _, v in ipairs(runs) do out[#out + 1] = v end
 out[#out + 1] = 0
 out[#out + 1] = 0
+for _, v in ipairs(hdrs) do out[#out + 1] = v end
 return out

@@ -3,7 +3,8 @@
 Started with ``redis-server --cluster-enabled yes`` per node and ``redis-cli --cluster create``;
 ready once every node says ``cluster_state:ok`` and knows every other node, and each replica
 has synced. Offers what the tests need of it: its ``redis+cluster://`` URL, a client, the node
-that holds a key, killing a master (its replica is promoted), and moving a slot.
+that holds a key, killing a master (its replica is promoted), a coordinated failover
+(``CLUSTER FAILOVER``), restarting a replica, and moving a slot.
 """
 
 from __future__ import annotations
@@ -146,6 +147,46 @@ class RedisClusterFixture:
             if time.monotonic() > deadline:
                 raise RuntimeError("no replica took over")
             time.sleep(0.1)
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of ``master`` (as the master itself lists them)."""
+        with master.client() as c:
+            info = c.info("replication")
+        ports = {int(v["port"]) for k, v in info.items() if k.startswith("slave")}
+        for n in self.live_nodes():
+            if n.port in ports:
+                return n
+        raise RuntimeError(f"{master.port} has no live replica")
+
+    def failover(self, key: str, timeout: float = 60.0) -> tuple[RedisServer, RedisServer]:
+        """A coordinated failover of ``key``'s master: ``CLUSTER FAILOVER`` sent to its
+        replica, which waits until it has every write the master acknowledged (the master
+        pauses its clients meanwhile), then takes over. Returns (old master, new master) once
+        the cluster is settled again (the old master syncing as the new one's replica)."""
+        old = self.master_of(key)
+        new = self.replica_of(old)
+        with new.client() as c:
+            c.execute_command("CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.master_of(key).port == new.port and self._ok():
+                    return old, new
+            except (RuntimeError, redis.RedisError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the coordinated failover did not complete")
+            time.sleep(0.05)
+
+    def restart_replica(self, key: str, down_for: float = 0.0) -> RedisServer:
+        """SIGKILL a replica of ``key``'s master and start it again (it resyncs in full);
+        returns it once the cluster is settled."""
+        node = self.replica_of(self.master_of(key))
+        node.stop()
+        time.sleep(down_for)
+        node.start()
+        self.wait_ok()
+        return node
 
     def rejoin(self, node: RedisServer) -> None:
         """Start a killed node again: it comes back as a replica of its successor."""

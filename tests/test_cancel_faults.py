@@ -299,7 +299,8 @@ async def test_remembered_cancel_hints_are_bounded_in_number_and_age(
 ) -> None:
     """Every worker hears every hint (most are for runs elsewhere): the ones it keeps are
     capped in number and dropped once older than the visibility timeout."""
-    from dtq_worker.worker import CANCEL_HINTS_MAX, Worker
+    from dtq_worker.slots import CANCEL_HINTS_MAX
+    from dtq_worker.worker import Worker
     from tests.apps.faulty import app
 
     settings = make_settings(
@@ -309,10 +310,13 @@ async def test_remembered_cancel_hints_are_bounded_in_number_and_age(
     try:
         for i in range(CANCEL_HINTS_MAX + 500):
             w.request_cancel(None, f"t{i}")
-        assert len(w.cancel_hints) == CANCEL_HINTS_MAX
-        assert "t0" not in w.cancel_hints and f"t{CANCEL_HINTS_MAX + 499}" in w.cancel_hints
+        assert len(w.slots.cancel_hints) == CANCEL_HINTS_MAX
+        assert (
+            "t0" not in w.slots.cancel_hints
+            and f"t{CANCEL_HINTS_MAX + 499}" in w.slots.cancel_hints
+        )
         await asyncio.sleep(0.6)
         w.request_cancel(None, "fresh")
-        assert list(w.cancel_hints) == ["fresh"]
+        assert list(w.slots.cancel_hints) == ["fresh"]
     finally:
         await w._close()

@@ -1,6 +1,7 @@
 """Cluster faults under load, with real worker processes: a busy queue's slot migrated to
-another master, and a master killed so its replica takes over. Every attempt of every task
-starts once at most (body starts are recorded with RPUSH, which no fault erases)."""
+another master, and its master replaced by its replica (a coordinated failover, and a kill).
+Every attempt of every task starts once at most (body starts are recorded with RPUSH, which no
+fault erases)."""
 
 from __future__ import annotations
 
@@ -68,13 +69,18 @@ def test_a_busy_queue_slot_migrates_with_nothing_lost_or_started_twice(
     rc.close()
 
 
-def test_a_master_killed_under_load_fails_over_and_the_workers_carry_on(
-    redis_cluster: RedisClusterFixture, prefix: str, spawn_worker: Any
+@pytest.mark.parametrize("how", ["coordinated", "kill"])
+def test_a_master_fails_over_under_load_and_the_workers_carry_on(
+    redis_cluster: RedisClusterFixture, prefix: str, spawn_worker: Any, how: str
 ) -> None:
-    """SIGKILL of the master serving a busy queue: its replica takes over within the node
-    timeout, workers and clients see transient errors and carry on, and every task the new
-    master knows ends. With asynchronous replication the last writes the old master
-    acknowledged may be gone (docs/operations.md): counted here, not asserted away."""
+    """The master serving a busy queue is replaced by its replica, under load.
+
+    ``coordinated``: ``CLUSTER FAILOVER`` sent to the replica, which takes over only once it
+    has every write the master acknowledged: nothing lost, nothing started twice.
+    ``kill``: SIGKILL of the master; the replica takes over within the node timeout, workers
+    and clients see transient errors and carry on, and every task the new master knows ends.
+    With asynchronous replication the last writes the old master acknowledged may be gone
+    (docs/operations.md): counted here, not asserted away."""
     keys = Keys(prefix)
     starts_master = redis_cluster.master_of(f"{prefix}:test:starts").port
     queue = next(
@@ -97,9 +103,13 @@ def test_a_master_killed_under_load_fails_over_and_the_workers_carry_on(
             ids += [h.id for h in c.enqueue_many(batch)]
             wait_until(lambda: {w for _, _, w in body_starts(rc, prefix)} == {"w0", "w1"},
                        timeout=60)  # fmt: skip
-            killed_at = time.monotonic()
-            victim = redis_cluster.kill_master_of(qk.streams[0])
-            took = time.monotonic() - killed_at
+            began = len(body_starts(rc, prefix))
+            t0 = time.monotonic()
+            if how == "kill":
+                victim = redis_cluster.kill_master_of(qk.streams[0])
+            else:
+                redis_cluster.failover(qk.streams[0])
+            took = time.monotonic() - t0
             ids += [h.id for h in c.enqueue_many(batch)]  # to the promoted replica
             known = [i for i, st in zip(ids, statuses(c, ids), strict=True) if st != "None"]
             try:
@@ -110,9 +120,13 @@ def test_a_master_killed_under_load_fails_over_and_the_workers_carry_on(
                 logs = "\n---\n".join(w.output()[-4000:] for w in workers)
                 raise AssertionError(f"not all ended: {left}\n{logs}") from None
             starts = body_starts(rc, prefix)
+            assert began < 400, "the failover did not overlap the work"
             twice = sum(k - 1 for k in collections.Counter(t for t, _, _ in starts).values())
-            print(f"failover in {took:.1f}s; tasks lost: {len(ids) - len(known)} of "
+            print(f"{how} failover in {took:.1f}s; tasks lost: {len(ids) - len(known)} of "
                   f"{len(ids)}; extra starts: {twice}")  # fmt: skip
+            if how == "coordinated":
+                assert (len(ids) - len(known), twice) == (0, 0)
+                assert {t for t, _, _ in starts} == set(ids)
             dead = [w.output()[-3000:] for w in workers if w.proc.poll() is not None]
             assert not dead, f"a worker died in the failover: {dead[0]}"
             assert c.get(ids[-1]).status == TaskStatus.SUCCEEDED  # enqueued after: all fine

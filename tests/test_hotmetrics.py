@@ -1,10 +1,12 @@
-"""The worker's lock-free per-run metrics export exactly what prometheus_client's would."""
+"""The worker's lock-free per-run metrics (dtq_worker/hotmetrics.py) export exactly what
+prometheus_client's would, and read back with its exposition parser."""
 
 from __future__ import annotations
 
 import random
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
 
@@ -36,3 +38,26 @@ def test_hot_histogram_and_counter_match_prometheus_client() -> None:
     got, want = _series(hot), _series(ref)
     assert got == want
     assert any('le="+Inf"' in ln for ln in got)
+
+
+def test_hot_families_read_back_with_prometheus_clients_parser() -> None:
+    """The exposition text of the hot families, read by prometheus_client's own parser: one
+    histogram series per label set with cumulative buckets ending in +Inf == count, the sum
+    observed, and the counter's value."""
+    reg = CollectorRegistry()
+    h = HotHistogramFamily("dtq_task_wait_seconds", "w", ["queue"], reg, (0.1, 1.0, float("inf")))
+    c = HotCounterFamily("dtq_worker_tasks_total", "t", ["outcome"], reg)
+    for v in (0.05, 0.1, 0.5, 3.0):
+        h.labels("q").observe(v)
+    c.labels("succeeded").inc(3)
+    fams = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+    buckets = {
+        s.labels["le"]: s.value for s in fams["dtq_task_wait_seconds"].samples
+        if s.name.endswith("_bucket")
+    }  # fmt: skip
+    assert buckets == {"0.1": 2.0, "1.0": 3.0, "+Inf": 4.0}
+    rest = {s.name: s.value for s in fams["dtq_task_wait_seconds"].samples}
+    assert rest["dtq_task_wait_seconds_count"] == 4.0
+    assert rest["dtq_task_wait_seconds_sum"] == 3.65
+    assert fams["dtq_worker_tasks"].type == "counter"
+    assert [s.value for s in fams["dtq_worker_tasks"].samples] == [3.0]

@@ -1,4 +1,7 @@
-"""The scripts' fast lane (dtq/scripts.py): one kept connection, and every way it falls back."""
+"""The scripts' fast lane (dtq/transport.py): one kept connection, and every way it falls back.
+
+Tests that look at the lane itself are skipped where it is off (DTQ_FAST_LANE=0, or a redis-py
+without what it needs: ``make test-lanes-off``, ``make test-oldest``); the rest run either way."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from dtq import AsyncClient, Client, InvalidRequest, RedisUnavailable
+from dtq import AsyncClient, Client, InvalidRequest, RedisUnavailable, transport
 from dtq import scripts as sc
 from dtq.settings import Settings
 from tests.conftest import make_settings
@@ -31,6 +34,10 @@ return ARGV[1]
 """
 ECHO = "return ARGV[1]"
 
+needs_lane = pytest.mark.skipif(
+    not transport.fast_lane(), reason="the fast lane is off here (DTQ_FAST_LANE=0 or redis-py)"
+)
+
 
 def _with(scripts: Any, client: Any) -> Any:
     scripts._objs["spin"] = client.register_script(SPIN)
@@ -38,20 +45,21 @@ def _with(scripts: Any, client: Any) -> Any:
     return scripts
 
 
+@needs_lane
 def test_sync_lane_survives_script_flush_and_restart(fresh_redis: RedisServer) -> None:
     r = redis.Redis.from_url(fresh_redis.url, decode_responses=True)
     s = _with(sc.SyncScripts(r), r)
     drops = []
-    real_drop = s._drop_lane
-    s._drop_lane = lambda: (drops.append(1), real_drop())
+    real_drop = s.lane.drop
+    s.lane.drop = lambda: (drops.append(1), real_drop())
     assert s.run(sc.Call("echo", [], ["a"])) == "a"
-    assert s._lane is not None  # the call went through the lane
+    assert s.lane.connected  # the call went through the lane
     r.script_flush()  # NOSCRIPT on the lane: redis-py loads the script, nothing ran twice
     assert s.run(sc.Call("echo", [], ["b"])) == "b"
     fresh_redis.restart()  # the lane's socket is dead: dropped, the usual path reconnects
     assert s.run(sc.Call("echo", [], ["c"])) == "c"
     assert s.run(sc.Call("echo", [], ["d"])) == "d"
-    assert drops == [1] and s._lane is not None  # dropped once, then a working lane again
+    assert drops == [1] and s.lane.connected  # dropped once, then a working lane again
     r.close()
 
 
@@ -117,6 +125,7 @@ def test_sync_lane_in_a_forked_child(redis_server: RedisServer) -> None:
     r.close()
 
 
+@needs_lane
 async def test_async_lane_cancelled_mid_reply_never_mixes_replies(
     redis_server: RedisServer,
 ) -> None:
@@ -126,13 +135,14 @@ async def test_async_lane_cancelled_mid_reply_never_mixes_replies(
     await r.script_load(SPIN)  # so the spin call is not a NOSCRIPT that goes the usual way
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(s.run(sc.Call("spin", [], ["late"])), 0.05)
-    assert [lane._conn for lane in s._lanes] == [None]  # the half-read connection was dropped
+    assert [lane.connected for lane in s.lanes] == [False]  # the half-read connection was dropped
     # The late reply of the cancelled call must not be read as this call's answer.
     assert await s.run(sc.Call("echo", [], ["next"])) == "next"
     assert await s.run(sc.Call("echo", [], ["after"])) == "after"
     await r.aclose()
 
 
+@needs_lane
 async def test_async_lanes_busy_fall_back_and_restart(fresh_redis: RedisServer) -> None:
     r = aredis.Redis.from_url(fresh_redis.url, decode_responses=True)
     s = _with(sc.AsyncScripts(r), r)
@@ -143,17 +153,18 @@ async def test_async_lanes_busy_fall_back_and_restart(fresh_redis: RedisServer) 
     calls = [s.run(sc.Call("spin", [], [f"slow{i}"])) for i in range(n)]
     got = await asyncio.gather(*calls, s.run(sc.Call("echo", [], ["fast"])))
     assert got == [f"slow{i}" for i in range(n)] + ["fast"]
-    assert len(s._lanes) == sc.MAX_ASYNC_LANES
-    assert all(lane._conn is not None and not lane.busy for lane in s._lanes)
+    assert len(s.lanes) == sc.MAX_ASYNC_LANES
+    assert all(lane.connected and not lane.busy for lane in s.lanes)
     fresh_redis.restart()
     assert await s.run(sc.Call("echo", [], ["back"])) == "back"
     await r.aclose()
 
 
+@needs_lane
 async def test_async_client_enqueue_through_the_lane(settings: Settings) -> None:
     async with AsyncClient(settings=settings) as c:
         hs = [await c.enqueue("noop") for _ in range(50)]
-        assert [lane._conn is not None for lane in c._scripts._lanes] == [True]
+        assert [lane.connected for lane in c._scripts.lanes] == [True]
         assert len({h.id for h in hs}) == 50
         assert [(await c.get(h.id)).id for h in hs[::7]] == [h.id for h in hs[::7]]
 
@@ -209,6 +220,7 @@ def test_bulk_enqueue_in_parts(settings: Settings) -> None:
         assert sum(c.redis.xlen(st) for st in c.keys.queue("default").streams) == n + 1
 
 
+@needs_lane
 def test_bulk_after_a_restart_loses_no_part(fresh_redis: RedisServer, prefix: str) -> None:
     """The lane's socket died with the old server: found before the first part is sent, and
     every part goes the usual way; a send that fails outright loses no part either."""
@@ -221,13 +233,13 @@ def test_bulk_after_a_restart_loses_no_part(fresh_redis: RedisServer, prefix: st
     with Client(settings=settings) as c:
         c.enqueue("noop")  # registers the queue: bulk batches take the streamed path
         assert len(c.enqueue_many([{"name": "noop"}] * n)) == n
-        assert c._scripts._lane is not None  # the streamed bulk went over the lane
+        assert c._scripts.lane.connected  # the streamed bulk went over the lane
         fresh_redis.restart()  # no persistence: an empty server, and the lane's socket is dead
         hs = c.enqueue_many([{"name": "noop", "args": [i]} for i in range(n)])
         assert len(hs) == n and len({h.id for h in hs}) == n and queued(c) == n
         assert [c.get(hs[i].id).args for i in (0, 31, 32, n - 1)] == [[0], [31], [32], [n - 1]]
         # The first send itself fails (nothing reached Redis): that part runs too.
-        lane = c._scripts._lane_conn()
+        lane = c._scripts.lane.connection()
         real_send = lane.send_packed_command
 
         def broken(*a: Any, **k: Any) -> None:
@@ -240,6 +252,7 @@ def test_bulk_after_a_restart_loses_no_part(fresh_redis: RedisServer, prefix: st
         assert c.get(hs[0].id).args == [0]
 
 
+@needs_lane
 async def test_async_bulk_after_a_restart_loses_no_part(
     fresh_redis: RedisServer, prefix: str
 ) -> None:
@@ -247,7 +260,7 @@ async def test_async_bulk_after_a_restart_loses_no_part(
     n = 600
     async with AsyncClient(settings=settings) as c:
         assert len(await c.enqueue_many([{"name": "noop"}] * n)) == n
-        assert c._scripts._lanes and c._scripts._lanes[0]._conn is not None  # streamed
+        assert c._scripts.lanes and c._scripts.lanes[0].connected  # streamed
         fresh_redis.restart()  # the lane's socket is dead, the server empty
         await asyncio.sleep(0.05)  # the loop sees the EOF
         items = [{"name": "noop", "args": [i]} for i in range(n)]
@@ -268,6 +281,7 @@ async def test_async_bulk_after_a_restart_loses_no_part(
         assert (await c.get(hs[0].id)).args == [0] and (await c.get(hs[-1].id)).args == [n - 1]
 
 
+@needs_lane
 def test_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,7 +289,7 @@ def test_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
     sends the call again (the usual path), and enqueue.lua answers that re-send with the task
     the first send made. One task, one stream entry, a handle: not an error about a task that
     exists, and not a second copy."""
-    read, lost = sc._read, []
+    read, lost = transport._read, []
 
     def read_then_lose(conn: Any) -> Any:
         reply = read(conn)  # the script ran and answered; the answer never arrives
@@ -286,7 +300,7 @@ def test_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
 
     with Client(settings=settings) as c:
         c.enqueue("noop")  # registers the queue; the single enqueues below take the lane
-        monkeypatch.setattr(sc, "_read", read_then_lose)
+        monkeypatch.setattr(transport, "_read", read_then_lose)
         for opts in ({}, {"idempotency_key": "k-lost"}, {"delay": 60}):
             lost.clear()
             h = c.enqueue("noop", **opts)
@@ -297,6 +311,7 @@ def test_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
         assert c.redis.zcard(qk.sched) == 1
 
 
+@needs_lane
 async def test_async_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -234,7 +234,7 @@ async def test_launch_refuses_a_second_copy_of_a_run_it_holds(
             rule.released.set()
             loop = asyncio.get_running_loop()
             end = loop.time() + DEADLINE_S
-            while w.claiming and loop.time() < end:  # the claim's reply has been taken
+            while w.slots.claiming and loop.time() < end:  # the claim's reply has been taken
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.1)
             gate.set()

@@ -69,7 +69,7 @@ async def test_a_stop_unblocks_the_idle_wait_at_once(
             h = await c.enqueue("add", [1, 1])
             assert await c.result(h.id, timeout=10) == 2
             await idle(w)
-            assert w.claiming > 0  # the claim behind the wait holds the free slots
+            assert w.slots.claiming > 0  # the claim behind the wait holds the free slots
             t0 = time.monotonic()
         assert time.monotonic() - t0 < 5.0  # not the 10 s block
         # A task enqueued now stays queued for the next worker (nothing was left running).

@@ -47,8 +47,8 @@ async def test_bodies_never_exceed_the_concurrency_while_runs_wait(settings: Set
         hs = await c.enqueue_many([{"name": "sleep", "args": [0.02]} for _ in range(90)])
         pending = {h.id for h in hs}
         while pending:
-            waited = max(waited, len(w.ready))
-            assert w.active <= 6 and w.active - len(w.ready) <= 3  # held; bodies
+            waited = max(waited, len(w.slots.ready))
+            assert w.slots.active <= 6 and w.slots.active - len(w.slots.ready) <= 3  # held; bodies
             for i in list(pending)[:10]:
                 if (await c.get(i)).status == TaskStatus.SUCCEEDED:
                     pending.discard(i)
@@ -67,7 +67,7 @@ async def test_stop_hands_back_runs_claimed_ahead_without_an_interruption(
             hs = [await c.enqueue("sleep", [0.6]) for _ in range(3)]
             ids = [h.id for h in hs]
             await wait_status(c, ids, TaskStatus.RUNNING, 10)
-            assert len(w.ready) == 2
+            assert len(w.slots.ready) == 2
         infos = [await c.get(i) for i in ids]
         # The body that ran was drained; the two that waited went back to the queue.
         assert sorted(i.status.value for i in infos) == ["queued", "queued", "succeeded"]
@@ -91,7 +91,7 @@ async def one_running_one_waiting(w: Any, c: AsyncClient, body_s: float) -> tupl
     first = await c.enqueue("sleep", [body_s])
     second = await c.enqueue("sleep", [0.0])
     await wait_status(c, [first.id, second.id], TaskStatus.RUNNING, 10)
-    assert [run.task_id for run in w.ready] == [second.id]
+    assert [run.task_id for run in w.slots.ready] == [second.id]
     return first, second
 
 
@@ -116,10 +116,10 @@ async def test_a_lost_claim_of_a_waiting_run_is_dropped_then_reclaimed(
     s = settings_with(settings, worker_concurrency=1, worker_prefetch=1)
     async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
         first, second = await one_running_one_waiting(w, c, 0.8)
-        [waiting] = list(w.ready)
+        [waiting] = list(w.slots.ready)
         w.heartbeat.lose(waiting, "test")  # as when a touch reports the entry reclaimed
-        assert not w.ready and waiting.key not in w.inflight
-        assert w.active == 1  # only the running body holds a slot
+        assert not w.slots.ready and waiting.key not in w.inflight
+        assert w.slots.active == 1  # only the running body holds a slot
         # Nobody touches its entry now: the reaper reclaims it after the visibility timeout.
         assert await c.result(second.id, timeout=20) == 0.0
         assert await c.result(first.id, timeout=10) == 0.8
@@ -151,10 +151,10 @@ async def test_a_run_whose_lease_may_have_lapsed_waits_for_a_heartbeat(settings:
         w.launch = launch_as_if_frozen  # type: ignore[method-assign]
         h = await c.enqueue("sleep", [0.0])
         for _ in range(300):
-            if w.ready:
+            if w.slots.ready:
                 break
             await asyncio.sleep(0.01)
-        assert [run.task_id for run in w.ready] == [h.id]
+        assert [run.task_id for run in w.slots.ready] == [h.id]
         n = len(beats)
         assert await c.result(h.id, timeout=10) == 0.0
         assert len(beats) > n  # started only once a heartbeat had renewed it

@@ -34,8 +34,8 @@ async def poll(pred: Any, timeout: float = 10.0) -> None:
 
 def assert_no_slot_held(w: Any) -> None:
     """Nothing in flight: no slot may be counted (the invariant the wedge broke)."""
-    assert not w.inflight and not w.ready
-    assert w.active == 0 and sum(w.active_per_queue.values()) == 0
+    assert not w.inflight and not w.slots.ready
+    assert w.slots.active == 0 and sum(w.slots.active_per_queue.values()) == 0
 
 
 async def test_runs_claimed_ahead_that_a_touch_reports_lost_free_their_slots_and_never_start(
@@ -63,8 +63,8 @@ async def test_runs_claimed_ahead_that_a_touch_reports_lost_free_their_slots_and
 
             w.launch = launch_as_if_frozen
             hs = [await c.enqueue("sleep", [0.0]) for _ in range(4)]
-            await poll(lambda: len(w.ready) == 4)
-            runs = list(w.ready)
+            await poll(lambda: len(w.slots.ready) == 4)
+            runs = list(w.slots.ready)
             assert sorted(run.task_id for run in runs) == sorted(h.id for h in hs)
             for run in runs:  # reclaimed by another worker while this one was frozen
                 r.hset(Keys(s.key_prefix).queue(run.claimed.queue).task(run.claimed.tid),

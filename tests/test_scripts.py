@@ -116,6 +116,35 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
 
 
+def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """A batch in which no task has an option sends 5 fields per task, not 13 (the bulk
+    enqueue's hot path); its records are those the 13 fields make. One task with an option
+    sends all 13 for every task, and each record gets only its own options."""
+    plain = [task(prio=p, args="[]") for p in (9, 9, 0)]
+    call = sc.enqueue_call(qk, plain, 100)
+    assert len(call.args) == 2 + 5 * 3
+    assert [e.status for e in sc.parse_enqueue(run(call))] == ["queued"] * 3
+    twin = task(prio=9, args="[]")
+    run(sc.Call("enqueue", call.keys, [100, 1, *sc._task_args(twin)]))
+    short, full = r.hgetall(qk.task(plain[0].tid)), r.hgetall(qk.task(twin.tid))
+    for rec in (short, full):
+        rec.pop("eid"), rec.pop("enq")
+    assert short == full and r.xlen(qk.stream(9)) == 3 and r.xlen(qk.stream(0)) == 1
+    # Left to the declaration (dtq.declared): still a fixed field, so still the short form.
+    unset = task(unset="m")
+    call = sc.enqueue_call(qk, [unset, task()], 100)
+    assert len(call.args) == 2 + 5 * 2
+    run(call)
+    assert r.hget(qk.task(unset.tid), "dflt") == "m"
+    mixed = [task(), task(kwargs='{"a":1}'), task()]
+    call = sc.enqueue_call(qk, mixed, 100)
+    assert len(call.args) == 2 + 13 * 3
+    run(call)
+    assert [r.hget(qk.task(t.tid), "kwargs") for t in mixed] == [None, '{"a":1}', None]
+
+
 def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     later, now = task(delay_ms=5_000), task(prio=2)
     enqueue(run, qk, later, now)
@@ -139,16 +168,21 @@ def test_claim_reply_carries_the_headers_set_at_enqueue(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
     """Middleware headers (a trace context) reach the worker in the claim reply itself, with
-    no second round trip; a task without headers claims with "" in their place."""
+    no second round trip; a task without headers claims with "" in their place, and costs the
+    reply nothing (13 fields per run; headers follow the tail, only for runs that have them)."""
     groups(r, qk)
     traced = task(
         headers='{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
     )
-    plain = task()
-    enqueue(run, qk, traced, plain)
-    runs = {c.tid: c for c in claim(run, qk).runs}
-    assert runs[traced.tid].headers == traced.headers
+    plain, other = task(), task(headers='{"k":"v"}')
+    enqueue(run, qk, plain, traced, other)
+    raw = run(sc.claim_call(qk, "w1", 10, 100, 60))
+    assert len(raw) == 4 + 3 * 13 + 2 + 2 * 2
+    runs = {c.tid: c for c in sc.parse_claim(Q, raw).runs}
+    assert runs[traced.tid].headers == traced.headers and runs[other.tid].headers == '{"k":"v"}'
     assert runs[plain.tid].headers == ""
+    enqueue(run, qk, task())
+    assert len(run(sc.claim_call(qk, "w1", 10, 100, 60))) == 4 + 13 + 2
     assert r.hget(qk.task(traced.tid), "hdr") == traced.headers
     assert r.hget(qk.task(plain.tid), "hdr") is None
 

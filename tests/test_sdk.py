@@ -22,6 +22,7 @@ from dtq.keys import BadTaskId
 from tests.apps.basic import add, app
 from tests.conftest import make_settings, running_worker
 from tests.redis_server import free_port
+from tests.test_lane import needs_lane
 
 
 @pytest.mark.cluster
@@ -53,11 +54,12 @@ async def test_async_client_matches_sync(settings: Settings) -> None:
         assert (await c.get(h.id)).status == TaskStatus.CANCELLED
 
 
+@needs_lane
 def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> None:
     with Client(settings=settings) as c:
         items = [{"name": "add", "args": [i, i], "queue": "a" if i % 2 else "b"} for i in range(50)]
         c.enqueue_many(items)  # registers both queues (one SADD, once per client)
-        conn = c._scripts._lane_conn()
+        conn = c._scripts.lane.connection()
         order: list[str] = []
         send, read = conn.send_packed_command, conn.read_response
 

@@ -16,15 +16,24 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 from typing import Any
 
 from dtq import App
 from dtq import scripts as sc
+from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.runs import Run
+from dtq_worker.slots import Slots
+
+
+class _Scripts:
+    """Progress reports are not sent (no task here reports any)."""
+
+    async def run(self, call: Any, pipe: Any = None) -> Any:
+        return None
 
 
 class _Writer:
@@ -56,12 +65,10 @@ def make_executor(mw: str) -> Executor:
         from dtq.contrib.otel import OpenTelemetryMiddleware
 
         app.add_middleware(OpenTelemetryMiddleware(tracer_provider=TracerProvider()))
-    w = SimpleNamespace(
-        app=app, settings=app.settings, worker_id="bench", metrics=WorkerMetrics("bench"),
-        pool=ThreadPoolExecutor(4), outcomes=_Writer(), release_slot=lambda run: None,
-        counters={}, detached_threads=0,
-    )  # fmt: skip
-    return Executor(w)  # type: ignore[arg-type]
+    s = app.settings
+    env = WorkerEnv(s, Keys(s.key_prefix), None, None, _Scripts(), WorkerMetrics("bench"))  # type: ignore[arg-type]
+    slots = Slots(s.worker_concurrency, 0, {}, 60.0, lambda run: None)
+    return Executor(env, app, ThreadPoolExecutor(4), _Writer(), slots, {})  # type: ignore[arg-type]
 
 
 def claimed(name: str, i: int) -> sc.Claimed:

@@ -344,9 +344,12 @@ class AsyncClient(_Base):
                 self.settings.redis_url,
                 retries=self.settings.client_retries,
                 decode_responses=True,
-            )
+            ),
+            fast_lane=self.settings.fast_lane,
         )
-        self._scripts = sc.AsyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
+        self._scripts = sc.AsyncScripts(
+            self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
+        )  # (replay_safe: docs/faults.md)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -637,7 +640,9 @@ class Client(_Base):
                 self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
             )
         )
-        self._scripts = sc.SyncScripts(self.redis, replay_safe=True)  # (docs/faults.md)
+        self._scripts = sc.SyncScripts(
+            self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
+        )  # (replay_safe: docs/faults.md)
 
     def __enter__(self) -> Client:
         return self

@@ -8,15 +8,11 @@ a small frozen dataclass, so the sync client, the async client and the worker sh
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import os
 import re
 import secrets
-import socket
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,21 +21,16 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.client import Pipeline
 from redis.client import Redis as SyncRedis
-from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-try:  # the hiredis reader's "no whole reply yet" (redis-py's hiredis parser, 5.x-8.x)
-    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
-except ImportError:  # pragma: no cover - another redis-py: the lane reads the usual way
-    _NOT_ENOUGH_DATA = None
-
+from dtq import transport
 from dtq.connection import is_cluster
 from dtq.keys import GROUP, QueueKeys
 
-try:
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
-    _hiredis_pack = None  # type: ignore[assignment]
+# (Re-exported: their home was this module.)
+AsyncLane = transport.AsyncLane
+MAX_ASYNC_LANES = transport.MAX_ASYNC_LANES
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -89,31 +80,59 @@ def source(name: str) -> str:
 _DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*=)", re.MULTILINE)
 
 
+_WORDS = re.compile(r"\w+")
+
+
 def helpers_for(body: str, common: str) -> str:
     """The definitions of ``common`` that ``body`` needs, directly or through one another, in
     their order (a Lua local can only name locals defined before it). A definition starts at a
     ``local`` line in column 0 and takes the comment lines just above it."""
-    blocks: list[tuple[set[str], str]] = []
+    blocks = _definitions(common)
+    used = [False] * len(blocks)
+    words = set(_WORDS.findall(body))  # every name the text needing helpers mentions
+    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
+        names, block = blocks[i]
+        if not names.isdisjoint(words):
+            used[i] = True
+            words.update(_WORDS.findall(block))
+    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+
+
+@cache
+def _definitions(common: str) -> list[tuple[frozenset[str], str]]:
+    """``common`` cut into its top-level definitions: (the names each defines, its text). Made
+    once per process (every script's source asks; a worker builds them all at start)."""
+    blocks: list[tuple[frozenset[str], str]] = []
     lead: list[str] = []  # comment lines waiting for their definition
     for line in common.splitlines(keepends=True):
         m = _DEFINES.match(line)
         if m:
             names = {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
-            blocks.append((names, "".join(lead) + line))
+            blocks.append((frozenset(names), "".join(lead) + line))
             lead = []
         elif line.startswith("--") or not line.strip() or not blocks:
             lead.append(line)  # a comment or blank line: the next definition's, or ...
         else:  # ... the definition goes on (any code line, in or after its body)
             blocks[-1] = (blocks[-1][0], blocks[-1][1] + "".join(lead) + line)
             lead = []
-    used = [False] * len(blocks)
-    corpus = [body]
-    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
-        names, block = blocks[i]
-        if any(re.search(rf"\b{n}\b", c) for n in names for c in corpus):
-            used[i] = True
-            corpus.append(block)
-    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+    return blocks
+
+
+class ScriptError(StrEnum):
+    """Every error code a dtq script replies with (``redis.error_reply('<code> <detail>')``);
+    redis-py raises it as a :class:`ResponseError` whose message starts with the code."""
+
+    BAD_CALL = "DTQ_BAD_CALL"
+    """The call was built wrong (enqueue.lua: a task's band has no stream among the KEYS):
+    a bug in the caller; nothing was written."""
+    DUPLICATE_ID = "DTQ_DUPLICATE_ID"
+    """schedule_fire.lua: a record with the task id it was given exists; nothing was written."""
+
+    @classmethod
+    def of(cls, exc: ResponseError) -> ScriptError | None:
+        """The code of a script's error reply, or None for any other error (Redis's own)."""
+        code = str(exc).split(" ", 1)[0]
+        return cls(code) if code in cls._value2member_map_ else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +144,12 @@ class Call:
     args: list[Any]
 
 
-# The fast lane. A script call through redis-py's command layer (pool checkout with its
-# readiness check, the retry wrapper, instrumentation) costs about 30-50 us of client CPU on top
-# of the round trip; a single enqueue is one call, so that was a third of its time. Each Scripts
-# object keeps one connection of its client's pool for calls made outside a pipeline and writes
-# the packed EVALSHA to it directly. Whatever the lane cannot do goes the usual way: a NOSCRIPT
-# (redis-py loads the script and calls again: nothing ran), a lane busy with another call (a
-# second thread or task), a broken connection (dropped; the usual path reconnects and retries,
-# as redis-py does). A timeout is raised as is: the call may have run, so it is not resent here.
+# The fast lane (a kept connection written to directly) is dtq.transport's; this layer asks it
+# first and takes redis-py's usual path for whatever the lane cannot do.
 #
 # On a Redis Cluster there is no lane: a kept connection knows one node, not the slot map, so
 # every call takes the cluster client's path (which follows MOVED/ASK and retries TRYAGAIN).
-# ``is_cluster`` at construction is the one decision; ``_lanes_ok`` carries it. In a cluster
+# ``is_cluster`` at construction is the one decision (``_cluster``). In a cluster
 # pipeline redis-py refuses EVALSHA (it could not load a missing script there): a script call
 # in a pipeline is sent as EVAL with its text, which Redis caches under the same SHA.
 #
@@ -162,160 +175,8 @@ def with_slot_guard(keys: list[str]) -> list[str]:
     return [*keys, "{" + tag + "}" + SLOT_GUARD]
 
 
-_MISS: Any = object()
-# How long a reply of a pair is still read for once its deadline has passed (AsyncLane.call_pair).
-LATE_REPLY_S = 0.5
-MAX_ASYNC_LANES = 4  # per AsyncScripts: calls in flight at once beyond this take the usual path
-
-
 def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
     return ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
-
-
-def _packed(conn: Any, sha: str, call: Call) -> Any:
-    """The EVALSHA of ``call`` as bytes for ``conn``: hiredis directly where it is there (a
-    blocking connection's pack_command checks every argument in Python first: 6.9 against
-    2.4 us for an enqueue)."""
-    args = _evalsha_args(sha, call)
-    if _hiredis_pack is None:  # pragma: no cover - hiredis comes with redis[hiredis]
-        return conn.pack_command(*args)
-    try:
-        return [_hiredis_pack(args)]
-    except TypeError as exc:
-        raise DataError(str(exc)) from None
-
-
-def _each(replies: list[Any], each: Callable[[int, Any], None] | None) -> list[Any]:
-    """Hand ``replies`` to ``each`` in order (run_many's fallback); returns them."""
-    if each is not None:
-        for k, r in enumerate(replies):
-            each(k, r)
-    return replies
-
-
-class _Stream:
-    """The bookkeeping of one streamed run_many (the sync and async ones share it)."""
-
-    __slots__ = ("each", "error", "replies", "sent", "unsent")
-
-    def __init__(self, each: Callable[[int, Any], None] | None) -> None:
-        self.each = each
-        self.sent: list[Call] = []
-        self.replies: list[Any] = []
-        self.error: ResponseError | None = None
-        self.unsent: Call | None = None  # taken from the calls, its send failed: not sent at all
-
-    def read(self, reply: Any) -> None:
-        """Record a reply (a :class:`ResponseError` instance for an error reply)."""
-        if isinstance(reply, NoScriptError):
-            reply = _MISS
-        elif isinstance(reply, ResponseError):
-            self.replies.append(None)
-            self.error = self.error or reply
-            return
-        self.replies.append(reply)
-        if self.each is not None and reply is not _MISS and self.error is None:
-            self.each(len(self.replies) - 1, reply)
-
-    @property
-    def behind(self) -> int:
-        """Calls sent whose reply was not read yet."""
-        return len(self.sent) - len(self.replies)
-
-    def rest(self, calls: Iterator[Call]) -> Iterator[Call]:
-        """For the fallback (nothing was sent): every call, the one whose send failed first."""
-        return calls if self.unsent is None else itertools.chain([self.unsent], calls)
-
-    def misses(self) -> list[tuple[int, Call]]:
-        """Raise the first error reply; else the calls that answered NOSCRIPT (did not run)."""
-        if self.error is not None:
-            raise self.error
-        return [(k, c) for k, (c, r) in enumerate(zip(self.sent, self.replies, strict=True))
-                if r is _MISS]  # fmt: skip
-
-    def rerun(self, k: int, reply: Any) -> None:
-        self.replies[k] = reply
-        if self.each is not None:
-            self.each(k, reply)
-
-
-class AsyncLane:
-    """One connection of an asyncio client's pool, kept and written to directly (see above).
-
-    ``call`` raises whatever the command raised. A Redis error reply leaves the connection in
-    step; anything else (a broken connection, a timeout, a cancel mid-reply) drops it, so no
-    later call can read a reply meant for this one. ``busy`` is for callers sharing a lane.
-    """
-
-    def __init__(self, client: AsyncRedis) -> None:
-        self._client = client
-        self._conn: Any = None
-        self.busy = False
-
-    async def connection(self) -> Any:
-        if self._conn is None:
-            self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-        return self._conn
-
-    async def drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.disconnect(nowait=True)
-            await self._client.connection_pool.release(conn)
-
-    async def call(self, args: Sequence[Any]) -> Any:
-        conn = await self.connection()
-        try:
-            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
-            return await conn.read_response()
-        except ResponseError:
-            raise
-        except BaseException:
-            await self.drop()
-            raise
-
-    async def call_pair(
-        self, first: Sequence[Any], then: Sequence[Any], timeout: float
-    ) -> tuple[Any, Any]:
-        """Send two commands in one write and read both replies (an error reply is returned
-        as its :class:`ResponseError`, not raised, so the lane stays in step).
-
-        Redis runs ``then`` as soon as ``first`` has been served on this connection, a blocking
-        ``first`` included: no round trip through this process between the two.
-
-        ``timeout`` (from the send) bounds a hung connection: past it the lane is dropped and
-        :class:`TimeoutError` raised. A process frozen past it (SIGSTOP, a VM pause) resumes
-        with the deadline already gone and the replies already in its socket: those are still
-        read (for up to :data:`LATE_REPLY_S`), not thrown away with the connection, which would
-        lose what ``then`` did.
-        """
-        conn = await self.connection()
-        try:
-            await conn.send_packed_command(
-                [*conn.pack_command(*first), *conn.pack_command(*then)], check_health=False
-            )
-            deadline = asyncio.get_running_loop().time() + timeout
-            one = await _read_by(conn, deadline)
-            return one, await _read_by(conn, deadline)
-        except BaseException:
-            await self.drop()
-            raise
-
-
-async def _read_by(conn: Any, deadline: float) -> Any:
-    """One reply of a pair (see :meth:`AsyncLane.call_pair`); an error reply is returned."""
-    try:
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await conn.read_response(disconnect_on_error=False)
-        except TimeoutError:
-            pass
-        # The parser keeps what it had read: a cancelled read loses nothing, so a second one
-        # picks up where it stopped.
-        async with asyncio.timeout(LATE_REPLY_S):
-            return await conn.read_response(disconnect_on_error=False)
-    except ResponseError as exc:
-        return exc
 
 
 class AsyncScripts:
@@ -324,19 +185,27 @@ class AsyncScripts:
     Any ``lua/<name>.lua`` can be called; each is registered on first use.
     """
 
-    def __init__(self, redis: AsyncRedis, *, replay_safe: bool = False) -> None:
-        """``replay_safe``: as for :class:`SyncScripts`."""
+    def __init__(
+        self, redis: AsyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
+    ) -> None:
+        """``replay_safe``: as for :class:`SyncScripts`. ``fast_lane``: Settings.fast_lane
+        (None: DTQ_FAST_LANE); the lane is used only where dtq.transport finds what it needs."""
         self._redis = redis
         self._replay_safe = replay_safe
-        self._lanes_ok = not is_cluster(redis)  # (see the fast lane above)
+        self._cluster = is_cluster(redis)  # (see the fast lane above; a cluster has no lane)
+        self._lanes = None if self._cluster or not transport.fast_lane(fast_lane) else (
+            transport.AsyncLanes(redis)
+        )  # fmt: skip
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
-        # Several lanes: calls of one process overlap (a worker has two outcome writes in
-        # flight, a heartbeat, a claim), and each would otherwise take the slow path.
-        self._lanes: list[AsyncLane] = []
         # Told of every call outside a pipeline whose reply may have been lost after Redis ran
         # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
         # looks for the runs such a claim started (lua/recover.lua).
         self.on_reply_lost: Callable[[Call], None] | None = None
+
+    @property
+    def lanes(self) -> list[transport.AsyncLane]:
+        """The lanes made so far (none without the fast lane)."""
+        return [] if self._lanes is None else self._lanes.lanes
 
     def _obj(self, name: str) -> Any:
         obj = self._objs.get(name)
@@ -351,7 +220,7 @@ class AsyncScripts:
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
-        if not self._lanes_ok:  # a cluster (see the fast lane and the slot guard above)
+        if self._cluster:  # (see the fast lane and the slot guard above)
             keys = with_slot_guard(call.keys)
             if pipe is not None:
                 return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)
@@ -362,7 +231,7 @@ class AsyncScripts:
                 raise
         if pipe is not None:
             return await obj(keys=call.keys, args=call.args, client=pipe)
-        lane = self._free_lane()
+        lane = None if self._lanes is None else self._lanes.free()
         if lane is not None:
             lane.busy = True
             try:
@@ -397,192 +266,54 @@ class AsyncScripts:
         """:meth:`SyncScripts.run_many` for asyncio: streamed over one lane, reply k read (and
         handed to ``each``) after call k + 1 was sent; the same rules for errors."""
         calls = iter(calls)
-        lane = self._free_lane()
+        lane = None if self._lanes is None else self._lanes.free()
         if lane is None:
-            return _each([await self.run(c) for c in calls], each)
-        st = _Stream(each)
-        fallback = False
+            return transport.each_reply([await self.run(c) for c in calls], each)
+        st = transport.Stream(each)
         lane.busy = True
         try:
-            conn = await lane.connection()
-
-            async def read_one() -> None:
-                try:
-                    st.read(await conn.read_response())
-                except ResponseError as exc:
-                    st.read(exc)
-
-            try:
-                if await conn.can_read():  # EOF: the server closed the lane meanwhile
-                    raise ConnectionError("the lane has unread data")
-                for call in calls:
-                    st.unsent = call
-                    args = _evalsha_args(self._obj(call.script).sha, call)
-                    await conn.send_packed_command(conn.pack_command(*args), check_health=False)
-                    st.unsent = None
-                    st.sent.append(call)
-                    if st.behind > 1:
-                        await read_one()
-                while st.behind:  # every reply is read: the lane stays in step
-                    await read_one()
-            except ConnectionError:
-                await lane.drop()
-                if st.sent:
-                    raise
-                fallback = True
-            except BaseException:
-                await lane.drop()
-                raise
+            await lane.stream(calls, self.evalsha, st)
         finally:
             lane.busy = False
-        if fallback:  # nothing was sent: every call goes the usual way
-            return _each([await self.run(c) for c in st.rest(calls)], each)
+        if st.fallback:  # nothing was sent: every call goes the usual way
+            return transport.each_reply([await self.run(c) for c in st.rest(calls)], each)
         for k, c in st.misses():  # NOSCRIPT: that call did not run
             st.rerun(k, await self.run(c))
         return st.replies
 
-    def _free_lane(self) -> AsyncLane | None:
-        if not self._lanes_ok:
-            return None
-        for lane in self._lanes:
-            if not lane.busy:
-                return lane
-        if len(self._lanes) < MAX_ASYNC_LANES:
-            lane = AsyncLane(self._redis)
-            self._lanes.append(lane)
-            return lane
-        return None
 
-
-class _HiredisPacking:
-    """Connection mixin: pack commands with hiredis, as redis-py's sync connections already do.
-
-    redis-py's asyncio connections pack in Python and copy the growing buffer once per
-    argument: a batched claim/complete call (about 180 arguments) took ~130 us to pack, ~17 us
-    with hiredis, byte for byte the same output.
-    """
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str):
-            args = tuple(args[0].encode().split()) + args[1:]
-        elif b" " in args[0]:
-            args = tuple(args[0].split()) + args[1:]
-        try:
-            return [_hiredis_pack(args)]
-        except TypeError as exc:
-            raise DataError(str(exc)) from None
-
-
-def hiredis_packing(client: AsyncRedis) -> AsyncRedis:
-    """Make ``client``'s new connections pack with hiredis (no-op without hiredis)."""
-    if _hiredis_pack is None or is_cluster(client):  # a cluster's nodes make their own
-        return client
-    pool = client.connection_pool
-    base = pool.connection_class
-    if not issubclass(base, _HiredisPacking):
-        pool.connection_class = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
-    return client
-
-
-# Forks of this process so far, counted in the child (os.getpid per call is a system call).
-_forks = 0
-
-
-def _count_fork() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_count_fork)
-
-
-def _send(conn: Any, chunks: list[bytes]) -> None:
-    """Send a packed command on a blocking connection: one ``write`` for a plain socket.
-
-    A socket with a timeout (redis-py's default is 5 s) makes Python ``poll`` before every
-    send; a request of a few hundred bytes always fits the send buffer, so that poll is a
-    system call for nothing. What the write did not take (a large call) and any other socket
-    (TLS) go the usual way, which waits with the timeout.
-    """
-    sock = conn._sock
-    if type(sock) is not socket.socket or len(chunks) != 1:
-        conn.send_packed_command(chunks, False)
-        return
-    data = chunks[0]
-    try:
-        n = os.write(sock.fileno(), data)
-    except BlockingIOError:
-        n = 0
-    except OSError as exc:
-        conn.disconnect()
-        raise ConnectionError(f"Error while writing to socket: {exc}") from None
-    if n < len(data):
-        conn.send_packed_command([memoryview(data)[n:]], False)
-
-
-def _read(conn: Any) -> Any:
-    """The next reply on a blocking connection, read by its hiredis reader directly.
-
-    ``Connection.read_response`` wraps each read in layers the lane does not need (the host's
-    name formatted for a message, health-check bookkeeping, RESP3 push handling); what it
-    guarantees is kept: a timeout or a socket error drops the connection and raises redis-py's
-    TimeoutError / ConnectionError, an error reply raises. Other parsers and sockets go the
-    usual way.
-    """
-    parser = conn._parser
-    reader = getattr(parser, "_reader", None)
-    sock = conn._sock
-    if _NOT_ENOUGH_DATA is None or reader is None or type(sock) is not socket.socket:
-        return conn.read_response()  # (TLS, a test double's socket, not connected)
-    reply = reader.gets()
-    try:
-        while reply is _NOT_ENOUGH_DATA:
-            n = sock.recv_into(parser._buffer)
-            if n == 0:
-                raise ConnectionError("Connection closed by server.")
-            reader.feed(parser._buffer, 0, n)
-            reply = reader.gets()
-    except TimeoutError:  # socket.timeout
-        conn.disconnect()
-        raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
-    except OSError as exc:
-        conn.disconnect()
-        raise ConnectionError(f"Error while reading from {conn._host_error()}: {exc}") from None
-    except BaseException:
-        conn.disconnect()
-        raise
-    if isinstance(reply, ResponseError):
-        raise reply
-    return reply
+def hiredis_packing(client: AsyncRedis, *, fast_lane: bool | None = None) -> AsyncRedis:
+    """Make ``client``'s new connections pack with hiredis (dtq.transport; a no-op on a
+    cluster, whose nodes make their own, and without the fast lane)."""
+    return client if is_cluster(client) else transport.hiredis_packing(client, setting=fast_lane)
 
 
 class SyncScripts:
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
 
-    def __init__(self, redis: SyncRedis, *, replay_safe: bool = False) -> None:
+    def __init__(
+        self, redis: SyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
+    ) -> None:
         """``replay_safe``: every call run here may be re-sent (the SDK's: see docs/faults.md),
-        so a lane call that timed out goes the usual way too, whose retry policy re-sends it."""
+        so a lane call that timed out goes the usual way too, whose retry policy re-sends it.
+        ``fast_lane``: as for :class:`AsyncScripts`."""
         self._redis = redis
-        self._replay_safe = replay_safe
-        self._lanes_ok = not is_cluster(redis)  # (see the fast lane above)
+        self._cluster = is_cluster(redis)
+        self.lane = None if self._cluster or not transport.fast_lane(fast_lane) else (
+            transport.SyncLane(redis, replay_safe=replay_safe)
+        )  # fmt: skip
         self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
-        self._lane: Any = None
-        self._lane_forks = -1
-        self._lane_lock = threading.Lock()
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
-        if not self._lanes_ok:  # a cluster (see the fast lane and the slot guard above)
+        if self._cluster:  # (see the fast lane and the slot guard above)
             keys = with_slot_guard(call.keys)
             if pipe is not None:
                 return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)  # type: ignore[no-untyped-call]
             return obj(keys=keys, args=call.args)
-        if pipe is None and self._lanes_ok and self._lane_lock.acquire(blocking=False):
-            try:
-                res = self._lane_call(obj.sha, call)
-            finally:
-                self._lane_lock.release()
-            if res is not _MISS:
+        if pipe is None and self.lane is not None:
+            res = self.lane.call(_evalsha_args(obj.sha, call))
+            if res is not transport.MISS:
                 return res
         return obj(keys=call.keys, args=call.args, client=pipe)
 
@@ -599,46 +330,11 @@ class SyncScripts:
         first send raises.
         """
         calls = iter(calls)
-        if not self._lanes_ok or not self._lane_lock.acquire(blocking=False):
-            return _each([self.run(c) for c in calls], each)
-        st = _Stream(each)
-        fallback = False
-        try:
-            conn = self._lane_conn()
-
-            def read_one() -> None:
-                try:
-                    st.read(conn.read_response())
-                except ResponseError as exc:
-                    st.read(exc)
-
-            try:
-                # A lane the server closed meanwhile (a restart, an idle timeout) reads as EOF:
-                # find out before the first send, when the usual path can still run it all.
-                if conn.can_read():
-                    raise ConnectionError("the lane has unread data")
-                for call in calls:
-                    st.unsent = call
-                    sha = self._obj(call.script).sha
-                    conn.send_packed_command(_packed(conn, sha, call), False)
-                    st.unsent = None
-                    st.sent.append(call)
-                    if st.behind > 1:
-                        read_one()
-                while st.behind:  # every reply is read: the lane stays in step
-                    read_one()
-            except ConnectionError:
-                self._drop_lane()
-                if st.sent:
-                    raise
-                fallback = True
-            except BaseException:
-                self._drop_lane()
-                raise
-        finally:
-            self._lane_lock.release()
-        if fallback:  # nothing was sent: every call goes the usual way
-            return _each([self.run(c) for c in st.rest(calls)], each)
+        st = transport.Stream(each)
+        if self.lane is None or not self.lane.stream(calls, self._evalsha, st):
+            return transport.each_reply([self.run(c) for c in calls], each)
+        if st.fallback:  # nothing was sent: every call goes the usual way
+            return transport.each_reply([self.run(c) for c in st.rest(calls)], each)
         for k, c in st.misses():  # NOSCRIPT: that call did not run
             st.rerun(k, self.run(c))
         return st.replies
@@ -649,39 +345,8 @@ class SyncScripts:
             obj = self._objs[name] = self._redis.register_script(source(name))
         return obj
 
-    def _lane_conn(self) -> Any:
-        conn = self._lane
-        if conn is None or self._lane_forks != _forks:  # a forked child gets its own
-            conn = self._lane = self._redis.connection_pool.get_connection()
-            self._lane_forks = _forks
-        return conn
-
-    def _lane_call(self, sha: str, call: Call) -> Any:
-        conn = self._lane_conn()
-        try:
-            _send(conn, _packed(conn, sha, call))
-            return _read(conn)
-        except NoScriptError:
-            return _MISS
-        except ResponseError:
-            raise
-        except ConnectionError:
-            self._drop_lane()
-            return _MISS
-        except RedisTimeoutError:
-            self._drop_lane()
-            if self._replay_safe:
-                return _MISS
-            raise
-        except BaseException:
-            self._drop_lane()
-            raise
-
-    def _drop_lane(self) -> None:
-        conn, self._lane = self._lane, None
-        if conn is not None:
-            conn.disconnect()
-            self._redis.connection_pool.release(conn)
+    def _evalsha(self, call: Call) -> tuple[Any, ...]:
+        return _evalsha_args(self._obj(call.script).sha, call)
 
 
 # --- enqueue ---------------------------------------------------------------------------------
@@ -723,8 +388,13 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
     if len(tasks) == 1:
         return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen)
     args: list[Any] = [events_maxlen, len(tasks)]
-    for t in tasks:
-        args += _task_args(t)
+    for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
+        if _has_options(t):
+            args = [events_maxlen, len(tasks)]
+            for t in tasks:
+                args += _task_args(t)
+            break
+        args += (t.tid, t.name, t.args, t.priority, t.maxr_arg() if t.unset else t.max_retries)
     head, streams = _enqueue_keys(qk.prefix, qk.queue)
     # Only the bands used: enqueue.lua finds each stream by its last character.
     return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
@@ -735,15 +405,20 @@ def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) ->
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
     without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
-    if (
-        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
-        or t.meta or t.limit or t.headers
-    ):  # fmt: skip
+    if _has_options(t):
         args = [events_maxlen, 1, *_task_args(t)]
     else:
         mr = t.maxr_arg() if t.unset else t.max_retries
         args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
+
+
+def _has_options(t: NewTask) -> bool:
+    """Whether any of the 8 options of enqueue.lua's task fields is set."""
+    return bool(
+        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
+        or t.meta or t.limit or t.headers
+    )  # fmt: skip
 
 
 def _task_args(t: NewTask) -> list[Any]:
@@ -840,18 +515,21 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
     runs = []
     s = _s
-    for b in range(4, 4 + n * 14, 14):  # positional, no slice per run (claim is the hot path)
+    end = 4 + n * 13
+    for b in range(4, end, 13):  # positional, no slice per run (claim is the hot path)
         runs.append(
             Claimed(
                 queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
                 s(raw[b + 4]), s(raw[b + 5]), int(raw[b + 6]),
                 float(raw[b + 7]) if raw[b + 7] else None, int(raw[b + 8]), int(raw[b + 9]),
-                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]), s(raw[b + 13]),
+                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]),
             )
         )  # fmt: skip
-    tail = raw[4 + n * 14 :]
-    held = int(tail[0]) if tail else 0
-    more = len(tail) > 1 and int(tail[1]) == 1
+    held = int(raw[end]) if len(raw) > end else 0
+    more = len(raw) > end + 1 and int(raw[end + 1]) == 1
+    for h in range(end + 2, len(raw) - 1, 2):  # headers, only of the runs that have them
+        k = int(raw[h])
+        runs[k] = replace(runs[k], headers=s(raw[h + 1]))
     return ClaimBatch(now, runs, absorbed=absorbed, expired=expired, held=held, more=more)
 
 

@@ -18,7 +18,7 @@ TERMINAL = ("succeeded", "failed", "cancelled", "expired")
 
 @dataclass
 class Fault:
-    kind: str  # kill | stop | redis | cut | lostreply
+    kind: str  # kill | stop | redis | cut | lostreply | migrate | failover | replica | masterkill
     start: float
     end: float  # when the fault was lifted (kill: the kill itself; lostreply: the reply lost)
     worker: str = ""  # kill, stop: the victim
@@ -253,7 +253,7 @@ def analyze(
             reexec == interrupted and not unexplained,
             f"{reexec} re-executions, {interrupted} interrupted, {len(unexplained)} unexplained",
         ),
-        ("workers exit only with 0 or 1 unless killed", not unexpected_exits, f"{codes}"),
+        ("workers exit only with 0 or 1 unless killed", not unexpected_exits, f"{dict(codes)}"),
     ]
     return {
         "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks],

@@ -12,8 +12,13 @@ After the faults stop, it waits for every task to end and checks the journals (t
 against Redis. Writes ``report.md`` and ``report.json``; exits 0 when every check passes.
 
 ``--cluster``: the same soak on a Redis Cluster (3 masters, one replica each; no proxy), with
-cluster faults among the worker faults: the queue's slot migrated to another master, batch by
-batch, under load (``migrate``).
+cluster faults among the worker faults, each on the queue's slot: the slot migrated to another
+master, batch by batch, under load (``migrate``); a coordinated failover, ``CLUSTER FAILOVER``
+sent to the replica of the slot's master (``failover``); that replica SIGKILLed and started
+again, a full resync (``replica``). ``--faults`` picks the kinds; ``masterkill`` (the slot's
+master SIGKILLed, its replica promoted, the old master rejoining as a replica) is offered but
+not in the default set: with asynchronous replication it may lose acknowledged writes, which
+the checks then report (docs/operations.md, "What a failover can lose").
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ from tests.redis_server import RedisServer, free_port
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"
 KINDS = ("kill", "stop", "redis", "cut", "lostreply")
-CLUSTER_KINDS = ("kill", "stop", "migrate")
+CLUSTER_KINDS = ("kill", "stop", "migrate", "failover", "replica")
+# Offered with --faults, not by default: may lose acknowledged writes (see the docstring).
+CLUSTER_EXTRA_KINDS = ("masterkill",)
 # Which reply the lostreply fault loses: a script call whose bytes hold the script's sha.
 LOST_REPLY_TARGETS = ("claim", "claim+xread", "complete")
 
@@ -69,6 +76,7 @@ class Config:
     cluster: bool = False  # on a Redis Cluster, with cluster faults (CLUSTER_KINDS)
     chord_share: float = 0.0  # share of the enqueue batches sent as one chord instead (CLI: 0.2)
     chord_members: int = 50  # members per chord (one enqueue batch's tasks)
+    faults: tuple[str, ...] = ()  # the fault kinds (default: KINDS, or CLUSTER_KINDS)
 
 
 class Soak:
@@ -258,6 +266,21 @@ class Soak:
             move = self.redis.begin_move(Keys(PREFIX).queue("default").streams[0])
             victim = f"{move.src.port}->{move.dst.port}"
             move.finish(batch=10, pause_s=0.01)
+        elif kind in ("failover", "replica", "masterkill"):
+            assert isinstance(self.redis, RedisClusterFixture)
+            key = Keys(PREFIX).queue("default").streams[0]
+            if kind == "failover":
+                old, new = self.redis.failover(key)
+                victim = f"{old.port}->{new.port}"
+            elif kind == "replica":
+                victim = str(self.redis.restart_replica(key, rng.uniform(0.2, 1.0)).port)
+            else:
+                # The fault ends with the promotion; the old master then rejoins (a replica).
+                dead = self.redis.kill_master_of(key)
+                victim = f"{dead.port}->{self.redis.master_of(key).port}"
+                self.faults.append(Fault(kind, t0, time.time(), victim))
+                self.redis.rejoin(dead)
+                return
         elif kind == "redis":
             assert isinstance(self.redis, RedisServer)
             self.redis.stop()
@@ -318,7 +341,7 @@ class Soak:
             proxy_port = free_port()
             self.proxy = Proxy(proxy_port, self.redis.port).start()
             self.worker_url = f"redis://127.0.0.1:{proxy_port}/0"
-        kinds = CLUSTER_KINDS if cfg.cluster else KINDS
+        kinds = cfg.faults or (CLUSTER_KINDS if cfg.cluster else KINDS)
         sup = threading.Thread(target=self.supervise, daemon=True)
         try:
             for _ in range(cfg.workers):
@@ -451,20 +474,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--chord-share",
         type=float,
-        default=None,
-        help="share of the work enqueued as chords (default 0.2; 0 with --cluster)",
+        default=0.2,
+        help="share of the work enqueued as chords (default 0.2)",
     )
     p.add_argument("--chord-members", type=int, default=50, help="members per chord")
+    p.add_argument(
+        "--faults",
+        default="",
+        help=f"comma-separated fault kinds (default {','.join(KINDS)}; with --cluster "
+        f"{','.join(CLUSTER_KINDS)}, and {','.join(CLUSTER_EXTRA_KINDS)} on request)",
+    )
     args = p.parse_args(argv)
-    share = args.chord_share if args.chord_share is not None else (0.0 if args.cluster else 0.2)
+    faults = tuple(k for k in args.faults.split(",") if k)
+    allowed = (CLUSTER_KINDS + CLUSTER_EXTRA_KINDS) if args.cluster else KINDS
+    if bad := [k for k in faults if k not in allowed]:
+        p.error(f"unknown fault kind(s) {bad}; allowed here: {', '.join(allowed)}")
     cfg = Config(
         seconds=args.minutes * 60,
         seed=args.seed,
         workers=args.workers,
         prefetch=args.prefetch,
         cluster=args.cluster,
-        chord_share=share,
+        chord_share=args.chord_share,
         chord_members=args.chord_members,
+        faults=faults,
     )
     report = Soak(cfg, Path(args.out)).run()
     print((Path(args.out) / "report.md").read_text())

@@ -16,22 +16,22 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
 
 
 class ClusterWait:
-    def __init__(self, worker: Worker, block_ms: int, timeout_s: float) -> None:
-        self.w = worker
+    def __init__(self, env: WorkerEnv, block_ms: int, timeout_s: float) -> None:
+        self.env = env
         self.block_ms, self.timeout_s = block_ms, timeout_s
         self._reads: dict[str, asyncio.Task[Any]] = {}
 
     async def wait(self, after: str) -> None:
         """Until an entry with an id above ``after`` is in a band of any queue, a block ends,
         or the wait is interrupted; raises what a read raised."""
-        w = self.w
+        env = self.env
         done = [t for t in self._reads.values() if t.done()]
         if not done:
-            for q in w.queues:
+            for q in env.queues:
                 if q not in self._reads:
                     self._reads[q] = asyncio.ensure_future(self._read(q, after))
             finished, _ = await asyncio.wait(
@@ -46,8 +46,8 @@ class ClusterWait:
                 raise t.exception()  # type: ignore[misc]
 
     async def _read(self, queue: str, after: str) -> Any:
-        streams = self.w.keys.queue(queue).streams
-        return await self.w.blocking.xread(
+        streams = self.env.keys.queue(queue).streams
+        return await self.env.blocking.xread(
             dict.fromkeys(streams, after), count=1, block=self.block_ms
         )
 

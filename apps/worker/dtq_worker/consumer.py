@@ -22,7 +22,9 @@ from dtq_worker.clusterwait import ClusterWait
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
+    from dtq_worker.recovery import Recovery
+    from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.consumer")
 MAX_SEQ = 18446744073709551615
@@ -31,21 +33,34 @@ IDLE_WAIT_TIMEOUT_S = 2.0
 
 
 class Consumer:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(
+        self,
+        env: WorkerEnv,
+        slots: Slots,
+        recovery: Recovery,
+        launch: Callable[[list[sc.Claimed], float], None],
+        ensure_groups: Callable[[], Awaitable[None]],
+    ) -> None:
+        """``launch(runs, sent)``: take a claim reply's runs (Worker.launch_batch);
+        ``ensure_groups()``: recreate the streams and groups found missing."""
+        self.env = env
+        self.slots = slots
+        self.recovery = recovery
+        self._launch = launch
+        self._ensure_groups = ensure_groups
         self.backoff = Backoff(log, "poll")
         self.more = False
         self.waiting = False  # blocked in wait_for_work: the queues were empty
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
         # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
         # layer on the pickup path; its reply is not needed, only the wake-up).
-        self._wake = sc.AsyncLane(worker.blocking)
+        self._wake = sc.AsyncLane(env.blocking)
         self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
         self._wake_id: int | None = None
         # On a Redis Cluster the wake-up is one XREAD per queue instead (clusterwait.py).
         self._cluster = (
-            ClusterWait(worker, IDLE_BLOCK_MS, IDLE_WAIT_TIMEOUT_S)
-            if is_cluster(worker.blocking)
+            ClusterWait(env, IDLE_BLOCK_MS, IDLE_WAIT_TIMEOUT_S)
+            if is_cluster(env.blocking)
             else None
         )
 
@@ -54,25 +69,19 @@ class Consumer:
 
         No wrapper tasks (this runs once per claim cycle when every slot is busy).
         """
-        ev = self.w.slot_freed
-        ev.clear()
-        try:
-            async with asyncio.timeout(timeout):
-                await ev.wait()
-        except TimeoutError:
-            pass
+        await self.slots.changed.wait(timeout)
 
     async def loop(self) -> None:
-        w = self.w
+        env = self.env
         woke: tuple[int, int, bool] | None = None  # the claim pipelined behind the idle XREAD
-        while not w.stopping:
-            if not w.healthy.is_set():
+        while not env.stopping:
+            if not env.healthy.is_set():
                 woke = None
-                await w.wait_or_stop(w.healthy.wait(), 1.0)
+                await env.wait_or_stop(env.healthy.wait(), 1.0)
                 continue
-            if w.unheld_slots <= 0:
+            if self.slots.unheld <= 0:
                 woke = None
-                await self.wait_slot(1.0)  # shutdown sets slot_freed too
+                await self.wait_slot(1.0)  # the drain's start wakes it too
                 continue
             try:
                 if woke is None:
@@ -82,14 +91,14 @@ class Consumer:
                 self.backoff.ok()
             except Exception as exc:
                 if is_nogroup(exc):
-                    await w.ensure_groups()
+                    await self._ensure_groups()
                     continue
                 if not is_transient(exc):
                     raise
-                w.metrics.redis_errors.labels("poll").inc()
-                await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
+                env.metrics.redis_errors.labels("poll").inc()
+                await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
-            if (claimed == 0 or drained) and not self.more and not w.stopping:
+            if (claimed == 0 or drained) and not self.more and not env.stopping:
                 # Nothing left to take (a claim that got fewer runs than it asked for emptied
                 # every band): block at once rather than spend a round trip on an empty claim
                 # (that claim would also delay the start of the runs just launched).
@@ -97,7 +106,7 @@ class Consumer:
                     # Let the runs just launched start before the XREAD is sent: sending it
                     # wakes Redis, which on a small machine competes for the CPU they need.
                     await asyncio.sleep(0)
-                    if w.stopping:
+                    if env.stopping:
                         break
                 woke = await self.wait_for_work(now_ms)
 
@@ -107,21 +116,21 @@ class Consumer:
         Returns (runs started, server ms, drained): drained is true when every queue was asked
         and each gave fewer runs than free slots, i.e. its bands held nothing more to start.
         """
-        w = self.w
+        env = self.env
         total, now_ms = 0, 0
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
-        for queue in w.queues:
-            if w.recovery.active(queue):
-                await w.recovery.wait(queue)  # its claims wait for it (recovery.py)
-            free = w.free_slots(queue)
-            if free <= 0 or w.stopping:
+        for queue in env.queues:
+            if self.recovery.active(queue):
+                await self.recovery.wait(queue)  # its claims wait for it (recovery.py)
+            free = self.slots.free(queue)
+            if free <= 0 or env.stopping:
                 drained = False
                 continue
             t0 = time.perf_counter()
             call = self._claim_call(queue, free)
-            batch = await self._claim(queue, free, partial(w.scripts.run, call))
-            w.metrics.claim_latency.observe(time.perf_counter() - t0)
+            batch = await self._claim(queue, free, partial(env.scripts.run, call))
+            env.metrics.claim_latency.observe(time.perf_counter() - t0)
             now_ms = batch.now_ms
             if batch.missing_streams:
                 drained = False
@@ -137,39 +146,38 @@ class Consumer:
         """A claim of ``free`` slots of ``queue``, sent by ``send()`` (its reply): the slots are
         held until the reply, then its runs are launched (or the groups recreated, when its
         streams were missing)."""
-        w = self.w
         sent = time.monotonic()
-        w.reserve(queue, free)
+        self.slots.reserve(queue, free)
         try:
             raw = await send()
         except Exception as exc:
             if is_transient(exc):  # it may have run, its reply lost (the idle pair's case)
-                w.recovery.request(queue)
+                self.recovery.request(queue)
             raise
         finally:
-            w.reserve(queue, -free)
+            self.slots.unreserve(queue, free)
         batch = sc.parse_claim(queue, raw)
         if batch.missing_streams:
-            await w.ensure_groups()
+            await self._ensure_groups()
         else:
             self.took(batch, sent)
         return batch
 
     def _claim_call(self, queue: str, free: int) -> sc.Call:
-        w, s = self.w, self.w.settings
+        env, s = self.env, self.env.settings
         return sc.claim_call(
-            w.keys.queue(queue), w.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair
+            env.keys.queue(queue), env.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair
         )
 
     def took(self, batch: sc.ClaimBatch, sent: float) -> None:
         """Start the runs of a claim (this loop's, or the one an outcome write made) that was
         sent at ``sent`` (monotonic: the runs' leases count from no later than that)."""
-        w = self.w
+        env = self.env
         if batch.absorbed:
-            w.metrics.absorbed.inc(batch.absorbed)
+            env.metrics.absorbed.inc(batch.absorbed)
         self.more = self.more or batch.more
-        for c in batch.runs:
-            w.launch(c, sent)
+        if batch.runs:
+            self._launch(batch.runs, sent)
 
     async def wait_for_work(self, now_ms: int) -> tuple[int, int, bool] | None:
         """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes); return
@@ -180,25 +188,25 @@ class Consumer:
         unblocks the XREAD at once, see interrupt()). Entries added after the last claim have
         ids above ``now_ms - 1``, so none is missed between the two calls.
         """
-        w = self.w
+        env = self.env
         after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
         if self._cluster is not None:
             await self._wait_cluster(self._cluster, after)
             return None
         if self._streams is None:
-            self._streams = [s for q in w.queues for s in w.keys.queue(q).streams]
+            self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
         streams = self._streams
         args = (
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
             *([after] * len(streams)),
         )  # fmt: skip
-        queue = w.queues[0]
-        free = w.free_slots(queue)
+        queue = env.queues[0]
+        free = self.slots.free(queue)
         self.waiting = True
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long it waits; the timeout bounds a hung connection.
-            if free <= 0 or w.stopping or w.recovery.active(queue):
+            if free <= 0 or env.stopping or self.recovery.active(queue):
                 async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
                     await self._wake.call(args)
                 return None
@@ -208,7 +216,7 @@ class Consumer:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            await w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
+            await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
             return None
         finally:
             self.waiting = False
@@ -216,27 +224,27 @@ class Consumer:
     async def _wait_cluster(self, cw: ClusterWait, after: str) -> None:
         self.waiting = True
         try:
-            if not self.w.stopping:
+            if not self.env.stopping:
                 await cw.wait(after)
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            await self.w.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
+            await self.env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
         finally:
             self.waiting = False
 
     async def _wake_and_claim(
         self, xread: tuple[Any, ...], queue: str, free: int
     ) -> tuple[int, int, bool] | None:
-        w = self.w
+        env = self.env
         async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
             conn = await self._wake.connection()
             if conn is not self._wake_conn:  # a new connection: learn its id for CLIENT UNBLOCK
                 self._wake_conn, self._wake_id = None, None
                 self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
                 self._wake_conn = conn
-        claim = w.scripts.evalsha(self._claim_call(queue, free))
-        if w.stopping or w.recovery.active(queue):
+        claim = env.scripts.evalsha(self._claim_call(queue, free))
+        if env.stopping or self.recovery.active(queue):
             # The stop came during the awaits above (no claim now: the loop ends), or a recovery
             # of the queue is pending (the loop's next claim waits for it).
             return None
@@ -259,7 +267,7 @@ class Consumer:
         if batch.missing_streams:
             return None
         # Drained when the only queue had fewer runs than free slots (as claim_once says).
-        drained = len(w.queues) == 1 and len(batch.runs) < free
+        drained = len(env.queues) == 1 and len(batch.runs) < free
         return len(batch.runs), batch.now_ms, drained
 
     def interrupt(self) -> None:
@@ -268,10 +276,10 @@ class Consumer:
         if self._cluster is not None:
             self._cluster.interrupt()
         if self.waiting and self._wake_id is not None:
-            self.w.spawn(self._unblock(self._wake_id))
+            self.env.spawn(self._unblock(self._wake_id))
 
     async def _unblock(self, client_id: int) -> None:
         try:
-            await self.w.redis.client_unblock(client_id)
+            await self.env.redis.client_unblock(client_id)
         except Exception as exc:  # the block ends by itself within IDLE_BLOCK_MS
             log.debug("could not unblock the idle wait: %s", exc)

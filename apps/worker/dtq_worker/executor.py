@@ -10,20 +10,25 @@ import logging
 import random
 import time
 import traceback
+from concurrent.futures import Executor as Executor_
 from typing import TYPE_CHECKING, Any
 
 from dtq import codec
 from dtq import scripts as sc
+from dtq.app import App
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail, Retry, SerializationError
 from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
 from dtq.models import clip_traceback
 from dtq.progress import ProgressWriter
+from dtq.settings import Settings
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Hooked, Run, StopReason
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
+    from dtq_worker.outcomes import OutcomeWriter
+    from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.executor")
 NO_RETRY = -1
@@ -33,9 +38,8 @@ class TaskTimeout(Exception):
     pass
 
 
-def retry_delay_ms(w: Worker, retries_so_far: int, asked: float | None = None) -> int:
+def retry_delay_ms(s: Settings, retries_so_far: int, asked: float | None = None) -> int:
     """Exponential backoff with jitter: base * 2**n, capped, times a factor in [0.5, 1.5)."""
-    s = w.settings
     if asked is not None:
         return max(0, int(asked * 1000))
     delay = min(s.retry_backoff_max_s, s.retry_backoff_s * (2**retries_so_far))
@@ -56,18 +60,18 @@ def _traceback(exc: BaseException) -> str:
     return clip_traceback("".join(traceback.format_exception(exc)))
 
 
-def _detach(w: Worker, fut: asyncio.Future[Any]) -> None:
+def _detach(ex: Executor, fut: asyncio.Future[Any]) -> None:
     """Let a sync task's thread run on after its run was stopped (a thread cannot be killed).
 
     Its outcome is discarded: the exception it may end with (a ``Fail`` after a cancel) is
     taken here, or asyncio would log "Future exception was never retrieved" with a traceback.
     """
-    w.detached_threads += 1
+    ex.detached_threads += 1
 
     def done(f: asyncio.Future[Any]) -> None:
         if not f.cancelled():
             f.exception()
-        w.thread_returned()
+        ex.detached_threads -= 1
 
     fut.add_done_callback(done)
 
@@ -79,20 +83,20 @@ class _Hooks:
     for them. Reports from other threads create it on the event loop.
     """
 
-    __slots__ = ("_loop", "_run", "_w", "writer")
+    __slots__ = ("_env", "_loop", "_run", "writer")
 
-    def __init__(self, w: Worker, run: Run, loop: asyncio.AbstractEventLoop) -> None:
-        self._w = w
+    def __init__(self, env: WorkerEnv, run: Run, loop: asyncio.AbstractEventLoop) -> None:
+        self._env = env
         self._run = run
         self._loop = loop
         self.writer: ProgressWriter | None = None
 
     def start(self) -> ProgressWriter:
         if self.writer is None:
-            w, c, run = self._w, self._run.claimed, self._run
+            env, c, run = self._env, self._run.claimed, self._run
             self.writer = ProgressWriter(
-                w.scripts, w.keys.queue(c.queue), c.tid, c.attempt, w.worker_id,
-                w.settings.events_maxlen, lambda: run.stop_reason is not None,
+                env.scripts, env.keys.queue(c.queue), c.tid, c.attempt, env.worker_id,
+                env.settings.events_maxlen, lambda: run.stop_reason is not None,
             )  # fmt: skip
         return self.writer
 
@@ -117,14 +121,49 @@ class _Hooks:
                 self._loop.call_soon_threadsafe(self.report_progress, payload)
 
 
+class _Record:
+    """The metric children one (queue, task name) updates per run, looked up once."""
+
+    __slots__ = ("_labels", "_metrics", "_tasks", "duration")
+
+    def __init__(self, metrics: Any, worker_id: str, queue: str, name: str) -> None:
+        self._metrics = metrics
+        self._labels = (worker_id, queue, name)
+        self.duration = metrics.duration.labels(queue, name)
+        self._tasks: dict[str, Any] = {}
+
+    def count(self, outcome: str) -> Any:
+        child = self._tasks.get(outcome)
+        if child is None:
+            child = self._tasks[outcome] = self._metrics.tasks.labels(*self._labels, outcome)
+        return child
+
+
 class Executor:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(
+        self,
+        env: WorkerEnv,
+        app: App,
+        pool: Executor_,
+        outcomes: OutcomeWriter,
+        slots: Slots,
+        counters: dict[str, int],
+    ) -> None:
+        """``pool`` runs sync tasks; ``counters``: outcomes so far, by kind (published by the
+        heartbeat)."""
+        self.env = env
+        self.tasks = app.tasks
+        self.pool = pool
+        self.outcomes = outcomes
+        self.slots = slots
+        self.counters = counters
+        self.detached_threads = 0  # sync tasks' threads left running after their run ended
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._records: dict[tuple[str, str], _Record] = {}
         # The app's middleware (dtq.middleware), None when it has none: then a run costs one
         # attribute test more than without the feature. Read once: middleware added after the
         # worker started is not seen.
-        self.mw: Hooks | None = worker.app.hooks()
+        self.mw: Hooks | None = app.hooks()
 
     def _metric(self, metric: Any, *labels: str) -> Any:
         """The labelled child of ``metric``, cached (``labels()`` locks and hashes per call)."""
@@ -136,16 +175,16 @@ class Executor:
 
     async def execute(self, run: Run) -> None:
         """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
-        w = self.w
+        env = self.env
         c = run.claimed
         # One INFO line per lifecycle event. Formatting them costs about a third of the worker's
         # CPU per no-op task (docs/performance.md): DTQ_LOG_LEVEL=WARNING skips them (the guard
         # makes that free); the queue's event stream records every transition either way.
         if log.isEnabledFor(logging.INFO):
             log.info("started %s %s attempt %d", c.name, run.task_id, c.attempt,
-                     extra=_extra(run, w.worker_id))  # fmt: skip
+                     extra=_extra(run, env.worker_id))  # fmt: skip
         if c.attempt == 1:
-            self._metric(w.metrics.wait, c.queue).observe(
+            self._metric(env.metrics.wait, c.queue).observe(
                 max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
             )
         item: sc.Success | sc.Failure
@@ -161,10 +200,10 @@ class Executor:
                 if result is not None:
                     payload = codec.dumps(result, "the task's result")
                     size = len(payload.encode())
-                    if size > w.settings.max_result_bytes:
+                    if size > env.settings.max_result_bytes:
                         raise SerializationError(
                             f"result is {size} bytes, over "
-                            f"DTQ_MAX_RESULT_BYTES={w.settings.max_result_bytes}"
+                            f"DTQ_MAX_RESULT_BYTES={env.settings.max_result_bytes}"
                         )
                 item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
             except SerializationError as exc:
@@ -175,7 +214,7 @@ class Executor:
                 item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
             elif reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
-                            extra=_extra(run, w.worker_id))  # fmt: skip
+                            extra=_extra(run, env.worker_id))  # fmt: skip
                 if self.mw is not None:
                     await self._notify(run, "lost", None)
                 return
@@ -185,16 +224,27 @@ class Executor:
                 raise  # shutdown: the worker hands the task back
         except Retry as exc:
             item = sc.Failure(
-                c.tid, c.eid, c.attempt, f"Retry: {exc}", retry_delay_ms(w, c.retries, exc.delay)
+                c.tid,
+                c.eid,
+                c.attempt,
+                f"Retry: {exc}",
+                retry_delay_ms(env.settings, c.retries, exc.delay),
             )
         except Fail as exc:
             item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY, _traceback(exc))
         except TaskTimeout as exc:
-            item = sc.Failure(c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(w, c.retries))
+            item = sc.Failure(
+                c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(env.settings, c.retries)
+            )
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"[:2000]
             item = sc.Failure(
-                c.tid, c.eid, c.attempt, err, retry_delay_ms(w, c.retries), _traceback(exc)
+                c.tid,
+                c.eid,
+                c.attempt,
+                err,
+                retry_delay_ms(env.settings, c.retries),
+                _traceback(exc),
             )
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
@@ -208,9 +258,9 @@ class Executor:
         # the fence decides between it and a hand-back. (Cheaper than asyncio.shield, which
         # wraps the write in a task of its own.)
         run.writing = True
-        w.release_slot(run)
+        self.slots.release(run)
         try:
-            verdict = await w.outcomes.write(
+            verdict = await self.outcomes.write(
                 Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
             )
         except BaseException:
@@ -227,7 +277,7 @@ class Executor:
         c = run.claimed
         return TaskContext(
             id=run.task_id, name=c.name, queue=c.queue, attempt=c.attempt, retries=c.retries,
-            max_retries=c.max_retries, worker_id=self.w.worker_id, deadline=deadline,
+            max_retries=c.max_retries, worker_id=self.env.worker_id, deadline=deadline,
             hooks=progress,
         )  # fmt: skip
 
@@ -236,7 +286,7 @@ class Executor:
         assert self.mw is not None
         timeout = run.claimed.timeout
         deadline = None if timeout is None else time.time() + timeout
-        ctx = self._context(run, _Hooks(self.w, run, asyncio.get_running_loop()), deadline)
+        ctx = self._context(run, _Hooks(self.env, run, asyncio.get_running_loop()), deadline)
         hk = run.hooked = Hooked(ctx)
         set_current(ctx)
         try:
@@ -253,7 +303,7 @@ class Executor:
         if mw is None or not mw.on_outcome:
             return
         if hk is None:  # a run stopped before its body
-            hk = Hooked(self._context(run, _Hooks(self.w, run, asyncio.get_running_loop()), None))
+            hk = Hooked(self._context(run, _Hooks(self.env, run, asyncio.get_running_loop()), None))
         error = item.error if isinstance(item, sc.Failure) else None
         raised = None if isinstance(hk.raised, asyncio.CancelledError) else hk.raised
         result = hk.result if isinstance(item, sc.Success) else None
@@ -261,32 +311,37 @@ class Executor:
         await notify_outcome(mw, hk.ctx, RunOutcome(verdict, elapsed, error, raised, result))
 
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
-        w, c = self.w, run.claimed
+        env, c = self.env, run.claimed
         elapsed = time.monotonic() - run.started_mono
-        self._metric(w.metrics.duration, c.queue, c.name).observe(elapsed)
+        rec = self._records.get((c.queue, c.name))
+        if rec is None:
+            rec = _Record(env.metrics, env.worker_id, c.queue, c.name)
+            self._records[(c.queue, c.name)] = rec
+        rec.duration.observe(elapsed)
         if verdict is None:
             return
         if verdict == "stale":
-            w.metrics.stale_writes.inc()
+            env.metrics.stale_writes.inc()
             log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
-                        extra=_extra(run, w.worker_id))  # fmt: skip
+                        extra=_extra(run, env.worker_id))  # fmt: skip
             return
-        outcome = {"scheduled": "retried"}.get(verdict, verdict)
-        self._metric(w.metrics.tasks, w.worker_id, c.queue, c.name, outcome).inc()
-        w.counters[outcome] = w.counters.get(outcome, 0) + 1
+        outcome = "retried" if verdict == "scheduled" else verdict
+        rec.count(outcome).inc()
+        counters = self.counters
+        counters[outcome] = counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,
-                     c.attempt, elapsed, item.error, extra=_extra(run, w.worker_id))  # fmt: skip
+                     c.attempt, elapsed, item.error, extra=_extra(run, env.worker_id))  # fmt: skip
         else:
             if log.isEnabledFor(logging.INFO):
                 log.info("%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
-                         c.attempt, elapsed, extra=_extra(run, w.worker_id))  # fmt: skip
+                         c.attempt, elapsed, extra=_extra(run, env.worker_id))  # fmt: skip
 
     async def _invoke(self, run: Run) -> Any:
-        w, c = self.w, run.claimed
-        task = w.app.tasks.get(c.name)
+        env, c = self.env, run.claimed
+        task = self.tasks.get(c.name)
         if task is None:
-            raise Fail(f"unknown task {c.name!r}: not registered on worker {w.worker_id}")
+            raise Fail(f"unknown task {c.name!r}: not registered on worker {env.worker_id}")
         try:
             args = json.loads(c.args) if c.args != "[]" else []
             kwargs = json.loads(c.kwargs) if c.kwargs else {}
@@ -304,7 +359,7 @@ class Executor:
         ctx = None if run.hooked is None else run.hooked.ctx
         if ctx is None:
             deadline = None if timeout is None else time.time() + timeout
-            hooks = _Hooks(w, run, loop)
+            hooks = _Hooks(env, run, loop)
         else:
             deadline = ctx.deadline
             hooks = ctx.hooks  # type: ignore[assignment]
@@ -335,16 +390,16 @@ class Executor:
         writer = hooks.start()  # a sync task reports from its thread: the writer must exist
         cv = contextvars.copy_context()
         fut = asyncio.get_running_loop().run_in_executor(
-            w.pool, lambda: cv.run(task.fn, *args, **kwargs)
+            self.pool, lambda: cv.run(task.fn, *args, **kwargs)
         )
         try:
             return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
         except TimeoutError:
             # A thread cannot be killed: it runs on, its result discarded (see docs).
-            _detach(w, fut)
+            _detach(self, fut)
             raise TaskTimeout(
                 f"timed out after {timeout}s (sync task: its thread was left to finish)"
             ) from None
         except asyncio.CancelledError:
-            _detach(w, fut)
+            _detach(self, fut)
             raise

@@ -28,7 +28,7 @@ from dtq import workflows as wf
 from dtq.errors import DtqError
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
 
 log = logging.getLogger("dtq.worker.flows")
 
@@ -38,20 +38,20 @@ BLOCK_MS = 1000
 
 
 class FlowMover:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, env: WorkerEnv) -> None:
+        self.env = env
         self.moved = 0
         self._grouped: set[str] = set()
 
     def _outboxes(self) -> dict[str, str]:
-        return {self.w.keys.queue(q).flowq: q for q in self.w.queues}
+        return {self.env.keys.queue(q).flowq: q for q in self.env.queues}
 
     async def _ensure_groups(self, streams: list[str]) -> None:
         for s in streams:
             if s in self._grouped:
                 continue
             try:
-                await self.w.redis.xgroup_create(s, MOVERS, id="0", mkstream=True)
+                await self.env.redis.xgroup_create(s, MOVERS, id="0", mkstream=True)
             except aredis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
@@ -72,17 +72,17 @@ class FlowMover:
             raise eg.exceptions[0] from eg
 
     async def _read(self, stream: str) -> None:
-        w = self.w
+        env = self.env
         last_sweep = 0.0
-        while not w.stopping:
+        while not env.stopping:
             # Entries a dead mover left unacknowledged: taken over after the visibility timeout.
             now = time.monotonic()
-            if now - last_sweep > max(1.0, w.settings.visibility_timeout_s / 2):
+            if now - last_sweep > max(1.0, env.settings.visibility_timeout_s / 2):
                 last_sweep = now
                 await self._take_over(stream)
             try:
-                reply: Any = await w.blocking.xreadgroup(
-                    MOVERS, w.worker_id, {stream: ">"}, count=BATCH, block=BLOCK_MS
+                reply: Any = await env.blocking.xreadgroup(
+                    MOVERS, env.worker_id, {stream: ">"}, count=BATCH, block=BLOCK_MS
                 )
             except aredis.ResponseError as exc:
                 if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
@@ -94,10 +94,10 @@ class FlowMover:
                 await self._move_all(stream, entries)
 
     async def _take_over(self, stream: str) -> None:
-        idle = int(self.w.settings.visibility_timeout_s * 1000)
+        idle = int(self.env.settings.visibility_timeout_s * 1000)
         try:
-            res: Any = await self.w.redis.xautoclaim(
-                stream, MOVERS, self.w.worker_id, idle, "0-0", count=BATCH
+            res: Any = await self.env.redis.xautoclaim(
+                stream, MOVERS, self.env.worker_id, idle, "0-0", count=BATCH
             )
         except aredis.ResponseError as exc:
             if "NOGROUP" in str(exc):
@@ -122,15 +122,15 @@ class FlowMover:
             self.moved += 1
 
     async def _done(self, stream: str, eid: str) -> None:
-        pipe = self.w.redis.pipeline(transaction=False)
+        pipe = self.env.redis.pipeline(transaction=False)
         pipe.xack(stream, MOVERS, eid)
         pipe.xdel(stream, eid)
         await pipe.execute()
 
     async def move(self, fields: dict[str, str]) -> None:
         """Move one handover (see the module's docstring)."""
-        call = wf.handover_call(self.w.keys, self.w.settings, fields)
+        call = wf.handover_call(self.env.keys, self.env.settings, fields)
         if call is None:
             log.warning("unknown workflow handover %r dropped", fields.get("k"))
             return
-        await self.w.scripts.run(call)
+        await self.env.scripts.run(call)

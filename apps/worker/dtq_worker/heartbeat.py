@@ -9,7 +9,8 @@ import random
 import socket
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq.connection import is_cluster
@@ -19,7 +20,8 @@ from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
+    from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.heartbeat")
 
@@ -39,8 +41,32 @@ def _dead_here(host: str, pid: str) -> bool:
 
 
 class Heartbeat:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(
+        self,
+        env: WorkerEnv,
+        slots: Slots,
+        tasks: Mapping[str, Any],
+        counters: dict[str, int],
+        *,
+        on_beat: Callable[[], None],
+        request_cancel: Callable[[str | None, str], None],
+        stop_run: Callable[[Run, StopReason], None],
+        self_stop: Callable[[], None],
+    ) -> None:
+        """``tasks``: the app's tasks by name (their names are published); ``counters``: the
+        outcomes so far (published); ``on_beat()``: after every beat Redis
+        took (the recovery's periodic check); ``request_cancel(queue, tid)``: a touch found a
+        run's cancel flag; ``stop_run(run, reason)``: a touch found a run's claim lost;
+        ``self_stop()``: no beat got through for the heartbeat TTL."""
+        self.env = env
+        self.slots = slots
+        self.tasks = tasks
+        self.counters = counters
+        self._on_beat = on_beat
+        self._request_cancel = request_cancel
+        self._stop_run = stop_run
+        self._self_stop = self_stop
+        self.pid = os.getpid()
         self.last_ok = time.monotonic()
         self.started_at = int(time.time() * 1000)
         self.backoff = Backoff(log, "heartbeat")
@@ -51,17 +77,17 @@ class Heartbeat:
         # The owner and the task names go with the first beat and the first after a failed one
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
-        worker.metrics.heartbeat_age.set_function(self.age)
+        env.metrics.heartbeat_age.set_function(self.age)
 
     def age(self) -> float:
         """Seconds since the last heartbeat Redis took (since start before the first)."""
         return time.monotonic() - self.last_ok
 
     async def loop(self) -> None:
-        w = self.w
-        interval = w.settings.heartbeat_interval_s
+        env = self.env
+        interval = env.settings.heartbeat_interval_s
         failing_since: float | None = None
-        while not w.finished:
+        while not env.finished:
             began = time.monotonic()
             ok = await self.beat()
             # The TTL counts from the first failed attempt, not from the last success: a process
@@ -69,23 +95,23 @@ class Heartbeat:
             # it resumes; its touch then reports the claims it lost instead.
             if ok:
                 failing_since = None
-                w.recovery.tick()
+                self._on_beat()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
-                time.monotonic() - failing_since > w.settings.effective_heartbeat_ttl_s
+                time.monotonic() - failing_since > env.settings.effective_heartbeat_ttl_s
             ):
                 log.error(
                     "no heartbeat succeeded for %.1fs (heartbeat TTL): stopping this worker",
                     time.monotonic() - failing_since,
                 )
-                w.self_stop()
+                self._self_stop()
                 return
             pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
-            await w.sleep_until_finished(pause)
+            await env.sleep_until_finished(pause)
 
     def owner(self) -> str:
-        return f"{socket.gethostname()}:{self.w.pid}"
+        return f"{socket.gethostname()}:{self.pid}"
 
     async def claim_id(self) -> None:
         """Refuse to start under a worker id a live worker of another process holds.
@@ -95,10 +121,10 @@ class Heartbeat:
         is 3 intervals), so a live one is there; HSETNX of the ``owner`` field makes the check
         and the claim one step, so of two workers started at once one is refused.
         """
-        w = self.w
-        key = w.keys.worker(w.worker_id)
+        env = self.env
+        key = env.keys.worker(env.worker_id)
         me = self.owner()
-        async with w.redis.pipeline(transaction=True) as pipe:
+        async with env.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(key, "owner", me)
             pipe.hget(key, "owner")
             pipe.pttl(key)
@@ -107,12 +133,12 @@ class Heartbeat:
             host, _, pid = (holder or "").rpartition(":")
             if ttl > 0 and not _dead_here(host, pid):
                 raise ConfigError(
-                    f"worker id {w.worker_id!r} is in use by a live worker (pid {pid} on "
+                    f"worker id {env.worker_id!r} is in use by a live worker (pid {pid} on "
                     f"{host}): give each worker its own --worker-id / DTQ_WORKER_ID"
                 )
-            await w.redis.hset(key, "owner", me)  # its holder is gone: take it over
+            await env.redis.hset(key, "owner", me)  # its holder is gone: take it over
         if ttl < 0 or holder != me:  # it expires like a heartbeat unless beats follow
-            await w.redis.pexpire(key, int(w.settings.heartbeat_interval_s * 3000))
+            await env.redis.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
 
     def set_clock(self, reply: tuple[int, int]) -> None:
         """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""
@@ -120,41 +146,41 @@ class Heartbeat:
         self.clock_offset_ms = int(sec) * 1000 + int(usec) // 1000 - int(time.monotonic() * 1000)
 
     def status(self) -> str:
-        w = self.w
-        if w.stopping:
+        env = self.env
+        if env.stopping:
             return "draining"
-        return "busy" if w.inflight else "ready"
+        return "busy" if self.slots.inflight else "ready"
 
     async def beat(self, status: str | None = None) -> bool:
         """One heartbeat; True when Redis took it."""
-        w = self.w
+        env = self.env
         sent = time.monotonic()
-        runs = list(w.inflight.values())
+        runs = list(self.slots.inflight.values())
         by_queue: dict[str, list[Run]] = defaultdict(list)
         for r in runs:
             by_queue[r.claimed.queue].append(r)
-        hb_ttl_ms = int(w.settings.heartbeat_interval_s * 3000)
+        hb_ttl_ms = int(env.settings.heartbeat_interval_s * 3000)
         try:
             if self.clock_offset_ms is None:
-                self.set_clock(await w.redis.time())
+                self.set_clock(await env.redis.time())
             now_ms = int(time.monotonic() * 1000) + (self.clock_offset_ms or 0)
-            async with w.redis.pipeline(transaction=False) as pipe:
-                key = w.keys.worker(w.worker_id)
+            async with env.redis.pipeline(transaction=False) as pipe:
+                key = env.keys.worker(env.worker_id)
                 pipe.hset(
                     key,
                     mapping={
-                        "worker_id": w.worker_id,
+                        "worker_id": env.worker_id,
                         "hostname": socket.gethostname(),
-                        "pid": w.pid,
-                        "queues": ",".join(w.queues),
+                        "pid": self.pid,
+                        "queues": ",".join(env.queues),
                         "started_at": self.started_at,
                         "last_heartbeat": now_ms,
-                        "heartbeat_interval_ms": int(w.settings.heartbeat_interval_s * 1000),
+                        "heartbeat_interval_ms": int(env.settings.heartbeat_interval_s * 1000),
                         "active_tasks": len(runs),
-                        "concurrency": w.settings.worker_concurrency,
-                        "tasks_processed": w.counters.get("succeeded", 0),
-                        "tasks_failed": w.counters.get("failed", 0),
-                        "tasks_retried": w.counters.get("retried", 0),
+                        "concurrency": env.settings.worker_concurrency,
+                        "tasks_processed": self.counters.get("succeeded", 0),
+                        "tasks_failed": self.counters.get("failed", 0),
+                        "tasks_retried": self.counters.get("retried", 0),
                         "status": status or self.status(),
                     },
                 )
@@ -164,29 +190,31 @@ class Heartbeat:
                         key,
                         mapping={
                             "owner": self.owner(),
-                            TASKS_FIELD: json.dumps(sorted(w.app.tasks)),
+                            TASKS_FIELD: json.dumps(sorted(self.tasks)),
                         },
                     )
                 pipe.pexpire(key, hb_ttl_ms)
-                pipe.zadd(w.keys.workers, {w.worker_id: now_ms})
+                pipe.zadd(env.keys.workers, {env.worker_id: now_ms})
                 queues = list(by_queue)
                 for q in queues:
                     refs = [r.ref for r in by_queue[q]]
-                    await w.scripts.run(sc.touch_call(w.keys.queue(q), w.worker_id, refs), pipe)
+                    await env.scripts.run(
+                        sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe
+                    )
                 # A cluster pipeline refuses TIME (no key to route it by): sent after it.
-                cluster = is_cluster(w.redis)
+                cluster = is_cluster(env.redis)
                 if not cluster:
                     pipe.time()
                 replies = await pipe.execute()
             if cluster:
-                replies.append(await w.redis.time())
+                replies.append(await env.redis.time())
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            w.metrics.redis_errors.labels("heartbeat").inc()
+            env.metrics.redis_errors.labels("heartbeat").inc()
             self.backoff.failed(exc)
             self.publish = True
-            w.healthy.clear()
+            env.healthy.clear()
             return False
         self.backoff.ok()
         if published:
@@ -195,37 +223,40 @@ class Heartbeat:
         # made again by this beat: the owner and the names go with the next one.
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
-        w.healthy.set()
+        env.healthy.set()
         self.set_clock(replies[-1])
         touches = [sc.parse_touch(raw) for raw in replies[3:-1]]
         lost = {(q, tid) for q, t in zip(queues, touches, strict=True) for tid in t.lost}
         for r in runs:
             # Renewed by this beat, unless its touch reports it lost (dropped just below): such
-            # a run must not look fresh to fill_slots, which the drop of another one calls.
+            # a run must not look fresh to Slots.fill, which the drop of another one calls.
             if not lost or r.key not in lost:
                 r.leased_mono = sent
         for q, touch in zip(queues, touches, strict=True):
             self.apply_touch(q, touch, by_queue[q])
-        if w.ready:
-            w.fill_slots()  # runs claimed ahead whose lease was too old to start
+        if self.slots.ready:
+            self.slots.fill()  # runs claimed ahead whose lease was too old to start
         return True
 
     def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:
-        w = self.w
         by_tid = {r.claimed.tid: r for r in runs}
         for tid in res.lost:
             run = by_tid.get(tid)
-            if run is None or run.stop_reason is not None or w.inflight.get(run.key) is not run:
+            if (
+                run is None
+                or run.stop_reason is not None
+                or self.slots.inflight.get(run.key) is not run
+            ):
                 continue
             self.lose(run, "was reclaimed by another worker")
         for tid in res.cancel_requested:
-            w.request_cancel(queue, tid)
+            self._request_cancel(queue, tid)
 
     def lose(self, run: Run, why: str) -> None:
         """Count, log and announce a lost claim; stop the run (an async run is cancelled)."""
-        w = self.w
-        w.metrics.claims_lost.inc()
+        env = self.env
+        env.metrics.claims_lost.inc()
         log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
                     why)  # fmt: skip
-        w.emit_worker_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
-        w.stop_run(run, StopReason.CLAIM_LOST)
+        env.emit_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
+        self._stop_run(run, StopReason.CLAIM_LOST)

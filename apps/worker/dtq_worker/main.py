@@ -148,6 +148,7 @@ def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
 
     async def go() -> int:
         worker = Worker(app, app.settings, caps)
+        worker.owns_process()
         worker.install_signals()
         for sig in _early_signals:
             worker.on_signal(sig)

@@ -8,16 +8,27 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dtq import scripts as sc
 from dtq_worker.batcher import Batcher
 from dtq_worker.faults import Backoff, is_transient
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
+    from dtq_worker.recovery import Recovery
+    from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.outcomes")
+
+
+class PollLoop(Protocol):
+    """What an outcome write needs of the poll loop (consumer.Consumer)."""
+
+    waiting: bool  # blocked waiting for work: the queues were empty
+
+    def took(self, batch: sc.ClaimBatch, sent: float) -> None:
+        """Launch a claim's runs (here: a write's refill)."""
 
 
 @dataclass(slots=True)
@@ -36,12 +47,23 @@ class OutcomeWriter:
     ``stale`` (the run no longer owns the task; nothing was written).
     """
 
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(
+        self,
+        env: WorkerEnv,
+        slots: Slots,
+        recovery: Recovery,
+        poll: PollLoop,
+    ) -> None:
+        """``poll``: the poll loop (consumer.py), which launches what a write's refill claimed
+        and says whether it is blocked waiting for work."""
+        self.env = env
+        self.slots = slots
+        self.recovery = recovery
+        self.poll = poll
         # Two writes in flight of at most half the slots each: the batches alternate between
         # Redis and the worker (see _can_refill).
         self._batcher: Batcher[Outcome, str] = Batcher(
-            self._flush, max_batch=max(1, (worker.settings.worker_concurrency + 1) // 2), flights=2
+            self._flush, max_batch=max(1, (env.settings.worker_concurrency + 1) // 2), flights=2
         )
 
     async def write(self, outcome: Outcome, still_owned: Any) -> str | None:
@@ -51,19 +73,22 @@ class OutcomeWriter:
         """
         if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
             outcome.held = True
-            self.w.reserve(outcome.queue, 1)
-        backoff = Backoff(log, "outcome write")
+            self.slots.reserve(outcome.queue, 1)
+        backoff: Backoff | None = None  # made on the first failure (most writes have none)
         while True:
             try:
                 verdict = await self._batcher.submit(outcome)
-                backoff.ok()
+                if backoff is not None:
+                    backoff.ok()
                 return verdict
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                self.w.metrics.redis_errors.labels("outcome").inc()
-                if not still_owned() or self.w.self_stopping:
+                self.env.metrics.redis_errors.labels("outcome").inc()
+                if not still_owned() or self.env.self_stopping:
                     return None
+                if backoff is None:
+                    backoff = Backoff(log, "outcome write")
                 await asyncio.sleep(backoff.failed(exc))
 
     def _can_refill(self, queue: str) -> bool:
@@ -75,18 +100,18 @@ class OutcomeWriter:
         would jump the queue order the poll loop keeps) and not while the poll loop waits for
         work (the queue was empty: it wakes on new entries itself).
         """
-        w = self.w
+        env = self.env
         return (
-            queue == w.queues[0]
-            and not w.stopping
-            and not w.consumer.waiting
-            and w.healthy.is_set()
-            and not w.recovery.active(queue)
+            queue == env.queues[0]
+            and not env.stopping
+            and not self.poll.waiting
+            and env.healthy.is_set()
+            and not self.recovery.active(queue)
         )
 
     async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
-        w = self.w
-        s = w.settings
+        env = self.env
+        s = env.settings
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, o in enumerate(batch):
             groups[(o.queue, "ok" if isinstance(o.item, sc.Success) else "fail")].append(i)
@@ -96,7 +121,7 @@ class OutcomeWriter:
         refill: tuple[str, int] | None = None  # slots reserved for this flush's claim
         try:
             for (queue, kind), idx in groups.items():
-                qk = w.keys.queue(queue)
+                qk = env.keys.queue(queue)
                 if kind == "ok":
                     # The slots held for this batch go to its claim (or back, if it cannot).
                     held = 0
@@ -108,15 +133,14 @@ class OutcomeWriter:
                     if claim:
                         refill = (queue, held)
                     elif held:
-                        w.reserve(queue, -held)
-                        w.slot_freed.set()  # the poll loop takes them
+                        self.slots.unreserve(queue, held, wake=True)  # the poll loop takes them
                     call = sc.complete_call(
-                        qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
+                        qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                         s.events_maxlen, s.result_ttl_s, claim, s.fair,
                     )  # fmt: skip
                 else:
                     call = sc.fail_call(
-                        qk, w.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
+                        qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                         s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s),
                     )  # fmt: skip
                 calls.append(call)
@@ -125,26 +149,26 @@ class OutcomeWriter:
             if len(calls) == 1:
                 # The usual flush is one script call: sent alone it is one round trip, where a
                 # pipeline would first ask SCRIPT EXISTS.
-                replies = [await w.scripts.run(calls[0])]
+                replies = [await env.scripts.run(calls[0])]
             else:
-                async with w.redis.pipeline(transaction=False) as pipe:
+                async with env.redis.pipeline(transaction=False) as pipe:
                     for call in calls:
-                        await w.scripts.run(call, pipe)
+                        await env.scripts.run(call, pipe)
                     replies = await pipe.execute()
         except Exception as exc:
             # The refill claim may have run with its reply lost (a single call over the lane
             # tells the recovery itself, see AsyncScripts.on_reply_lost).
             if refill is not None and is_transient(exc):
-                w.recovery.request(refill[0])
+                self.recovery.request(refill[0])
             raise
         finally:
             if refill is not None:
-                w.reserve(refill[0], -refill[1])
+                self.slots.unreserve(refill[0], refill[1])
         for (kind, idx), raw in zip(order, replies, strict=True):
             if kind == "ok":
                 stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)
                 if claimed is not None and not claimed.missing_streams:
-                    w.consumer.took(claimed, sent)
+                    self.poll.took(claimed, sent)
                 for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)

@@ -4,30 +4,33 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
 from dtq_worker.faults import is_nogroup
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
 
 log = logging.getLogger("dtq.reaper")
 
 
 class Reaper:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, env: WorkerEnv, ensure_groups: Callable[[], Awaitable[None]]) -> None:
+        """``ensure_groups()``: recreate the streams and groups found missing."""
+        self.env = env
+        self._ensure_groups = ensure_groups
 
     @property
     def period(self) -> float:
-        return max(0.5, self.w.settings.visibility_timeout_s / 2)
+        return max(0.5, self.env.settings.visibility_timeout_s / 2)
 
     async def loop(self) -> None:
-        w = self.w
-        while not w.stopping:
-            await w.sleep(self.period * random.uniform(0.8, 1.2))
-            if w.stopping or not w.healthy.is_set():
+        env = self.env
+        while not env.stopping:
+            await env.sleep(self.period * random.uniform(0.8, 1.2))
+            if env.stopping or not env.healthy.is_set():
                 continue
             await self.reap_once()
 
@@ -36,9 +39,9 @@ class Reaper:
         timeout when the pass starts is reclaimed by its end, however many live runs its band
         holds. The pass is a series of reclaim.lua calls of bounded work, each going on where
         the one before stopped."""
-        w = self.w
+        env = self.env
         total = sc.ReclaimResult(0, 0, 0)
-        for queue in w.queues:
+        for queue in env.queues:
             res = await self._pass(queue)
             if res is None:
                 continue
@@ -56,14 +59,14 @@ class Reaper:
     async def _pass(self, queue: str) -> sc.ReclaimResult | None:
         """Reclaim calls over ``queue`` until its pass is complete (None: its groups were
         missing and are recreated; the next pass covers it)."""
-        w = self.w
-        s = w.settings
+        env = self.env
+        s = env.settings
         band, cursor = 1, "0-0"
         requeued = failed = absorbed = cancelled = 0
         while True:
             call = sc.reclaim_call(
-                w.keys.queue(queue),
-                w.worker_id,
+                env.keys.queue(queue),
+                env.worker_id,
                 min_idle_ms=int(s.visibility_timeout_s * 1000),
                 count=max(10, s.worker_concurrency * 2),
                 events_maxlen=s.events_maxlen,
@@ -72,16 +75,16 @@ class Reaper:
                 cursor=cursor,
             )
             try:
-                res = sc.parse_reclaim(await w.scripts.run(call))
+                res = sc.parse_reclaim(await env.scripts.run(call))
             except Exception as exc:
                 if is_nogroup(exc):
-                    await w.ensure_groups()
+                    await self._ensure_groups()
                     return None
                 raise
-            w.metrics.reclaimed.inc(res.requeued + res.failed + res.cancelled)
-            w.metrics.absorbed.inc(res.absorbed)
+            env.metrics.reclaimed.inc(res.requeued + res.failed + res.cancelled)
+            env.metrics.absorbed.inc(res.absorbed)
             requeued, failed = requeued + res.requeued, failed + res.failed
             absorbed, cancelled = absorbed + res.absorbed, cancelled + res.cancelled
-            if not res.more or w.stopping:
+            if not res.more or env.stopping:
                 return sc.ReclaimResult(requeued, failed, absorbed, cancelled=cancelled)
             band, cursor = res.band, res.cursor

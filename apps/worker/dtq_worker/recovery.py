@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
@@ -25,7 +26,8 @@ from dtq_worker.faults import is_transient
 from dtq_worker.runs import Run
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
+    from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.recovery")
 
@@ -36,10 +38,21 @@ UNANSWERED_KEEP_VISIBILITY = 3
 
 
 class Recovery:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(
+        self,
+        env: WorkerEnv,
+        slots: Slots,
+        launch: Callable[[list[sc.Claimed], float], None],
+        hand_back: Callable[..., Awaitable[None]],
+    ) -> None:
+        """``launch(runs, sent)``: take up runs found (Worker.launch_batch); ``hand_back(runs,
+        started=False)``: give runs back to their queue while stopping (Worker.hand_back)."""
+        self.env = env
+        self.slots = slots
+        self._launch = launch
+        self._hand_back = hand_back
         self._busy: dict[str, asyncio.Event] = {}  # queue -> set when its recovery is over
-        self._queue_of = {worker.keys.queue(q).task_base: q for q in worker.queues}
+        self._queue_of = {env.keys.queue(q).task_base: q for q in env.queues}
         self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
         self._failed: set[str] = set()  # queues whose last recovery did not get through
         self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
@@ -49,7 +62,7 @@ class Recovery:
     def period(self) -> float:
         """The periodic check: a few times per visibility timeout (a run hidden by a lost reply
         must be found before the reaper calls it lost), at most once per heartbeat."""
-        s = self.w.settings
+        s = self.env.settings
         return max(s.heartbeat_interval_s, s.visibility_timeout_s / 4)
 
     def active(self, queue: str) -> bool:
@@ -73,20 +86,20 @@ class Recovery:
         """Recover ``queue`` soon (once no claim of it is in flight); one at a time per queue."""
         if queue not in self._busy:
             self._busy[queue] = asyncio.Event()
-            self.w.spawn(self._recover(queue))
+            self.env.spawn(self._recover(queue))
 
     def tick(self) -> None:
         """From the heartbeat loop: the periodic check of every queue."""
         if time.monotonic() - self.last >= self.period:
             self.last = time.monotonic()
-            for q in self.w.queues:
+            for q in self.env.queues:
                 self.request(q)
 
     def forgotten(self, run: Run) -> None:
         """A run left this worker without the fence answering its outcome (its write failed,
         its claim was lost): its entry, if still pending here, is the reaper's, not adoptable."""
         c = run.claimed
-        keep = self.w.settings.visibility_timeout_s * UNANSWERED_KEEP_VISIBILITY
+        keep = self.env.settings.visibility_timeout_s * UNANSWERED_KEEP_VISIBILITY
         self._unanswered[(c.queue, c.priority, c.eid)] = time.monotonic() + keep
 
     def _known(self, queue: str) -> list[tuple[int, str]]:
@@ -97,26 +110,25 @@ class Recovery:
         known = [(q_p_e[1], q_p_e[2]) for q_p_e in self._unanswered if q_p_e[0] == queue]
         known += [
             (r.claimed.priority, r.claimed.eid)
-            for r in self.w.inflight.values()
+            for r in self.slots.inflight.values()
             if r.claimed.queue == queue
         ]
         return known
 
     async def _recover(self, queue: str) -> None:
-        w = self.w
+        env = self.env
         done = self._busy[queue]
         try:
             # No claim of this queue is sent from now on (active()); wait out those in flight.
-            while w.claiming_per_queue.get(queue, 0) > 0:
-                await asyncio.sleep(0.005)
-            s = w.settings
+            await self.slots.claims_settled(queue)
+            s = env.settings
             call = sc.recover_call(
-                w.keys.queue(queue), w.worker_id, self._known(queue),
+                env.keys.queue(queue), env.worker_id, self._known(queue),
                 events_maxlen=s.events_maxlen, since_ms=self.since_ms,
             )  # fmt: skip
             sent = time.monotonic()
             try:
-                batch = sc.parse_claim(queue, await w.scripts.run(call))
+                batch = sc.parse_claim(queue, await env.scripts.run(call))
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -126,23 +138,22 @@ class Recovery:
                 return
             self._failed.discard(queue)
             if batch.absorbed:
-                w.metrics.absorbed.inc(batch.absorbed)
+                env.metrics.absorbed.inc(batch.absorbed)
             fresh = []
             for c in batch.runs:
-                old = w.inflight.get((queue, c.tid))
+                old = self.slots.inflight.get((queue, c.tid))
                 if old is not None and old.claimed.attempt == c.attempt:
                     continue
-                w.metrics.adopted.inc()
-                back = " (handing it back: stopping)" if w.stopping else ""
+                env.metrics.adopted.inc()
+                back = " (handing it back: stopping)" if env.stopping else ""
                 log.warning("adopted run after a lost reply: %s:%s attempt %d%s",
                             queue, c.tid, c.attempt, back)  # fmt: skip
                 fresh.append(c)
-            if w.stopping:
+            if env.stopping:
                 # Its body never started: back to the queue, no interruption, no retry spent.
-                await w.hand_back([Run(c) for c in fresh], started=False)
+                await self._hand_back([Run(c) for c in fresh], started=False)
             else:
-                for c in fresh:
-                    w.launch(c, sent)
+                self._launch(fresh, sent)
         except Exception:
             log.exception("recovery of %s failed", queue)
         finally:
@@ -154,7 +165,7 @@ class Recovery:
         handed back; retried while Redis is away, for at most ``timeout``."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
-        todo = set(self.w.queues)
+        todo = set(self.env.queues)
         while todo and loop.time() < end:
             for q in todo:
                 self.request(q)

@@ -30,7 +30,7 @@ from dtq.cluster import scan_step
 from dtq.settings import QUEUE_NAME_RE
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq_worker.env import WorkerEnv
 
 log = logging.getLogger("dtq.retention")
 DLQ_BATCH = 1000  # dead letters looked at per queue per pass
@@ -59,25 +59,27 @@ def dlq_call(dlq: str, task_base: str, age_ms: int, cap: int, budget: int) -> sc
 
 
 class Retention:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
-        self.next_at = time.monotonic() + worker.settings.retention_interval_s * random.random()
+    def __init__(self, env: WorkerEnv) -> None:
+        self.env = env
+        self.next_at = time.monotonic() + env.settings.retention_interval_s * random.random()
         self.cursor = "0"  # a SCAN walk's (over every primary of a cluster: dtq.cluster)
         self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
     @property
     def lock_key(self) -> str:
-        return f"{self.w.keys.prefix}:lock:retention"
+        return f"{self.env.keys.prefix}:lock:retention"
 
     async def maybe_run(self) -> RetentionReport | None:
         """Run a pass when one is due and this worker holds (or takes) the retention lease."""
-        s = self.w.settings
+        s = self.env.settings
         if time.monotonic() < self.next_at:
             return None
         self.next_at = time.monotonic() + s.retention_interval_s * random.uniform(0.9, 1.1)
         lease_ms = int(max(30.0, s.retention_interval_s * 3) * 1000)
         try:
-            held = await self.w.scripts.run(sc.lock_call(self.lock_key, self.w.worker_id, lease_ms))
+            held = await self.env.scripts.run(
+                sc.lock_call(self.lock_key, self.env.worker_id, lease_ms)
+            )
             if int(held) != 1:
                 return None
             report = await self.run_once()
@@ -89,19 +91,19 @@ class Retention:
         return report
 
     async def run_once(self) -> RetentionReport:
-        w = self.w
-        s = w.settings
+        env = self.env
+        s = env.settings
         rep = RetentionReport()
-        queues = sorted(str(q) for q in await w.redis.smembers(w.keys.queues))  # type: ignore[misc]
+        queues = sorted(str(q) for q in await env.redis.smembers(env.keys.queues))  # type: ignore[misc]
         rep.queues = queues
         for q in queues:
-            qk = w.keys.queue(q)
-            raw = await w.scripts.run(
+            qk = env.keys.queue(q)
+            raw = await env.scripts.run(
                 dlq_call(qk.dlq, qk.task_base, s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
             )
             rep.dlq_removed += int(raw[0])
             if s.events_maxlen > 0:
-                await w.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
+                await env.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
         rep.workers_removed = await self.prune_workers()
         rep.consumers_removed = await self.prune_consumers(queues)
         rep.queues_forgotten = await self.forget_queues(queues)
@@ -111,33 +113,35 @@ class Retention:
     async def prune_workers(self) -> int:
         """Drop ``P:workers`` entries older than the dead-worker age, on the Redis clock (the
         scores are Redis time too, see heartbeat.py): a skewed worker clock prunes nothing live."""
-        w = self.w
-        sec, usec = await w.redis.time()
-        cutoff = int(sec) * 1000 + int(usec) // 1000 - int(w.settings.dead_worker_ttl_s * 1000)
-        return int(await w.redis.zremrangebyscore(w.keys.workers, "-inf", cutoff))
+        env = self.env
+        sec, usec = await env.redis.time()
+        cutoff = int(sec) * 1000 + int(usec) // 1000 - int(env.settings.dead_worker_ttl_s * 1000)
+        return int(await env.redis.zremrangebyscore(env.keys.workers, "-inf", cutoff))
 
     async def prune_consumers(self, queues: list[str]) -> int:
         """Delete stream consumers idle past the dead-worker age that hold no pending entry; the
         check and the delete are one script per queue (lua/retention_consumers.lua), so a claim
         can never land between them."""
-        w = self.w
-        idle_ms = int(w.settings.dead_worker_ttl_s * 1000)
+        env = self.env
+        idle_ms = int(env.settings.dead_worker_ttl_s * 1000)
         removed = 0
         for q in queues:
-            removed += int(await w.scripts.run(sc.consumer_prune_call(w.keys.queue(q), idle_ms)))
+            removed += int(
+                await env.scripts.run(sc.consumer_prune_call(env.keys.queue(q), idle_ms))
+            )
         return removed
 
     async def forget_queues(self, queues: list[str]) -> int:
         """Drop from ``P:queues`` the names whose queue held nothing on this pass and the last
         one (lua/retention_queue.lua) and that no live worker consumes, with their empty keys;
         a client that enqueues to one again registers it again."""
-        w = self.w
-        consumed: set[str] = set(w.queues)
-        ids = await w.redis.zrange(w.keys.workers, 0, -1)
+        env = self.env
+        consumed: set[str] = set(env.queues)
+        ids = await env.redis.zrange(env.keys.workers, 0, -1)
         if ids:
-            async with w.redis.pipeline(transaction=False) as pipe:
+            async with env.redis.pipeline(transaction=False) as pipe:
                 for wid in ids:
-                    pipe.hget(w.keys.worker(str(wid)), "queues")
+                    pipe.hget(env.keys.worker(str(wid)), "queues")
                 for listed in await pipe.execute():
                     consumed.update(q for q in str(listed or "").split(",") if q)
         empty: set[str] = set()
@@ -146,10 +150,10 @@ class Retention:
             if q in consumed:
                 continue
             drop = q in self.empty_before
-            if int(await w.scripts.run(sc.queue_empty_call(w.keys.queue(q), drop))) != 1:
+            if int(await env.scripts.run(sc.queue_empty_call(env.keys.queue(q), drop))) != 1:
                 continue
             if drop:
-                await w.redis.srem(w.keys.queues, q)
+                await env.redis.srem(env.keys.queues, q)
                 forgotten += 1
                 log.info("retention: forgot queue %s (it held nothing, no worker consumes it)", q)
             else:
@@ -161,14 +165,14 @@ class Retention:
         """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass.
         A queue with waiting work that is missing from ``P:queues`` (forgotten while empty, then
         used by a client that had registered it before) is registered again."""
-        w = self.w
-        s = w.settings
-        pattern = f"{w.keys.prefix}:{{{w.keys.prefix}:*"
+        env = self.env
+        s = env.settings
+        pattern = f"{env.keys.prefix}:{{{env.keys.prefix}:*"
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)
         busy: set[str] = set()
         for _ in range(SCAN_CALLS):
-            self.cursor, batch = await scan_step(w.redis, self.cursor, pattern, SCAN_COUNT)
+            self.cursor, batch = await scan_step(env.redis, self.cursor, pattern, SCAN_COUNT)
             for key in batch:
                 self._sort(str(key), found, held, busy)
             if self.cursor == "0":
@@ -176,11 +180,11 @@ class Retention:
                 break
         missing = sorted(q for q in busy - registered if QUEUE_NAME_RE.fullmatch(q))
         if missing:
-            rep.queues_registered = int(await w.redis.sadd(w.keys.queues, *missing))
+            rep.queues_registered = int(await env.redis.sadd(env.keys.queues, *missing))
         for q, keys in found.items():
-            qk = w.keys.queue(q)
+            qk = env.keys.queue(q)
             for i in range(0, len(keys), 500):
-                raw = await w.scripts.run(
+                raw = await env.scripts.run(
                     sc.Call(
                         "retention_keys",
                         [qk.task_base, qk.idem_base, *keys[i : i + 500]],
@@ -190,15 +194,15 @@ class Retention:
                 rep.idem_removed += int(raw[0])
                 rep.records_expired += int(raw[1])
         for q, lks in held.items():
-            qk = w.keys.queue(q)
+            qk = env.keys.queue(q)
             for i in range(0, len(lks), 100):
-                n, _ = await w.scripts.run(sc.limit_sweep_call(qk, lks[i : i + 100]))
+                n, _ = await env.scripts.run(sc.limit_sweep_call(qk, lks[i : i + 100]))
                 rep.parked_released += int(n)
 
     def _sort(
         self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
     ) -> None:
-        prefix = self.w.keys.prefix
+        prefix = self.env.keys.prefix
         head = f"{prefix}:{{{prefix}:"
         close = key.find("}:", len(head))
         if not key.startswith(head) or close < 0:

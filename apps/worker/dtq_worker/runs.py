@@ -33,15 +33,15 @@ class Run:
     claimed: Claimed
     started_mono: float = field(default_factory=time.monotonic)  # reset when its body starts
     # Its lease is held from no earlier than this (monotonic): when its claim was sent, then
-    # when a heartbeat that renewed it was sent (Worker.fill_slots).
+    # when a heartbeat that renewed it was sent (Slots.fill).
     leased_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
     cancel_detail: str = ""
     writing: bool = False  # the outcome write began: a stop no longer cancels the task
-    holds_slot: bool = False  # counted in Worker.active (its body runs): see Worker.release_slot
+    holds_slot: bool = False  # counted in Slots.active: see Slots.release
     answered: bool = False  # the fence answered the outcome write (stored or stale)
-    waiting: bool = False  # claimed ahead (prefetch): in Worker.ready, its body not started
+    waiting: bool = False  # claimed ahead (prefetch): in Slots.ready, its body not started
     hooked: Hooked | None = None  # only when the app has middleware (Executor._around)
 
     @property

@@ -12,7 +12,8 @@ from dtq.schedules import ScheduleRunner
 from dtq_worker.retention import Retention
 
 if TYPE_CHECKING:
-    from dtq_worker.worker import Worker
+    from dtq.app import App
+    from dtq_worker.env import WorkerEnv
 
 log = logging.getLogger("dtq.scheduler")
 LEASE_MS = 10_000
@@ -21,34 +22,35 @@ SWEEP_CALLS = 20  # limit_sweep calls per queue per tick (5000 parked ids each a
 
 
 class Scheduler:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, env: WorkerEnv, app: App) -> None:
+        """``app``: its periodic schedules (dtq.schedules)."""
+        self.env = env
         self.leading: set[str] = set()
-        self.retention = Retention(worker)
-        self.periodic = ScheduleRunner(
-            worker.redis, worker.scripts, worker.keys, worker.settings, worker.app
-        )
+        self.retention = Retention(env)
+        self.periodic = ScheduleRunner(env.redis, env.scripts, env.keys, env.settings, app)
 
     def lock_key(self, queue: str) -> str:
-        return f"{self.w.keys.scheduler_lock}:{queue}"
+        return f"{self.env.keys.scheduler_lock}:{queue}"
 
     async def loop(self) -> None:
-        w = self.w
-        while not w.stopping:
+        env = self.env
+        while not env.stopping:
             pause = 1.0
-            if w.healthy.is_set():
+            if env.healthy.is_set():
                 next_due = await self.tick()
                 if next_due is not None:
                     pause = min(pause, max(0.02, next_due / 1000 - time.time()))
                 await self.retention.maybe_run()
-            await w.sleep(pause * random.uniform(0.8, 1.0))
+            await env.sleep(pause * random.uniform(0.8, 1.0))
 
     async def tick(self) -> int | None:
         """Take or keep each queue's lock; promote what is due. Returns the next due ms."""
-        w = self.w
+        env = self.env
         soonest: int | None = None
-        for queue in w.queues:
-            held = await w.scripts.run(sc.lock_call(self.lock_key(queue), w.worker_id, LEASE_MS))
+        for queue in env.queues:
+            held = await env.scripts.run(
+                sc.lock_call(self.lock_key(queue), env.worker_id, LEASE_MS)
+            )
             if int(held) != 1:
                 if queue in self.leading:
                     log.info("lost scheduler leadership of %s", queue)
@@ -70,16 +72,18 @@ class Scheduler:
         return soonest
 
     async def promote(self, queue: str) -> sc.PromoteResult:
-        w = self.w
-        call = sc.promote_call(w.keys.queue(queue), BATCH, w.settings.events_maxlen)
-        return sc.parse_promote(await w.scripts.run(call))
+        env = self.env
+        call = sc.promote_call(env.keys.queue(queue), BATCH, env.settings.events_maxlen)
+        return sc.parse_promote(await env.scripts.run(call))
 
     async def sweep_owed(self, queue: str) -> int:
         """Finish the parked-task releases a run's end left owed (dead parked ids used up its
         budget, see lua/limit_sweep.lua); each call looks at no more than 5000 parked ids."""
         released = 0
         for _ in range(SWEEP_CALLS):
-            n, more = await self.w.scripts.run(sc.limit_sweep_call(self.w.keys.queue(queue), []))
+            n, more = await self.env.scripts.run(
+                sc.limit_sweep_call(self.env.keys.queue(queue), [])
+            )
             released += int(n)
             if not int(more):
                 break
@@ -87,5 +91,5 @@ class Scheduler:
 
     async def release(self) -> None:
         for queue in list(self.leading):
-            await self.w.scripts.run(sc.unlock_call(self.lock_key(queue), self.w.worker_id))
+            await self.env.scripts.run(sc.unlock_call(self.lock_key(queue), self.env.worker_id))
         self.leading.clear()

@@ -14,8 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +31,7 @@ from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.settings import Settings
 from dtq_worker import poolchild
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
+from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor, retry_delay_ms
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
@@ -43,13 +43,15 @@ from dtq_worker.reaper import Reaper
 from dtq_worker.recovery import Recovery
 from dtq_worker.runs import Run, StopReason
 from dtq_worker.scheduler import Scheduler
+from dtq_worker.slots import Slots
 from dtq_worker.supervisor import supervise
 
 log = logging.getLogger("dtq.worker")
 
 EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
-# At most this many cancel hints are kept for tasks not held here (Worker.cancel_hints).
-CANCEL_HINTS_MAX = 4096
+# The hard-exit deadline passed in a worker run inside another program (owns_process not
+# called: the tests' in-process workers): its host ends with a failure, never with 0.
+EXIT_HARD_IN_PROCESS = 3
 
 
 # How long a starting worker retries a Redis that never answered (see prepare).
@@ -88,200 +90,114 @@ class Worker:
             socket_timeout=timeout + 2,
             socket_connect_timeout=min(timeout, 5.0),
         )
-        sc.hiredis_packing(self.redis)  # the batched script calls are long: see scripts.py
-        sc.hiredis_packing(self.blocking)  # the idle XREAD names every band of every queue
-        self.scripts = sc.AsyncScripts(self.redis)
+        lane = settings.fast_lane
+        sc.hiredis_packing(self.redis, fast_lane=lane)  # the batched script calls are long
+        sc.hiredis_packing(self.blocking, fast_lane=lane)  # the idle XREAD names every band
+        self.scripts = sc.AsyncScripts(self.redis, fast_lane=lane)
         self.metrics = WorkerMetrics(self.worker_id)
+        # What every loop reads (identity, settings, Redis, metrics, stopping): env.py.
+        self.env = env = WorkerEnv(
+            settings, self.keys, self.redis, self.blocking, self.scripts, self.metrics
+        )
+        self.healthy = env.healthy
         self.pool = ThreadPoolExecutor(
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
-        self.inflight: dict[tuple[str, str], Run] = {}
-        # Cancel hints heard for tasks not in ``inflight``: tid -> when heard (monotonic). A
-        # claim whose reply was still on its way when its run's hint came launches that run
-        # stopped (launch). Bounded: CANCEL_HINTS_MAX, and none older than the visibility
-        # timeout (by then every heartbeat's touch reports the durable flag anyway).
-        self.cancel_hints: dict[str, float] = {}
+        # Capacity: the runs held, the bodies running, the claims in flight (slots.py).
+        self.slots = slots = Slots(
+            settings.worker_concurrency,
+            settings.worker_prefetch,
+            self.queue_caps,
+            settings.visibility_timeout_s - settings.heartbeat_interval_s,
+            self._start,
+        )
         # Read when scraped: no gauge update per task on the hot path.
-        self.metrics.inflight.set_function(lambda: len(self.inflight))
-        # Slots: a run holds one from launch until its outcome write begins: while its body
-        # runs, or while it waits in ``ready`` (claimed ahead: DTQ_WORKER_PREFETCH) for a body
-        # to end. At most worker_concurrency bodies run; active - len(ready) of them do.
-        # ``claiming`` counts slots reserved by claims in flight (consumer.py, outcomes.py).
-        self.active = 0
-        self.ready: deque[Run] = deque()
-        self.active_per_queue: dict[str, int] = {}
-        self.claiming = 0
-        self.claiming_per_queue: dict[str, int] = {}
-        self.counters: dict[str, int] = {}
-        self.detached_threads = 0
-        self.healthy = asyncio.Event()
+        self.metrics.inflight.set_function(lambda: len(slots.inflight))
+        self.counters: dict[str, int] = {}  # outcomes so far (the heartbeat publishes them)
         self.prepared = False
         self.http: HealthServer | None = None
-        self.slot_freed = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._finished = asyncio.Event()
         self._skip_drain = asyncio.Event()
-        self.self_stopping = False
-        self.executor = Executor(self)
-        self.outcomes = OutcomeWriter(self)
-        self.consumer = Consumer(self)
-        self.reaper = Reaper(self)
-        self.scheduler = Scheduler(self)
-        self.heartbeat = Heartbeat(self)
-        self.recovery = Recovery(self)
-        self.flows = FlowMover(self)  # workflow handovers between slots (flowmover.py)
+        self._process = False  # owns_process(): this worker is the whole process
+        # The loops, each built from what it uses (the module map: docs/design.md).
+        self.recovery = Recovery(env, slots, self.launch_batch, self.hand_back)
+        self.consumer = Consumer(env, slots, self.recovery, self.launch_batch, self.ensure_groups)
+        self.outcomes = OutcomeWriter(env, slots, self.recovery, self.consumer)
+        self.executor = Executor(env, app, self.pool, self.outcomes, slots, self.counters)
+        self.reaper = Reaper(env, self.ensure_groups)
+        self.scheduler = Scheduler(env, app)
+        self.heartbeat = Heartbeat(
+            env,
+            slots,
+            app.tasks,
+            self.counters,
+            on_beat=self.recovery.tick,
+            request_cancel=self.request_cancel,
+            stop_run=self.stop_run,
+            self_stop=self.self_stop,
+        )
+        self.flows = FlowMover(env)  # workflow handovers between slots (flowmover.py)
         self.scripts.on_reply_lost = self.recovery.reply_lost
-        self._bg: set[asyncio.Task[Any]] = set()
 
     # --- state ---------------------------------------------------------------------------
 
     @property
+    def inflight(self) -> dict[tuple[str, str], Run]:
+        """The runs this worker holds, by (queue, tid) (Slots.inflight)."""
+        return self.slots.inflight
+
+    @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        return self.env.stopping
 
     @property
     def finished(self) -> bool:
-        return self._finished.is_set()
+        return self.env.finished
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep, waking early when shutdown starts."""
-        await self.wait_or_stop(asyncio.sleep(seconds), None)
-
-    async def sleep_until_finished(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._finished.wait(), seconds)
-
-    async def wait_or_stop(self, aw: Awaitable[Any], timeout: float | None) -> None:
-        """Await ``aw`` until it ends, shutdown starts, or ``timeout`` passes."""
-        main = asyncio.ensure_future(aw)
-        stop = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({main, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (main, stop):
-                if not t.done():
-                    t.cancel()
-            if main.done() and not main.cancelled() and main.exception() is not None:
-                raise main.exception()  # type: ignore[misc]
+    @property
+    def self_stopping(self) -> bool:
+        return self.env.self_stopping
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        t = asyncio.get_running_loop().create_task(coro)
-        self._bg.add(t)
-        t.add_done_callback(self._bg.discard)
-        return t
+        return self.env.spawn(coro)
 
     # --- runs ----------------------------------------------------------------------------
 
     def launch(self, claimed: sc.Claimed, sent: float | None = None) -> None:
-        """Take a claimed run: start its body, or keep it in ``ready`` while every slot runs
-        one (claimed ahead) or while its lease may have lapsed (see fill_slots). ``sent``: when
-        the claim was sent (monotonic; default now)."""
+        """Take a claimed run: start its body, or keep it waiting for a slot (Slots.launch).
+        ``sent``: when the claim was sent (monotonic; default now)."""
         run = Run(claimed)
         if sent is not None:
             run.leased_mono = sent
-        old = self.inflight.get(run.key)
-        if old is not None and old.claimed.attempt == claimed.attempt:
-            # The same run twice (a recovery and a claim reply both carrying it): it runs once.
-            log.warning("run %s attempt %d is already held here; not started again",
-                        run.task_id, claimed.attempt)  # fmt: skip
-            return
+        slots = self.slots
+        old = slots.inflight.get(run.key)
         if old is not None:
+            if old.claimed.attempt == claimed.attempt:
+                # The same run twice (a recovery and a claim reply both carrying it): it runs
+                # once.
+                log.warning("run %s attempt %d is already held here; not started again",
+                            run.task_id, claimed.attempt)  # fmt: skip
+                return
             # An older attempt of this task still runs here (this worker was frozen, its run
             # was reclaimed, and it has now claimed the task again): claim.lua starts a new
             # attempt only after the old one was reclaimed, so the old run's claim is lost.
             self._forget(old)
             if old.stop_reason is None:
                 self.heartbeat.lose(old, "was reclaimed and its task claimed again here")
-        self.inflight[run.key] = run
-        q = claimed.queue
-        self.active += 1
-        self.active_per_queue[q] = self.active_per_queue.get(q, 0) + 1
-        run.holds_slot = True
-        if self.cancel_hints:
-            heard = self.cancel_hints.pop(claimed.tid, None)
-            # Only a hint heard after the claim was sent is this run's (cancel.lua flags a
-            # running task: this claim had run); an older one was for an earlier life.
-            if heard is not None and heard >= run.leased_mono:
-                log.info("cancel requested before its claim's reply came: %s attempt %d",
-                         run.task_id, claimed.attempt)  # fmt: skip
-                run.stop(StopReason.CANCELLED, "cancelled by request")
-                self._start(run)  # writes "cancelled"; its body never starts
-                return
-        if self.active - len(self.ready) <= self.settings.worker_concurrency and self._fresh(run):
-            self._start(run)  # (also while stopping: the drain lets a claim in flight run)
-        else:
-            run.waiting = True
-            self.ready.append(run)
-            if self.stopping:
-                self.slot_freed.set()  # the drain hands it back
+        if slots.launch(run):
+            self._start(run)
+
+    def launch_batch(self, claims: list[sc.Claimed], sent: float) -> None:
+        """Launch a claim reply's runs (the loops' launch callback)."""
+        for c in claims:
+            self.launch(c, sent)
 
     def _start(self, run: Run) -> None:
-        run.waiting = False
         run.started_mono = time.monotonic()
         run.task = asyncio.get_running_loop().create_task(self._run(run))
 
     def release_slot(self, run: Run) -> None:
-        """The run's body is over (its outcome is being written): its slot can be refilled.
-
-        A run claimed ahead takes the slot at once. Does not wake the poll loop: the outcome
-        write itself refills the slot (complete.lua claims), and _forget wakes the poll loop
-        for whatever that left free.
-        """
-        if run.holds_slot:
-            run.holds_slot = False
-            self.active -= 1
-            self.active_per_queue[run.claimed.queue] -= 1
-            if self.ready:
-                self.fill_slots()
-
-    def fill_slots(self) -> None:
-        """Start runs claimed ahead while fewer bodies than the concurrency run.
-
-        Only while the run's lease is surely still held (claimed, or touched by a heartbeat,
-        less than the visibility timeout minus one heartbeat interval ago): after a freeze its
-        entry may have been reclaimed, and the next heartbeat says so (Heartbeat.apply_touch)
-        before it starts here, or renews it and starts it (Heartbeat.beat calls this).
-        """
-        ready, limit = self.ready, self.settings.worker_concurrency
-        while ready and not self.stopping and self.active - len(ready) < limit:
-            if not self._fresh(ready[0]):
-                break
-            self._start(ready.popleft())
-
-    def _fresh(self, run: Run) -> bool:
-        """Whether the run's lease is surely still held: its claim was sent, or a heartbeat
-        renewed it, less than the visibility timeout minus one heartbeat interval ago."""
-        s = self.settings
-        return run.leased_mono >= time.monotonic() - (
-            s.visibility_timeout_s - s.heartbeat_interval_s
-        )
-
-    @property
-    def unheld_slots(self) -> int:
-        """Places for new runs: the concurrency plus the prefetch, less the runs held (running
-        or claimed ahead) and the slots reserved for claims in flight (any queue)."""
-        s = self.settings
-        return s.worker_concurrency + s.worker_prefetch - self.active - self.claiming
-
-    def free_slots(self, queue: str) -> int:
-        """Slots free for new runs of ``queue`` (worker concurrency and the queue's cap)."""
-        free = self.unheld_slots
-        cap = self.queue_caps.get(queue)
-        if cap is not None:
-            taken = self.active_per_queue.get(queue, 0) + self.claiming_per_queue.get(queue, 0)
-            free = min(free, cap - taken)
-        return free
-
-    def reserve(self, queue: str, n: int) -> None:
-        """Hold ``n`` slots for a claim in flight (``n`` < 0 gives them back).
-
-        The claim's runs are launched right after their slots are given back (no await in
-        between), so a drain woken here sees them in ``inflight``.
-        """
-        self.claiming += n
-        self.claiming_per_queue[queue] = self.claiming_per_queue.get(queue, 0) + n
-        if n < 0 and self.stopping:
-            self.slot_freed.set()
+        """The run's body is over (its outcome is being written): Slots.release."""
+        self.slots.release(run)
 
     async def _run(self, run: Run) -> None:
         try:
@@ -300,21 +216,8 @@ class Worker:
                 self._forget(run)
 
     def _forget(self, run: Run) -> None:
-        if self.inflight.get(run.key) is run:
-            del self.inflight[run.key]
-            if not run.answered:
-                self.recovery.forgotten(run)
-            if run.waiting:  # its body never started
-                self.ready.remove(run)
-                run.waiting = False
-            self.release_slot(run)
-            # Wakes the poll loop only for a slot no claim holds (a refilled slot went to the
-            # outcome write's claim: waking it would only send it back to wait), and the drain.
-            if self.stopping or self.unheld_slots > 0:
-                self.slot_freed.set()
-
-    def thread_returned(self) -> None:
-        self.detached_threads -= 1
+        if self.slots.forget(run) and not run.answered:
+            self.recovery.forgotten(run)
 
     def request_cancel(self, queue: str | None, tid: str) -> None:
         held = False
@@ -325,22 +228,9 @@ class Worker:
                 log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
                 self.stop_run(run, StopReason.CANCELLED, "cancelled by request")
         if not held:
-            self._remember_hint(tid)
-
-    def _remember_hint(self, tid: str) -> None:
-        """Keep a cancel hint for a task not held here: a claim of it may be on its way back
-        (launch applies it). Every worker hears every hint; most are for other workers' runs
-        and age out."""
-        now = time.monotonic()
-        hints = self.cancel_hints
-        hints.pop(tid, None)
-        hints[tid] = now  # insertion order is age order: the oldest go first
-        horizon = now - self.settings.visibility_timeout_s
-        while hints:
-            oldest = next(iter(hints))
-            if len(hints) <= CANCEL_HINTS_MAX and hints[oldest] >= horizon:
-                break
-            del hints[oldest]
+            # Bounded in number and age: by the visibility timeout every heartbeat's touch
+            # reports the durable flag anyway.
+            self.slots.hint(tid, self.settings.visibility_timeout_s)
 
     def stop_run(self, run: Run, reason: StopReason, detail: str = "") -> None:
         """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
@@ -352,23 +242,10 @@ class Worker:
         if run.stop_reason is StopReason.CLAIM_LOST:
             self._forget(run)
         else:
-            self.ready.remove(run)
-            self._start(run)
+            self.slots.start_waiting(run)
 
     def emit_worker_event(self, etype: str, detail: str = "") -> None:
-        async def go() -> None:
-            try:
-                await self.redis.xadd(
-                    self.keys.worker_events,
-                    {"type": etype, "worker": self.worker_id, "detail": detail,
-                     "ts": int(time.time() * 1000)},
-                    maxlen=1000,
-                    approximate=True,
-                )  # fmt: skip
-            except Exception as exc:  # events are best effort
-                log.debug("worker event %s not written: %s", etype, exc)
-
-        self.spawn(go())
+        self.env.emit_event(etype, detail)
 
     # --- start -----------------------------------------------------------------------------
 
@@ -465,12 +342,12 @@ class Worker:
             self.initiate_shutdown()
         else:
             log.warning("second %s: skipping the drain", signal.Signals(sig).name)
-            self._skip_drain.set()
+            self._skip_the_drain()
 
     def initiate_shutdown(self) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
-            self.slot_freed.set()
+        if not self.env.stop_event.is_set():
+            self.env.stop_event.set()
+            self.slots.begin_drain()
             self.consumer.interrupt()
             self._arm_hard_exit()
 
@@ -482,14 +359,26 @@ class Worker:
             self._hard_timer.start()
 
     def self_stop(self) -> None:
-        self.self_stopping = True
-        self._skip_drain.set()
+        self.env.self_stopping = True
+        self._skip_the_drain()
         self.initiate_shutdown()
+
+    def _skip_the_drain(self) -> None:
+        self._skip_drain.set()
+        self.slots.changed.notify()  # the drain waits on the slots' changes
+
+    def owns_process(self) -> None:
+        """This worker is the process (dtq-worker): a hard exit after the drain exits 0."""
+        self._process = True
 
     def _hard_exit(self) -> None:
         log.error("hard exit deadline (DTQ_HARD_EXIT_S) passed: exiting now")
         logging.shutdown()
-        os._exit(EXIT_REDIS_LOST if self.self_stopping else EXIT_OK)
+        if not self._process:
+            code = EXIT_HARD_IN_PROCESS
+        else:
+            code = EXIT_REDIS_LOST if self.self_stopping else EXIT_OK
+        os._exit(code)
 
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
@@ -539,9 +428,9 @@ class Worker:
             self.spawn(supervise("cancels", self._cancel_listener, stopping, self._restarted)),
             self.spawn(supervise("flows", self.flows.loop, stopping, self._restarted)),
         ]
-        await self._stop.wait()
+        await self.env.stop_event.wait()
         code = await self.shutdown()
-        self._finished.set()
+        self.env.finished_event.set()
         for t in loops:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
@@ -590,31 +479,18 @@ class Worker:
         deadline = time.monotonic() + drain
         # A claim sent before the stop (the poll loop's, or an outcome write's refill) may still
         # be in flight: its runs were started in Redis and are launched when its reply comes,
-        # so the drain waits for it too (reserve() wakes it).
-        while (self.inflight or self.claiming) and not self._skip_drain.is_set():
-            if self.ready:
+        # so the drain waits for it too (Slots.unreserve wakes it).
+        slots = self.slots
+        while slots.busy and not self._skip_drain.is_set():
+            if slots.ready:
                 await self._hand_back_unstarted()
                 continue
             left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self.slot_freed.clear()
-            try:
-                await asyncio.wait_for(
-                    asyncio.wait(
-                        [asyncio.ensure_future(self.slot_freed.wait()),
-                         asyncio.ensure_future(self._skip_drain.wait())],
-                        return_when=asyncio.FIRST_COMPLETED,
-                    ),
-                    left,
-                )  # fmt: skip
-            except TimeoutError:
+            if left <= 0 or not await slots.changed.wait(left):
                 break
         # A claim still in flight (the idle wait's, were CLIENT UNBLOCK not to reach it) ends
         # within its block: wait for it, or it could take the runs handed back below.
-        settle = time.monotonic() + IDLE_WAIT_TIMEOUT_S + 1
-        while self.claiming and time.monotonic() < settle:
-            await asyncio.sleep(0.02)
+        await slots.claims_settled(None, timeout=IDLE_WAIT_TIMEOUT_S + 1)
         await self._hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
@@ -642,7 +518,7 @@ class Worker:
     async def _hand_back_unstarted(self) -> None:
         """Runs claimed ahead never started their body: back to the queue at once (no
         interruption counted), for other workers, instead of waiting here for a slot."""
-        unstarted = list(self.ready)
+        unstarted = self.slots.take_ready()
         if not unstarted:
             return
         for r in unstarted:
@@ -674,7 +550,7 @@ class Worker:
                 events_maxlen=s.events_maxlen,
                 ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
                 max_interruptions=s.max_interruptions,
-                retry_delay_ms=retry_delay_ms(self, 0),
+                retry_delay_ms=retry_delay_ms(s, 0),
                 started=started,
             )
             while True:
@@ -711,8 +587,7 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     async def _close(self) -> None:
-        for t in list(self._bg):
-            t.cancel()
+        self.env.cancel_background()
         self.pool.shutdown(wait=False, cancel_futures=True)
         for r in (self.redis, self.blocking):
             with contextlib.suppress(Exception):

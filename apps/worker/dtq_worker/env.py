@@ -1,0 +1,105 @@
+"""What every loop of a worker reads and nothing more: its identity, settings, Redis access,
+metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown).
+
+No run, slot or claim lives here: the loops get those from their other collaborators (slots,
+recovery, a launch callback), passed one by one by the worker (worker.py: the composition
+root). A loop can be built and tested with a WorkerEnv and fakes of those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Coroutine
+from typing import Any
+
+from dtq import scripts as sc
+from dtq.keys import Keys
+from dtq.settings import Settings
+from dtq_worker.metrics import WorkerMetrics
+
+log = logging.getLogger("dtq.worker")
+
+
+class WorkerEnv:
+    def __init__(
+        self,
+        settings: Settings,
+        keys: Keys,
+        redis: Any,
+        blocking: Any,
+        scripts: sc.AsyncScripts,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = settings.worker_id
+        self.queues = list(settings.queues)
+        self.keys = keys
+        self.redis = redis  # commands and scripts
+        self.blocking = blocking  # blocking reads only (they never hold up the others)
+        self.scripts = scripts
+        self.metrics = metrics
+        self.healthy = asyncio.Event()  # the last heartbeat reached Redis
+        self.stop_event = asyncio.Event()  # shutdown began
+        self.finished_event = asyncio.Event()  # shutdown is over (the heartbeat's last beat)
+        self.self_stopping = False  # stopping because Redis stayed away (exit 1, no drain)
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_event.is_set()
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_event.is_set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, waking early when shutdown starts."""
+        await self.wait_or_stop(asyncio.sleep(seconds), None)
+
+    async def sleep_until_finished(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.finished_event.wait(), seconds)
+
+    async def wait_or_stop(self, aw: Awaitable[Any], timeout: float | None) -> None:
+        """Await ``aw`` until it ends, shutdown starts, or ``timeout`` passes."""
+        main = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self.stop_event.wait())
+        try:
+            await asyncio.wait({main, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (main, stop):
+                if not t.done():
+                    t.cancel()
+            if main.done() and not main.cancelled() and main.exception() is not None:
+                raise main.exception()  # type: ignore[misc]
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background (cancelled when the worker closes)."""
+        t = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+        return t
+
+    def cancel_background(self) -> None:
+        for t in list(self._bg):
+            t.cancel()
+
+    def emit_event(self, etype: str, detail: str = "") -> None:
+        """A worker event (started, claim lost...) on the worker events stream; best effort."""
+
+        async def go() -> None:
+            try:
+                await self.redis.xadd(
+                    self.keys.worker_events,
+                    {"type": etype, "worker": self.worker_id, "detail": detail,
+                     "ts": int(time.time() * 1000)},
+                    maxlen=1000,
+                    approximate=True,
+                )  # fmt: skip
+            except Exception as exc:
+                log.debug("worker event %s not written: %s", etype, exc)
+
+        self.spawn(go())

@@ -1,0 +1,87 @@
+"""The task record: the hash ``P:{q}:t:<tid>`` (:meth:`dtq.keys.QueueKeys.task`), its fields named
+once, each with what it means.
+
+The Lua scripts spell the same names (a Lua script cannot import them); ``tests/test_record.py``
+fails when a script reads or writes a record field that is not here, or when docs/design.md's
+table ("The task record") leaves one out. Short names keep each record small: a queued task is
+about 360 bytes, and every name is stored in every record.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+
+class Field(StrEnum):
+    """A field of the task record (see :data:`MEANING`)."""
+
+    STATUS = "status"
+    ATTEMPT = "attempt"
+    RETRIES = "retries"
+    INTERRUPTIONS = "intr"
+    ENTRY_ID = "eid"
+    WORKER = "worker"
+    NAME = "name"
+    ARGS = "args"
+    KWARGS = "kwargs"
+    PRIORITY = "prio"
+    IDEMPOTENCY_KEY = "idem"
+    META = "meta"
+    MAX_RETRIES = "maxr"
+    TIMEOUT = "timeout"
+    EXPIRES = "exp"
+    LEFT_TO_DECLARATION = "dflt"
+    ENQUEUED = "enq"
+    DUE = "due"
+    STARTED = "started"
+    FINISHED = "finished"
+    RESULT = "result"
+    ERROR = "error"
+    TRACEBACK = "tb"
+    HEADERS = "hdr"
+    FLOW = "flow"
+    CANCEL = "cancel"
+    REQUEUES = "requeues"
+    LIMIT_KEY = "lk"
+    LIMIT_CONCURRENCY = "lc"
+    LIMIT_RATE_COUNT = "lrn"
+    LIMIT_RATE_WINDOW = "lrw"
+
+
+MEANING: Final[dict[Field, str]] = {
+    Field.STATUS: "queued, scheduled, running, succeeded, failed, cancelled or expired",
+    Field.ATTEMPT: "runs started so far; raised only by claim.lua: (task, attempt) names one run "
+    "(the fencing token)",
+    Field.RETRIES: "failed runs counted against maxr",
+    Field.INTERRUPTIONS: "shutdown hand-backs; they spend no retry up to DTQ_MAX_INTERRUPTIONS",
+    Field.ENTRY_ID: "the stream entry that carries the task now; any other entry for it is a "
+    "duplicate",
+    Field.WORKER: "the worker running the current attempt",
+    Field.NAME: "the task's name, as enqueued",
+    Field.ARGS: "positional arguments (JSON), as enqueued",
+    Field.KWARGS: "keyword arguments (JSON), as enqueued; absent when none",
+    Field.PRIORITY: "band 0-9, as enqueued",
+    Field.IDEMPOTENCY_KEY: "the idempotency key, as enqueued; absent when none",
+    Field.META: "metadata (JSON), as enqueued; absent when none",
+    Field.MAX_RETRIES: "retry budget (max_retries)",
+    Field.TIMEOUT: "run timeout (seconds); absent when none",
+    Field.EXPIRES: "expiry time (Redis ms); absent when none",
+    Field.LEFT_TO_DECLARATION: "letters of mte the enqueue left to the worker's declaration "
+    "(dtq.declared); emptied when the first claim fixed them",
+    Field.ENQUEUED: "enqueue time (Redis ms)",
+    Field.DUE: "when a scheduled task is due (Redis ms)",
+    Field.STARTED: "start of the current attempt (Redis ms)",
+    Field.FINISHED: "end of the last attempt (Redis ms)",
+    Field.RESULT: "the JSON result of a success",
+    Field.ERROR: "'Type: message' of the last failure, or the reason of a cancel",
+    Field.TRACEBACK: "traceback of the last failure, at most 8192 characters",
+    Field.HEADERS: "middleware headers (JSON object of strings), returned in the claim reply",
+    Field.FLOW: "a workflow step's flow and index, '<flow key>|<i>'",
+    Field.CANCEL: "the reason of a requested cancel (the durable flag every path honours)",
+    Field.REQUEUES: "times an operator requeued the task from the dead-letter queue",
+    Field.LIMIT_KEY: "the fleet limit's key (dtq.limits)",
+    Field.LIMIT_CONCURRENCY: "runs of the limit key allowed at once (0: no cap)",
+    Field.LIMIT_RATE_COUNT: "starts of the limit key allowed per window (0: no rate)",
+    Field.LIMIT_RATE_WINDOW: "the rate window (ms)",
+}

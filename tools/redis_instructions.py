@@ -1,0 +1,126 @@
+"""Redis instructions per task of the hot-path scripts, counted exactly (docs/performance.md,
+"Redis instructions per task"): a redis-server under valgrind's callgrind, the counters zeroed
+and dumped around each phase. Unlike CPU time, the count does not move with the machine's load,
+so two versions of the code compare on a busy host. Needs valgrind; takes about a minute.
+
+    .venv/bin/python -m tools.redis_instructions [N]
+    PYTHONPATH=<other checkout>/libs .venv/bin/python -m tools.redis_instructions  # another version
+
+Phases: bulk enqueue (parts of 500 plain tasks), single enqueue, and the worker's cycle
+(complete.lua storing 32 outcomes and claiming 32 runs, from claim.lua's first batch on).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import redis
+
+from dtq import scripts as sc
+from dtq.keys import GROUP, Keys, new_tid
+from tests.redis_server import free_port
+
+EM, TTL, BATCH = 10_000, 3600, 32
+
+
+def _task() -> sc.NewTask:
+    return sc.NewTask(new_tid(), "noop", "[]", "", 5, 3, None, 0, 0, "", "")
+
+
+def _runs(raw: Any) -> list[tuple[str, str, int]]:
+    """(tid, eid, attempt) of a claim reply, whatever its fields per run (older versions)."""
+    n = int(raw[3]) if len(raw) > 3 else 0
+    if n <= 0:
+        return []
+    step = (len(raw) - 6) // n  # then held, more (no run here has headers)
+    return [
+        (_s(raw[4 + k * step]), _s(raw[5 + k * step]), int(raw[6 + k * step])) for k in range(n)
+    ]
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian package valgrind)")
+    out = tempfile.mkdtemp(prefix="dtq-callgrind-")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p",
+         "redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--hz", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        r = redis.Redis(port=port)
+        for _ in range(300):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        pid = str(proc.pid)
+
+        def phase(name: str, work: Any) -> float:
+            subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+            tasks = work()
+            subprocess.run(["callgrind_control", f"--dump={name}", pid], check=True,
+                           capture_output=True)  # fmt: skip
+            for path in sorted(glob.glob(f"{out}/cg.{pid}.*"), key=os.path.getmtime)[::-1]:
+                with open(path) as f:
+                    text = f.read()
+                if f"Trigger: dump {name}" in text:
+                    m = re.search(r"^summary: (\d+)", text, re.M)
+                    assert m is not None
+                    return int(m.group(1)) / tasks
+            raise RuntimeError(f"no callgrind dump for {name}")
+
+        qk = Keys("ri").queue("default")
+        for s in qk.streams:
+            r.xgroup_create(s, GROUP, id="0", mkstream=True)
+        run = sc.SyncScripts(r).run
+        run(sc.enqueue_call(qk, [_task(), _task()], EM))  # loads the scripts outside the measure
+        first = _runs(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
+        done = [sc.Success(t, e, a, "succeeded", "null") for t, e, a in first]
+        run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1))
+
+        def bulk() -> int:
+            for i in range(0, n, 500):
+                run(sc.enqueue_call(qk, [_task() for _ in range(min(500, n - i))], EM))
+            return n
+
+        def single() -> int:
+            for _ in range(n // 2):
+                run(sc.enqueue_call(qk, [_task()], EM))
+            return n // 2
+
+        def cycle() -> int:
+            runs, count = _runs(run(sc.claim_call(qk, "w1", BATCH, EM, TTL))), 0
+            while runs:
+                count += len(runs)
+                outs = [sc.Success(t, e, a, "succeeded", "null") for t, e, a in runs]
+                raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=BATCH))
+                runs = _runs(raw[-1]) if raw and isinstance(raw[-1], list) else []
+            return count
+
+        print(f"bulk enqueue: {phase('bulk', bulk):,.0f} instructions per task")
+        print(f"single enqueue: {phase('single', single):,.0f} instructions per task")
+        print(f"claim + complete ({BATCH} per call): {phase('cycle', cycle):,.0f} per task")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
