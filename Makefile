@@ -17,15 +17,15 @@ $(STAMP): pyproject.toml
 
 $(DEMO_STAMP): pyproject.toml
 	$(PY) -m venv $(DEMO_VENV)
-	$(DEMO_VENV)/bin/pip install -q -e ".[api]"
+	$(DEMO_VENV)/bin/pip install -q -e ".[api,testing]"
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 	@echo "dtq is installed in $(VENV): run 'source $(VENV)/bin/activate' to put dtq, dtq-worker and dtq-api on your PATH (or call $(BIN)/dtq ...)"
 
 lint: install
-	$(BIN)/ruff check libs apps tests docs/examples
-	$(BIN)/ruff format --check libs apps tests docs/examples
+	$(BIN)/ruff check libs apps tests docs/examples bench/dtq_bench
+	$(BIN)/ruff format --check libs apps tests docs/examples bench/dtq_bench
 	$(BIN)/mypy
 	$(BIN)/mypy docs/examples
 
@@ -59,8 +59,9 @@ demo:
 	@if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep; \
 	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep; fi
 
+# The suite runs from the checkout (bench/dtq_bench); it is not in the wheel.
 bench: install
-	$(BIN)/python -m dtq.benchmark $(BENCH_ARGS)
+	PYTHONPATH=bench $(BIN)/python -m dtq_bench $(BENCH_ARGS)
 
 chaos: install
 	$(BIN)/python -m tests.chaos.run --minutes 1

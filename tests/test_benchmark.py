@@ -1,4 +1,4 @@
-"""The benchmark suite (dtq.benchmark): a tiny end-to-end run, and the report's arithmetic.
+"""The benchmark suite (bench/dtq_bench): a tiny end-to-end run, and the report's arithmetic.
 
 No timing is asserted: the point is that `make bench` / `dtq bench` works and writes its files.
 """
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dtq.benchmark import main, report
+from dtq_bench import report
+from dtq_bench.suite import main
 
 
 def test_median_record_ignores_failed_runs_and_keeps_ranges() -> None:
@@ -67,7 +68,7 @@ def test_quick_suite_runs_every_workload_and_writes_results(tmp_path: Path) -> N
         "--quick", "--peers", "none", "--out", str(tmp_path), "--reps", "1",
         "--n-a", "300", "--n-b", "200", "--n-c", "20", "--n-d", "300", "--n-e", "200",
         "--e-runs", "3", "--backlogs", "100,400", "--n-f", "500", "--n-g", "500",
-        "--n-w", "50",
+        "--n-w", "50", "--workloads", "ABCDEFGW",
     ]  # fmt: skip
     assert main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())

@@ -1,12 +1,12 @@
 """Workload W of the bench suite: the Redis cost of a chain step and a chord member against a
-plain task (dtq.benchmark.flowcost), run small on the suite's own redis-server."""
+plain task (dtq_bench.flowcost), run small on the suite's own redis-server."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from dtq.benchmark import main
+from dtq_bench.suite import main
 
 
 def test_workload_w_reports_chain_step_and_chord_member_against_a_plain_task(

@@ -10,28 +10,18 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Settings, TaskFailed
-from dtq import keys as keys_module
-from dtq.keys import Keys, new_tid
+from dtq.keys import Keys, layout, new_tid
 from tests.apps.basic import app
 from tests.conftest import running_worker
 
 
 def documented_patterns(prefix: str) -> list[re.Pattern[str]]:
-    """Turn the layout in dtq/keys.py's docstring into regexes for one prefix."""
-    doc = keys_module.__doc__ or ""
+    """The layout dtq.keys.layout describes, as regexes for one prefix."""
     out = []
-    for line in doc.splitlines():
-        m = re.match(r"\s+(P:\S+)(?:\s+\.\.\s+(P:\S+))?\s", line + " ")
-        if not m:
-            continue
-        pat = m.group(1)
-        if m.group(2):  # "P:{q}:p0 .. P:{q}:p9"
-            pat = pat[:-1] + "<band>"
-        rx = re.escape(pat)
-        rx = rx.replace(re.escape("{q}"), r"\{" + re.escape(prefix) + r":[A-Za-z0-9_.\-]+\}")
-        rx = re.sub(r"<band>", "[0-9]", rx)
-        rx = re.sub(r"<[a-z]+>", ".+", rx)
-        rx = rx.replace("P", re.escape(prefix), 1)
+    for doc in layout(prefix, "<q>"):
+        rx = re.escape(doc.key).replace(re.escape("<q>"), r"[A-Za-z0-9_.\-]+")
+        rx = rx.replace(re.escape("<band>"), "[0-9]")
+        rx = re.sub(re.escape("<") + "[a-z]+" + re.escape(">"), ".+", rx)
         out.append(re.compile(rx + "$"))
     return out
 
@@ -63,7 +53,7 @@ async def test_every_key_a_workload_creates_is_documented(
         found = sorted(r.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
         pats = documented_patterns(settings.key_prefix)
         undocumented = [k for k in found if not any(p.match(k) for p in pats)]
-        assert not undocumented, f"keys missing from dtq/keys.py's layout: {undocumented}"
+        assert not undocumented, f"keys missing from dtq.keys.layout: {undocumented}"
         # The test saw the main kinds of key (it is not vacuous).
         assert len(found) >= 15
 

@@ -85,9 +85,10 @@ def test_make_install_says_how_to_activate_the_venv() -> None:
     assert "source .venv/bin/activate" in p.stdout
 
 
-def test_make_demo_installs_only_the_api_extra_and_keeps_running() -> None:
+def test_make_demo_installs_only_the_api_and_testing_extras_and_keeps_running() -> None:
+    # testing: fakeredis, the demo's Redis where no redis-server is installed (dtq dev)
     makefile = (ROOT / "Makefile").read_text()
     demo_stamp = makefile.split("$(DEMO_STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
-    assert '".[api]"' in demo_stamp and "dev" not in demo_stamp.replace("DEMO_VENV", "")
+    assert '".[api,testing]"' in demo_stamp and "dev" not in demo_stamp.replace("DEMO_VENV", "")
     demo = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "dtq.dev --keep" in demo

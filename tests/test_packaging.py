@@ -1,4 +1,5 @@
-"""The wheel ships the Lua scripts and type markers, and dtq finds its scripts inside it."""
+"""The wheel ships the Lua scripts and type markers, and dtq finds its scripts inside it; the
+benchmark suite stays in the checkout, and `dtq bench` from the wheel says so."""
 
 from __future__ import annotations
 
@@ -33,3 +34,13 @@ def test_wheel_contains_lua_and_loads_it(tmp_path: Path) -> None:
         env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     assert out.strip() == str(site / "dtq" / "lua")
+
+    # The benchmark (bench/dtq_bench) is not shipped: no module of it, under any package.
+    assert not [n for n in names if "bench" in n.split("/")[0] or "/benchmark/" in n]
+    proc = subprocess.run(
+        [sys.executable, "-c", "from dtq.cli import main; main(['bench', '--quick'])"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "run it from a dtq checkout" in proc.stderr

@@ -1,6 +1,6 @@
 """SDK clients across a one-packet connection blip: calls that are safe to re-send are re-sent
 (bounded, jittered), and the calls that change state give the first send's answer when re-sent
-after a lost reply. A real redis-server behind a proxy that resets one link (tests.reply_dropper).
+after a lost reply. A real redis-server behind a proxy that resets one link (tests.chaos.proxy).
 """
 
 from __future__ import annotations
@@ -15,26 +15,26 @@ from dtq import AsyncClient, Client, Settings, TaskStatus
 from dtq import scripts as sc
 from dtq.admin import Admin
 from dtq.keys import QueueKeys
+from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings, wait_until
 from tests.redis_server import RedisServer, free_port
-from tests.reply_dropper import ReplyDropper
 
 
 @pytest.fixture
-def dropper(redis_server: RedisServer) -> Iterator[ReplyDropper]:
+def dropper(redis_server: RedisServer) -> Iterator[Proxy]:
     # The scripts are loaded first: the first call of a script not yet loaded is answered
     # NOSCRIPT (it did not run), and dropping that reply would test nothing.
     r = redis_server.client()
     for name in ("enqueue", "cancel", "dlq_requeue"):
         r.script_load(sc.source(name))
     r.close()
-    d = ReplyDropper(free_port(), redis_server.port).start()
+    d = Proxy(free_port(), redis_server.port).start()
     yield d
     d.stop()
 
 
 @pytest.fixture
-def via(dropper: ReplyDropper, prefix: str) -> Settings:
+def via(dropper: Proxy, prefix: str) -> Settings:
     """Settings whose Redis is reached through the dropper."""
     return make_settings(dropper.url, prefix)
 
@@ -48,7 +48,7 @@ def _tasks(r: redis.Redis, s: Settings, queue: str = "default") -> int:
 
 
 def test_get_succeeds_after_one_connection_reset(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     with Client(settings=via) as c:
         h = c.enqueue("add", [1, 2])
@@ -57,9 +57,7 @@ def test_get_succeeds_after_one_connection_reset(
         assert dropper.fired == 1
 
 
-async def test_async_get_succeeds_after_one_connection_reset(
-    via: Settings, dropper: ReplyDropper
-) -> None:
+async def test_async_get_succeeds_after_one_connection_reset(via: Settings, dropper: Proxy) -> None:
     async with AsyncClient(settings=via) as c:
         h = await c.enqueue("add", [1, 2])
         dropper.reset_request(b"HGETALL")
@@ -69,7 +67,7 @@ async def test_async_get_succeeds_after_one_connection_reset(
 
 @pytest.mark.parametrize("registered", [False, True], ids=["first", "short path"])
 def test_enqueue_succeeds_after_one_connection_reset(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis, registered: bool
+    via: Settings, dropper: Proxy, r: redis.Redis, registered: bool
 ) -> None:
     with Client(settings=via) as c:
         if registered:
@@ -83,7 +81,7 @@ def test_enqueue_succeeds_after_one_connection_reset(
 
 @pytest.mark.parametrize("registered", [False, True], ids=["first", "short path"])
 def test_enqueue_resent_after_a_lost_reply_makes_exactly_one_task(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis, registered: bool
+    via: Settings, dropper: Proxy, r: redis.Redis, registered: bool
 ) -> None:
     with Client(settings=via) as c:
         if registered:
@@ -96,7 +94,7 @@ def test_enqueue_resent_after_a_lost_reply_makes_exactly_one_task(
 
 
 async def test_async_enqueue_resent_after_a_lost_reply_makes_exactly_one_task(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     async with AsyncClient(settings=via) as c:
         await c.enqueue("warmup")
@@ -108,7 +106,7 @@ async def test_async_enqueue_resent_after_a_lost_reply_makes_exactly_one_task(
 
 @pytest.mark.parametrize("n", [100, 1000], ids=["one call", "streamed parts"])
 def test_enqueue_many_resent_after_a_lost_reply_makes_each_task_once(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis, n: int
+    via: Settings, dropper: Proxy, r: redis.Redis, n: int
 ) -> None:
     items = [{"name": f"bulk{i:04d}", "args": [i]} for i in range(n)]
     with Client(settings=via) as c:
@@ -122,7 +120,7 @@ def test_enqueue_many_resent_after_a_lost_reply_makes_each_task_once(
 
 
 async def test_async_enqueue_many_resent_after_a_lost_reply_makes_each_task_once(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     items = [{"name": f"bulk{i:04d}", "args": [i]} for i in range(1000)]
     async with AsyncClient(settings=via) as c:
@@ -137,7 +135,7 @@ async def test_async_enqueue_many_resent_after_a_lost_reply_makes_each_task_once
 
 
 def test_cancel_after_a_lost_reply_returns_true(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     with Client(settings=via) as c:
         h = c.enqueue("add", [1, 2])
@@ -148,9 +146,7 @@ def test_cancel_after_a_lost_reply_returns_true(
         assert c.cancel(h.id) is False  # a second cancel of its own still says "unchanged"
 
 
-async def test_async_cancel_after_a_lost_reply_returns_true(
-    via: Settings, dropper: ReplyDropper
-) -> None:
+async def test_async_cancel_after_a_lost_reply_returns_true(via: Settings, dropper: Proxy) -> None:
     async with AsyncClient(settings=via) as c:
         h = await c.enqueue("add", [1, 2], delay=60)
         dropper.drop_reply(b"cancelled by request")
@@ -172,7 +168,7 @@ async def _failed_task(c: AsyncClient, r: redis.Redis, s: Settings) -> str:
 
 
 async def test_admin_retry_after_a_lost_reply_does_not_raise_conflict(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     async with Admin(via) as a:
         task_id = await _failed_task(a.client, r, via)
@@ -184,7 +180,7 @@ async def test_admin_retry_after_a_lost_reply_does_not_raise_conflict(
 
 
 async def test_dlq_requeue_after_a_lost_reply_counts_the_task(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     async with Admin(via) as a:
         task_id = await _failed_task(a.client, r, via)
@@ -221,7 +217,7 @@ def test_a_long_lived_client_registers_its_queue_again_after_flushall(
 
 
 async def test_dlq_discard_after_a_lost_reply_counts_the_task(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     r.script_load(sc.source("dlq_discard"))
     async with Admin(via) as a:
@@ -233,7 +229,7 @@ async def test_dlq_discard_after_a_lost_reply_counts_the_task(
 
 
 async def test_purge_after_a_lost_reply_counts_every_task_once(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     r.script_load(sc.source("purge"))
     async with Admin(via) as a:
@@ -250,7 +246,7 @@ def _sha(text: str) -> bytes:
 
 
 async def test_pause_after_a_lost_reply_says_it_paused(
-    via: Settings, dropper: ReplyDropper, r: redis.Redis
+    via: Settings, dropper: Proxy, r: redis.Redis
 ) -> None:
     async with Admin(via) as a:
         await a.client.enqueue("add")
@@ -263,7 +259,7 @@ async def test_pause_after_a_lost_reply_says_it_paused(
 
 @pytest.mark.parametrize("call", ["enqueue", "cancel"])
 def test_a_lane_call_whose_reply_times_out_is_resent(
-    dropper: ReplyDropper, prefix: str, r: redis.Redis, call: str
+    dropper: Proxy, prefix: str, r: redis.Redis, call: str
 ) -> None:
     # The fast lane (scripts.py) raised a timeout as is; for a client whose calls are all safe
     # to re-send it is re-sent like a reset.

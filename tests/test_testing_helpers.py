@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 
 from dtq import EnqueueOptions, TaskFailed
+from dtq.keys import Keys, split_task_id
 from dtq.testing import TestQueue
 from tests.apps import testing_app as ta
 
@@ -81,3 +83,30 @@ def test_app_is_restored_after_the_block() -> None:
         assert ta.app.client() is not before
     assert ta.app._client is before
     assert "async_client" not in vars(ta.app)
+
+
+def test_retry_delays_are_the_workers_capped_backoff() -> None:
+    """TestQueue retries as a worker does (dtq.retrypolicy): base * 2**n, capped at
+    retry_backoff_max_s. Its own formula had no cap: the 3rd retry waited 40 s, not <= 20 s."""
+    with TestQueue(ta.app, retry_backoff_s=10, retry_backoff_max_s=20) as tq:
+        h = tq.client.enqueue("always_errs")
+        queue, tid = split_task_id(h.id)
+        sched = Keys(tq.settings.key_prefix).queue(queue).sched
+        waits = []
+        for _ in range(5):
+            tq.drain()  # one attempt: it fails and its retry waits in the schedule
+            due = tq.redis.zscore(sched, tid)
+            assert due is not None
+            waits.append(due - time.time() * 1000)
+            tq.redis.zadd(sched, {tid: 0})  # due now: the next drain runs it
+        assert all(w <= 20_000 for w in waits), waits
+        assert waits[0] >= 4_000  # base 10 s times a jitter factor of at least 0.5 (minus slack)
+
+
+def test_a_timeout_fails_as_on_a_worker() -> None:
+    with TestQueue(ta.app) as tq:
+        h = tq.client.enqueue("slow", max_retries=0)
+        tq.drain()
+        info = tq.client.get(h.id)
+        assert info.status.value == "failed"
+        assert info.error == "timed out after 0.05s"  # a worker's words, no exception name

@@ -28,9 +28,9 @@ from dtq import workflows as wf
 from dtq.admin import Admin, dlq_discard_call
 from dtq.keys import split_task_id
 from dtq.middleware import EnqueueRequest, Middleware
+from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer, free_port
-from tests.reply_dropper import ReplyDropper
 from tests.test_workflow_scripts import args_of, claim, complete, fail, outbox, qk_of
 
 
@@ -104,18 +104,18 @@ def test_discarding_a_failed_step_leaves_its_flow_failed_for_good(
 
 
 @pytest.fixture
-def dropper(redis_server: RedisServer) -> Iterator[ReplyDropper]:
+def dropper(redis_server: RedisServer) -> Iterator[Proxy]:
     r = redis_server.client()
     for name in ("flow_enqueue", "flow_cancel", "cancel"):
         r.script_load(sc.source(name))
     r.close()
-    d = ReplyDropper(free_port(), redis_server.port).start()
+    d = Proxy(free_port(), redis_server.port).start()
     yield d
     d.stop()
 
 
 def test_flow_cancel_after_a_lost_reply_returns_true(
-    dropper: ReplyDropper, prefix: str, r: redis.Redis
+    dropper: Proxy, prefix: str, r: redis.Redis
 ) -> None:
     via = make_settings(dropper.url, prefix)
     with Client(settings=via) as c:
@@ -130,7 +130,7 @@ def test_flow_cancel_after_a_lost_reply_returns_true(
 
 
 async def test_async_flow_cancel_after_a_lost_reply_returns_true(
-    dropper: ReplyDropper, prefix: str
+    dropper: Proxy, prefix: str
 ) -> None:
     via = make_settings(dropper.url, prefix)
     async with AsyncClient(settings=via) as c:

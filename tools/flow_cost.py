@@ -1,11 +1,11 @@
 """Redis-side cost of a workflow step against a plain task (docs/workflows.md, "Cost").
 
-The measurements are workload W of the bench suite (``dtq.benchmark.flowcost``; ``make
+The measurements are workload W of the bench suite (``dtq_bench.flowcost``; ``make
 bench`` reports them in build/bench/results.md). This tool runs them on its own redis-server,
 REPS times, and adds the same plain tasks with the Lua scripts as they were before workflows
 were merged (``git show BEFORE:lua/...``), to show what the flow branch costs a plain task.
 
-    .venv/bin/python -m tools.flow_cost [N] [REPS]
+    PYTHONPATH=bench .venv/bin/python -m tools.flow_cost [N] [REPS]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import redis
 
 from dtq import scripts as sc
-from dtq.benchmark.flowcost import Enqueue, Scenarios
+from dtq_bench.flowcost import Enqueue, Scenarios
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]

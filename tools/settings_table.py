@@ -54,9 +54,14 @@ def render() -> str:
     return "\n".join(rows)
 
 
+def replace_between(text: str, start: str, end: str, body: str) -> str:
+    """``text`` with what lies between the markers ``start`` and ``end`` replaced by ``body``."""
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    return pattern.sub(lambda _m: f"{start}\n{body}\n{end}", text)
+
+
 def rewrite(text: str) -> str:
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    return pattern.sub(lambda _m: f"{START}\n{render()}\n{END}", text)
+    return replace_between(text, START, END, render())
 
 
 if __name__ == "__main__":

@@ -13,11 +13,11 @@ The task bodies are identical for every library:
 * ``sleep`` -> sleep ``seconds`` (``asyncio.sleep`` or ``time.sleep``), then
   count itself done.
 
-Counting done is an in-process integer under a lock; a daemon thread of the
-worker process adds what was counted to :data:`DONE_KEY` every millisecond
-(``INCRBY``), so a no-op task costs no Redis round trip of its own (the same
-:class:`DoneCounter` is in ``dtq/benchmark/tasks.py``). rq forks a process per
-job by default, whose threads die with it: its bodies ``INCR`` directly
+Counting done is ``dtq_bench.shared.DoneCounter`` (bench/dtq_bench/shared.py,
+the one dtq's tasks use): an in-process integer that a daemon thread of the
+worker process adds to :data:`DONE_KEY` every millisecond (``INCRBY``), so a
+no-op task costs no Redis round trip of its own. rq forks a process per job by
+default, whose threads die with it: its bodies ``INCR`` directly
 (:func:`incr_done`).
 """
 
@@ -25,17 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import redis
 import redis.asyncio as aioredis
 
-DONE_KEY = "bench:done"
-LAT_KEY = "bench:lat"
+# bench/ on the path for dtq_bench.shared (stdlib + redis-py only; no dtq in this venv).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dtq_bench.shared import DONE_KEY, LAT_KEY, DoneCounter, pct  # noqa: E402
+
+__all__ = ["DONE_KEY", "LAT_KEY", "pct"]
 
 # Task kinds understood by every peer.
 NOOP = "noop"
@@ -101,43 +106,7 @@ def sync_client() -> redis.Redis:
     return _sync_client
 
 
-class DoneCounter:
-    """Tasks finished in this process, added to :data:`DONE_KEY` by a thread every ``interval``.
-
-    The thread starts with the first count in each process (a forked pool child starts its
-    own). The runner sees a completion at most ``interval`` + its own poll period late.
-    """
-
-    def __init__(self, interval: float = 0.001) -> None:
-        self.interval = interval
-        self._lock = threading.Lock()
-        self._n = 0
-        self._started = False
-        os.register_at_fork(after_in_child=self._forked)
-
-    def _forked(self) -> None:
-        self._lock = threading.Lock()
-        self._n, self._started = 0, False
-
-    def add(self) -> None:
-        with self._lock:
-            if not self._started:
-                self._started = True
-                threading.Thread(target=self._report, name="bench-done", daemon=True).start()
-            self._n += 1
-
-    def _report(self) -> None:
-        r = redis.Redis.from_url(CONFIG.redis_url)
-        sent = 0
-        while True:
-            time.sleep(self.interval)
-            n = self._n
-            if n != sent:
-                r.incrby(DONE_KEY, n - sent)
-                sent = n
-
-
-done = DoneCounter().add
+done = DoneCounter(lambda: CONFIG.redis_url).add
 
 
 def incr_done() -> None:

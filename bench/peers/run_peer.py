@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import importlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -278,20 +277,16 @@ class Run:
         enqueue_s = time.perf_counter() - start
         await self.wait_until(n, use_list=True, timeout_s=self.args.timeout)
         self.workers.stop()
+        from common import pct  # imported by main() once the venv is settled
+
         lat = sorted(float(x) for x in self.redis.lrange(LAT_KEY, 0, -1))
         self.result.update(
-            p50_ms=_pct(lat, 50), p95_ms=_pct(lat, 95), p99_ms=_pct(lat, 99),
+            p50_ms=pct(lat, 50), p95_ms=pct(lat, 95), p99_ms=pct(lat, 99),
             max_ms=round(lat[-1], 3), mean_ms=round(sum(lat) / len(lat), 3),
             interval_ms=self.args.interval_ms,
             enqueue_span_s=round(enqueue_s, 3),
             done_detection=f"task RPUSHes time.time()-enqueued_at to {LAT_KEY}; runner polls LLEN",
         )
-
-
-def _pct(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    idx = max(0, math.ceil(p / 100.0 * len(sorted_values)) - 1)
-    return round(sorted_values[idx], 3)
 
 
 # These are imported from common once the venv is settled.

@@ -8,7 +8,9 @@ from dtq.app import App, EnqueueOptions, Task
 from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, current_task
 from dtq.errors import (
+    BadTaskId,
     ConfigError,
+    Conflict,
     DtqError,
     Fail,
     InvalidRequest,
@@ -18,6 +20,8 @@ from dtq.errors import (
     SchemaMismatch,
     SerializationError,
     TaskFailed,
+    UnknownQueue,
+    UnknownSchedule,
     UnknownTask,
 )
 from dtq.limits import Limit, Rate
@@ -30,8 +34,10 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "AsyncClient",
+    "BadTaskId",
     "Client",
     "ConfigError",
+    "Conflict",
     "DtqError",
     "EnqueueOptions",
     "Fail",
@@ -50,6 +56,8 @@ __all__ = [
     "TaskHandle",
     "TaskInfo",
     "TaskStatus",
+    "UnknownQueue",
+    "UnknownSchedule",
     "UnknownTask",
     "chain",
     "chord",

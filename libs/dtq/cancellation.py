@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.cluster import ascan_slot, scan_slot
+from dtq.clientbase import Pipelined, Steps, TaskScan
 from dtq.errors import InvalidRequest
 from dtq.keys import make_task_id
 from dtq.partitions import expand
@@ -65,36 +66,50 @@ def _summary(replies: Iterable[Any]) -> CancelSummary:
     )
 
 
+def _steps(
+    client: Client | AsyncClient, queue: str | None, name: str | None, reason: str | None
+) -> Steps[CancelSummary]:
+    """A bulk cancel, written once for both clients (each drives its I/O; see dtq.client)."""
+    _check(queue, name)
+    found: Any = (
+        expand([queue], client.settings.queue_partitions)  # its partitions (dtq.partitions)
+        if queue
+        else (yield lambda r: r.smembers(client.keys.queues))
+    )
+    total = CancelSummary()
+    for q in sorted(found):
+        qk = client.keys.queue(q)
+        base = qk.task_base
+        cursor = 0
+        while True:
+            cursor, keys = yield TaskScan(qk, cursor, PAGE)
+            tids = [str(k)[len(base) :] for k in keys]
+            if tids:
+                recs = yield partial(_statuses, keys=keys)
+                chosen = _pick(tids, recs, name)
+                if chosen:
+                    calls = [
+                        client._cancel_call(make_task_id(q, t), reason or _reason()) for t in chosen
+                    ]
+                    total += _summary((yield Pipelined(calls)))
+            if int(cursor) == 0:
+                break
+    return total
+
+
+def _statuses(r: Any, keys: list[Any]) -> Any:
+    """Each record's status and name, pipelined (a reply, or its awaitable on asyncio)."""
+    pipe = r.pipeline(transaction=False)
+    for k in keys:
+        pipe.hmget(k, ["status", "name"])
+    return pipe.execute()
+
+
 def cancel_many(
     client: Client, queue: str | None = None, name: str | None = None, reason: str | None = None
 ) -> CancelSummary:
     """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``."""
-    _check(queue, name)
-    parts = client.settings.queue_partitions
-    found: Any = expand([queue], parts) if queue else client.redis.smembers(client.keys.queues)
-    total = CancelSummary()
-    scripts = client._scripts  # the client's runner: scripts already registered
-    for q in sorted(found):
-        base = client.keys.queue(q).task_base
-        cursor = 0
-        while True:
-            cursor, keys = scan_slot(client.redis, base, cursor, base + "*", PAGE)
-            tids = [str(k)[len(base) :] for k in keys]
-            if tids:
-                with client.redis.pipeline(transaction=False) as pipe:
-                    for k in keys:
-                        pipe.hmget(k, ["status", "name"])
-                    recs = pipe.execute()
-                chosen = _pick(tids, recs, name)
-                if chosen:
-                    with client.redis.pipeline(transaction=False) as pipe:
-                        for tid in chosen:
-                            call = client._cancel_call(make_task_id(q, tid), reason or _reason())
-                            scripts.run(call, pipe)
-                        total += _summary(pipe.execute())
-            if int(cursor) == 0:
-                break
-    return total
+    return client._drive(_steps(client, queue, name, reason))
 
 
 async def acancel_many(
@@ -104,34 +119,7 @@ async def acancel_many(
     reason: str | None = None,
 ) -> CancelSummary:
     """:func:`cancel_many` for asyncio."""
-    _check(queue, name)
-    parts = client.settings.queue_partitions
-    found: Any = (
-        expand([queue], parts) if queue else await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
-    )
-    total = CancelSummary()
-    scripts = client._scripts
-    for q in sorted(found):
-        base = client.keys.queue(q).task_base
-        cursor = 0
-        while True:
-            cursor, keys = await ascan_slot(client.redis, base, cursor, base + "*", PAGE)
-            tids = [str(k)[len(base) :] for k in keys]
-            if tids:
-                async with client.redis.pipeline(transaction=False) as pipe:
-                    for k in keys:
-                        pipe.hmget(k, ["status", "name"])
-                    recs = await pipe.execute()
-                chosen = _pick(tids, recs, name)
-                if chosen:
-                    async with client.redis.pipeline(transaction=False) as pipe:
-                        for tid in chosen:
-                            call = client._cancel_call(make_task_id(q, tid), reason or _reason())
-                            await scripts.run(call, pipe)
-                        total += _summary(await pipe.execute())
-            if int(cursor) == 0:
-                break
-    return total
+    return await client._drive(_steps(client, queue, name, reason))
 
 
 def _reason() -> str:

@@ -11,124 +11,38 @@ Exit codes:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
-from typing import Any, TypeVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import click
 import redis
 
 from dtq.admin import Admin, Conflict, UnknownQueue, filled_page
+from dtq.cli_common import (
+    EPILOG,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REDIS,
+    EXIT_USAGE,
+    Failed,
+    _age,
+    _clip,
+    _echo,
+    _emit,
+    _run,
+    _short_time,
+    _table,
+    _with_bar,
+    _zoned_time,
+    json_option,
+)
+from dtq.cli_dlq import dlq
 from dtq.client import CANCEL_REASON
 from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
-from dtq.logs import one_line
-from dtq.settings import Settings, load_settings
 from dtq.worker_tasks import declared_by_workers
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
-T = TypeVar("T")
-EPILOG = (
-    "Exit codes: 0 ok, 1 operation failed or not found, 2 usage/config error, 3 Redis unreachable."
-)
-
-
-class Failed(Exception):
-    """The operation did not happen; message printed, exit code 1."""
-
-
-def _settings(ctx: click.Context) -> Settings:
-    obj = ctx.find_root().obj or {}
-    overrides: dict[str, Any] = {}
-    # Given but empty is refused by the settings (one line, exit 2), not taken as "unset".
-    if obj.get("redis_url") is not None:
-        overrides["redis_url"] = obj["redis_url"]
-    if obj.get("prefix") is not None:
-        overrides["key_prefix"] = obj["prefix"]
-    return load_settings(**overrides)
-
-
-def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
-    """Run one admin operation with a fresh connection."""
-    settings = _settings(click.get_current_context())
-
-    async def go() -> T:
-        async with Admin(settings) as admin:
-            await admin.ping()
-            return await fn(admin)
-
-    return asyncio.run(go())
-
-
-def _echo(text: Any = "", err: bool = False) -> None:
-    """One line of human output: control characters in a name or an error text are shown
-    escaped, so a stored name cannot forge table rows or drive the terminal."""
-    click.echo(one_line(str(text)), err=err)
-
-
-def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
-    if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))  # (JSON escapes controls)
-    else:
-        human()
-
-
-def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
-    # Hand-written on purpose: tabulate(tablefmt="plain", disable_numparse=True) prints the same
-    # columns but takes 2.5x as long (tools/bench_handwritten.py, 50 rows: 540 us vs 210 us)
-    # and would be a dependency of every SDK install for these six lines.
-    if not rows:
-        _echo("(none)")
-        return
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    _echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
-    for r in cells:
-        _echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _short_time(iso: str | None) -> str:
-    if not iso:
-        return "-"
-    try:
-        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-    except (ValueError, OverflowError):
-        return str(iso)  # shown as stored
-
-
-def _zoned_time(iso: str | None, tz: str | None) -> str:
-    """A time in zone ``tz`` with the zone's abbreviation, and in UTC beside it."""
-    if not iso or not tz or tz == "UTC":
-        return _short_time(iso) + (" UTC" if iso else "")
-    when = datetime.fromisoformat(iso)
-    try:
-        local = when.astimezone(ZoneInfo(tz))
-    except (ZoneInfoNotFoundError, ValueError):
-        return _short_time(iso) + " UTC"
-    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({when.astimezone(UTC):%H:%M:%S} UTC)"
-
-
-def _clip(text: str | None, n: int = 60) -> str:
-    if not text:
-        return ""
-    text = text.replace("\n", " ")
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -139,6 +53,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 def cli(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
     """Operate a dtq deployment: tasks, queues, workers, dead letters, schedules."""
     ctx.obj = {"redis_url": redis_url, "prefix": prefix}
+
+
+cli.add_command(dlq)
 
 
 # --- tasks -----------------------------------------------------------------------------------
@@ -431,21 +348,6 @@ def resume(queue: str, as_json: bool) -> None:
           lambda: _echo(f"{queue}: resumed{note}"))  # fmt: skip
 
 
-def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
-              op: Callable[[Admin, Callable[[int], None]], Awaitable[T]],
-              quiet: bool = False) -> T:  # fmt: skip
-    """Run a bulk operation with a progress bar on stderr (none when ``quiet``: --json)."""
-
-    async def go(a: Admin) -> T:
-        if quiet:
-            return await op(a, lambda _n: None)
-        total = await total_fn(a)
-        with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
-            return await op(a, bar.update)
-
-    return _run(go)
-
-
 @cli.command(epilog=EPILOG)
 @click.argument("queue")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
@@ -521,162 +423,6 @@ def schedules(queue: str | None, as_json: bool) -> None:
           human)  # fmt: skip
 
 
-# --- dead letters ----------------------------------------------------------------------------
-
-
-@cli.group(epilog=EPILOG, invoke_without_command=True)
-@click.pass_context
-def dlq(ctx: click.Context) -> None:
-    """Dead-letter queue: failed tasks. list (the default), requeue, discard, purge."""
-    if ctx.invoked_subcommand is None:
-        ctx.invoke(dlq_list)
-
-
-def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option("--error", "-e", help="Only those whose last error contains this text.")(f)
-    f = click.option("--name", "-n", help="Only tasks of this name.")(f)
-    f = click.option("--queue", "-q", help="Only this queue.")(f)
-    return f
-
-
-@dlq.command("list", epilog=EPILOG)
-@_filters
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--cursor", help="Continue from the cursor a previous page printed.")
-@json_option
-def dlq_list(
-    queue: str | None,
-    name: str | None,
-    error: str | None,
-    limit: int,
-    cursor: str | None,
-    as_json: bool,
-) -> None:
-    """List dead letters, newest failure first, with their last error."""
-    page = _run(
-        lambda a: filled_page(
-            lambda cur, n: a.dlq_list(queue=queue, name=name, error=error, cursor=cur, limit=n),
-            cursor,
-            limit,
-        )
-    )
-
-    def human() -> None:
-        rows = [
-            (d["task_id"], d["name"], _short_time(d["failed_at"]), d["attempt"],
-             _clip(d["error"]))
-            for d in page.items
-        ]  # fmt: skip
-        _table(rows, ["task", "name", "failed", "attempts", "error"])
-        if page.next_cursor:
-            _echo(f"more: --cursor {page.next_cursor}")
-
-    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
-
-
-def _bulk(
-    verb: str,
-    ids: tuple[str, ...],
-    all_: bool,
-    queue: str | None,
-    name: str | None,
-    error: str | None,
-    yes: bool,
-    op: Callable[[Admin, list[str] | None, Callable[[int], None]], Awaitable[Any]],
-    as_json: bool = False,
-) -> Any:
-    if ids and (all_ or queue or name or error):
-        raise click.UsageError("give task ids, or filters/--all, not both")
-    if not ids and not (all_ or queue or name or error):
-        raise click.UsageError("give task ids, a filter (--queue/--name/--error) or --all")
-    if not ids and not yes:
-        what = " ".join(
-            f"{k}={v}" for k, v in (("queue", queue), ("name", name), ("error", error)) if v
-        )
-        click.confirm(f"{verb} every dead letter{' matching ' + what if what else ''}?",
-                      abort=True, err=True)  # fmt: skip
-
-    async def total(a: Admin) -> int:
-        return len(ids) if ids else await a.dlq_count(queue)
-
-    return _with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p), as_json)
-
-
-@dlq.command("requeue", epilog=EPILOG)
-@click.argument("ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
-@_filters
-@click.option("--max-retries", type=click.IntRange(0), help="Give the tasks a new retry budget.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-def dlq_requeue(
-    ids: tuple[str, ...],
-    all_: bool,
-    queue: str | None,
-    name: str | None,
-    error: str | None,
-    max_retries: int | None,
-    yes: bool,
-    as_json: bool,
-) -> None:
-    """Requeue dead letters: IDS, or all matching the filters. Ids and history are kept."""
-    res = _bulk(
-        "requeue", ids, all_, queue, name, error, yes,
-        lambda a, tids, p: a.dlq_requeue(tids, queue=queue, name=name, error=error,
-                                         max_retries=max_retries, progress=p),
-        as_json,
-    )  # fmt: skip
-    _report("requeued", res, as_json)
-
-
-@dlq.command("discard", epilog=EPILOG)
-@click.argument("ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
-@_filters
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-def dlq_discard(
-    ids: tuple[str, ...],
-    all_: bool,
-    queue: str | None,
-    name: str | None,
-    error: str | None,
-    yes: bool,
-    as_json: bool,
-) -> None:
-    """Delete dead letters for good: IDS, or all matching the filters."""
-    res = _bulk(
-        "discard", ids, all_, queue, name, error, yes,
-        lambda a, tids, p: a.dlq_discard(tids, queue=queue, name=name, error=error, progress=p),
-        as_json,
-    )  # fmt: skip
-    _report("discarded", res, as_json)
-
-
-@dlq.command("purge", epilog=EPILOG)
-@click.option("--queue", "-q", help="Only this queue (default: every queue).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
-    """Delete every dead letter (of one queue, or all)."""
-    if not yes:
-        click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True,
-                      err=True)  # fmt: skip
-    n = _with_bar("purging", lambda a: a.dlq_count(queue),
-                  lambda a, p: a.dlq_purge(queue, progress=p), as_json)  # fmt: skip
-    _emit({"discarded": n}, as_json, lambda: _echo(f"discarded {n} dead letters"))
-
-
-def _report(verb: str, res: Any, as_json: bool) -> None:
-    def human() -> None:
-        skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
-        _echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
-
-    _emit(res.to_dict(), as_json, human)
-    if res.done == 0 and res.skipped:
-        raise Failed(f"nothing {verb}")
-
-
 # --- dev, bench ------------------------------------------------------------------------------
 
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
@@ -694,10 +440,22 @@ def dev(argv: tuple[str, ...]) -> None:
 @cli.command(context_settings=PASS_THROUGH, add_help_option=False)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def bench(argv: tuple[str, ...]) -> None:
-    """Run the benchmarks (see `dtq bench --help`)."""
-    from dtq.benchmark import main as bench_main
+    """Run the benchmarks from a dtq checkout (see `dtq bench --help`)."""
+    # The suite lives in the checkout's bench/dtq_bench, not in the wheel: found next to this
+    # package (an editable install) or in the current directory.
+    here = Path(__file__).resolve().parents[2]
+    for root in (here, Path.cwd()):
+        if (root / "bench" / "dtq_bench" / "suite.py").is_file():
+            sys.path.insert(0, str(root / "bench"))
+            from dtq_bench.suite import main as bench_main  # type: ignore[import-not-found]
 
-    sys.exit(bench_main(list(argv)))
+            sys.exit(bench_main(list(argv)))
+    _echo(
+        "dtq bench: the benchmark is not part of the installed package; run it from a dtq "
+        "checkout (make bench, or dtq bench in the checkout's directory)",
+        err=True,
+    )
+    sys.exit(EXIT_USAGE)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,9 +10,11 @@ may on one server for keys changed during it: the callers already take that.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from dtq.connection import is_cluster
+from dtq.keys import QueueKeys
 
 
 def _one(reply: Any) -> tuple[int, list[Any]]:
@@ -62,3 +64,26 @@ async def scan_step(client: Any, cursor: str, match: str, count: int) -> tuple[s
     if i + 1 < len(primaries):
         return f"{i + 1}:0", keys
     return "0", keys
+
+
+# --- the task records of one queue (every SCAN over them goes through these) ----------------
+
+
+def scan_tasks(client: Any, qk: QueueKeys, cursor: int, count: int) -> tuple[int, list[Any]]:
+    """One SCAN call over ``qk``'s task record keys (at its slot's node)."""
+    return scan_slot(client, qk.task_base, cursor, qk.task_pattern, count)
+
+
+async def ascan_tasks(client: Any, qk: QueueKeys, cursor: int, count: int) -> tuple[int, list[Any]]:
+    """:func:`scan_tasks` for an asyncio client."""
+    return await ascan_slot(client, qk.task_base, cursor, qk.task_pattern, count)
+
+
+def task_key_pages(client: Any, qk: QueueKeys, count: int) -> Iterator[list[Any]]:
+    """Every task record key of ``qk``, one SCAN reply at a time (some may be empty)."""
+    cursor = 0
+    while True:
+        cursor, keys = scan_tasks(client, qk, cursor, count)
+        yield keys
+        if cursor == 0:
+            return

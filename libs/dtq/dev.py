@@ -9,7 +9,6 @@ what happened to each task, and stops everything it started (``--keep`` keeps it
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import click
 import redis
 
 from dtq.client import Client
@@ -77,7 +77,13 @@ def redis_for_dev(say: Any) -> Iterator[str]:
             proc.wait(10)
             shutil.rmtree(tmp, ignore_errors=True)
         return
-    from fakeredis import TcpFakeServer
+    try:
+        from fakeredis import TcpFakeServer
+    except ImportError:  # the `testing` extra
+        raise DtqError(
+            "redis-server is not installed, nor is fakeredis: install redis-server, "
+            "or pip install 'dtq[testing]'"
+        ) from None
 
     say("redis-server is not installed: using an in-process fakeredis server instead")
     server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
@@ -201,19 +207,24 @@ def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) 
             say("stopped the worker" + ("" if os.environ.get("DTQ_REDIS_URL") else " and Redis"))
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="dtq dev", description="Run the whole system on one machine with no setup."
-    )
-    p.add_argument("--keep", action="store_true", help="keep Redis and the worker running")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the tasks")
-    p.add_argument("--api-port", type=int, help="port of dtq-api (default: a free port)")
-    args = p.parse_args(argv)
+@click.command(
+    name="dtq dev",
+    help="Run the whole system on one machine with no setup.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option("--keep", is_flag=True, help="keep Redis and the worker running")
+@click.option("--timeout", type=float, default=60.0, help="seconds to wait for the tasks")
+@click.option("--api-port", type=int, help="port of dtq-api (default: a free port)")
+def cli(keep: bool, timeout: float, api_port: int | None) -> None:
     try:
-        sys.exit(run(keep=args.keep, timeout=args.timeout, api_port=args.api_port))
+        sys.exit(run(keep=keep, timeout=timeout, api_port=api_port))
     except DtqError as exc:
         print(f"dtq dev: {exc}", file=sys.stderr)
         sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="dtq dev")
 
 
 if __name__ == "__main__":

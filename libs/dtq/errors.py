@@ -58,3 +58,23 @@ class RedisUnavailable(DtqError, ConnectionError):
 
 class InvalidRequest(DtqError, ValueError):
     """An enqueue or admin request has a bad field (unknown queue name form, priority, ...)."""
+
+
+class BadTaskId(DtqError, ValueError):
+    """A string that is not a dtq task id."""
+
+
+class UnknownQueue(DtqError, LookupError):
+    """No queue of that name has ever been used under this prefix."""
+
+
+class UnknownSchedule(DtqError, LookupError):
+    """No schedule of that name in that queue."""
+
+
+class Conflict(DtqError):
+    """The task is not in a state that allows the operation (e.g. retrying a running task)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status

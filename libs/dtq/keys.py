@@ -5,44 +5,10 @@ Every key a Lua script touches belongs to one queue and carries that queue's has
 Keys that no script touches (worker heartbeats, the scheduler lock, the schema version, the queue
 registry) are global to the prefix.
 
-Per queue (tag ``{P:q}``)::
-
-    P:{q}:p0 .. P:{q}:p9   stream per priority band, consumer group "workers"
-    P:{q}:t:<tid>          task record (hash); expires DTQ_RESULT_TTL_S after it ends
-    P:{q}:sched            zset tid -> due time (ms): delayed tasks and retries
-    P:{q}:dlq              zset tid -> failure time (ms): the dead-letter queue
-    P:{q}:idem:<key>       idempotency key -> task id
-    P:{q}:stats            hash of counters (absorbed duplicates, stale writes, ...)
-    P:{q}:paused           exists while the queue is paused
-    P:{q}:events           capped stream of lifecycle events
-    P:{q}:done:<tid>       pub/sub channel announcing the task's terminal state
-    P:{q}:lim:<k>:run      zset tid -> attempt: runs holding a place of limit key k
-    P:{q}:lim:<k>:held     list of tids parked behind k's concurrency limit (status queued)
-    P:{q}:lim:<k>:rate     zset start log of k over its rate window (expires when idle)
-    P:{q}:lim:<k>:rwait    counter spreading k's rate-parked backlog over windows (expires)
-    P:{q}:lim:~parked      set of limit keys that have parked tasks (purge finds them by it)
-    P:{q}:lim:~owed        set of limit keys whose release ran out of budget (limit_sweep.lua)
-    P:{q}:fair             hash band -> credit, fair mode's weighted round-robin state
-    P:{q}:schedules        hash schedule name -> definition (JSON); periodic schedules
-    P:{q}:schedules:next   zset schedule name -> next fire time (ms)
-    P:{q}:schedules:last   hash schedule name -> tid of the last task it fired
-    P:{q}:decl             hash task name -> "max_retries|timeout|expires_ms" a worker declared
-    P:{q}:reply:<nonce>    a state-changing SDK call's reply, kept a minute for its re-send
-    P:{q}:f:<ftid>         workflow state (hash) of a flow whose home is q (docs/workflows.md)
-    P:{q}:flowq            stream: workflow handovers to another slot (moved by workers)
-
-Global::
-
-    P:schema               layout version, checked by workers at start
-    P:queues               set of queue names seen (a partition ``q~i`` is listed as itself)
-    P:partitions           hash logical queue -> partition count (absent: 1), dtq.partitions
-    P:workers              zset worker id -> last heartbeat (ms)
-    P:worker:<id>          worker heartbeat hash, expires after 3 heartbeat intervals; its
-                           ``owner`` (host:pid) keeps a second process off a live id, its
-                           ``tasks`` (JSON list) are the names the worker declares
-    P:lock:scheduler:<q>   scheduler leader lock of queue q (value: worker id)
-    P:lock:retention       retention pass lease (value: worker id)
-    P:events:workers       capped stream of worker started/stopped events
+Every key is built here, by :class:`QueueKeys` (per queue) and :class:`Keys` (global); the Lua
+scripts receive them as KEYS (and build the per-limit keys from ``lim_base``). :func:`layout`
+describes each one: docs/design.md's key table is rendered from it (tools/key_table.py), and
+tests/test_keys.py checks that every key a workload creates is in it.
 """
 
 from __future__ import annotations
@@ -52,15 +18,11 @@ import re
 import time
 from dataclasses import dataclass
 
-from dtq.errors import DtqError
+from dtq.errors import BadTaskId as BadTaskId  # its home was here; kept importable
 
 SCHEMA_VERSION = "1"
 GROUP = "workers"
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
-
-
-class BadTaskId(DtqError, ValueError):
-    """A string that is not a dtq task id."""
 
 
 # Random parts of task ids, drawn from the OS 256 at a time: one getrandom call per id cost
@@ -83,8 +45,8 @@ def _random_part() -> str:
 def new_tid() -> str:
     """A time-ordered 28-hex-digit id: 12 digits of milliseconds, 16 random."""
     # Hand-written on purpose: python-ulid gives this format as ULID().hex[:28] (48 bits of
-    # milliseconds, then random) but takes 1.7 us per id against 0.44 us here, once per
-    # enqueued task (tools/bench_handwritten.py); the stdlib's uuid7 is Python 3.14+.
+    # milliseconds, then random) at several times the cost, paid once per enqueued task
+    # (docs/performance.md, "Hand-written code"); the stdlib's uuid7 is Python 3.14+.
     return f"{int(time.time() * 1000):012x}{_random_part()}"
 
 
@@ -129,6 +91,15 @@ def split_task_id(task_id: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+_TASK_PART = "t:"  # a task record: P:{P:q}:t:<tid>
+_FLOW_PART = "f:"  # a workflow's state: P:{P:q}:f:<ftid>
+
+
+def glob_escape(s: str) -> str:
+    """``s`` matched literally in a SCAN ``MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Keys of one queue; all share the queue's hash tag."""
@@ -151,10 +122,15 @@ class QueueKeys:
     @property
     def task_base(self) -> str:
         """Prefix of task record keys; scripts append the tid."""
-        return f"{self.base}:t:"
+        return f"{self.base}:{_TASK_PART}"
 
     def task(self, tid: str) -> str:
-        return f"{self.base}:t:{tid}"
+        return f"{self.base}:{_TASK_PART}{tid}"
+
+    @property
+    def task_pattern(self) -> str:
+        """SCAN ``MATCH`` pattern of this queue's task records."""
+        return glob_escape(self.task_base) + "*"
 
     @property
     def sched(self) -> str:
@@ -227,10 +203,10 @@ class QueueKeys:
     @property
     def flow_base(self) -> str:
         """Prefix of the workflow state hashes homed on this queue; scripts append the ftid."""
-        return f"{self.base}:f:"
+        return f"{self.base}:{_FLOW_PART}"
 
     def flow(self, ftid: str) -> str:
-        return f"{self.base}:f:{ftid}"
+        return f"{self.base}:{_FLOW_PART}{ftid}"
 
     @property
     def flowq(self) -> str:
@@ -285,6 +261,134 @@ class Keys:
     def scheduler_lock(self) -> str:
         return f"{self.prefix}:lock:scheduler"
 
+    def scheduler_lock_of(self, queue: str) -> str:
+        """String: the scheduler leader lock of ``queue`` (value: the leader's worker id)."""
+        return f"{self.scheduler_lock}:{queue}"
+
+    @property
+    def retention_lock(self) -> str:
+        """String: the retention pass lease (value: the holder's worker id)."""
+        return f"{self.prefix}:lock:retention"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel on which workers hear cancel requests for running tasks."""
+        return f"{self.prefix}:cancel"
+
+    @property
+    def queue_head(self) -> str:
+        """What every per-queue key starts with, up to the queue name: ``P:{P:``."""
+        return f"{self.prefix}:{{{self.prefix}:"
+
+    def queue_key_parts(self, key: str) -> tuple[str, str] | None:
+        """(queue, the rest after ``}:``) of a per-queue key of this prefix, else None."""
+        head = self.queue_head
+        close = key.find("}:", len(head))
+        if not key.startswith(head) or close < 0:
+            return None
+        return key[len(head) : close], key[close + 2 :]
+
+    def task_key_parts(self, key: str) -> tuple[str, str] | None:
+        """(queue, tid) of a task record key of this prefix, else None."""
+        return self._parts(key, _TASK_PART)
+
+    def flow_key_parts(self, key: str) -> tuple[str, str] | None:
+        """(home queue, ftid) of a workflow state key of this prefix, else None."""
+        return self._parts(key, _FLOW_PART)
+
+    def _parts(self, key: str, part: str) -> tuple[str, str] | None:
+        parts = self.queue_key_parts(key)
+        if parts is None or not parts[1].startswith(part):
+            return None
+        return parts[0], parts[1][len(part) :]
+
+    @property
+    def every_queue_key_pattern(self) -> str:
+        """SCAN ``MATCH`` pattern of every per-queue key of this prefix."""
+        return glob_escape(self.queue_head) + "*"
+
+    @property
+    def every_task_key_pattern(self) -> str:
+        """SCAN ``MATCH`` pattern of the task records of every queue of this prefix."""
+        return glob_escape(self.queue_head) + "*}:" + glob_escape(_TASK_PART) + "*"
+
+    def partitioned_task_key_pattern(self, queue: str) -> str:
+        """SCAN ``MATCH`` pattern of the task records of ``queue`` and its partitions
+        (``q~i``, dtq.partitions): the tag is ``{P:q}`` or ``{P:q~...}``."""
+        head = glob_escape(self.queue_head + queue)
+        return head + "[}" + PARTITION_SEP + "]*:" + glob_escape(_TASK_PART) + "*"
+
     @property
     def worker_events(self) -> str:
         return f"{self.prefix}:events:workers"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyDoc:
+    """One kind of key: the key as :class:`Keys` builds it (placeholders in ``<>``), its Redis
+    type, what it holds."""
+
+    key: str
+    type: str
+    what: str
+
+
+def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
+    """Every kind of key dtq creates, built by the methods above for ``prefix`` and ``queue``."""
+    k = Keys(prefix)
+    qk = k.queue(queue)
+    lim = qk.lim_base + "<k>"  # the per-limit keys are built by the scripts from lim_base
+    return [
+        KeyDoc(qk.stream(0).removesuffix("0") + "<band>", "stream + group `workers`",
+               "one stream per priority band (9 served first); entry = `t <tid>`"),
+        KeyDoc(qk.task("<tid>"), "hash",
+               "the task record (below); expires `DTQ_RESULT_TTL_S` after it ends"),
+        KeyDoc(qk.sched, "zset", "tid → due time (ms): delayed tasks and retries"),
+        KeyDoc(qk.dlq, "zset", "tid → failure time (ms): the dead-letter queue"),
+        KeyDoc(qk.idem("<key>"), "string", "idempotency key → tid"),
+        KeyDoc(qk.stats, "hash", "counters: `absorbed` duplicates, `stale_writes` rejected, ..."),
+        KeyDoc(qk.paused, "string", "exists while the queue is paused"),
+        KeyDoc(qk.events, "stream", "capped lifecycle events (`DTQ_EVENTS_MAXLEN`)"),
+        KeyDoc(qk.done_channel("<tid>"), "pub/sub channel",
+               "announces the task's terminal state (no key is stored)"),
+        KeyDoc(lim + ":run", "zset", "tid → attempt: runs holding a place of limit key k"),
+        KeyDoc(lim + ":held", "list", "tids parked behind k's concurrency limit (status queued)"),
+        KeyDoc(lim + ":rate", "zset", "start log of k over its rate window (expires when idle)"),
+        KeyDoc(lim + ":rwait", "string",
+               "counter spreading k's rate-parked backlog over windows (expires)"),
+        KeyDoc(qk.lim_parked, "set", "limit keys that have parked tasks (purge finds them by it)"),
+        KeyDoc(qk.lim_owed, "set",
+               "limit keys whose release ran out of budget (`lua/limit_sweep.lua`)"),
+        KeyDoc(qk.fair, "hash", "band → credit: fair mode's weighted round-robin state"),
+        KeyDoc(qk.schedules, "hash", "schedule name → definition (JSON): periodic schedules"),
+        KeyDoc(qk.schedules_next, "zset",
+               "schedule name → next fire time (ms); +inf while disabled"),
+        KeyDoc(qk.schedules_last, "hash", "schedule name → tid of the last task it fired"),
+        KeyDoc(qk.decl, "hash",
+               "task name → `max_retries\\|timeout_s\\|expires_ms` declared by workers "
+               "(see [Declared defaults](#declared-defaults))"),
+        KeyDoc(qk.reply("<nonce>"), "string",
+               "a state-changing SDK call's reply, kept a minute for its re-send"),
+        KeyDoc(qk.flow("<ftid>"), "hash",
+               "a workflow homed on this queue: status, counters, each step's id, waiting "
+               "steps' specs, results ([workflows.md](workflows.md))"),
+        KeyDoc(qk.flowq, "stream + group `movers`",
+               "workflow handovers to another slot (`note`: a step ended; `put`: a step "
+               "released), moved by workers"),
+        KeyDoc(k.schema, "string",
+               "layout version; a worker refuses a version it does not know (exit 2)"),
+        KeyDoc(k.queues, "set", "queue names seen (a partition `q~i` as itself)"),
+        KeyDoc(k.partitions, "hash",
+               "queue → partition count of a partitioned queue (`DTQ_QUEUE_PARTITIONS`)"),
+        KeyDoc(k.workers, "zset", "worker id → last heartbeat (ms)"),
+        KeyDoc(k.worker("<id>"), "hash",
+               "worker heartbeat, expires after 3 heartbeat intervals; its `owner` (host:pid) "
+               "keeps a second process off a live id, its `tasks` (JSON) are the names it "
+               "declares"),
+        KeyDoc(k.scheduler_lock_of("<queue>"), "string",
+               "scheduler leader lock per queue (value: worker id)"),
+        KeyDoc(k.retention_lock, "string", "retention pass lease (value: worker id)"),
+        KeyDoc(k.worker_events, "stream", "capped worker `started`/`stopped` events"),
+        KeyDoc(k.cancel_channel, "pub/sub channel",
+               "cancel hints for running tasks (no key is stored)"),
+    ]  # fmt: skip

@@ -105,7 +105,8 @@ def build_task(
     """Check one enqueue request; return its queue and the encoded task.
 
     On the enqueue hot path (one call per task, bulk included): options left out cost nothing
-    beyond an ``is None`` test.
+    beyond an ``is None`` test. One long function on purpose: a helper per option would add a
+    call to every enqueue for each option checked.
     """
     d = defaults or _DEFAULTS
     if not isinstance(name, str) or not name or len(name) > 200:

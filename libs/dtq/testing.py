@@ -15,9 +15,11 @@ use ``eager=True``)::
             [info] = tq.drain()                  # runs everything due, retries included
             assert info.status == "succeeded"
 
-Differences from a worker, on purpose: tasks run one at a time in the calling thread (async
-tasks on an event loop of their own), a sync task's timeout is not enforced, and retries are
-due at once (``retry_backoff_s=0``) so ``drain()`` runs them; delayed tasks run when their time
+A result or an exception becomes the run's outcome by the worker's own rules
+(:mod:`dtq.retrypolicy`: the same errors, the same capped backoff with jitter). Differences
+from a worker, on purpose: tasks run one at a time in the calling thread (async tasks on an
+event loop of their own), a sync task's timeout is not enforced, and retries are due at once
+(``retry_backoff_s=0`` unless given) so ``drain()`` runs them; delayed tasks run when their time
 comes, or at once with ``drain(include_delayed=True)``. The app's middleware runs as in a
 worker (``before_enqueue`` in the clients, ``around_task`` and ``on_outcome`` around each run).
 """
@@ -28,25 +30,29 @@ import asyncio
 import json
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 
-import fakeredis
+try:
+    import fakeredis
+except ImportError as exc:  # the `testing` extra: not every user of dtq needs it
+    raise ImportError("dtq.testing needs fakeredis: pip install 'dtq[testing]'") from exc
 
-from dtq import codec
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App
 from dtq.client import AsyncClient, Client
+from dtq.cluster import task_key_pages
 from dtq.context import TaskContext, set_current
-from dtq.errors import Fail, Retry, SerializationError
+from dtq.errors import Fail
 from dtq.keys import GROUP, Keys, make_task_id, split_task_id
 from dtq.middleware import RunOutcome, around, notify_outcome
-from dtq.models import TaskHandle, TaskInfo, clip_traceback
+from dtq.models import TaskHandle, TaskInfo
 from dtq.partitions import logical, within
 from dtq.progress import progress_call
+from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
 from dtq.settings import Settings
@@ -143,7 +149,7 @@ class TestQueue:
         queues: list[str] = within(queue, found) if queue else sorted(found)
         for q in queues:
             base = self.keys.queue(q).task_base
-            for key in self.redis.scan_iter(match=base + "*"):
+            for key in chain.from_iterable(task_key_pages(self.redis, self.keys.queue(q), 500)):
                 rec: dict[str, str] = self.redis.hgetall(key)  # type: ignore[assignment]
                 if rec and (name is None or rec.get("name") == name):
                     out.append(TaskInfo.from_record(make_task_id(q, key[len(base) :]), q, rec))
@@ -371,29 +377,16 @@ class TestQueue:
         started = time.monotonic()
         result: Any = None
         raised: BaseException | None = None
+        # The worker's own rules turn the result or the exception into the outcome.
         try:
             if mw is None or not mw.around_task:
                 result = await self._invoke(ctx, c)
             else:
                 result = await around(mw, ctx, lambda: self._invoke(ctx, c))
-            payload = codec.dumps(result, "the task's result")
-            if len(payload.encode()) > s.max_result_bytes:
-                raise SerializationError("result over DTQ_MAX_RESULT_BYTES")
-            item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
-        except SerializationError as exc:
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", -1)
-        except Retry as exc:
-            raised = exc
-            delay = 0 if exc.delay is None else int(exc.delay * 1000)
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Retry: {exc}", delay)
-        except Fail as exc:
-            raised = exc
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", -1, _traceback(exc))
+            item = result_item(c, result, s.max_result_bytes)
         except Exception as exc:
             raised = exc
-            delay = int(s.retry_backoff_s * 1000 * 2**c.retries)
-            err = f"{type(exc).__name__}: {exc}"[:2000]
-            item = sc.Failure(c.tid, c.eid, c.attempt, err, delay, _traceback(exc))
+            item = failure_item(c, exc, s)
         if self.redis.hexists(qk.task(c.tid), "cancel") and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
         if isinstance(item, sc.Success):
@@ -429,7 +422,7 @@ class TestQueue:
                 return await asyncio.wait_for(task.fn(*args, **kwargs), c.timeout)  # type: ignore[arg-type]
             return task.fn(*args, **kwargs)
         except TimeoutError:
-            raise TimeoutError(f"timed out after {c.timeout}s") from None
+            raise TaskTimeout(f"timed out after {c.timeout}s") from None
         finally:
             set_current(None)
             del token
@@ -441,10 +434,6 @@ class TestQueue:
     async def _aafter_enqueue(self) -> None:
         if self.eager and not getattr(self._draining, "on", False):
             await self.adrain()
-
-
-def _traceback(exc: BaseException) -> str:
-    return clip_traceback("".join(traceback.format_exception(exc)))
 
 
 def _blocking(coro: Any) -> Any:

@@ -319,11 +319,10 @@ def tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
 def parse_flow_key(prefix: str, flow_field: str) -> tuple[str, str, str]:
     """(home queue, ftid, step index) of a step record's ``flow`` field."""
     fkey, _, step = flow_field.rpartition("|")
-    head = f"{prefix}:{{{prefix}:"
-    if not fkey.startswith(head):
+    parts = Keys(prefix).flow_key_parts(fkey)
+    if parts is None:
         raise ValueError(f"not a flow key: {fkey!r}")
-    home, _, ftid = fkey[len(head) :].partition("}:f:")
-    return home, ftid, step
+    return parts[0], parts[1], step
 
 
 # --- what get() shows ---------------------------------------------------------------------

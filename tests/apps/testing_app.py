@@ -31,3 +31,15 @@ async def flaky_once() -> int:
 @app.task(name="broken")
 async def broken() -> None:
     raise Fail("bad input")
+
+
+@app.task(name="always_errs", max_retries=5)
+async def always_errs() -> None:
+    raise RuntimeError("still down")
+
+
+@app.task(name="slow", timeout=0.05)
+async def slow() -> None:
+    import asyncio
+
+    await asyncio.sleep(5)

@@ -106,8 +106,8 @@ class EventHub:
 
 # SSE frames are written by hand on purpose: sse-starlette's ServerSentEvent(..., sep="\n")
 # .encode() makes the same bytes for these one-line JSON payloads at about twice the cost per
-# event (3.0 us vs 1.6 us, tools/bench_handwritten.py), and its EventSourceResponse would
-# replace the slow-client cut and idle ping this stream does with its own.
+# event (docs/performance.md, "Hand-written code"), and its EventSourceResponse would replace
+# the slow-client cut and idle ping this stream does with its own.
 def _error(message: str) -> bytes:
     return f"event: error\ndata: {json.dumps({'message': message})}\n\n".encode()
 

@@ -5,11 +5,14 @@ Exit codes: 0 after a graceful stop, 2 for a bad setting or option.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import os
 import sys
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 from dtq import logs
 from dtq.app import load_app
@@ -33,38 +36,44 @@ def require_api_extra() -> None:
             sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="dtq-api",
-        description="Serve the dtq HTTP API (/api/v1), the dashboard (/) and /metrics. "
-        "Settings come from DTQ_* variables (DTQ_REDIS_URL, DTQ_KEY_PREFIX, DTQ_API_TOKEN, "
-        "DTQ_LOG_FORMAT, ...).",
-        epilog="Exit codes: 0 graceful stop, 2 bad configuration.",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument(
-        "--insecure",
-        action="store_true",
-        help="allow binding beyond loopback without DTQ_API_TOKEN (anyone who reaches the "
-        "port may pause, purge and cancel)",
-    )
-    p.add_argument(
-        "--app",
-        help="module:attribute naming your dtq.App (or DTQ_APP): HTTP enqueues then get each "
-        "task's declared defaults and limits",
-    )
-    return p
-
-
 def main(argv: list[str] | None = None) -> None:
     require_api_extra()
+    cli.main(args=argv, prog_name="dtq-api")
+
+
+@click.command(
+    name="dtq-api",
+    help="Serve the dtq HTTP API (/api/v1), the dashboard (/) and /metrics. "
+    "Settings come from DTQ_* variables (DTQ_REDIS_URL, DTQ_KEY_PREFIX, DTQ_API_TOKEN, "
+    "DTQ_LOG_FORMAT, ...).",
+    epilog="Exit codes: 0 graceful stop, 2 bad configuration.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+@click.option("--port", type=int, default=8000, help="port (default 8000)")
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="allow binding beyond loopback without DTQ_API_TOKEN (anyone who reaches the "
+    "port may pause, purge and cancel)",
+)
+@click.option(
+    "--app",
+    help="module:attribute naming your dtq.App (or DTQ_APP): HTTP enqueues then get each "
+    "task's declared defaults and limits",
+)
+def cli(**flags: Any) -> None:
+    """The command line parsed: serve."""
+    serve(SimpleNamespace(**flags))
+
+
+def serve(args: SimpleNamespace) -> None:
+    """Check the settings and the bind address, then run uvicorn until stopped."""
     import uvicorn
 
     from dtq_api.app import create_app
     from dtq_api.guard import is_loopback
 
-    args = build_parser().parse_args(argv)
     try:
         settings = load_settings()
         spec = args.app or os.environ.get("DTQ_APP")

@@ -7,22 +7,18 @@ import contextlib
 import contextvars
 import json
 import logging
-import random
 import time
-import traceback
 from concurrent.futures import Executor as Executor_
 from typing import TYPE_CHECKING, Any
 
-from dtq import codec
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.context import TaskContext, set_current
-from dtq.errors import Fail, Retry, SerializationError
+from dtq.errors import Fail
 from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
-from dtq.models import clip_traceback
 from dtq.partitions import logical
 from dtq.progress import ProgressWriter
-from dtq.settings import Settings
+from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Hooked, Run, StopReason
 
@@ -32,19 +28,6 @@ if TYPE_CHECKING:
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.executor")
-NO_RETRY = -1
-
-
-class TaskTimeout(Exception):
-    pass
-
-
-def retry_delay_ms(s: Settings, retries_so_far: int, asked: float | None = None) -> int:
-    """Exponential backoff with jitter: base * 2**n, capped, times a factor in [0.5, 1.5)."""
-    if asked is not None:
-        return max(0, int(asked * 1000))
-    delay = min(s.retry_backoff_max_s, s.retry_backoff_s * (2**retries_so_far))
-    return int(min(s.retry_backoff_max_s, delay * random.uniform(0.5, 1.5)) * 1000)
 
 
 def _extra(run: Run, worker_id: str) -> dict[str, Any]:
@@ -54,11 +37,6 @@ def _extra(run: Run, worker_id: str) -> dict[str, Any]:
         "task_id": run.task_id, "queue": logical(c.queue), "attempt": c.attempt, "task": c.name,
         "worker": worker_id,
     }  # fmt: skip
-
-
-def _traceback(exc: BaseException) -> str:
-    """The failure's traceback for its task record (failure path only), bounded in size."""
-    return clip_traceback("".join(traceback.format_exception(exc)))
 
 
 def _detach(ex: Executor, fut: asyncio.Future[Any]) -> None:
@@ -196,19 +174,7 @@ class Executor:
                 # Stopped while it waited for a slot (claimed ahead): its body never runs.
                 raise asyncio.CancelledError
             result = await (self._invoke(run) if self.mw is None else self._around(run))
-            try:
-                payload = "null"
-                if result is not None:
-                    payload = codec.dumps(result, "the task's result")
-                    size = len(payload.encode())
-                    if size > env.settings.max_result_bytes:
-                        raise SerializationError(
-                            f"result is {size} bytes, over "
-                            f"DTQ_MAX_RESULT_BYTES={env.settings.max_result_bytes}"
-                        )
-                item = sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
-            except SerializationError as exc:
-                item = sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", NO_RETRY)
+            item = result_item(c, result, env.settings.max_result_bytes)
         except asyncio.CancelledError:
             reason = run.stop_reason
             if reason is StopReason.CANCELLED:
@@ -223,30 +189,8 @@ class Executor:
                 if self.mw is not None:
                     await self._notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
-        except Retry as exc:
-            item = sc.Failure(
-                c.tid,
-                c.eid,
-                c.attempt,
-                f"Retry: {exc}",
-                retry_delay_ms(env.settings, c.retries, exc.delay),
-            )
-        except Fail as exc:
-            item = sc.Failure(c.tid, c.eid, c.attempt, f"Fail: {exc}", NO_RETRY, _traceback(exc))
-        except TaskTimeout as exc:
-            item = sc.Failure(
-                c.tid, c.eid, c.attempt, str(exc), retry_delay_ms(env.settings, c.retries)
-            )
-        except Exception as exc:
-            err = f"{type(exc).__name__}: {exc}"[:2000]
-            item = sc.Failure(
-                c.tid,
-                c.eid,
-                c.attempt,
-                err,
-                retry_delay_ms(env.settings, c.retries),
-                _traceback(exc),
-            )
+        except Exception as exc:  # Retry, Fail, a timeout, any error (dtq.retrypolicy)
+            item = failure_item(c, exc, env.settings)
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
             if self.mw is not None:

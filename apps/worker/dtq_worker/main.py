@@ -7,7 +7,6 @@ unimportable APP.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
@@ -15,7 +14,10 @@ import os
 import signal
 import sys
 import threading
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from dtq import logs
 from dtq.app import App, load_app
@@ -39,43 +41,44 @@ def parse_caps(text: str | None) -> dict[str, int]:
     return caps
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="dtq-worker",
-        description="Run a dtq worker. Settings come from DTQ_* variables; flags override them.",
-        epilog="Exit codes: 0 graceful stop, 1 Redis unreachable past the heartbeat TTL, "
-        "2 bad configuration or unimportable APP.",
-    )
-    p.add_argument("app", nargs="?", help="module:attribute naming a dtq.App (or DTQ_APP)")
-    p.add_argument("--queues", help="comma-separated queues, in order (DTQ_QUEUES)")
-    p.add_argument("--concurrency", type=int, help="tasks in flight (DTQ_WORKER_CONCURRENCY)")
-    p.add_argument(
-        "--prefetch", type=int, help="runs claimed ahead of free slots (DTQ_WORKER_PREFETCH)"
-    )
-    p.add_argument("--worker-id", help="consumer name (DTQ_WORKER_ID)")
-    p.add_argument(
-        "--processes",
-        type=int,
-        help="worker processes under one supervising parent (DTQ_WORKER_PROCESSES)",
-    )
-    p.add_argument(
-        "--queue-concurrency",
-        help="per-queue caps on this worker, e.g. bulk=4,critical=12 (DTQ_QUEUE_CONCURRENCY)",
-    )
-    p.add_argument(
-        "--fair",
-        action="store_true",
-        default=None,
-        help="weighted selection across priority bands instead of strict priority (DTQ_FAIR)",
-    )
-    return p
-
-
 _early_signals: list[int] = []
 
 
 def _remember_signal(sig: int, _frame: object) -> None:
     _early_signals.append(sig)
+
+
+@click.command(
+    name="dtq-worker",
+    help="Run a dtq worker. Settings come from DTQ_* variables; flags override them.\n\n"
+    "APP: module:attribute naming a dtq.App (or DTQ_APP).",
+    epilog="Exit codes: 0 graceful stop, 1 Redis unreachable past the heartbeat TTL, "
+    "2 bad configuration or unimportable APP.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.argument("app", required=False)
+@click.option("--queues", help="comma-separated queues, in order (DTQ_QUEUES)")
+@click.option("--concurrency", type=int, help="tasks in flight (DTQ_WORKER_CONCURRENCY)")
+@click.option("--prefetch", type=int, help="runs claimed ahead of free slots (DTQ_WORKER_PREFETCH)")
+@click.option("--worker-id", help="consumer name (DTQ_WORKER_ID)")
+@click.option(
+    "--processes",
+    type=int,
+    help="worker processes under one supervising parent (DTQ_WORKER_PROCESSES)",
+)
+@click.option(
+    "--queue-concurrency",
+    help="per-queue caps on this worker, e.g. bulk=4,critical=12 (DTQ_QUEUE_CONCURRENCY)",
+)
+@click.option(
+    "--fair",
+    is_flag=True,
+    help="weighted selection across priority bands instead of strict priority (DTQ_FAIR)",
+)
+@click.pass_obj
+def cli(argv: list[str], /, **flags: Any) -> None:
+    """The command line parsed (``argv`` is what a --processes parent hands its children)."""
+    run(argv, SimpleNamespace(**flags))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,7 +87,12 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _remember_signal)
     signal.signal(signal.SIGINT, _remember_signal)
     poolchild.follow_parent()  # a --processes child: stop should the parent die
-    args = build_parser().parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    cli.main(args=args, prog_name="dtq-worker", obj=args)
+
+
+def run(argv: list[str], args: SimpleNamespace) -> None:
+    """Start the worker (or the --processes pool) as the flags and DTQ_* settings say."""
     overrides: dict[str, Any] = {}
     if args.queues:
         overrides["queues"] = args.queues
@@ -122,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_CONFIG)
     if settings.worker_processes > 1:
         # Checked once here (APP and settings); children are fresh processes (pool.py).
-        code = pool.run_pool(settings, sys.argv[1:] if argv is None else argv, _early_signals)
+        code = pool.run_pool(settings, argv, _early_signals)
         logging.shutdown()
         sys.exit(code)
     # Everything made so far (modules, the app, settings) lives for the whole process: keep it

@@ -160,7 +160,7 @@ class Pool:
         return env
 
     def _start(self, slot: Slot) -> None:
-        args = [*self.argv, "--processes", "1"]  # argparse: the last one wins
+        args = [*self.argv, "--processes", "1"]  # (the last one given wins)
         if slot.worker_id is not None:
             args += ["--worker-id", slot.worker_id]
         if slot.port_file is not None:

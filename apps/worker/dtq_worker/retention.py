@@ -67,7 +67,7 @@ class Retention:
 
     @property
     def lock_key(self) -> str:
-        return f"{self.env.keys.prefix}:lock:retention"
+        return self.env.keys.retention_lock
 
     async def maybe_run(self) -> RetentionReport | None:
         """Run a pass when one is due and this worker holds (or takes) the retention lease."""
@@ -167,7 +167,7 @@ class Retention:
         used by a client that had registered it before) is registered again."""
         env = self.env
         s = env.settings
-        pattern = f"{env.keys.prefix}:{{{env.keys.prefix}:*"
+        pattern = env.keys.every_queue_key_pattern
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)
         busy: set[str] = set()
@@ -202,12 +202,10 @@ class Retention:
     def _sort(
         self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
     ) -> None:
-        prefix = self.env.keys.prefix
-        head = f"{prefix}:{{{prefix}:"
-        close = key.find("}:", len(head))
-        if not key.startswith(head) or close < 0:
+        parts = self.env.keys.queue_key_parts(key)
+        if parts is None:
             return
-        queue, rest = key[len(head) : close], key[close + 2 :]
+        queue, rest = parts
         if rest == "sched" or _STREAM.fullmatch(rest):
             # A stream or schedule: forget_queues deletes these, so after it they mean new work
             # (finished records would not: they wait for their TTL).

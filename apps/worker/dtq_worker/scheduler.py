@@ -30,7 +30,7 @@ class Scheduler:
         self.periodic = ScheduleRunner(env.redis, env.scripts, env.keys, env.settings, app)
 
     def lock_key(self, queue: str) -> str:
-        return f"{self.env.keys.scheduler_lock}:{queue}"
+        return self.env.keys.scheduler_lock_of(queue)
 
     async def loop(self) -> None:
         env = self.env

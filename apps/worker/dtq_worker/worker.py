@@ -28,11 +28,12 @@ from dtq.connection import async_redis, default_url_warning, display_url
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
+from dtq.retrypolicy import retry_delay_ms
 from dtq.settings import Settings
 from dtq_worker import poolchild
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.env import WorkerEnv
-from dtq_worker.executor import Executor, retry_delay_ms
+from dtq_worker.executor import Executor
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
 from dtq_worker.health import HealthServer, loop_answers

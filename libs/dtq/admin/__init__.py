@@ -41,9 +41,7 @@ from dtq.admin.common import (
     MAX_PAGE,
     RETRYABLE,
     SCAN_BUDGET,
-    Conflict,
     Progress,
-    UnknownQueue,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.deadletters import DeadLetterOps
@@ -63,6 +61,7 @@ from dtq.admin.views import (
     filled_page,
 )
 from dtq.admin.workers import WorkerOps
+from dtq.errors import Conflict, UnknownQueue
 
 __all__ = [
     "BATCH",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from dtq.errors import DtqError, InvalidRequest
+from dtq.errors import InvalidRequest
 from dtq.models import TaskStatus
 from dtq.settings import QUEUE_NAME_RE
 
@@ -20,22 +20,6 @@ DLQ_BUDGET = 10_000
 RETRYABLE = ("failed", "cancelled", "expired")
 
 Progress = Callable[[int], None]
-
-
-class UnknownQueue(DtqError, LookupError):
-    """No queue of that name has ever been used under this prefix."""
-
-
-class Conflict(DtqError):
-    """The task is not in a state that allows the operation (e.g. retrying a running task)."""
-
-    def __init__(self, message: str, status: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def glob_escape(s: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
 
 def check_queue_name(name: str) -> None:

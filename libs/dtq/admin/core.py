@@ -12,10 +12,10 @@ import redis.asyncio as aredis
 from dtq import eviction
 from dtq import scripts as sc
 from dtq.admin.calls import dlq_requeue_call
-from dtq.admin.common import UnknownQueue, check_queue_name
+from dtq.admin.common import check_queue_name
 from dtq.client import AsyncClient
 from dtq.connection import async_redis, is_cluster
-from dtq.errors import InvalidRequest, RedisUnavailable
+from dtq.errors import InvalidRequest, RedisUnavailable, UnknownQueue
 from dtq.keys import Keys, QueueKeys
 from dtq.partitions import expand, is_physical, logical
 from dtq.settings import Settings, load_settings

@@ -10,7 +10,6 @@ from dtq.admin.common import (
     BATCH,
     DLQ_BUDGET,
     MAX_PAGE,
-    Conflict,
     Progress,
     as_int,
     check_queue_name,
@@ -19,7 +18,7 @@ from dtq.admin.common import (
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, DeadLetter, Page, iso
-from dtq.errors import InvalidRequest, UnknownTask
+from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, make_task_id, split_task_id
 from dtq.partitions import logical
 

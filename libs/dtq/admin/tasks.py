@@ -12,18 +12,16 @@ from dtq.admin.common import (
     HISTORY_SCAN,
     RETRYABLE,
     SCAN_BUDGET,
-    Conflict,
     check_listing,
-    glob_escape,
     parse_cursor,
     position,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, Page, event_from
 from dtq.client import CANCEL_REASON
-from dtq.cluster import ascan_slot, scan_step
+from dtq.cluster import ascan_tasks, scan_step
 from dtq.declared import pending as pending_declared
-from dtq.errors import InvalidRequest, UnknownTask
+from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo
 
@@ -87,23 +85,21 @@ class TaskOps(AdminCore):
         if ":" in scan_cursor and (one is not None or not self._cluster):
             # "<primary>:<cursor>" is a walk over every primary of a cluster only
             raise InvalidRequest(f"bad cursor {cursor!r}")
-        p = glob_escape(self.keys.prefix)
-        if one is not None:
-            match = glob_escape(self.keys.queue(one).task_base) + "*"
-        elif queue is not None:
-            match = f"{p}:{{{p}:{glob_escape(queue)}[}}~]*:t:*"
-        else:
-            match = f"{p}:{{{p}:*}}:t:*"
         items: list[TaskInfo] = []
         scans = examined = 0
         # One queue's records are in its slot's node; across queues the walk visits every
         # primary of a cluster (dtq.cluster): its cursor then reads "<primary>:<cursor>".
         while True:
             if one is not None:
-                base = self.keys.queue(one).task_base
-                at, keys = await ascan_slot(self._r, base, int(scan_cursor), match, 1000)
+                qk = self.keys.queue(one)
+                at, keys = await ascan_tasks(self._r, qk, int(scan_cursor), 1000)
                 nxt = str(at)
             else:
+                match = (
+                    self.keys.every_task_key_pattern
+                    if queue is None
+                    else self.keys.partitioned_task_key_pattern(queue)
+                )
                 nxt, keys = await scan_step(self._r, scan_cursor, match, 1000)
             scans += 1
             examined += len(keys)
@@ -179,16 +175,15 @@ class TaskOps(AdminCore):
         """The published declaration of each record still waiting for one (dtq.declared),
         None for the others; one pipelined round trip, and none when no record waits."""
         want = [
-            (i, k)
+            (i, parts[0])
             for i, (k, rec) in enumerate(zip(keys, recs, strict=True))
-            if rec and pending_declared(rec)
+            if rec and pending_declared(rec) and (parts := self.keys.task_key_parts(k))
         ]
         out: list[str | None] = [None] * len(keys)
         if want:
             async with self._r.pipeline(transaction=False) as pipe:
-                for i, k in want:
-                    # P:{q}:t:<tid> -> P:{q}:decl (dtq/keys.py)
-                    pipe.hget(k.rpartition(":t:")[0] + ":decl", recs[i].get("name", ""))
+                for i, queue in want:
+                    pipe.hget(self.keys.queue(queue).decl, recs[i].get("name", ""))
                 for (i, _), raw in zip(want, await pipe.execute(), strict=True):
                     out[i] = raw
         return out
@@ -196,12 +191,10 @@ class TaskOps(AdminCore):
     def _info_from_key(
         self, key: str, rec: dict[str, str], declared: str | None = None
     ) -> TaskInfo | None:
-        # key = P:{P:queue}:t:<tid>
-        head, sep, tid = key.rpartition(":t:")
-        start = head.find("{" + self.keys.prefix + ":")
-        if not sep or start < 0 or not head.endswith("}"):
+        parts = self.keys.task_key_parts(key)
+        if parts is None:
             return None
-        queue = head[start + len(self.keys.prefix) + 2 : -1]
+        queue, tid = parts
         try:
             return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
         except (ValueError, KeyError):

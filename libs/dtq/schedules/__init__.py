@@ -25,6 +25,7 @@ worker's scheduler leader and :class:`dtq.testing.TestQueue` run).
 
 from __future__ import annotations
 
+from dtq.errors import UnknownSchedule
 from dtq.schedules.cron import cron_next
 from dtq.schedules.model import (
     DEFAULT_GRACE_S,
@@ -36,7 +37,6 @@ from dtq.schedules.model import (
     periodic,
 )
 from dtq.schedules.ops import (
-    UnknownSchedule,
     aadd_schedule,
     add_schedule,
     alist_schedules,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.errors import DtqError, InvalidRequest
+from dtq.errors import InvalidRequest, UnknownSchedule
 from dtq.keys import QueueKeys, make_task_id
 from dtq.models import ms_to_datetime
 from dtq.schedules.cron import from_ms
@@ -147,10 +147,6 @@ async def aremove_schedule(client: AsyncClient, name: str, queue: str = "default
     async with client.redis.pipeline(transaction=True) as pipe:
         forget(pipe, qk, name)
         return int((await pipe.execute())[0]) == 1
-
-
-class UnknownSchedule(DtqError, LookupError):
-    """No schedule of that name in that queue."""
 
 
 async def _astored(client: AsyncClient, name: str, queue: str) -> Schedule:

@@ -2,31 +2,32 @@
 
 Every workload flushes the server first. Workers are real ``python -m dtq_worker`` processes;
 the runner enqueues with the SDK and watches the same counters the peers' runner watches
-(``bench:done`` / ``bench:lat``, see :mod:`dtq.benchmark.tasks`).
+(``bench:done`` / ``bench:lat``, see :mod:`dtq_bench.tasks`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
-from dtq.benchmark.server import BenchRedis
-from dtq.benchmark.tasks import DONE_KEY, LAT_KEY
 from dtq.client import Client
 from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq_bench.server import BenchRedis
+from dtq_bench.shared import DONE_KEY, LAT_KEY, pct
 
-APP = "dtq.benchmark.tasks:app"
+APP = "dtq_bench.tasks:app"
+# On the workers' PYTHONPATH: the suite is not installed, it runs from the checkout's bench/.
+BENCH_DIR = Path(__file__).resolve().parents[1]
 PREFIX = "bench"
 RAW_STREAM = "bench:raw-xadd"
 QUEUE = "bench"
@@ -35,16 +36,19 @@ POLL_S = 0.002
 Result = dict[str, Any]
 
 
-def pct(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile (the same definition as the peers' runner)."""
-    idx = max(0, math.ceil(p / 100.0 * len(sorted_values)) - 1)
-    return round(sorted_values[idx], 3)
-
-
 class Workers:
-    """dtq worker subprocesses; always stopped (SIGTERM, then SIGKILL) by :meth:`stop`."""
+    """dtq worker subprocesses; always stopped (SIGTERM, then SIGKILL) by :meth:`stop`.
 
-    def __init__(self, url: str, concurrency: int, procs: int, log_level: str) -> None:
+    ``procs`` separate ``python -m dtq_worker`` processes, or with ``pool`` one
+    ``dtq-worker --processes procs`` (a supervising parent and its children). ``url`` is where
+    dtq's data lives, ``counter_url`` the server of the done counter (the same one unless the
+    queue is on a cluster).
+    """
+
+    def __init__(
+        self, url: str, concurrency: int, procs: int, log_level: str, *, pool: bool = False,
+        counter_url: str | None = None, queues: Sequence[str] = (QUEUE,),
+    ) -> None:  # fmt: skip
         self.logdir = Path(tempfile.mkdtemp(prefix="dtq-bench-w-"))
         self.procs: list[subprocess.Popen[bytes]] = []
         env = dict(os.environ)
@@ -52,45 +56,55 @@ class Workers:
         # concurrency here, as the peers prefetch by default (dramatiq, celery); reported in
         # each row's setting. DTQ_WORKER_PREFETCH in the environment overrides it.
         self.prefetch = int(env.get("DTQ_WORKER_PREFETCH") or concurrency // 2)
+        how = f"--processes {procs}" if pool else f"{procs} process(es)"
         self.setting = (
-            f"{procs} process(es) x concurrency {concurrency}, prefetch {self.prefetch}; "
-            "uvloop, hiredis"
+            f"{how} x concurrency {concurrency}, prefetch {self.prefetch}; uvloop, hiredis"
         )
         env.update(
             DTQ_REDIS_URL=url,
-            BENCH_REDIS_URL=url,
+            BENCH_REDIS_URL=counter_url or url,
             DTQ_KEY_PREFIX=PREFIX,
-            DTQ_QUEUES=QUEUE,
+            DTQ_QUEUES=",".join(queues),
             DTQ_WORKER_CONCURRENCY=str(concurrency),
             DTQ_WORKER_PREFETCH=str(self.prefetch),
             DTQ_LOG_LEVEL=log_level,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")])),
         )
+        env.pop("DTQ_WORKER_PROCESSES", None)
         self.env = env
         self.n = procs
+        self.pool = pool
 
     def start(self) -> None:
-        for i in range(self.n):
+        argvs = [[sys.executable, "-m", "dtq_worker", APP]]
+        if self.pool:
+            argvs[0] += ["--processes", str(self.n)]
+        else:
+            argvs *= self.n
+        for i, argv in enumerate(argvs):
             with (self.logdir / f"worker{i}.log").open("wb") as fh:
                 self.procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "dtq_worker", APP],
-                        env=self.env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=fh,
+                        argv, env=self.env, stdin=subprocess.DEVNULL, stdout=fh,
                         stderr=subprocess.STDOUT,
                     )
-                )
+                )  # fmt: skip
 
     def check(self) -> None:
         for p in self.procs:
             if p.poll() is not None:
                 raise RuntimeError(f"dtq worker exited early ({p.returncode}):\n{self.tail()}")
 
+    def pids(self) -> list[int]:
+        """The worker processes and their descendants (a pool's children)."""
+        return tree([p.pid for p in self.procs])
+
     def rss_kib(self) -> list[int]:
+        """RSS of each worker process (a pool parent and each child apart)."""
         out = []
-        for p in self.procs:
+        for pid in self.pids():
             try:
-                for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         out.append(int(line.split()[1]))
             except OSError:
@@ -98,12 +112,13 @@ class Workers:
         return out
 
     def cpu_s(self) -> float:
-        """CPU seconds (user + system) the worker processes used so far."""
+        """CPU seconds (user + system) the worker processes (pool children included) used so
+        far; a child that already exited is not counted (it is sampled before the stop)."""
         tick = os.sysconf("SC_CLK_TCK")
         total = 0.0
-        for p in self.procs:
+        for pid in self.pids():
             try:
-                fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 total += (int(fields[11]) + int(fields[12])) / tick
             except (OSError, IndexError, ValueError):
                 pass
@@ -138,36 +153,90 @@ class Workers:
         self.logdir.rmdir()
 
 
-class DtqBench:
-    """Runs one workload at a time against ``server``."""
+def tree(roots: Sequence[int]) -> list[int]:
+    """``roots`` and every live descendant, from the parent pids in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
 
-    def __init__(self, server: BenchRedis, *, log_level: str = "WARNING", timeout: float = 600):
+
+class Store(Protocol):
+    """Where dtq's data lives: the suite's redis-server, or a cluster (:mod:`dtq_bench.shards`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def flush(self) -> None: ...
+
+    def cpu_by_node(self) -> list[float]: ...
+
+
+class DtqBench:
+    """Runs one workload at a time against ``server``.
+
+    ``data`` is where the queues live (default: ``server``); the done counters stay on
+    ``server``, so a cluster's shards count only dtq's own work. Tasks are spread over
+    ``queues`` in turn.
+    """
+
+    def __init__(
+        self, server: BenchRedis, *, log_level: str = "WARNING", timeout: float = 600,
+        data: Store | None = None, queues: Sequence[str] = (QUEUE,),
+    ) -> None:  # fmt: skip
         self.server = server
+        self.data: Store = data or server
+        self.queues = tuple(queues)
         self.log_level = log_level
         self.timeout = timeout
-        self.settings = Settings(redis_url=server.url, key_prefix=PREFIX, queues=(QUEUE,))
+        self.settings = Settings(redis_url=self.data.url, key_prefix=PREFIX, queues=self.queues)
         self.keys = Keys(PREFIX)
 
     def client(self) -> Client:
         return Client(settings=self.settings)
 
-    def workers(self, concurrency: int, procs: int = 1) -> Workers:
-        return Workers(self.server.url, concurrency, procs, self.log_level)
+    def workers(self, concurrency: int, procs: int = 1, *, pool: bool = False) -> Workers:
+        return Workers(
+            self.data.url, concurrency, procs, self.log_level, pool=pool,
+            counter_url=self.server.url, queues=self.queues,
+        )  # fmt: skip
 
     # --- helpers ---------------------------------------------------------------------------
 
+    def flush(self) -> None:
+        self.data.flush()
+        if self.data is not self.server:
+            self.server.flush()
+
+    def redis_cpu(self) -> list[float]:
+        """CPU seconds each node of ``data`` used so far (INFO cpu: used_cpu_user + _sys)."""
+        return self.data.cpu_by_node()
+
     def fill(self, c: Client, name: str, n: int, args: list[Any] | None = None) -> float:
-        """Bulk-enqueue ``n`` tasks in chunks; returns the seconds it took."""
+        """Bulk-enqueue ``n`` tasks in chunks (over the queues in turn); returns the seconds."""
         t0 = time.perf_counter()
-        item = {"name": name, "args": args or [], "queue": QUEUE}
+        items = [{"name": name, "args": args or [], "queue": q} for q in self.queues]
+        chunk = [items[i % len(items)] for i in range(CHUNK)]
         for start in range(0, n, CHUNK):
-            c.enqueue_many([item] * min(CHUNK, n - start))
+            c.enqueue_many(chunk[: min(CHUNK, n - start)])
         return time.perf_counter() - t0
 
     def wait_done(
-        self, n: int, w: Workers, *, key: str = DONE_KEY, is_list: bool = False
-    ) -> tuple[float | None, float, list[int]]:
-        """Poll the done counter until ``n``; returns (first done, n-th done, RSS samples)."""
+        self, n: int, w: Workers, *, key: str = DONE_KEY, is_list: bool = False,
+        mark: tuple[int, Callable[[int], None]] | None = None,
+    ) -> tuple[float | None, float, list[int]]:  # fmt: skip
+        """Poll the done counter until ``n``; returns (first done, n-th done, RSS samples).
+        ``mark=(m, fn)``: ``fn(count)`` is called once, when the count first reaches ``m``."""
         first: float | None = None
         rss: list[int] = []
         next_rss = time.monotonic() + 0.5
@@ -178,6 +247,9 @@ class DtqBench:
                 now = time.perf_counter()
                 if count and first is None:
                     first = now
+                if mark is not None and count >= mark[0]:
+                    mark[1](count)
+                    mark = None
                 if count >= n:
                     return first, now, rss
                 if time.monotonic() > deadline:
@@ -220,38 +292,62 @@ class DtqBench:
     # --- A / E: throughput -----------------------------------------------------------------
 
     def throughput(
-        self, n: int, *, procs: int = 1, concurrency: int = 32, name: str = "noop",
-        sleep_s: float | None = None, backlog: int = 0, flush: bool = True,
+        self, n: int, *, procs: int = 1, pool: bool = False, concurrency: int = 32,
+        name: str = "noop", sleep_s: float | None = None, backlog: int = 0, flush: bool = True,
     ) -> Result:  # fmt: skip
         """``n`` tasks (plus ``backlog`` more behind them) queued, then worker start -> n done."""
         if flush:
-            self.server.flush()
+            self.flush()
         args = [] if sleep_s is None else [sleep_s]
         with self.client() as c:
+            cpu0 = sum(self.redis_cpu())
             prefill = self.fill(c, name, n + backlog, args)
+            prefill_cpu = sum(self.redis_cpu()) - cpu0
+        res = self.drain(
+            n, procs=procs, pool=pool, concurrency=concurrency, name=name, backlog=backlog
+        )
+        res["prefill_s"] = round(prefill, 3)
+        res["prefill_redis_cpu_us_per_task"] = round(prefill_cpu * 1e6 / (n + backlog), 2)
+        return res
+
+    def drain(
+        self, n: int, *, procs: int = 1, pool: bool = False, concurrency: int = 32,
+        name: str = "noop", backlog: int = 0,
+    ) -> Result:  # fmt: skip
+        """Start the workers on ``n`` queued tasks (plus ``backlog``) and time them to the n-th
+        completion. CPU of the workers (pool children included) and of each Redis node, over
+        the whole run and over its steady window: from the completion that reached 20% of
+        ``n`` (every process started and warm) to the last, start-up costs left out."""
         with self.server.client() as r:
             r.delete(DONE_KEY)
-        w = self.workers(concurrency, procs)
-        redis_cpu0 = self.server.cpu_s()
+        w = self.workers(concurrency, procs, pool=pool)
+        redis_cpu0 = self.redis_cpu()
+        at_mark: list[Any] = []
+
+        def snap(count: int) -> None:
+            at_mark.extend([time.perf_counter(), count, w.cpu_s(), self.redis_cpu()])
+
         try:
             t0 = time.perf_counter()
             w.start()
             if name == "bare":
                 first, end, rss = self.wait_drained(backlog, w)
             else:
-                first, end, rss = self.wait_done(n, w)
+                first, end, rss = self.wait_done(n, w, mark=(max(1, n // 5), snap))
             worker_cpu = w.cpu_s()
-            redis_cpu = self.server.cpu_s() - redis_cpu0
+            redis_cpu1 = self.redis_cpu()
         finally:
             w.stop()
             lines = w.log_lines()
             w.cleanup()
         secs = end - t0
-        return {
+        redis_cpu = [b - a for a, b in zip(redis_cpu0, redis_cpu1, strict=True)]
+        res: Result = {
             "n": n,
             "setting": w.setting,
             "body": name,
             "procs": procs,
+            "pool": pool,
             "concurrency": concurrency,
             "backlog": backlog,
             "tasks_per_s": round(n / secs, 1),
@@ -260,12 +356,25 @@ class DtqBench:
             if first and end > first
             else None,
             "startup_s": round(first - t0, 3) if first else None,
-            "prefill_s": round(prefill, 3),
             "worker_rss_mib": round(max(rss) / 1024, 1) if rss else None,
             "worker_cpu_us_per_task": round(worker_cpu * 1e6 / n, 1),
-            "redis_cpu_us_per_task": round(redis_cpu * 1e6 / n, 1),
+            "redis_cpu_us_per_task": round(sum(redis_cpu) * 1e6 / n, 1),
             "worker_log_lines": lines,
         }
+        if at_mark and n > at_mark[1] and end > at_mark[0]:
+            t_m, count_m, wcpu_m, rcpu_m = at_mark
+            tasks, wall = n - count_m, end - t_m
+            nodes = [b - a for a, b in zip(rcpu_m, redis_cpu1, strict=True)]
+            res |= {
+                "window_tasks": tasks,
+                "window_tasks_per_s": round(tasks / wall, 1),
+                "window_worker_cpu_us_per_task": round((worker_cpu - wcpu_m) * 1e6 / tasks, 1),
+                "window_redis_cpu_us_per_task": round(sum(nodes) * 1e6 / tasks, 2),
+                "window_redis_cpu_us_per_task_by_node": [round(x * 1e6 / tasks, 2) for x in nodes],
+                "window_worker_cores": round((worker_cpu - wcpu_m) / wall, 3),
+                "window_redis_cores_by_node": [round(x / wall, 3) for x in nodes],
+            }
+        return res
 
     # --- B: enqueue ------------------------------------------------------------------------
 
@@ -277,7 +386,7 @@ class DtqBench:
         Short blocks, the two loops taking turns to go first: on a shared machine a burst of
         a neighbour's load lasts a fraction of a second, and the ratio of two long blocks read
         80-91% for the same code; this way both loops meet the same bursts."""
-        self.server.flush()
+        self.flush()
         single = raw = 0.0
         with self.client() as c, redis.Redis.from_url(self.server.url) as r:
             c.enqueue("noop", queue=QUEUE)  # first call loads the script

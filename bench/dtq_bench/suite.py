@@ -1,7 +1,9 @@
 """``dtq bench`` / ``make bench``: dtq measured side by side with the peer task queues.
 
 The suite starts its own ``redis-server`` on a free port, runs workloads A-G (see
-docs/performance.md) and W (workflow cost, docs/workflows.md) against dtq and, when
+docs/performance.md), S (scale: Redis CPU per task, worker processes, cluster shards; on
+servers of its own, :mod:`dtq_bench.scale`) and W (workflow cost, docs/workflows.md) against
+dtq and, when
 ``bench/peers`` and its virtualenv are available, against each peer through
 ``bench/peers/run_peer.py``; each run is repeated (3 times by default) and the medians are
 written to ``build/bench/results.md`` and ``results.json`` with the ratio
@@ -11,6 +13,7 @@ dtq/peer per row and the issue's targets marked met or not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import signal
@@ -20,19 +23,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq.benchmark import ceiling, flowcost, report
-from dtq.benchmark.peers import LIBS, Peers, repo_root
-from dtq.benchmark.server import BenchRedis
-from dtq.benchmark.workloads import DtqBench
+from dtq_bench import ceiling, flowcost, report
+from dtq_bench.peers import LIBS, VARIANTS, Peers, repo_root
+from dtq_bench.scale import ROWS, ScaleBench
+from dtq_bench.server import BenchRedis
+from dtq_bench.workloads import DtqBench
 
-ALL = "ABCDEFGW"
+ALL = "ABCDEFGSW"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dtq bench",
         description="Benchmark dtq against its peers on a private redis-server "
-        "(workloads A-G, see docs/performance.md; W: workflow cost, docs/workflows.md).",
+        "(workloads A-G, see docs/performance.md; S: scale, Redis CPU per task, worker "
+        "processes and cluster shards; W: workflow cost, docs/workflows.md).",
     )
     p.add_argument(
         "--quick",
@@ -40,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shrink every size (10x fewer tasks, backlogs 1k/10k, 1 repetition)",
     )
     p.add_argument("--reps", type=int, help="repetitions per measurement (default 3; 1 if --quick)")
-    p.add_argument("--workloads", default=ALL, help="which of A-G and W to run (default: all)")
+    p.add_argument("--workloads", default=ALL, help="which of A-G, S and W to run (default: all)")
     p.add_argument(
         "--peers",
         default="all",
@@ -50,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-setup-peers",
         action="store_true",
         help="do not run bench/setup_peers.sh when the peers' virtualenv is missing",
+    )
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="also run the peers' alternative settings (rows 'lib:variant'; A and C)",
     )
     p.add_argument("--peer-timeout", type=float, default=600.0, help="seconds per peer run")
     p.add_argument("--n-a", type=int, help="A: tasks (default 20000)")
@@ -64,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-f", type=int, help="F: tasks queued to measure memory (default 100000)")
     p.add_argument("--n-g", type=int, help="G: tasks per ceiling loop (default 50000)")
     p.add_argument("--n-w", type=int, help="W: tasks per workflow-cost scenario (default 4000)")
+    p.add_argument("--n-s", type=int, help="S: tasks per scale row (default 20000)")
     p.add_argument(
         "--peer-n",
         default="rq:A=4000,rq:D=1000",
@@ -96,6 +107,7 @@ def _sizes(args: argparse.Namespace) -> dict[str, Any]:
         "F": pick(args.n_f, 100_000, 10_000),
         "G": pick(args.n_g, 50_000, 5_000),
         "W": pick(args.n_w, 4_000, 500),
+        "S": pick(args.n_s, 20_000, 2_000),
         "reps": args.reps or (1 if q else 3),
     }
 
@@ -182,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         brief = {k: v for k, v in res.items() if k.endswith(("_per_s", "_ms")) or k == "error"}
         say(f"{w} {lib}: {brief}")
 
-    with BenchRedis() as srv:
+    with BenchRedis() as srv, contextlib.ExitStack() as stack:
         meta |= {
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "machine": _machine(),
@@ -210,7 +222,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (lib, w) in caps:
                 opts["n"] = min(int(opts.get("n") or caps[(lib, w)]), caps[(lib, w)])
             srv.flush()
-            record(key or w, lib, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
+            row = f"{lib}:{opts['variant']}" if opts.get("variant") else lib
+            record(key or w, row, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
+
+        def variants(w: str, **opts: Any) -> None:
+            for lib, variant, vw in VARIANTS if args.variants else ():
+                if lib in libs and vw == w:
+                    peer(w, lib, variant=variant, **opts)
+
+        scale: ScaleBench | None = None
+        scale_error = ""
+        if "S" in wanted:
+            try:
+                scale = stack.enter_context(ScaleBench(srv, log_level=args.log_level))
+            except Exception as exc:
+                scale_error = f"S not run: {type(exc).__name__}: {exc}"[:2000]
+                say(scale_error)
 
         for rep in range(reps):
             say(f"--- repetition {rep + 1}/{reps}")
@@ -233,10 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             if "A" in wanted:
                 record("A", "dtq", guard(lambda: b.throughput(sz["A"])))
-                record("A2", "dtq", guard(lambda: b.throughput(sz["A"], procs=2)))
+                # dtq-worker --processes 2 against the peers' own 2-process settings.
+                record("A2", "dtq", guard(lambda: b.throughput(sz["A"], procs=2, pool=True)))
                 for lib in libs:
                     peer("A", lib, n=sz["A"], concurrency=32, procs=1)
                     peer("A", lib, key="A2", n=sz["A"], concurrency=32, procs=2)
+                variants("A", n=sz["A"], concurrency=32, procs=1)
             if "B" in wanted:
                 record("B", "dtq", guard(lambda: b.enqueue_rate(sz["B"])))
                 for lib in libs:
@@ -245,10 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record("C", "dtq", guard(lambda: b.pickup_latency(sz["C"])))
                 for lib in libs:
                     peer("C", lib, n=sz["C"], interval_ms=5)
+                variants("C", n=sz["C"], interval_ms=5)
             if "D" in wanted:
                 record("D", "dtq", guard(lambda: b.io_bound(sz["D"])))
                 for lib in libs:
                     peer("D", lib, n=sz["D"], concurrency=100, sleep_ms=10)
+            if scale is not None:
+                record("S", "cost", guard(lambda: scale.cost(sz["S"])))
+                record("S", "cost cluster3", guard(lambda: scale.cost(sz["S"], cluster=True)))
+                for row in ROWS:
+                    record("S", row, guard(lambda: scale.row(row, sz["S"])))  # noqa: B023
+            elif "S" in wanted:
+                record("S", "cost", {"error": scale_error})
             if "W" in wanted:
                 srv.flush()
                 record("W", "dtq", guard(lambda: flowcost.flow_cost(srv.url, sz["W"])))

@@ -13,10 +13,18 @@ from pathlib import Path
 from typing import Any
 
 LIBS = ("dramatiq", "taskiq", "arq", "saq", "streaq", "celery", "rq")
+# Alternative settings worth knowing about (bench/peers/README.md, "Variants"), run with
+# ``dtq bench --variants``: (library, variant, workload). Their rows read "lib:variant".
+VARIANTS: tuple[tuple[str, str, str], ...] = (
+    ("arq", "stock", "A"), ("arq", "stock", "C"),
+    ("taskiq", "list", "A"), ("taskiq", "list", "C"),
+    ("celery", "prefork", "A"),
+    ("rq", "simple", "A"),
+)  # fmt: skip
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
+    return Path(__file__).resolve().parents[2]
 
 
 class Peers:

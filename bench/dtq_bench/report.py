@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq.benchmark import flowcost
+from dtq_bench import flowcost, scalereport
 
 Rec = dict[str, Any]
 DTQ = "dtq"
@@ -21,7 +21,13 @@ METRICS: list[tuple[str, str, str, bool]] = [
         "no-op tasks/s from the first completion (start-up excluded)",
         True,
     ),
-    ("A2", "tasks_per_s", "no-op tasks/s, 2 worker processes x 32", True),
+    (
+        "A2",
+        "tasks_per_s",
+        "no-op tasks/s, 2 worker processes x 32 (dtq-worker --processes 2, dramatiq "
+        "--processes 2, taskiq --workers 2, ...)",
+        True,
+    ),
     ("B", "single_per_s", "enqueues/s one by one", True),
     ("B", "bulk_per_s", "enqueues/s with the library's bulk call", True),
     ("C", "p50_ms", "pickup latency p50 (ms)", False),
@@ -46,8 +52,12 @@ def median_record(runs: Sequence[Rec]) -> Rec:
         nums = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
         if len(nums) == len(vals):
             out[key] = round(statistics.median(nums), 3)
-            if len(nums) > 1 and key.endswith(("_per_s", "_ms")):
+            if len(nums) > 1 and key.endswith(("_per_s", "_ms", "_us", "_us_per_task")):
                 out[key + "_range"] = [min(nums), max(nums)]
+        elif key.endswith("_by_node") and all(isinstance(v, list) for v in vals):
+            # Per node (S's shards): the median of each node's values.
+            cols = zip(*vals, strict=True)
+            out[key] = [round(statistics.median(float(x) for x in col), 3) for col in cols]
         else:
             # A list (E's timed runs) is kept for every run; text (the setting) from the first.
             out[key] = vals if any(isinstance(v, list) for v in vals) else vals[0]
@@ -204,6 +214,7 @@ def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
     f = _get(med, "F", DTQ, "bytes_per_queued_task")
     if f is not None:
         add("F", "<= 400 bytes of Redis memory per queued task", f"{f:.0f} bytes", f <= 400)
+    scalereport.targets(med.get("S", {}), add)
     return out
 
 
@@ -318,6 +329,8 @@ def markdown(data: Rec) -> str:
             rng_s = f"{_fmt(rng[0])}-{_fmt(rng[1])}" if rng else ""
             lines.append(f"| {name} | {_fmt(rec.get('tasks_per_s'))} | {rng_s} |")
         lines.append("")
+    if med.get("S"):
+        lines += scalereport.markdown(med["S"], med.get("A2", {}), _fmt)
     wcost = med.get("W", {}).get(DTQ)
     if wcost:
         lines += flowcost.markdown(wcost, _fmt)

@@ -24,12 +24,16 @@ def free_port() -> int:
 class BenchRedis:
     """``with BenchRedis() as srv: srv.url``; flushed between workloads with :meth:`flush`."""
 
-    def __init__(self, executable: str = "redis-server") -> None:
+    def __init__(
+        self, executable: str = "redis-server", *, port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         exe = shutil.which(executable)
         if exe is None:
             raise RuntimeError(f"{executable} is not on PATH (Debian package redis-server)")
         self.exe = exe
-        self.port = free_port()
+        self.port = port or free_port()
+        self.extra_args = extra_args
         self.dir = Path(tempfile.mkdtemp(prefix="dtq-bench-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -41,7 +45,7 @@ class BenchRedis:
         args = [
             self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--maxclients", "4000",
-            "--logfile", str(self.dir / "redis.log"),
+            "--logfile", str(self.dir / "redis.log"), *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
@@ -72,6 +76,9 @@ class BenchRedis:
         with self.client() as c:
             info = c.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def cpu_by_node(self) -> list[float]:
+        return [self.cpu_s()]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

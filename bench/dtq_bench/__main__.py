@@ -1,0 +1,5 @@
+import sys
+
+from dtq_bench.suite import main
+
+sys.exit(main())

@@ -1,5 +1,0 @@
-import sys
-
-from dtq.benchmark import main
-
-sys.exit(main())

@@ -1,0 +1,134 @@
+"""What the ``dtq`` command line's commands share: exit codes, output (tables, ``--json``),
+running one admin operation, progress bars."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import click
+
+from dtq.admin import Admin
+from dtq.logs import one_line
+from dtq.settings import Settings, load_settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
+T = TypeVar("T")
+EPILOG = (
+    "Exit codes: 0 ok, 1 operation failed or not found, 2 usage/config error, 3 Redis unreachable."
+)
+
+
+class Failed(Exception):
+    """The operation did not happen; message printed, exit code 1."""
+
+
+def _settings(ctx: click.Context) -> Settings:
+    obj = ctx.find_root().obj or {}
+    overrides: dict[str, Any] = {}
+    # Given but empty is refused by the settings (one line, exit 2), not taken as "unset".
+    if obj.get("redis_url") is not None:
+        overrides["redis_url"] = obj["redis_url"]
+    if obj.get("prefix") is not None:
+        overrides["key_prefix"] = obj["prefix"]
+    return load_settings(**overrides)
+
+
+def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
+    """Run one admin operation with a fresh connection."""
+    settings = _settings(click.get_current_context())
+
+    async def go() -> T:
+        async with Admin(settings) as admin:
+            await admin.ping()
+            return await fn(admin)
+
+    return asyncio.run(go())
+
+
+def _echo(text: Any = "", err: bool = False) -> None:
+    """One line of human output: control characters in a name or an error text are shown
+    escaped, so a stored name cannot forge table rows or drive the terminal."""
+    click.echo(one_line(str(text)), err=err)
+
+
+def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))  # (JSON escapes controls)
+    else:
+        human()
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+    # Hand-written on purpose: tabulate(tablefmt="plain", disable_numparse=True) prints the same
+    # columns more slowly (docs/performance.md, "Hand-written code") and would be a dependency
+    # of every SDK install for these six lines.
+    if not rows:
+        _echo("(none)")
+        return
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    _echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    for r in cells:
+        _echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _short_time(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError):
+        return str(iso)  # shown as stored
+
+
+def _zoned_time(iso: str | None, tz: str | None) -> str:
+    """A time in zone ``tz`` with the zone's abbreviation, and in UTC beside it."""
+    if not iso or not tz or tz == "UTC":
+        return _short_time(iso) + (" UTC" if iso else "")
+    when = datetime.fromisoformat(iso)
+    try:
+        local = when.astimezone(ZoneInfo(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        return _short_time(iso) + " UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({when.astimezone(UTC):%H:%M:%S} UTC)"
+
+
+def _clip(text: str | None, n: int = 60) -> str:
+    if not text:
+        return ""
+    text = text.replace("\n", " ")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
+              op: Callable[[Admin, Callable[[int], None]], Awaitable[T]],
+              quiet: bool = False) -> T:  # fmt: skip
+    """Run a bulk operation with a progress bar on stderr (none when ``quiet``: --json)."""
+
+    async def go(a: Admin) -> T:
+        if quiet:
+            return await op(a, lambda _n: None)
+        total = await total_fn(a)
+        with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
+            return await op(a, bar.update)
+
+    return _run(go)

@@ -1,0 +1,175 @@
+"""``dtq dlq``: the dead-letter commands (list, requeue, discard, purge)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from dtq.admin import Admin, filled_page
+from dtq.cli_common import (
+    EPILOG,
+    Failed,
+    _clip,
+    _echo,
+    _emit,
+    _run,
+    _short_time,
+    _table,
+    _with_bar,
+    json_option,
+)
+
+
+@click.group(epilog=EPILOG, invoke_without_command=True)
+@click.pass_context
+def dlq(ctx: click.Context) -> None:
+    """Dead-letter queue: failed tasks. list (the default), requeue, discard, purge."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(dlq_list)
+
+
+def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--error", "-e", help="Only those whose last error contains this text.")(f)
+    f = click.option("--name", "-n", help="Only tasks of this name.")(f)
+    f = click.option("--queue", "-q", help="Only this queue.")(f)
+    return f
+
+
+@dlq.command("list", epilog=EPILOG)
+@_filters
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@json_option
+def dlq_list(
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List dead letters, newest failure first, with their last error."""
+    page = _run(
+        lambda a: filled_page(
+            lambda cur, n: a.dlq_list(queue=queue, name=name, error=error, cursor=cur, limit=n),
+            cursor,
+            limit,
+        )
+    )
+
+    def human() -> None:
+        rows = [
+            (d["task_id"], d["name"], _short_time(d["failed_at"]), d["attempt"],
+             _clip(d["error"]))
+            for d in page.items
+        ]  # fmt: skip
+        _table(rows, ["task", "name", "failed", "attempts", "error"])
+        if page.next_cursor:
+            _echo(f"more: --cursor {page.next_cursor}")
+
+    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+
+
+def _bulk(
+    verb: str,
+    ids: tuple[str, ...],
+    all_: bool,
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    yes: bool,
+    op: Callable[[Admin, list[str] | None, Callable[[int], None]], Awaitable[Any]],
+    as_json: bool = False,
+) -> Any:
+    if ids and (all_ or queue or name or error):
+        raise click.UsageError("give task ids, or filters/--all, not both")
+    if not ids and not (all_ or queue or name or error):
+        raise click.UsageError("give task ids, a filter (--queue/--name/--error) or --all")
+    if not ids and not yes:
+        what = " ".join(
+            f"{k}={v}" for k, v in (("queue", queue), ("name", name), ("error", error)) if v
+        )
+        click.confirm(f"{verb} every dead letter{' matching ' + what if what else ''}?",
+                      abort=True, err=True)  # fmt: skip
+
+    async def total(a: Admin) -> int:
+        return len(ids) if ids else await a.dlq_count(queue)
+
+    return _with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p), as_json)
+
+
+@dlq.command("requeue", epilog=EPILOG)
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
+@_filters
+@click.option("--max-retries", type=click.IntRange(0), help="Give the tasks a new retry budget.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def dlq_requeue(
+    ids: tuple[str, ...],
+    all_: bool,
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    max_retries: int | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Requeue dead letters: IDS, or all matching the filters. Ids and history are kept."""
+    res = _bulk(
+        "requeue", ids, all_, queue, name, error, yes,
+        lambda a, tids, p: a.dlq_requeue(tids, queue=queue, name=name, error=error,
+                                         max_retries=max_retries, progress=p),
+        as_json,
+    )  # fmt: skip
+    _report("requeued", res, as_json)
+
+
+@dlq.command("discard", epilog=EPILOG)
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
+@_filters
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def dlq_discard(
+    ids: tuple[str, ...],
+    all_: bool,
+    queue: str | None,
+    name: str | None,
+    error: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Delete dead letters for good: IDS, or all matching the filters."""
+    res = _bulk(
+        "discard", ids, all_, queue, name, error, yes,
+        lambda a, tids, p: a.dlq_discard(tids, queue=queue, name=name, error=error, progress=p),
+        as_json,
+    )  # fmt: skip
+    _report("discarded", res, as_json)
+
+
+@dlq.command("purge", epilog=EPILOG)
+@click.option("--queue", "-q", help="Only this queue (default: every queue).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
+    """Delete every dead letter (of one queue, or all)."""
+    if not yes:
+        click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True,
+                      err=True)  # fmt: skip
+    n = _with_bar("purging", lambda a: a.dlq_count(queue),
+                  lambda a, p: a.dlq_purge(queue, progress=p), as_json)  # fmt: skip
+    _emit({"discarded": n}, as_json, lambda: _echo(f"discarded {n} dead letters"))
+
+
+def _report(verb: str, res: Any, as_json: bool) -> None:
+    def human() -> None:
+        skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
+        _echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
+
+    _emit(res.to_dict(), as_json, human)
+    if res.done == 0 and res.skipped:
+        raise Failed(f"nothing {verb}")
