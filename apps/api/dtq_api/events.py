@@ -40,6 +40,13 @@ class Subscription:
         self.queue: asyncio.Queue[list[Event] | str] = asyncio.Queue(QUEUE_BATCHES)
         self.closed = False
 
+    async def ready(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until the hub's reader has fixed where the streams stand:
+        from then on every new event reaches this subscriber. Past the timeout (Redis down)
+        the stream goes on; the reader's error reaches it as an event."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._hub._positioned.wait(), timeout_s)
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -55,6 +62,9 @@ class EventHub:
         self._subs: set[Subscription] = set()
         self._reader: asyncio.Task[None] | None = None
         self._admin: Admin | None = None
+        # Set once the running reader knows every stream's position (a subscriber says
+        # "connected" only after that, so no event between the two is missed).
+        self._positioned = asyncio.Event()
 
     @property
     def streams(self) -> int:
@@ -66,6 +76,7 @@ class EventHub:
         sub = Subscription(self)
         self._subs.add(sub)
         if self._reader is None or self._reader.done():
+            self._positioned.clear()
             self._reader = asyncio.get_running_loop().create_task(self._read())
         return sub
 
@@ -95,6 +106,9 @@ class EventHub:
         cursors: dict[str, str] | None = None
         while self._subs:
             try:
+                if cursors is None:
+                    cursors = await self._admin.event_cursors()
+                    self._positioned.set()
                 evs, cursors = await self._admin.read_events(cursors, block_ms=BLOCK_MS)
             except (RedisUnavailable, redis.RedisError, OSError) as exc:
                 self._deliver(str(exc))
@@ -131,6 +145,7 @@ async def sse(
     """
     last: dict[str, tuple[int, int]] = {}
     try:
+        await sub.ready(ping_s)
         yield b": connected\n\n"
         if truncated:
             yield _error("too many missed events; some are left out")

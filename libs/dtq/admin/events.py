@@ -39,6 +39,15 @@ class EventOps(AdminCore):
         out.sort(key=lambda e: (e.ts_ms, e.id))
         return out
 
+    async def event_cursors(self) -> dict[str, str]:
+        """Every event stream's position now: :meth:`read_events` from these returns exactly
+        the events appended after this call ("$" cannot be kept between calls)."""
+        cur: dict[str, str] = {}
+        for k in self._event_keys(await self.physical_names()):
+            last = await self._r.xrevrange(k, count=1)
+            cur[k] = last[0][0] if last else "0-0"
+        return cur
+
     async def read_events(
         self, cursors: dict[str, str] | None, *, block_ms: int = 5000, count: int = 500
     ) -> tuple[list[Event], dict[str, str]]:
@@ -47,19 +56,13 @@ class EventOps(AdminCore):
         ``cursors`` maps stream keys to the last id seen (None: start from now). Returns the
         events and the cursors to pass next time; queues that appear later are picked up.
         """
-        qs = await self.physical_names()
-        keys = self._event_keys(qs)
-        cur = dict(cursors or {})
-        fresh = cursors is None
+        if cursors is None:
+            cursors = await self.event_cursors()
+        keys = self._event_keys(await self.physical_names())
+        cur = dict(cursors)
         for k in keys:
-            if k not in cur:
-                # A queue seen for the first time mid-stream is read from its start of now.
-                cur[k] = "$" if fresh else "0-0"
-        # "$" cannot be kept between calls: resolve it to the stream's last id.
-        for k, v in list(cur.items()):
-            if v == "$":
-                last = await self._r.xrevrange(k, count=1)
-                cur[k] = last[0][0] if last else "0-0"
+            # A queue seen for the first time mid-stream is read from its start.
+            cur.setdefault(k, "0-0")
         if self._cluster:
             res = await self._xread_each(keys, cur, count, block_ms)
         else:
