@@ -136,7 +136,13 @@ def test_a_killed_process_is_restarted_and_its_run_reclaimed(
         warm = [c.enqueue("record", ["warm"]) for _ in range(6)]
         for h in warm:
             c.result(h.id, timeout=60)
-        before = total(samples(base + "/metrics"), "dtq_worker_tasks_total")
+        # A result is in Redis a moment before its process counts it (the count follows the
+        # outcome write), so the scrape waits for the count rather than racing it.
+        def tasks_total() -> float:
+            return total(samples(base + "/metrics"), "dtq_worker_tasks_total")
+
+        wait_until(lambda: tasks_total() >= 6, timeout=30, interval=0.05)
+        before = tasks_total()
         assert before == 6
         hs = [c.enqueue("record", [f"long{i}", 3.0]) for i in range(4)]
         wait_until(lambda: {s[2] for s in body_starts(r, prefix) if s[0] in
@@ -154,8 +160,8 @@ def test_a_killed_process_is_restarted_and_its_run_reclaimed(
             assert [a for t, a, _ in body_starts(r, prefix) if t == tid] == [1, 2]
         # The summed counter did not go down when its process died (a rate() would read a
         # reset): what the dead one had reported is kept.
-        after = total(samples(base + "/metrics"), "dtq_worker_tasks_total")
-        assert after == before + 4
+        wait_until(lambda: tasks_total() >= before + 4, timeout=30, interval=0.05)
+        assert tasks_total() == before + 4
     found = samples(base + "/metrics")
     assert found[("dtq_worker_process_restarts_total", ())] == 1
     assert w.proc.poll() is None
