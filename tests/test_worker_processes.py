@@ -136,6 +136,7 @@ def test_a_killed_process_is_restarted_and_its_run_reclaimed(
         warm = [c.enqueue("record", ["warm"]) for _ in range(6)]
         for h in warm:
             c.result(h.id, timeout=60)
+
         # A result is in Redis a moment before its process counts it (the count follows the
         # outcome write), so the scrape waits for the count rather than racing it.
         def tasks_total() -> float:
