@@ -166,8 +166,10 @@ async def test_recovery_never_starts_a_run_whose_claim_reply_is_only_slow(
             await waited(rule.fired, "the claim's reply was never held")
             w.recovery.request("default")  # as a lost reply elsewhere, or the period, would
             # Long enough for a recovery that did not wait for the claim to run the body (a
-            # few ms here); with the wait, nothing may start until the reply comes.
-            for _ in range(40):
+            # few ms here); with the wait, nothing may start until the reply comes. Kept well
+            # inside the tests' 1.5 s visibility timeout: a hold near it let a loaded machine
+            # see the held run's lease lapse ("worker lost"), which is not what this tests.
+            for _ in range(20):
                 await asyncio.sleep(0.025)
                 assert not runs, "the body started before its claim's reply came"
             rule.released.set()
