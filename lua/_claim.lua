@@ -136,21 +136,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local eid, fields = entry[1], entry[2]
     local tid = fields[2]
     local rk = base .. tid
-    -- A plain task's first claim: its record holds exactly the 10 base fields every record is
-    -- made with (enqueue.lua, schedule_fire.lua, _flow.lua). Ten fields, all ten of them there:
-    -- nothing else is, so the optional ones are not asked for (each absent field costs HMGET a
-    -- scan of the whole record; docs/performance.md, "Redis instructions per task").
-    local r = nil
-    if redis.call('HLEN', rk) == 10 then
-      local q = redis.call('HMGET', rk, 'status', 'eid', 'attempt', 'name', 'args', 'maxr',
-        'retries', 'intr', 'enq', 'prio')
-      if q[1] and q[2] and q[3] and q[4] and q[5] and q[6] and q[7] and q[8] and q[9]
-          and q[10] then
-        r = {q[1], q[2], false, q[3], q[4], q[5], false, q[6], false, q[7], q[8], q[9], q[10],
-          false, false, false, false, false, false, false}
-      end
-    end
-    r = r or redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
+    local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
       'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
       'lrw', 'dflt', 'hdr')
     if r[1] == 'queued' and r[2] == eid then

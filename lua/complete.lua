@@ -40,18 +40,8 @@ for i = 0, n - 1 do
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local status, payload = ARGV[o + 3], ARGV[o + 4]
   local rk = base .. tid
-  -- A running record holds its 12 base fields (the 10 of a queued one, see _claim.lua, and
-  -- worker, started), none of which any script deletes while it runs; a 13th is an optional
-  -- one. So a record of 12 fields whose fence passes has none of the optional fields read
-  -- below, and they are not asked for: each absent field costs HMGET a scan of the whole
-  -- record (docs/performance.md, "Redis instructions per task").
-  local r
-  if redis.call('HLEN', rk) == 12 then
-    r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio')
-  else
-    r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
-      'cancel', 'flow')
-  end
+  local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
+    'cancel', 'flow')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local si = stream_index(r[4])
     local ids = acks[si]

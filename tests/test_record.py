@@ -103,9 +103,8 @@ BASE_QUEUED = {
 
 
 def test_a_plain_record_holds_exactly_the_base_fields(r: redis.Redis, qk: QueueKeys) -> None:
-    """claim.lua and complete.lua skip the optional fields of a record with exactly 10 fields
-    (queued) or 12 (running): a plain task's record must hold exactly these, and any option
-    makes it longer."""
+    """A plain task's record holds exactly the base fields (10 queued, 12 running) and any
+    option makes it longer: the record's size per task (workload F) depends on it."""
     from tests.conftest import create_groups
 
     create_groups(r, qk)
