@@ -88,6 +88,10 @@ async def test_async_fire_due_with_a_runtime_schedule() -> None:
         return "pong"
 
     with TestQueue(app) as tq:
+        # Every-10-s fire times sit on multiples of 10 s since the epoch: start the test clock
+        # 5 s into such a window, so the 10.5 s below cross exactly one of them (from a real
+        # time 0.5 s before a multiple they crossed two: a 1-in-20 failure).
+        await tq.aadvance((15 - tq.now().timestamp() % 10) % 10)
         add_schedule(app.client(), Schedule(name="p", task="ping", every=10))
         assert await tq.afire_due() == []
         fired = await tq.aadvance(10.5)
