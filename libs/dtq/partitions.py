@@ -66,21 +66,6 @@ def place(queue: str, n: int, key: str | None) -> str:
     return physical(queue, zlib.crc32(key.encode("utf-8", "surrogatepass")) % n)
 
 
-def parse(value: object) -> object:
-    """``bulk=4,other=2`` as a dict (settings validation checks the names and numbers)."""
-    if not isinstance(value, str):
-        return value
-    out: dict[str, object] = {}
-    for part in value.split(","):
-        if not part.strip():
-            continue
-        name, sep, num = part.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"wants queue=N pairs, got {part.strip()!r}")
-        out[name.strip()] = num.strip()
-    return out
-
-
 # --- the count recorded in Redis ---
 
 

@@ -166,25 +166,21 @@ class Settings(BaseSettings):
                              "control characters")  # fmt: skip
         return value
 
-    @field_validator("queue_concurrency", mode="before")
+    @field_validator("queue_concurrency", "queue_partitions", mode="before")
     @classmethod
-    def _split_caps(cls, value: object) -> object:
-        if isinstance(value, str):
-            caps: dict[str, object] = {}
-            for part in value.split(","):
-                if not part.strip():
-                    continue
-                name, sep, num = part.partition("=")
-                if not sep or not name.strip():
-                    raise ValueError(f"wants queue=N pairs, got {part.strip()!r}")
-                caps[name.strip()] = num.strip()
-            return caps
-        return value
-
-    @field_validator("queue_partitions", mode="before")
-    @classmethod
-    def _split_partitions(cls, value: object) -> object:
-        return partitions.parse(value)
+    def _split_pairs(cls, value: object) -> object:
+        """``bulk=4,other=2`` as a dict (the field's own validation checks names and numbers)."""
+        if not isinstance(value, str):
+            return value
+        out: dict[str, object] = {}
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            name, sep, num = part.partition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"wants queue=N pairs, got {part.strip()!r}")
+            out[name.strip()] = num.strip()
+        return out
 
     @field_validator("queue_partitions")
     @classmethod
