@@ -359,6 +359,7 @@ class DtqBench:
             "worker_rss_mib": round(max(rss) / 1024, 1) if rss else None,
             "worker_cpu_us_per_task": round(worker_cpu * 1e6 / n, 1),
             "redis_cpu_us_per_task": round(sum(redis_cpu) * 1e6 / n, 1),
+            "redis_cpu_us_per_task_by_node": [round(x * 1e6 / n, 2) for x in redis_cpu],
             "worker_log_lines": lines,
         }
         if at_mark and n > at_mark[1] and end > at_mark[0]:
