@@ -51,7 +51,6 @@ from dtq.keys import GROUP, Keys, make_task_id, split_task_id
 from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.models import TaskHandle, TaskInfo
 from dtq.partitions import logical, within
-from dtq.progress import progress_call
 from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
@@ -68,7 +67,7 @@ class _Hooks:
 
     def report_progress(self, payload: str) -> None:
         qk = self.tq.keys.queue(self.queue)
-        call = progress_call(qk, self.c.tid, self.c.attempt, WORKER_ID, payload, 1000)
+        call = sc.progress_call(qk, self.c.tid, self.c.attempt, WORKER_ID, payload, 1000)
         self.tq._scripts.run(call)
 
     def stop_requested(self) -> bool:
@@ -395,7 +394,7 @@ class TestQueue:
             verdict = item.status if stored else "stale"
         else:
             call = sc.fail_call(qk, WORKER_ID, [item], s.events_maxlen, s.dlq_ttl_s)
-            verdict = sc.parse_strings(self._scripts.run(call))[0]
+            verdict = sc.parse_verdicts(self._scripts.run(call))[0]
         if mw is not None and mw.on_outcome:
             verdict = "retried" if verdict == "scheduled" else verdict
             error = item.error if isinstance(item, sc.Failure) else None

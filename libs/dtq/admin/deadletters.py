@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from dtq import scripts as sc
-from dtq.admin.calls import dlq_discard_call
 from dtq.admin.common import (
     BATCH,
     DLQ_BUDGET,
@@ -21,6 +20,7 @@ from dtq.admin.views import BulkResult, DeadLetter, Page, iso
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, make_task_id, split_task_id
 from dtq.partitions import logical
+from dtq.scripts import dlq_discard_call
 
 
 class DeadLetterOps(AdminCore):
@@ -228,7 +228,7 @@ class DeadLetterOps(AdminCore):
                 call = dlq_discard_call(
                     qk, tids, events_maxlen=self.settings.events_maxlen, nonce=sc.new_nonce()
                 )
-                outcomes = sc.parse_strings(await self._run(call))
+                outcomes = sc.parse_dlq(await self._run(call))
                 ok = "discarded"
             for o in outcomes:
                 if o == ok:

@@ -22,9 +22,7 @@ log = logging.getLogger("dtq.schedules")
 
 
 def put_call(qk: QueueKeys, s: Schedule, next_ms: int) -> sc.Call:
-    return sc.Call(
-        "schedule_put", [qk.schedules, qk.schedules_next], [s.name, s.to_json(), next_ms]
-    )
+    return sc.schedule_put_call(qk, s.name, s.to_json(), next_ms)
 
 
 def _infos(
