@@ -1,5 +1,6 @@
 """The task record's field names are defined once (dtq/record.py) and the scripts use no other;
-every script error code is named once (dtq.scripts.ScriptError)."""
+every script error code is named once (dtq.scripts.ScriptError), and every sentinel a script
+answers by an enum of its wrapper (dtq.scripts.REPLIES)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,87 @@ def test_every_script_error_code_is_named(r: redis.Redis, qk: QueueKeys) -> None
         sc.SyncScripts(r).run(call)
     assert sc.ScriptError.of(info.value) is sc.ScriptError.BAD_CALL
     assert sc.ScriptError.of(redis.ResponseError("NOGROUP no such group")) is None
+
+
+# What a script answers that is not a count or an id, as the scripts spell it:
+# - a literal in the header's "Returns" block (its doc: 'stale', '|', {now_ms, -1}, ...);
+# - a literal returned, alone or first in a table: ``return 'x'``, ``return {'x', ...}``;
+# - a literal pushed on the reply table (a table the script returns): ``out[#out + 1] = 'x'``;
+# - a bare number returned (a flag: ``return 0``), or a negative number ending a returned table
+#   (``return {now, -1}``).
+# The script's own text is read, with the parts it includes (_claim.lua), except the shared
+# libraries _flow.lua and _replay.lua; a local function's body counts only when a top-level
+# ``return`` line names the function (its value is the reply: cancel.lua's cancel()), and a
+# nested one's never, so a helper's own values (purge.lua's stream bound '-', the claim's list
+# of record fields to write) are not taken for replies.
+RETURNS_BLOCK = re.compile(r"^-- Returns(.*?)(?=^-- [A-Z]|^--\s*$|^[^-])", re.M | re.S)
+RETURNED = re.compile(r"\breturn\s+\{?\s*'([^']*)'\s*(?:[,}]|end\b|$)", re.M)
+PUSHED = re.compile(r"(\w+)\[#\1 \+ 1\] = '([^']*)'")
+REPLY_TABLE = re.compile(r"\breturn\s+(\w+)\s*(?:end\b|$)|keep_reply\([^,]+,[^,]+,\s*(\w+)\)", re.M)
+FLAG = re.compile(r"\breturn\s+(-?\d+)\s*(?:end\b|$)", re.M)
+NEGATIVE = re.compile(r"\breturn\s+\{[^}]*?,\s*(-\d+)\s*\}")
+HEADER_NEGATIVE = re.compile(r"(?<![\w\]])(-\d+)\b")
+LOCAL_FUNCTION = re.compile(r"^local function (\w+)\(.*?^end\b", re.M | re.S)
+NESTED_FUNCTION = re.compile(r"^( +)local function \w+\(.*?^\1end\b", re.M | re.S)
+
+
+def _script_text(path: Path) -> str:
+    text = path.read_text()
+    parts = re.findall(r"^-- include: (\w+)", text, re.M)
+    return "\n".join(
+        [*((ROOT / "lua" / f"{p}.lua").read_text() for p in parts if p == "_claim"), text]
+    )
+
+
+def sentinels_in(text: str, header: str) -> set[str | int]:
+    """The sentinel replies a script's text can answer (see above)."""
+    found: set[str | int] = set()
+    for m in RETURNS_BLOCK.finditer(header):
+        block = m.group(1)
+        found |= set(re.findall(r"(?<!\w)'([^'\n]*)'(?!\w)", block))  # (not "task's")
+        found |= {int(x) for x in HEADER_NEGATIVE.findall(block)}
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    top = "\n".join(line for line in code.splitlines() if line.startswith("return"))
+    code = NESTED_FUNCTION.sub("", code)  # a function's helper: its values are not replies
+    code = LOCAL_FUNCTION.sub(lambda m: m.group(0) if m.group(1) in top else "", code)
+    tables = {a or b for a, b in REPLY_TABLE.findall(code)}
+    found |= set(RETURNED.findall(code))
+    found |= {lit for name, lit in PUSHED.findall(code) if name in tables}
+    found |= {int(x) for x in FLAG.findall(code)}
+    found |= {int(x) for x in NEGATIVE.findall(code)}
+    return found
+
+
+def test_every_sentinel_a_script_answers_is_named_by_its_enum() -> None:
+    scripts = [p for p in LUA if not p.name.startswith("_")]
+    assert set(sc.REPLIES) <= {p.stem for p in scripts}
+    unnamed = {}
+    for p in scripts:
+        named = {m.value for e in sc.REPLIES.get(p.stem, ()) for m in e}  # type: ignore[attr-defined]
+        found = sentinels_in(_script_text(p), p.read_text())
+        if found - named:
+            unnamed[p.stem] = found - named
+    assert unnamed == {}
+
+
+def test_the_sentinel_scan_sees_each_form() -> None:
+    """The scan above finds each way a script answers a sentinel (it cannot pass by finding
+    nothing)."""
+    read = {p.stem: sentinels_in(_script_text(p), p.read_text()) for p in LUA}
+    assert {-1, -2} <= read["claim"]  # _claim.lua's (included), in claim_entries()
+    assert read["fail"] >= {"scheduled", "failed", "cancelled", "stale", "queued"}  # header
+    assert read["schedule_fire"] == {"fired", "overlap", "missed", "stale"}
+    assert read["touch"] == {"|"}  # pushed on the reply table
+    assert read["flow_cancel"] == {""} and read["lock"] == {0, 1} and read["promote"] == {-1}
+    assert read["dlq_discard"] == {"discarded", "missing"} and "-" not in read["purge"]
+    assert read["cancel"] == {"cancelled", "requested", "unchanged", "missing"}
+    fake = "-- Returns  1 or 'odd'\n\nif x then return 'new' end\nout[#out + 1] = 'pushed'\n"
+    fake += (
+        "local function f()\n  local function h()\n    return 'no'\n  end\n  return 'kept'\nend\n"
+    )
+    fake += "local function g()\n  return 'not'\nend\nw[#w + 1] = 'no'\nreturn {now, -7}\n"
+    got = sentinels_in(fake + "return 3\nreturn out\nreturn f()", fake)
+    assert got == {"odd", "new", "pushed", "kept", -7, 3}
 
 
 def _task(prio: int) -> sc.NewTask:
