@@ -4,6 +4,7 @@ answers by an enum of its wrapper (dtq.scripts.REPLIES)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -209,3 +210,113 @@ def test_a_plain_record_holds_exactly_the_base_fields(r: redis.Redis, qk: QueueK
     done = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "generic")
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", [done], 100, 60))) == [True]
     assert r.hget(qk.task(plain.tid), Field.ERROR) == "stop"
+
+
+# --- Python code names record fields by Field ---------------------------------------------------
+
+HASH_COMMANDS = {"hget", "hmget", "hset", "hdel", "hexists", "hincrby", "hsetnx", "hgetall"}
+RECORD_NAMES = {"rec", "recs"}  # what the code calls a task record it read (a dict, or a list)
+
+
+def _is_record_key(node: ast.expr) -> bool:
+    """``<keys>.task(tid)`` or ``<keys>.task_base + tid``: a task record's key."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "task"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return isinstance(node.left, ast.Attribute) and node.left.attr == "task_base"
+    return False
+
+
+def _literals(nodes: list[ast.expr]) -> list[ast.Constant]:
+    out: list[ast.Constant] = []
+    for n in nodes:
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            out.append(n)
+        elif isinstance(n, ast.List | ast.Tuple | ast.Set):
+            out += _literals(n.elts)
+        elif isinstance(n, ast.Dict):
+            out += _literals([k for k in n.keys if k is not None])
+    return out
+
+
+def _is_record(node: ast.expr, records: set[str]) -> bool:
+    if isinstance(node, ast.Subscript):  # recs[i]
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in records
+
+
+def raw_record_fields(source: str) -> list[tuple[int, str]]:
+    """(line, literal) of each raw record-field string used as a task record's field:
+    - an argument of a hash command (hget, hmget, hset with its mapping, hdel, ...) on a task
+      record's key (``qk.task(tid)``, ``qk.task_base + tid``);
+    - a subscript, ``.get()``/``.pop()`` or ``in`` test on a task record read: a variable
+      assigned from HGETALL of a record key, or named ``rec``/``recs`` (the code's name for one);
+    - a key of a dict literal assigned to ``rec`` (a record-shaped dict).
+    It cannot see a record under another name or a key passed through a variable (a pipeline's
+    loop over record keys): those read as any dict or hash."""
+    found: list[tuple[int, str]] = []
+    values = {f.value for f in Field}
+    tree = ast.parse(source)
+    records = set(RECORD_NAMES)
+    for node in ast.walk(tree):  # names assigned from HGETALL of a record key
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            calls = [c for c in ast.walk(node.value) if isinstance(c, ast.Call)]
+            if any(
+                isinstance(c.func, ast.Attribute) and c.func.attr == "hgetall" and c.args
+                and _is_record_key(c.args[0]) for c in calls
+            ):  # fmt: skip
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                records |= {t.id for t in targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        lits: list[ast.Constant] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            fn = node.func
+            if fn.attr in HASH_COMMANDS and node.args and _is_record_key(node.args[0]):
+                lits = _literals([*node.args[1:], *(k.value for k in node.keywords)])
+            elif fn.attr in ("get", "pop") and node.args and _is_record(fn.value, records):
+                lits = _literals(node.args[:1])
+        elif isinstance(node, ast.Subscript) and _is_record(node.value, records):
+            lits = _literals([node.slice])
+        elif isinstance(node, ast.Compare) and any(isinstance(o, ast.In) for o in node.ops):
+            if any(_is_record(c, records) for c in node.comparators):
+                lits = _literals([node.left])
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Dict)
+            and any(_is_record(t, records) for t in node.targets)
+        ):
+            lits = _literals([node.value])
+        found += [(c.lineno, c.value) for c in lits if c.value in values]
+    return sorted(set(found))
+
+
+def test_python_code_names_record_fields_by_field() -> None:
+    """Code under libs/ and apps/ names a task record's fields by Field (dtq/record.py), never
+    by a raw string: a renamed or mistyped field is then an error at import, not a None."""
+    raw = {}
+    for path in sorted([*(ROOT / "libs").rglob("*.py"), *(ROOT / "apps").rglob("*.py")]):
+        found = raw_record_fields(path.read_text())
+        if found:
+            raw[str(path.relative_to(ROOT))] = found
+    assert raw == {}
+
+
+def test_the_record_field_scan_sees_each_form() -> None:
+    code = """
+r.hget(qk.task(tid), "status")
+pipe.hmget(self.keys.queue(q).task(tid), ["name", "maxr"])
+r.hset(qk.task_base + tid, mapping={"lk": "x", "other": 1})
+rec = await r.hgetall(qk.task(tid))
+x = rec["prio"], rec.get("intr"), "tb" in rec, recs[0].get("hdr")
+got = r.hgetall(qk.task(tid))
+got.pop("lrn")
+rec = {"lrw": "1"}
+r.hget(qk.task(tid), Field.STATUS)
+r.hget(keys.worker(wid), "status")
+other = {"status": 1}
+other.get("name")
+"""
+    got = raw_record_fields(code)
+    assert sorted(v for _, v in got) == sorted(
+        ["status", "name", "maxr", "lk", "prio", "intr", "tb", "hdr", "lrn", "lrw"]
+    )

@@ -112,7 +112,13 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     # In a batch, the last task may stop after its fixed fields too.
     first, last = task(prio=9), task(prio=9)
     keys = sc.enqueue_call(qk, [first, last], 100).keys
-    run(sc.Call("enqueue", keys, [100, 2, *sc.enqueue._task_args(first), *sc.enqueue._task_args(last)[:5]]))
+    run(
+        sc.Call(
+            "enqueue",
+            keys,
+            [100, 2, *sc.enqueue._task_args(first), *sc.enqueue._task_args(last)[:5]],
+        )
+    )
     assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
 
 

@@ -34,6 +34,7 @@ from dtq.keys import PARTITION_SEP, Keys, QueueKeys, is_flow_id, make_task_id, s
 from dtq.middleware import EnqueueRequest, Hooks
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.partitions import logical
+from dtq.record import Field
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
 
@@ -368,7 +369,7 @@ class _Base:
         rec = yield lambda r: r.hgetall(qk.task(tid))
         decl = None
         if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
-            decl = yield lambda r: r.hget(qk.decl, rec.get("name", ""))
+            decl = yield lambda r: r.hget(qk.decl, rec.get(Field.NAME, ""))
         return self._info(task_id, rec, decl)
 
     def _cancel_steps(self, task_id: str, reason: str) -> Steps[bool]:

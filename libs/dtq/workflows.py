@@ -22,6 +22,7 @@ from dtq.errors import InvalidRequest
 from dtq.keys import Keys, new_flow_tid, split_task_id
 from dtq.middleware import EnqueueRequest
 from dtq.partitions import logical
+from dtq.record import Field
 from dtq.requests import TaskDefaults, build_task
 from dtq.scripts import Call, NewTask
 from dtq.settings import Settings
@@ -296,11 +297,11 @@ def step_fields(n: int) -> list[str]:
     return [f"q{i}" for i in range(n)]
 
 
-def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
+def flow_record(task_id: str, fh: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
     """The flow as a task-like record, plus its steps (index, id, name, status) and tree.
     ``step_recs``: [status, name] of each step's task record (None: not created yet)."""
     split_task_id(task_id)
-    st = rec.get("status", "running")
+    st = fh.get("status", "running")
     statuses = [(x or [None])[0] for x in step_recs]
     if st == "running":
         started = any(s not in (None, "queued", "scheduled") for s in statuses)
@@ -308,28 +309,28 @@ def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict
     steps = []
     for i, x in enumerate(step_recs):
         status, name = (x if x else [None, None])[:2]
-        if name is None and f"x{i}" in rec:
-            name = json.loads(rec[f"x{i}"])[2]
-        if status is None and f"e{i}" in rec:  # refused at its release (payload limit)
+        if name is None and f"x{i}" in fh:
+            name = json.loads(fh[f"x{i}"])[2]
+        if status is None and f"e{i}" in fh:  # refused at its release (payload limit)
             status = "failed"
         steps.append(
             {
                 "index": i,
-                "id": rec.get(f"q{i}", ""),
+                "id": fh.get(f"q{i}", ""),
                 "name": name or "",
                 "status": status or "waiting",
             }
         )
     return {
         "status": st,
-        "rec": {
-            "name": "workflow", "status": st, "enq": rec.get("enq", ""),
-            **({"finished": rec["finished"]} if "finished" in rec else {}),
-            **({"result": rec["result"]} if "result" in rec else {}),
-            **({"error": rec["error"]} if "error" in rec else {}),
+        "rec": {  # the flow as a task record (its hash shares these names)
+            Field.NAME: "workflow", Field.STATUS: st, Field.ENQUEUED: fh.get("enq", ""),
+            **({Field.FINISHED: fh["finished"]} if "finished" in fh else {}),
+            **({Field.RESULT: fh["result"]} if "result" in fh else {}),
+            **({Field.ERROR: fh["error"]} if "error" in fh else {}),
         },
         "steps": steps,
-        "tree": json.loads(rec.get("tree", "null")),
+        "tree": json.loads(fh.get("tree", "null")),
     }  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from dtq.admin.views import BulkResult, DeadLetter, Page, iso
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, make_task_id, split_task_id
 from dtq.partitions import logical
+from dtq.record import Field
 from dtq.scripts import dlq_discard_call
 
 
@@ -81,7 +82,10 @@ class DeadLetterOps(AdminCore):
                 return out, None, seen
             async with self._r.pipeline(transaction=False) as pipe:
                 for tid, _ in entries:
-                    pipe.hmget(qk.task(tid), ["name", "attempt", "retries", "maxr", "error"])
+                    pipe.hmget(
+                        qk.task(tid),
+                        [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR],
+                    )
                 recs = await pipe.execute()
             seen += len(entries)
             for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
@@ -141,7 +145,7 @@ class DeadLetterOps(AdminCore):
         qk = self.keys.queue(queue)
         async with self._r.pipeline(transaction=False) as pipe:
             for tid in tids:
-                pipe.hmget(qk.task(tid), ["name", "error"])
+                pipe.hmget(qk.task(tid), [Field.NAME, Field.ERROR])
             recs = await pipe.execute()
         return [
             tid
