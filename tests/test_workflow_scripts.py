@@ -229,8 +229,11 @@ def test_cross_slot_handover_is_moved_exactly_once(
     [put] = outbox(r, settings, "default")
     assert put["k"] == "put" and json.loads(put["args"]) == [1]
     other = qk_of(settings, "other")
-    assert run(sc.flow_put_call(other, put["spec"], put["args"], 100)) == 1
-    assert run(sc.flow_put_call(other, put["spec"], put["args"], 100)) == 0  # moved again: no-op
+    assert sc.parse_created(run(sc.flow_put_call(other, put["spec"], put["args"], 100))) is (
+        sc.Created.CREATED
+    )
+    again = run(sc.flow_put_call(other, put["spec"], put["args"], 100))
+    assert sc.parse_created(again) is sc.Created.EXISTED  # moved again: no-op
     [b] = claim(r, settings, "other")
     assert claim(r, settings, "other") == [] and b.name == "b"
     assert complete(r, settings, "other", b, 2)
@@ -240,8 +243,9 @@ def test_cross_slot_handover_is_moved_exactly_once(
     nhome, nftid, step = wf.parse_flow_key(settings.key_prefix, note["f"])
     assert (nhome, nftid, step) == (home, ftid, "1")
     hk = qk_of(settings, home)
-    assert run(sc.flow_apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)) == 1
-    assert run(sc.flow_apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)) == 0
+    apply = sc.flow_apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)
+    assert sc.parse_applied(run(apply)) is sc.Applied.APPLIED
+    assert sc.parse_applied(run(apply)) is sc.Applied.NOT_APPLIED
     [c] = claim(r, settings, "default")
     assert claim(r, settings, "default") == [] and args_of(r, settings, "default", c) == [2]
     assert complete(r, settings, "default", c, 3)

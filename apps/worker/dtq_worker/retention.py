@@ -117,9 +117,8 @@ class Retention:
         idle_ms = int(env.settings.dead_worker_ttl_s * 1000)
         removed = 0
         for q in queues:
-            removed += int(
-                await env.scripts.run(sc.consumer_prune_call(env.keys.queue(q), idle_ms))
-            )
+            call = sc.consumer_prune_call(env.keys.queue(q), idle_ms)
+            removed += sc.parse_consumer_prune(await env.scripts.run(call))
         return removed
 
     async def forget_queues(self, queues: list[str]) -> int:

@@ -74,6 +74,11 @@ def flow_put_call(qk: QueueKeys, spec: str, args: str, events_maxlen: int) -> Ca
     )
 
 
+def parse_created(raw: Any) -> Created:
+    """flow_put.lua's or flow_tomb.lua's reply."""
+    return Created(int(raw))
+
+
 def flow_apply_call(
     home: QueueKeys, ftid: str, step: str, status: str, payload: str, events_maxlen: int, ttl: int
 ) -> Call:
@@ -83,6 +88,10 @@ def flow_apply_call(
         home_keys(home),
         [events_maxlen, ttl, home.done_base, ftid, step, status, payload],
     )
+
+
+def parse_applied(raw: Any) -> Applied:
+    return Applied(int(raw))
 
 
 def flow_cancel_call(

@@ -34,6 +34,11 @@ def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
     return Call("retention_consumers", qk.streams, [GROUP, idle_ms])
 
 
+def parse_consumer_prune(raw: Any) -> int:
+    """The number of consumers deleted."""
+    return int(raw)
+
+
 class QueueState(IntEnum):
     """retention_queue.lua's reply."""
 
