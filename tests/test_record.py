@@ -19,10 +19,18 @@ Q = "q1"
 ROOT = Path(__file__).resolve().parents[1]
 LUA = sorted((ROOT / "lua").glob("*.lua"))
 # A redis.call on a task record: the record key is one of these expressions in the scripts.
-RECORD_CALL = re.compile(
-    r"redis\.call\('(HMGET|HGET|HSET|HDEL|HINCRBY|HSETNX|HEXISTS)',\s*"
-    r"(rk|prk|k|base \.\. [\w\[\]]+|KEYS\[3\] \.\. prev|KEYS\[12\] \.\. last)\s*,"
-)
+RECORD_KEYS = r"rk|prk|k|base \.\. [\w\[\]]+|KEYS\[3\] \.\. prev|KEYS\[12\] \.\. last"
+
+
+def _record_call(keys: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"redis\.call\('(HMGET|HGET|HSET|HDEL|HINCRBY|HSETNX|HEXISTS)',\s*({keys})\s*,"
+    )
+
+
+RECORD_CALL = _record_call(RECORD_KEYS)
+# A script given one task record as a key says so in its header: "KEYS[n]  P:{q}:t:<tid>".
+RECORD_KEY_ARG = re.compile(r"^-- (KEYS\[\d+\])\s+P:\{\w+\}:t:<tid>", re.M)
 
 
 def _args(text: str, start: int) -> list[str]:
@@ -48,7 +56,9 @@ def record_fields_in(text: str) -> set[str]:
     """Field names the script text reads from or writes to a task record (quoted literals at
     field positions: every argument of HMGET/HGET/HDEL, every other one of HSET)."""
     found = set()
-    for m in RECORD_CALL.finditer(text):
+    given = [re.escape(k) for k in RECORD_KEY_ARG.findall(text)]  # (progress.lua's KEYS[1])
+    calls = _record_call("|".join([RECORD_KEYS, *given])) if given else RECORD_CALL
+    for m in calls.finditer(text):
         args = _args(text, m.end())
         names = args[::2] if m.group(1) in ("HSET", "HINCRBY", "HSETNX") else args
         for a in names:
@@ -70,6 +80,11 @@ def test_the_scan_sees_reads_and_writes() -> None:
     got = record_fields_in(text)
     assert {"status", "attempt", "worker", "cancel", "flow", "hdr", "result", "started"} <= got
     assert "running" not in got and "expired before it started" not in got  # values, not fields
+    # A record given as a key of its own (KEYS[1] in progress.lua and flow_tomb.lua).
+    assert {"progress", "status", "worker"} <= record_fields_in(
+        (ROOT / "lua" / "progress.lua").read_text()
+    )
+    assert {"maxr", "intr"} <= record_fields_in((ROOT / "lua" / "flow_tomb.lua").read_text())
 
 
 def test_design_md_lists_every_field() -> None:
