@@ -490,12 +490,19 @@ def test_cancel_each_state(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
 
 def test_lock_compare_and_set(r: redis.Redis, run: Any, prefix: str) -> None:
     key = f"{prefix}:lock"
-    assert run(sc.lock_call(key, "a", 1000)) == 1
-    assert run(sc.lock_call(key, "b", 1000)) == 0
-    assert run(sc.lock_call(key, "a", 5000)) == 1 and r.pttl(key) > 1000
-    assert run(sc.unlock_call(key, "b")) == 0
-    assert run(sc.unlock_call(key, "a")) == 1
-    assert run(sc.lock_call(key, "b", 1000)) == 1
+
+    def lock(token: str, ms: int) -> sc.Lock:
+        return sc.parse_lock(run(sc.lock_call(key, token, ms)))
+
+    def unlock(token: str) -> sc.Unlock:
+        return sc.parse_unlock(run(sc.unlock_call(key, token)))
+
+    assert lock("a", 1000) is sc.Lock.HELD
+    assert lock("b", 1000) is sc.Lock.NOT_HELD
+    assert lock("a", 5000) is sc.Lock.HELD and r.pttl(key) > 1000
+    assert unlock("b") is sc.Unlock.NOT_HOLDER
+    assert unlock("a") is sc.Unlock.RELEASED
+    assert lock("b", 1000) is sc.Lock.HELD
 
 
 def test_scripts_carry_only_the_helpers_they_use() -> None:
