@@ -105,3 +105,12 @@ def test_text_logging_does_not_load_the_json_formatter() -> None:
         "print(json.dumps([text, 'pythonjsonlogger' in sys.modules]))"
     )
     assert got == [False, True]
+
+
+def test_the_worker_loads_neither_the_client_nor_json_logging_at_start() -> None:
+    # A worker needs the client only when a task enqueues (the App makes it on first use).
+    loaded = _python(
+        "import json, sys, dtq_worker.main, dtq_worker.worker; print(json.dumps(sorted("
+        "m for m in ('dtq.client', 'dtq.clientbase', 'pythonjsonlogger') if m in sys.modules)))"
+    )
+    assert loaded == []
