@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
+from typing import Any
 
 import pytest
+import redis
 
 from dtq import Client
 from dtq.admin import Admin
+from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq_api import events
 from dtq_api.events import EventHub, sse
 
 pytestmark = pytest.mark.cluster
@@ -28,3 +34,65 @@ async def test_an_event_right_after_connected_is_streamed(settings: Settings) ->
             assert tid.encode() in got, got
         finally:
             await hub.close()
+
+
+def _admin_losing_a_node(
+    settings: Settings, lost: set[str], readers: weakref.WeakSet[asyncio.Task[Any]]
+) -> Admin:
+    """An Admin whose first XREAD of each stream in ``lost`` fails as a dropped node's would;
+    ``readers`` gets every task that reads."""
+    admin = Admin(settings)
+    real = admin._r.xread
+    failed: set[str] = set()
+
+    async def xread(streams: dict[str, str], **kw: Any) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        readers.add(task)
+        gone = (set(streams) & lost) - failed
+        if gone:
+            failed.update(gone)
+            await asyncio.sleep(0)
+            raise redis.ConnectionError("Connection closed by server.")
+        return await real(streams, **kw)
+
+    admin._r.xread = xread
+    return admin
+
+
+async def test_a_node_lost_under_the_hub_leaves_no_error_unread(settings: Settings) -> None:
+    # On a cluster the hub's reader runs one blocking XREAD per stream, each in its own task.
+    # When a node goes away, every read on it fails at once; the hub reports the error to its
+    # streams and reads again. Closing the hub must end every read, and each read's error
+    # must be taken: one nobody takes is reported by asyncio ("Task exception was never
+    # retrieved") when the task is collected, which showed in the API's log on close.
+    gc.collect()  # what earlier tests left is not this test's
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    queues = ("q1", "q2", "q3")
+    with Client(settings=settings) as c:
+        for q in queues:
+            c.enqueue("noop", queue=q)
+    lost = {Keys(settings.key_prefix).queue(q).events for q in queues[:2]}
+    readers: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+    hub = EventHub(lambda: _admin_losing_a_node(settings, lost, readers), 4)
+    try:
+        frames = sse(hub.subscribe(), ping_s=30)
+        assert await frames.__anext__() == b": connected\n\n"
+        got = await asyncio.wait_for(frames.__anext__(), 10)
+        assert got.startswith(b"event: error\n") and b"Connection closed" in got, got
+    finally:
+        await hub.close()
+    # Every read has ended (bounded wait: a read whose cancel redis-py lost, just after the
+    # command was sent, never ends; what the fix stopped doing).
+    await asyncio.wait(set(readers), timeout=events.BLOCK_MS / 1000 + 10)
+    assert [t for t in readers if not t.done()] == []
+    # asyncio's own mark of an error nobody took (what it logs when the task is freed).
+    untaken = [t for t in readers if not t.cancelled() and t._log_traceback]  # type: ignore[attr-defined]
+    assert untaken == []
+    await frames.aclose()
+    del frames, hub, untaken
+    gc.collect()
+    await asyncio.sleep(0)  # what the collection scheduled runs now
+    assert [c for c in reported if "future" in c] == []  # (about a task)

@@ -6,9 +6,10 @@ import logging
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pythonjsonlogger.msgspec import MsgspecFormatter
+if TYPE_CHECKING:
+    from dtq.jsonlog import JsonFormatter as JsonFormatter
 
 # Control characters in a message (a task name, an error text) would let it forge log lines or
 # drive a terminal: the text format shows them escaped (JSON escapes them itself).
@@ -28,29 +29,6 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
 
 
-class JsonFormatter(MsgspecFormatter):
-    """One JSON object per line (``ts``, ``level``, ``logger``, ``msg``, ``exc`` when there is a
-    traceback); extra fields (task_id, queue, attempt, ...) become keys; what JSON cannot hold
-    is written as its ``str``.
-
-    python-json-logger's msgspec formatter, replacing a hand-written one: it writes the same
-    keys and is no slower (docs/performance.md, "Hand-written code").
-    """
-
-    def __init__(self) -> None:
-        super().__init__(
-            "{created}{levelname}{name}{message}",
-            style="{",
-            rename_fields={"created": "ts", "levelname": "level", "name": "logger",
-                           "message": "msg", "exc_info": "exc"},
-        )  # fmt: skip
-
-    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
-        log_data["ts"] = round(log_data["ts"], 3)
-        log_data["level"] = log_data["level"].lower()
-        return log_data
-
-
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
@@ -64,8 +42,24 @@ class TextFormatter(logging.Formatter):
 def setup(fmt: str = "text", level: str = "INFO") -> None:
     """Configure the ``dtq`` logger tree (idempotent)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    if fmt == "json":
+        from dtq.jsonlog import JsonFormatter
+
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger("dtq")
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+
+
+# python-json-logger loads only when JSON lines are asked for (most runs write text).
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name == "JsonFormatter":
+            from dtq.jsonlog import JsonFormatter
+
+            return JsonFormatter
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,6 @@ import redis.exceptions as rex
 from dtq import eviction, partitions
 from dtq import scripts as sc
 from dtq.app import App
-from dtq.client import cancel_channel
 from dtq.connection import async_redis, default_url_warning, display_url
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
@@ -470,7 +469,7 @@ class Worker:
     async def _cancel_listener(self) -> None:
         ps = self.blocking.pubsub()
         try:
-            await ps.subscribe(cancel_channel(self.keys))
+            await ps.subscribe(self.keys.cancel_channel)
             while not self.stopping:
                 msg = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if msg and msg.get("type") == "message":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from dtq.admin.common import id_ms
@@ -12,6 +13,14 @@ from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, event_from, iso
 from dtq.errors import InvalidRequest
 from dtq.partitions import expand
+
+# How long close() waits for the cluster's per-stream reads to end once they are cancelled.
+STRAY_READ_WAIT_S = 1.0
+
+
+def _take_outcome(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # taken: asyncio has no error to report when the task is freed
 
 
 class EventOps(AdminCore):
@@ -78,25 +87,61 @@ class EventOps(AdminCore):
         return events, cur
 
     async def _xread_each(
-        self, keys: Iterable[str], cur: dict[str, str], count: int, block_ms: int
+        self, keys: Collection[str], cur: dict[str, str], count: int, block_ms: int
     ) -> list[Any]:
         """On a cluster, where one XREAD cannot span the queues' slots: one XREAD per stream,
-        in parallel, until the first has events (the others are cancelled: their cursors stay,
-        so the next call reads what they would have)."""
-        reads = [
-            asyncio.ensure_future(self._r.xread({k: cur[k]}, count=count, block=block_ms or None))
-            for k in keys
-        ]
-        try:
-            pending = set(reads)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(t.result() for t in done):
-                    break
-        finally:
-            for t in reads:
-                t.cancel()
-        return [x for t in reads if t.done() and not t.cancelled() for x in t.result() or []]
+        in parallel, until the first has events or fails (its error is raised).
+
+        The reads still waiting are kept for the next call, which passes the same cursors for
+        them, rather than cancelled: redis-py can lose a cancel that lands just after a command
+        is sent, leaving a read that never ends, whose error (at the close of its connection)
+        nobody takes ("Task exception was never retrieved" in the log). :meth:`close` ends
+        them. Every read's outcome is taken when it ends.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block_ms / 1000
+        reads = self._stream_reads
+        while True:
+            left_ms = max(1, int((deadline - loop.time()) * 1000))
+            for k in keys:
+                kept = reads.get(k)
+                if kept is not None and kept[0] != cur[k]:
+                    kept[1].cancel()  # reads from an older position: not what is asked
+                    kept = None
+                if kept is None:
+                    block = left_ms if block_ms else None
+                    t = asyncio.ensure_future(self._r.xread({k: cur[k]}, count=count, block=block))
+                    t.add_done_callback(_take_outcome)
+                    reads[k] = (cur[k], t)
+            await asyncio.wait({reads[k][1] for k in keys}, return_when=asyncio.FIRST_COMPLETED)
+            out: list[Any] = []
+            error: BaseException | None = None
+            for k in keys:
+                t = reads[k][1]
+                if t.done():
+                    del reads[k]
+                    if not t.cancelled():
+                        error = error or t.exception()
+                        out.extend([] if t.exception() else t.result() or [])
+            if error is not None:
+                raise error  # (events read meanwhile are read again from the same cursors)
+            if out or not block_ms or loop.time() >= deadline:
+                return out
+
+    @functools.cached_property
+    def _stream_reads(self) -> dict[str, tuple[str, asyncio.Task[Any]]]:
+        """The cluster's per-stream XREADs under way: stream key -> (its cursor, the read)."""
+        return {}
+
+    async def close(self) -> None:
+        reads = [t for _, t in self._stream_reads.values()]
+        self._stream_reads.clear()
+        for t in reads:
+            t.cancel()
+        await super().close()
+        if reads:
+            # Cancelled, and their connections closed: they end now.
+            await asyncio.wait(reads, timeout=STRAY_READ_WAIT_S)
 
     async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
         """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
