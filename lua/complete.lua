@@ -40,13 +40,16 @@ for i = 0, n - 1 do
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local status, payload = ARGV[o + 3], ARGV[o + 4]
   local rk = base .. tid
+  -- (The cancel flag is read on the cancelled path only: an absent field costs HMGET a scan of
+  -- the whole record, and most outcomes are successes.)
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
-    'cancel', 'flow')
+    'flow')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local si = stream_index(r[4])
     local ids = acks[si]
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
+    local reason = payload  -- what the flow's join is told: the result, or the cancel reason
     if status == 'succeeded' then
       if r[7] then redis.call('HDEL', rk, 'error') end
       if r[5] then
@@ -60,18 +63,18 @@ for i = 0, n - 1 do
       end
     else
       -- The canceller's reason (the durable cancel flag) wins over the worker's generic one.
-      redis.call('HSET', rk, 'error', r[8] or payload)
+      reason = redis.call('HGET', rk, 'cancel') or payload
+      redis.call('HSET', rk, 'error', reason)
       finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
     end
-    if not r[9] then
+    if not r[8] then
       emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
     else  -- a workflow step: its event names the flow; then the flow's join, in this call
       local F = flow_lib()
-      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[9]))
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[8]))
       F.note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
         fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
-        done_prefix = done_prefix}, r[9], status, status == 'succeeded' and payload
-        or (r[8] or payload))
+        done_prefix = done_prefix}, r[8], status, reason)
     end
     out[#out + 1] = 1
   elseif r[1] == status and r[2] == attempt and r[3] == worker then
