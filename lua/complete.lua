@@ -76,12 +76,12 @@ for i = 0, n - 1 do
         fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
         done_prefix = done_prefix}, r[8], status, reason)
     end
-    out[#out + 1] = 1
+    out[i + 1] = 1
   elseif r[1] == status and r[2] == attempt and r[3] == worker then
-    out[#out + 1] = 1  -- a replay (see above): only reached when the fence failed
+    out[i + 1] = 1  -- a replay (see above): only reached when the fence failed
   else
     redis.call('HINCRBY', KEYS[13], 'stale_writes', 1)
-    out[#out + 1] = 0
+    out[i + 1] = 0
   end
 end
 for si, ids in pairs(acks) do
@@ -89,7 +89,7 @@ for si, ids in pairs(acks) do
   redis.call('XDEL', KEYS[si], unpack(ids))
 end
 if claim_count > 0 then
-  out[#out + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
+  out[n + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
     done_prefix, ARGV[8] == '1')
 end
 return out
