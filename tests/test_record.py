@@ -42,10 +42,18 @@ def _args(text: str, start: int) -> list[str]:
     return out
 
 
+# A table of record fields by name, for a record read whole (HGETALL): ``local FIELD = {status =
+# 1, ...}`` in lua/_claim.lua. Its keys are field names too.
+FIELD_TABLE = re.compile(r"local (?:\w+_)?FIELD = \{([^}]*)\}")
+
+
 def record_fields_in(text: str) -> set[str]:
     """Field names the script text reads from or writes to a task record (quoted literals at
-    field positions: every argument of HMGET/HGET/HDEL, every other one of HSET)."""
+    field positions: every argument of HMGET/HGET/HDEL, every other one of HSET; and the keys of
+    a field table)."""
     found = set()
+    for m in FIELD_TABLE.finditer(text):
+        found |= set(re.findall(r"(\w+) = \d+", m.group(1)))
     for m in RECORD_CALL.finditer(text):
         args = _args(text, m.end())
         names = args[::2] if m.group(1) in ("HSET", "HINCRBY", "HSETNX") else args
