@@ -24,8 +24,8 @@ install: $(STAMP)
 	@echo "dtq is installed in $(VENV): run 'source $(VENV)/bin/activate' to put dtq, dtq-worker and dtq-api on your PATH (or call $(BIN)/dtq ...)"
 
 lint: install
-	$(BIN)/ruff check libs apps tests docs/examples bench/dtq_bench
-	$(BIN)/ruff format --check libs apps tests docs/examples bench/dtq_bench
+	$(BIN)/ruff check libs apps tests docs/examples bench/dtq_bench tools
+	$(BIN)/ruff format --check libs apps tests docs/examples bench/dtq_bench tools
 	$(BIN)/mypy
 	$(BIN)/mypy docs/examples
 

@@ -2,8 +2,9 @@
 -- Not a script of its own. Times are Redis server milliseconds, so worker clocks never matter.
 --
 -- Hot paths hand redis.call strings, not Lua numbers: Redis 7.0 turns each number argument
--- into text with snprintf("%.17g"), about 0.5 us apiece (a millisecond time, a count, an
--- attempt), where a string costs nothing. string.format('%d') once per call does it cheaper.
+-- (a millisecond time, a count, an attempt) into text with snprintf("%.17g") at every use,
+-- where a string is passed as it is. string.format('%d') once per call makes the text for all
+-- its uses (the figures: docs/performance.md, "Hand-written code").
 
 -- The server's time in milliseconds: as a number, and as the text to store.
 local function now_ms()

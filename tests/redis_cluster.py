@@ -1,45 +1,27 @@
 """A private Redis Cluster for the tests: 3 masters with one replica each, on free ports.
 
-Started with ``redis-server --cluster-enabled yes`` per node and ``redis-cli --cluster create``;
-ready once every node says ``cluster_state:ok`` and knows every other node, and each replica
-has synced. Offers what the tests need of it: its ``redis+cluster://`` URL, a client, the node
-that holds a key, killing a master (its replica is promoted), a coordinated failover
-(``CLUSTER FAILOVER``), restarting a replica, and moving a slot.
+Formed by ``tools/redis_cluster.py`` (shared with the benchmark's shards); ready once every
+node says ``cluster_state:ok`` and knows every other node, and each replica has synced. Offers
+what the tests need of it: its ``redis+cluster://`` URL, a client, the node that holds a key,
+killing a master (its replica is promoted), a coordinated failover (``CLUSTER FAILOVER``),
+restarting a replica, and moving a slot.
 """
 
 from __future__ import annotations
 
-import random
-import shutil
-import socket
-import subprocess
 import time
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from tests.redis_server import RedisServer
+from tools.redis_cluster import cluster_port, form, node_args, ready
 
 NODE_TIMEOUT_MS = 1000  # how long a master must be unreachable before its replica takes over
 
 
-def cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too (and below 65536)."""
-    while True:
-        port = random.randint(20000, 50000)
-        try:
-            for p in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-
-
 class RedisClusterFixture:
     def __init__(self, masters: int = 3, replicas: int = 1) -> None:
-        if not shutil.which("redis-cli"):
-            raise RuntimeError("redis-cli is not on PATH (Debian package redis-tools)")
         self.masters, self.replicas = masters, replicas
         self.nodes: list[RedisServer] = []
 
@@ -49,24 +31,16 @@ class RedisClusterFixture:
 
     def start(self) -> RedisClusterFixture:
         for _ in range(self.masters * (1 + self.replicas)):
-            port = cluster_port()
             node = RedisServer(
-                port,
+                cluster_port(),
                 extra_args=[
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                    *node_args(NODE_TIMEOUT_MS),
                     "--cluster-require-full-coverage", "no",
                     "--cluster-allow-replica-migration", "no",
                 ],
             )  # fmt: skip
             self.nodes.append(node.start())
-        subprocess.run(
-            ["redis-cli", "--cluster", "create",
-             *(f"127.0.0.1:{n.port}" for n in self.nodes),
-             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60,
-        )  # fmt: skip
+        form([n.port for n in self.nodes], self.masters)
         self.wait_ok()
         return self
 
@@ -82,20 +56,7 @@ class RedisClusterFixture:
             time.sleep(0.1)
 
     def _ok(self) -> bool:
-        live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
-        try:
-            for n in live:
-                with n.client() as c:
-                    if "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
-                        return False
-                    if len(c.execute_command("CLUSTER", "NODES").splitlines()) != len(self.nodes):
-                        return False
-                    info = c.info("replication")
-                    if info.get("role") == "slave" and info.get("master_link_status") != "up":
-                        return False
-        except redis.RedisError:
-            return False
-        return True
+        return ready([n.port for n in self.live_nodes()], len(self.nodes))
 
     def client(self) -> RedisCluster:
         return RedisCluster(

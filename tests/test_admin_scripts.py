@@ -43,16 +43,16 @@ def dead_letters(run: Any, r: redis.Redis, qk: QueueKeys, n: int, idem: str = ""
     tids = enqueue(run, qk, *[new_task(idem=f"{idem}{i}" if idem else "") for i in range(n)])
     runs = claim(run, qk, count=n)
     fails = [sc.Failure(c.tid, c.eid, c.attempt, "ValueError: boom", 0) for c in runs]
-    assert set(sc.parse_strings(run(sc.fail_call(qk, "w1", fails, 1000, 60)))) == {"failed"}
+    assert set(sc.parse_verdicts(run(sc.fail_call(qk, "w1", fails, 1000, 60)))) == {"failed"}
     return tids
 
 
-def requeue(run: Any, qk: QueueKeys, tids: list[str], **kw: Any) -> list[str]:
-    return sc.parse_strings(run(admin.dlq_requeue_call(qk, tids, events_maxlen=1000, **kw)))
+def requeue(run: Any, qk: QueueKeys, tids: list[str], **kw: Any) -> list[sc.DlqVerdict]:
+    return sc.parse_dlq(run(admin.dlq_requeue_call(qk, tids, events_maxlen=1000, **kw)))
 
 
-def discard(run: Any, qk: QueueKeys, tids: list[str]) -> list[str]:
-    return sc.parse_strings(run(admin.dlq_discard_call(qk, tids, events_maxlen=1000)))
+def discard(run: Any, qk: QueueKeys, tids: list[str]) -> list[sc.DlqVerdict]:
+    return sc.parse_dlq(run(admin.dlq_discard_call(qk, tids, events_maxlen=1000)))
 
 
 # --- purge -----------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def test_a_run_that_fails_after_its_cancel_was_requested_ends_cancelled(
     request_cancel(run, qk, c.tid)
     done = DoneListener(r, qk, c.tid)
     f = sc.Failure(c.tid, c.eid, c.attempt, "ValueError: boom", delay_ms)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["cancelled"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["cancelled"]
     assert done.announced() == ["cancelled"]
     assert_ended_cancelled(r, qk, c.tid, "stop it")
     # The body's own failure is kept in the event that ends it.
@@ -135,7 +135,7 @@ def test_a_handed_back_run_ends_cancelled_when_its_cancel_was_requested(
     call = sc.requeue_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)], events_maxlen=100,
                            ttl_s=60, max_interruptions=3, retry_delay_ms=0,
                            started=started)  # fmt: skip
-    assert sc.parse_strings(run(call)) == ["cancelled"]
+    assert sc.parse_verdicts(run(call)) == ["cancelled"]
     assert done.announced() == ["cancelled"]
     assert_ended_cancelled(r, qk, c.tid, "stop it")
     assert r.hget(qk.task(c.tid), "intr") in (None, "0")
@@ -174,7 +174,7 @@ def test_a_task_requeued_from_the_dlq_starts_without_its_old_cancel_flag(
     assert sc.parse_touch(run(sc.touch_call(qk, "w1", [ref]))) == sc.TouchResult([], [])
     # Its new life fails and retries as any task does: the old request does not end it.
     f = sc.Failure(again.tid, again.eid, again.attempt, "ValueError: boom", 0)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
 
 
 # --- with real worker processes -------------------------------------------------------------

@@ -180,10 +180,10 @@ def test_touch_reports_loss_and_never_takes_back(r: redis.Redis, settings: Setti
         stale = sc.Success(run_a.tid, run_a.eid, run_a.attempt, "succeeded", json.dumps("old"))
         assert sc.parse_complete(s.run(sc.complete_call(qk, "A", [stale], 100, 60))) == [False]
         fail = sc.Failure(run_a.tid, run_a.eid, run_a.attempt, "late", 0)
-        assert sc.parse_strings(s.run(sc.fail_call(qk, "A", [fail], 100, 60))) == ["stale"]
+        assert sc.parse_verdicts(s.run(sc.fail_call(qk, "A", [fail], 100, 60))) == ["stale"]
         again = sc.requeue_call(qk, "A", [ref_a], events_maxlen=100, ttl_s=60,
                                 max_interruptions=3, retry_delay_ms=0)  # fmt: skip
-        assert sc.parse_strings(s.run(again)) == ["stale"]
+        assert sc.parse_verdicts(s.run(again)) == ["stale"]
         fresh = sc.Success(run_b.tid, run_b.eid, run_b.attempt, "succeeded", json.dumps("new"))
         assert sc.parse_complete(s.run(sc.complete_call(qk, "B", [fresh], 100, 60))) == [True]
         assert client.get(h.id).result == "new"

@@ -30,7 +30,8 @@ def test_wheel_contains_lua_and_loads_it(tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run(
-        [sys.executable, "-c", "import dtq.scripts as s; print(s._lua_dir()); s.source('claim')"],
+        [sys.executable, "-c",
+         "import dtq.scripts.runner as s; print(s._lua_dir()); s.source('claim')"],
         env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     assert out.strip() == str(site / "dtq" / "lua")

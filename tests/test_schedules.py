@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from dtq import App, AsyncClient, Client, InvalidRequest, Settings
+from dtq import App, AsyncClient, Client, InvalidRequest, RedisUnavailable, Settings
 from dtq import scripts as sc
 from dtq.connection import async_redis
 from dtq.keys import Keys
@@ -24,12 +24,15 @@ from dtq.schedules import (
     add_schedule,
     alist_schedules,
     aremove_schedule,
+    arun_now,
+    aset_enabled,
     cron_next,
     declared,
     list_schedules,
     remove_schedule,
 )
-from tests.conftest import running_worker, wait_until
+from tests.conftest import make_settings, running_worker, wait_until
+from tests.redis_server import free_port
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -318,6 +321,62 @@ async def test_async_add_list_remove(settings: Settings) -> None:
         assert [i.schedule.name for i in await alist_schedules(c)] == ["x"]
         assert await aremove_schedule(c, "x")
         assert await alist_schedules(c) == []
+
+
+def down(prefix: str) -> Settings:
+    """Settings of a Redis that is not there (no re-sends: the error comes at once)."""
+    return make_settings(f"redis://127.0.0.1:{free_port()}/0", prefix, client_retries=0)
+
+
+def one_clear_line(exc: pytest.ExceptionInfo[RedisUnavailable], what: str) -> None:
+    text = str(exc.value)
+    assert text.startswith("Redis unreachable: ") and "\n" not in text, (what, text)
+
+
+def test_schedule_operations_without_redis_raise_redis_unavailable(prefix: str) -> None:
+    # As every other SDK call (README, "Connection blips"): not a raw redis-py error.
+    with Client(settings=down(prefix)) as c:
+        calls = {
+            "list": lambda: list_schedules(c),
+            "list one queue": lambda: list_schedules(c, "q1"),
+            "add": lambda: add_schedule(c, Schedule(name="a", task="add", every=30)),
+            "remove": lambda: remove_schedule(c, "a"),
+        }
+        for what, call in calls.items():
+            with pytest.raises(RedisUnavailable) as exc:
+                call()
+            one_clear_line(exc, what)
+
+
+async def test_async_schedule_operations_without_redis_raise_redis_unavailable(
+    prefix: str,
+) -> None:
+    async with AsyncClient(settings=down(prefix)) as c:
+        calls = {
+            "list": lambda: alist_schedules(c),
+            "list one queue": lambda: alist_schedules(c, "q1"),
+            "add": lambda: aadd_schedule(c, Schedule(name="a", task="add", every=30)),
+            "remove": lambda: aremove_schedule(c, "a"),
+            "disable": lambda: aset_enabled(c, "a", "default", False),
+            "run now": lambda: arun_now(c, "a", "default"),
+        }
+        for what, call in calls.items():
+            with pytest.raises(RedisUnavailable) as exc:
+                await call()
+            one_clear_line(exc, what)
+
+
+async def test_the_api_answers_503_for_schedules_without_redis(prefix: str) -> None:
+    import httpx
+
+    from dtq_api.app import create_app
+
+    app = create_app(down(prefix))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as h:
+        r = await h.get("/api/v1/schedules")
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "redis_unavailable"
+    assert r.json()["error"]["message"].count("unreachable") == 1
 
 
 # --- with workers ---------------------------------------------------------------------------

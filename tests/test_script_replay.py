@@ -46,7 +46,7 @@ def test_a_resent_complete_of_a_handed_back_run_stays_stale(
     c = started(run, r, qk)
     back = sc.requeue_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)], events_maxlen=0,
                            ttl_s=60, max_interruptions=1, retry_delay_ms=0)  # fmt: skip
-    assert sc.parse_strings(run(back)) == ["queued"]
+    assert sc.parse_verdicts(run(back)) == ["queued"]
     ok = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", [ok], 100, 60))) == [False]
     assert r.hget(qk.task(c.tid), "status") == "queued"
@@ -55,20 +55,20 @@ def test_a_resent_complete_of_a_handed_back_run_stays_stale(
 def test_a_resent_fail_reports_the_stored_status(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk, task(max_retries=1))
     f = sc.Failure(c.tid, c.eid, c.attempt, "ValueError: x", 0)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     marks, retries = _marks(r, qk), r.hget(qk.task(c.tid), "retries")
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     assert _marks(r, qk) == marks and r.hget(qk.task(c.tid), "retries") == retries
     assert r.zcard(qk.sched) == 1
     # Once the next attempt started, the old run's write is stale.
     run(sc.promote_call(qk, 100, 100))
     c2 = claim(run, qk).runs[0]
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
     # Past the budget: "failed", and the re-send says "failed" too.
     f2 = sc.Failure(c2.tid, c2.eid, c2.attempt, "ValueError: y", 0)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
     marks = _marks(r, qk)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
     assert _marks(r, qk) == marks and r.zcard(qk.dlq) == 1
 
 
@@ -79,15 +79,15 @@ def test_a_resent_requeue_reports_the_stored_status(
     ref = sc.RunRef(c.tid, c.eid, c.attempt)
     back = sc.requeue_call(qk, "w1", [ref], events_maxlen=100, ttl_s=60, max_interruptions=1,
                            retry_delay_ms=0)  # fmt: skip
-    assert sc.parse_strings(run(back)) == ["queued"]
+    assert sc.parse_verdicts(run(back)) == ["queued"]
     marks, eid = _marks(r, qk), r.hget(qk.task(c.tid), "eid")
-    assert sc.parse_strings(run(back)) == ["queued"]
+    assert sc.parse_verdicts(run(back)) == ["queued"]
     assert _marks(r, qk) == marks and r.hget(qk.task(c.tid), "eid") == eid
     assert r.hget(qk.task(c.tid), "intr") == "1" and r.xlen(qk.stream(5)) == 1
     # Another worker's hand-back of that run is stale.
     other = sc.requeue_call(qk, "w2", [ref], events_maxlen=100, ttl_s=60, max_interruptions=1,
                             retry_delay_ms=0)  # fmt: skip
-    assert sc.parse_strings(run(other)) == ["stale"]
+    assert sc.parse_verdicts(run(other)) == ["stale"]
 
 
 def test_a_late_write_of_a_reclaimed_run_stays_stale(
@@ -102,7 +102,7 @@ def test_a_late_write_of_a_reclaimed_run_stays_stale(
     ok = sc.Success(c.tid, c.eid, c.attempt, "succeeded", "1")
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", [ok], 100, 60))) == [False]
     f = sc.Failure(c.tid, c.eid, c.attempt, "x", 0)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["stale"]
     assert r.hget(qk.task(c.tid), "status") == "failed"
 
 

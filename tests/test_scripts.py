@@ -90,7 +90,7 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     call = sc.enqueue_call(qk, [plain], 100)
     assert call.args == [100, 1, plain.tid, "t", "[]", 5, 3]
     assert sc.parse_enqueue(run(call)) == [sc.Enqueued(plain.tid, "queued", True)]
-    run(sc.Call("enqueue", call.keys, [100, 1, *sc._task_args(twin)]))
+    run(sc.Call("enqueue", call.keys, [100, 1, *sc.enqueue._task_args(twin)]))
     short, full = r.hgetall(qk.task(plain.tid)), r.hgetall(qk.task(twin.tid))
     assert short.pop("eid") != full.pop("eid")
     short.pop("enq"), full.pop("enq")
@@ -112,7 +112,13 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     # In a batch, the last task may stop after its fixed fields too.
     first, last = task(prio=9), task(prio=9)
     keys = sc.enqueue_call(qk, [first, last], 100).keys
-    run(sc.Call("enqueue", keys, [100, 2, *sc._task_args(first), *sc._task_args(last)[:5]]))
+    run(
+        sc.Call(
+            "enqueue",
+            keys,
+            [100, 2, *sc.enqueue._task_args(first), *sc.enqueue._task_args(last)[:5]],
+        )
+    )
     assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
 
 
@@ -127,7 +133,7 @@ def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     assert len(call.args) == 2 + 5 * 3
     assert [e.status for e in sc.parse_enqueue(run(call))] == ["queued"] * 3
     twin = task(prio=9, args="[]")
-    run(sc.Call("enqueue", call.keys, [100, 1, *sc._task_args(twin)]))
+    run(sc.Call("enqueue", call.keys, [100, 1, *sc.enqueue._task_args(twin)]))
     short, full = r.hgetall(qk.task(plain[0].tid)), r.hgetall(qk.task(twin.tid))
     for rec in (short, full):
         rec.pop("eid"), rec.pop("enq")
@@ -332,17 +338,17 @@ def test_complete_then_claims_in_the_same_call(r: redis.Redis, run: Any, qk: Que
 def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk, task(max_retries=1))
     f = sc.Failure(c.tid, c.eid, c.attempt, "ValueError: x", 0)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     assert r.hget(qk.task(c.tid), "status") == "scheduled"
     assert r.zscore(qk.sched, c.tid) is not None
     # A re-send (lost reply) is answered as the first send was (tests/test_script_replay.py).
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     p = sc.parse_promote(run(sc.promote_call(qk, 100, 100)))
     assert p.promoted == 1
     c2 = claim(run, qk).runs[0]
     assert c2.attempt == 2 and c2.retries == 1
     f2 = sc.Failure(c2.tid, c2.eid, c2.attempt, "ValueError: y", 0)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f2], 100, 60))) == ["failed"]
     rec = r.hgetall(qk.task(c.tid))
     assert rec["status"] == "failed" and rec["error"] == "ValueError: y" and rec["retries"] == "2"
     assert r.zscore(qk.dlq, c.tid) is not None
@@ -351,7 +357,7 @@ def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys)
 def test_fail_without_retry(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk)
     f = sc.Failure(c.tid, c.eid, c.attempt, "Fail: no", -1)
-    assert sc.parse_strings(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
 
 
 def test_requeue_spends_no_retry_within_budget(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -359,7 +365,7 @@ def test_requeue_spends_no_retry_within_budget(r: redis.Redis, run: Any, qk: Que
     for i in range(2):
         call = sc.requeue_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)], events_maxlen=0,
                                ttl_s=60, max_interruptions=1, retry_delay_ms=0)  # fmt: skip
-        verdict = sc.parse_strings(run(call))
+        verdict = sc.parse_verdicts(run(call))
         if i == 0:
             assert verdict == ["queued"]
             assert r.hget(qk.task(c.tid), "retries") == "0"
@@ -484,12 +490,19 @@ def test_cancel_each_state(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
 
 def test_lock_compare_and_set(r: redis.Redis, run: Any, prefix: str) -> None:
     key = f"{prefix}:lock"
-    assert run(sc.lock_call(key, "a", 1000)) == 1
-    assert run(sc.lock_call(key, "b", 1000)) == 0
-    assert run(sc.lock_call(key, "a", 5000)) == 1 and r.pttl(key) > 1000
-    assert run(sc.unlock_call(key, "b")) == 0
-    assert run(sc.unlock_call(key, "a")) == 1
-    assert run(sc.lock_call(key, "b", 1000)) == 1
+
+    def lock(token: str, ms: int) -> sc.Lock:
+        return sc.parse_lock(run(sc.lock_call(key, token, ms)))
+
+    def unlock(token: str) -> sc.Unlock:
+        return sc.parse_unlock(run(sc.unlock_call(key, token)))
+
+    assert lock("a", 1000) is sc.Lock.HELD
+    assert lock("b", 1000) is sc.Lock.NOT_HELD
+    assert lock("a", 5000) is sc.Lock.HELD and r.pttl(key) > 1000
+    assert unlock("b") is sc.Unlock.NOT_HOLDER
+    assert unlock("a") is sc.Unlock.RELEASED
+    assert lock("b", 1000) is sc.Lock.HELD
 
 
 def test_scripts_carry_only_the_helpers_they_use() -> None:

@@ -261,8 +261,8 @@ async def test_pause_after_a_lost_reply_says_it_paused(
 def test_a_lane_call_whose_reply_times_out_is_resent(
     dropper: Proxy, prefix: str, r: redis.Redis, call: str
 ) -> None:
-    # The fast lane (scripts.py) raised a timeout as is; for a client whose calls are all safe
-    # to re-send it is re-sent like a reset.
+    # The fast lane (dtq.scripts.runner) raised a timeout as is; for a client whose calls are
+    # all safe to re-send it is re-sent like a reset.
     s = make_settings(dropper.url + "?socket_timeout=0.5", prefix)
     with Client(settings=s) as c:
         h = c.enqueue("warmup", delay=60)

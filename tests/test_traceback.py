@@ -107,7 +107,7 @@ def test_fail_script_without_the_trailing_tracebacks_leaves_them(
         call = sc.fail_call(qk, "w", [sc.Failure(run.tid, run.eid, run.attempt, "E: x", -1,
                                                  "Traceback: tb")], 1000, 60)  # fmt: skip
         old = sc.Call(call.script, call.keys, call.args[: 6 + 5])
-        assert sc.parse_strings(scripts.run(old)) == ["failed"]
+        assert sc.parse_verdicts(scripts.run(old)) == ["failed"]
         assert c.get(h.id).traceback is None
         assert json.loads(json.dumps(c.get(h.id).to_dict()))["status"] == "failed"
 

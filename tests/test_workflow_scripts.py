@@ -50,7 +50,7 @@ def complete(
 def fail(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, err: str) -> str:
     qk = qk_of(settings, queue)
     f = sc.Failure(c.tid, c.eid, c.attempt, err, -1)  # no retry: ends failed
-    return sc.parse_strings(sc.SyncScripts(r).run(sc.fail_call(qk, W, [f], 100, 60)))[0]
+    return sc.parse_verdicts(sc.SyncScripts(r).run(sc.fail_call(qk, W, [f], 100, 60)))[0]
 
 
 def args_of(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed) -> Any:
@@ -229,8 +229,11 @@ def test_cross_slot_handover_is_moved_exactly_once(
     [put] = outbox(r, settings, "default")
     assert put["k"] == "put" and json.loads(put["args"]) == [1]
     other = qk_of(settings, "other")
-    assert run(wf.put_call(other, put["spec"], put["args"], 100)) == 1
-    assert run(wf.put_call(other, put["spec"], put["args"], 100)) == 0  # moved again: no-op
+    assert sc.parse_created(run(sc.flow_put_call(other, put["spec"], put["args"], 100))) is (
+        sc.Created.CREATED
+    )
+    again = run(sc.flow_put_call(other, put["spec"], put["args"], 100))
+    assert sc.parse_created(again) is sc.Created.EXISTED  # moved again: no-op
     [b] = claim(r, settings, "other")
     assert claim(r, settings, "other") == [] and b.name == "b"
     assert complete(r, settings, "other", b, 2)
@@ -240,8 +243,9 @@ def test_cross_slot_handover_is_moved_exactly_once(
     nhome, nftid, step = wf.parse_flow_key(settings.key_prefix, note["f"])
     assert (nhome, nftid, step) == (home, ftid, "1")
     hk = qk_of(settings, home)
-    assert run(wf.apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)) == 1
-    assert run(wf.apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)) == 0
+    apply = sc.flow_apply_call(hk, ftid, step, "succeeded", note["p"], 100, 60)
+    assert sc.parse_applied(run(apply)) is sc.Applied.APPLIED
+    assert sc.parse_applied(run(apply)) is sc.Applied.NOT_APPLIED
     [c] = claim(r, settings, "default")
     assert claim(r, settings, "default") == [] and args_of(r, settings, "default", c) == [2]
     assert complete(r, settings, "default", c, 3)
@@ -354,7 +358,7 @@ def test_a_step_lost_past_its_budget_or_handed_back_cancelled_ends_its_flow(
     [note] = outbox(r, settings, "other")
     assert note["s"] == "failed" and "worker lost" in note["p"]
     home, ftid, step = wf.parse_flow_key(settings.key_prefix, note["f"])
-    run(wf.apply_call(qk_of(settings, home), ftid, step, note["s"], note["p"], 100, 60))
+    run(sc.flow_apply_call(qk_of(settings, home), ftid, step, note["s"], note["p"], 100, 60))
     info = client.get(h.id)
     assert info.status == "failed" and "worker lost" in (info.error or "")
 
@@ -365,7 +369,7 @@ def test_a_step_lost_past_its_budget_or_handed_back_cancelled_ends_its_flow(
     ref = sc.RunRef(c.tid, c.eid, c.attempt)
     call = sc.requeue_call(qk, W, [ref], events_maxlen=100, ttl_s=60, max_interruptions=3,
                            retry_delay_ms=0)  # fmt: skip
-    assert sc.parse_strings(run(call)) == ["cancelled"]
+    assert sc.parse_verdicts(run(call)) == ["cancelled"]
     info = client.get(h2.id)
     assert info.status == "cancelled" and "stop it" in (info.error or "")
     assert claim(r, settings, "default") == []
@@ -383,7 +387,7 @@ def test_cancel_wins_over_a_cross_slot_release_still_in_an_outbox(
     [put] = outbox(r, settings, "default")  # b is released, not yet on its queue
     assert client.cancel(h.id) is True
     other = qk_of(settings, "other")
-    assert run(wf.put_call(other, put["spec"], put["args"], 100)) == 0
+    assert run(sc.flow_put_call(other, put["spec"], put["args"], 100)) == 0
     assert claim(r, settings, "other") == []
     info = client.get(h.id)
     assert info.status == "cancelled" and info.steps is not None

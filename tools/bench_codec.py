@@ -64,8 +64,10 @@ def main() -> None:
         ("codec.dumps (now), plain args", lambda: codec.dumps(PLAIN, "args")),
         ("codec.encode_args (now), plain args", lambda: codec.encode_args(PLAIN, None, 1 << 20)),
         ("stdlib json (before), args holding None", lambda: stdlib_dumps(WITH_NONE)),
-        ("codec.encode_args (now), args holding None",
-         lambda: codec.encode_args(WITH_NONE, None, 1 << 20)),  # fmt: skip
+        (
+            "codec.encode_args (now), args holding None",
+            lambda: codec.encode_args(WITH_NONE, None, 1 << 20),
+        ),
         ("msgspec, datetime/UUID/Decimal/bytes", lambda: enc.encode(TYPED).decode()),
         ("codec.dumps (now), typed args", lambda: codec.dumps(TYPED, "args")),
     ]

@@ -76,8 +76,10 @@ def sse() -> None:
 
     data = {"id": "1733000000000-0", "type": "succeeded", "task_id": "default:0123", "attempt": 1}
     show("sse: f-string frame", lambda: f"id: {data['id']}\ndata: {json.dumps(data)}\n\n".encode())
-    show("sse: sse-starlette ServerSentEvent.encode",
-         lambda: ServerSentEvent(data=json.dumps(data), id=data["id"], sep="\n").encode())  # fmt: skip
+    show(
+        "sse: sse-starlette ServerSentEvent.encode",
+        lambda: ServerSentEvent(data=json.dumps(data), id=data["id"], sep="\n").encode(),
+    )
 
 
 def tables() -> None:

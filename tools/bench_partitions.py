@@ -21,12 +21,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import redis  # noqa: E402
+import redis
 
-from dtq import AsyncClient  # noqa: E402
-from tests.apps.basic import app  # noqa: E402
-from tests.conftest import make_settings, running_worker  # noqa: E402
-from tests.redis_server import free_port  # noqa: E402
+from dtq import AsyncClient
+from tests.apps.basic import app
+from tests.conftest import make_settings, running_worker
+from tests.redis_server import free_port
 
 N = 4000
 
@@ -47,7 +47,7 @@ async def one(port: int, parts: int) -> tuple[float, float, float]:
         hs = await c.enqueue_many([{"name": "noop", "queue": "bulk"}] * N)
         c0, r0, t0 = time.process_time(), redis_cpu(r), time.monotonic()
         async with running_worker(app, s):
-            for h in hs[:: N // 50] + [hs[-1]]:
+            for h in [*hs[:: N // 50], hs[-1]]:
                 await c.result(h.id, timeout=120)
             c1, r1, t1 = time.process_time(), redis_cpu(r), time.monotonic()
     return (c1 - c0) / N * 1e6, (r1 - r0) / N * 1e6, N / (t1 - t0)

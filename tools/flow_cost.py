@@ -44,7 +44,7 @@ def main() -> None:
     try:
         r = redis.Redis.from_url(srv.url, decode_responses=True)
         s = Scenarios(r, n)
-        old, new_dir = _old_lua(), sc._lua_dir
+        old, new_dir = _old_lua(), sc.runner._lua_dir
         rows: dict[str, list[tuple[float, float]]] = {}
 
         def rec(name: str, enq: Enqueue, batch: int) -> None:
@@ -53,11 +53,11 @@ def main() -> None:
         for _ in range(reps):
             rec("plain task, batch 1", s.plain, 1)
             rec("plain task, batch 16", s.plain, 16)
-            sc._lua_dir = lambda: old  # type: ignore[assignment]
+            sc.runner._lua_dir = lambda: old  # type: ignore[assignment]
             sc.source.cache_clear()
             rec("plain task, batch 1 (complete.lua before workflows)", s.plain, 1)
             rec("plain task, batch 16 (complete.lua before workflows)", s.plain, 16)
-            sc._lua_dir = new_dir  # type: ignore[assignment]
+            sc.runner._lua_dir = new_dir  # type: ignore[assignment]
             sc.source.cache_clear()
             rec("chain step, batch 1", s.chain, 1)
             rec("chord member (+ callback), batch 16", s.chord, 16)

@@ -18,6 +18,7 @@ from dtq.clientbase import Pipelined, Steps, TaskScan
 from dtq.errors import InvalidRequest
 from dtq.keys import make_task_id
 from dtq.partitions import expand
+from dtq.record import Field
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
@@ -101,7 +102,7 @@ def _statuses(r: Any, keys: list[Any]) -> Any:
     """Each record's status and name, pipelined (a reply, or its awaitable on asyncio)."""
     pipe = r.pipeline(transaction=False)
     for k in keys:
-        pipe.hmget(k, ["status", "name"])
+        pipe.hmget(k, [Field.STATUS, Field.NAME])
     return pipe.execute()
 
 

@@ -446,7 +446,7 @@ def bench(argv: tuple[str, ...]) -> None:
     here = Path(__file__).resolve().parents[2]
     for root in (here, Path.cwd()):
         if (root / "bench" / "dtq_bench" / "suite.py").is_file():
-            sys.path.insert(0, str(root / "bench"))
+            sys.path[:0] = [str(root / "bench"), str(root)]  # dtq_bench, and tools/ it uses
             from dtq_bench.suite import main as bench_main  # type: ignore[import-not-found]
 
             sys.exit(bench_main(list(argv)))

@@ -34,6 +34,7 @@ from dtq.keys import PARTITION_SEP, Keys, QueueKeys, is_flow_id, make_task_id, s
 from dtq.middleware import EnqueueRequest, Hooks
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.partitions import logical
+from dtq.record import Field
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
 
@@ -302,13 +303,13 @@ class _Base:
         ]
 
     def _flow_handle(self, p: wf.Plan, raw: Any) -> TaskHandle:
-        return TaskHandle(p.id, p.home, TaskStatus.QUEUED, int(raw[1]) == 1)
+        return TaskHandle(p.id, p.home, TaskStatus.QUEUED, sc.parse_flow_enqueue(raw).created)
 
     def _put_calls(self, away: list[tuple[str, str]]) -> list[sc.Call]:
         """The moves of a new flow's first steps on other queues (idempotent: a worker moves
         them again from the outbox if this client did not)."""
         em = self.settings.events_maxlen
-        return [wf.put_call(self.keys.queue(q), s, json.loads(s)[3], em) for q, s in away]
+        return [sc.flow_put_call(self.keys.queue(q), s, json.loads(s)[3], em) for q, s in away]
 
     def _flow_keys(self, task_id: str) -> tuple[str, str]:
         home, ftid = split_task_id(task_id)
@@ -331,7 +332,7 @@ class _Base:
     def _flow_cancel_call(self, task_id: str, reason: str) -> sc.Call:
         home, ftid = split_task_id(task_id)
         ttl = self.settings.result_ttl_s
-        return wf.cancel_call(
+        return sc.flow_cancel_call(
             self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen,
             nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )  # fmt: skip
@@ -339,7 +340,7 @@ class _Base:
     def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
         """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
         q, tid = split_task_id(step_id)
-        return wf.tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
+        return sc.flow_tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
 
     # --- requests shared by both clients: generators of their I/O steps ----------------------
     # Each yields a step (a script call, a TaskScan, Pipelined script calls, or a function of
@@ -368,19 +369,20 @@ class _Base:
         rec = yield lambda r: r.hgetall(qk.task(tid))
         decl = None
         if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
-            decl = yield lambda r: r.hget(qk.decl, rec.get("name", ""))
+            decl = yield lambda r: r.hget(qk.decl, rec.get(Field.NAME, ""))
         return self._info(task_id, rec, decl)
 
     def _cancel_steps(self, task_id: str, reason: str) -> Steps[bool]:
         if is_flow_id(task_id):
-            raw = yield self._flow_cancel_call(task_id, reason)  # (one nonce for its re-sends)
-            if not raw or not raw[0]:
+            # (one nonce for its re-sends)
+            fc = sc.parse_flow_cancel((yield self._flow_cancel_call(task_id, reason)))
+            if fc.before is sc.FlowStatus.NONE:
                 raise UnknownTask(f"no workflow {task_id}")
-            for step in raw[1:]:
+            for step in fc.steps:
                 res = sc.parse_cancel((yield self._cancel_call(step, reason)))
-                if res.outcome == "missing":  # on its way to its queue: it never runs
+                if res.outcome is sc.CancelOutcome.MISSING:  # on its way to its queue: never runs
                     yield self._tomb_call(step, reason)
-            return bool(raw[0] in ("running", "failed"))
+            return fc.before in (sc.FlowStatus.RUNNING, sc.FlowStatus.FAILED)
         res = sc.parse_cancel((yield self._cancel_call(task_id, reason)))
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")

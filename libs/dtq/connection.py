@@ -128,8 +128,8 @@ def is_cluster(client: object) -> bool:
 # these subclasses raise it as the ConnectionError it is.
 _UNREACHABLE = "Redis Cluster cannot be connected"
 # How long one command waits out a slot in migration: TRYAGAIN (a multi-key call, every dtq
-# script on a cluster: scripts.py's slot guard) means it did not run, so sending it again is
-# always safe. redis-py retries TRYAGAIN itself only for about half a second.
+# script on a cluster: dtq.scripts.runner's slot guard) means it did not run, so sending it
+# again is always safe. redis-py retries TRYAGAIN itself only for about half a second.
 SLOT_WAIT_S = 10.0
 
 

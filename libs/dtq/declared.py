@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dtq.record import Field
 from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
 
 FIELDS = "mte"  # max_retries, timeout, expires: the letters of the record's "dflt" field
@@ -58,7 +59,7 @@ def decode(raw: str | None) -> Declared | None:
 
 def pending(rec: Mapping[str, str]) -> str:
     """The letters of the fields a record still leaves to a declaration ('' once claimed)."""
-    return rec.get("dflt") or ""
+    return rec.get(Field.LEFT_TO_DECLARATION) or ""
 
 
 def fill(rec: Mapping[str, str], raw: str | None) -> tuple[dict[str, str], str | None]:
@@ -71,9 +72,9 @@ def fill(rec: Mapping[str, str], raw: str | None) -> tuple[dict[str, str], str |
     d = decode(raw)
     out = dict(rec)
     if "m" in letters:
-        out["maxr"] = str(d.max_retries if d else DEFAULT_MAX_RETRIES)
-    if d is not None and "t" in letters and "timeout" not in rec and d.timeout is not None:
-        out["timeout"] = repr(d.timeout)
-    if d is not None and "e" in letters and "exp" not in rec and d.expires_ms is not None:
-        out["exp"] = str(int(rec.get("enq") or 0) + d.expires_ms)
+        out[Field.MAX_RETRIES] = str(d.max_retries if d else DEFAULT_MAX_RETRIES)
+    if d is not None and "t" in letters and Field.TIMEOUT not in rec and d.timeout is not None:
+        out[Field.TIMEOUT] = repr(d.timeout)
+    if d is not None and "e" in letters and Field.EXPIRES not in rec and d.expires_ms is not None:
+        out[Field.EXPIRES] = str(int(rec.get(Field.ENQUEUED) or 0) + d.expires_ms)
     return out, "declared" if d else "default"

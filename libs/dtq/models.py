@@ -12,6 +12,7 @@ from typing_extensions import TypeVar
 
 from dtq.declared import fill as fill_declared
 from dtq.partitions import logical
+from dtq.record import Field
 
 
 class TaskStatus(StrEnum):
@@ -136,39 +137,41 @@ class TaskInfo:
         """``declared``: the task name's published declaration (``P:{q}:decl``), read by the
         caller when the record still leaves values to it (:func:`dtq.declared.pending`)."""
         defaults = None
-        if rec.get("dflt"):
+        if rec.get(Field.LEFT_TO_DECLARATION):
             rec, defaults = fill_declared(rec, declared)
-        result = json.loads(rec["result"]) if "result" in rec else None
+        result = json.loads(rec[Field.RESULT]) if Field.RESULT in rec else None
         return cls(
             id=task_id,
-            name=rec.get("name", ""),
+            name=rec.get(Field.NAME, ""),
             queue=logical(queue),  # a partition's task belongs to its queue (dtq.partitions)
-            status=TaskStatus(rec.get("status", "queued")),
-            priority=int(rec.get("prio", 0)),
-            attempt=int(rec.get("attempt", 0)),
-            retries=int(rec.get("retries", 0)),
-            max_retries=int(rec.get("maxr", 0)),
-            interruptions=int(rec.get("intr", 0)),
-            args=json.loads(rec.get("args", "[]")),
-            kwargs=json.loads(rec["kwargs"]) if rec.get("kwargs") else {},
+            status=TaskStatus(rec.get(Field.STATUS, "queued")),
+            priority=int(rec.get(Field.PRIORITY, 0)),
+            attempt=int(rec.get(Field.ATTEMPT, 0)),
+            retries=int(rec.get(Field.RETRIES, 0)),
+            max_retries=int(rec.get(Field.MAX_RETRIES, 0)),
+            interruptions=int(rec.get(Field.INTERRUPTIONS, 0)),
+            args=json.loads(rec.get(Field.ARGS, "[]")),
+            kwargs=json.loads(rec[Field.KWARGS]) if rec.get(Field.KWARGS) else {},
             result=result,
-            error=rec.get("error"),
-            worker_id=rec.get("worker"),
-            timeout=float(rec["timeout"]) if rec.get("timeout") else None,
-            enqueued_at=_ms_to_dt(rec.get("enq")),
-            started_at=_ms_to_dt(rec.get("started")),
-            finished_at=_ms_to_dt(rec.get("finished")),
-            due_at=_ms_to_dt(rec.get("due")),
-            expires_at=_ms_to_dt(rec.get("exp")),
-            idempotency_key=rec.get("idem"),
-            cancel_requested="cancel" in rec,
-            metadata=json.loads(rec["meta"]) if rec.get("meta") else {},
-            progress=json.loads(rec["progress"]) if rec.get("progress") else None,
+            error=rec.get(Field.ERROR),
+            worker_id=rec.get(Field.WORKER),
+            timeout=float(rec[Field.TIMEOUT]) if rec.get(Field.TIMEOUT) else None,
+            enqueued_at=_ms_to_dt(rec.get(Field.ENQUEUED)),
+            started_at=_ms_to_dt(rec.get(Field.STARTED)),
+            finished_at=_ms_to_dt(rec.get(Field.FINISHED)),
+            due_at=_ms_to_dt(rec.get(Field.DUE)),
+            expires_at=_ms_to_dt(rec.get(Field.EXPIRES)),
+            idempotency_key=rec.get(Field.IDEMPOTENCY_KEY),
+            cancel_requested=Field.CANCEL in rec,
+            metadata=json.loads(rec[Field.META]) if rec.get(Field.META) else {},
+            progress=json.loads(rec[Field.PROGRESS]) if rec.get(Field.PROGRESS) else None,
             defaults=defaults,
-            traceback=rec.get("tb"),
-            failures=int(rec.get("retries", 0)),
-            retries_left=max(0, int(rec.get("maxr", 0)) - int(rec.get("retries", 0))),
-            flow=_flow_id(rec["flow"]) if "flow" in rec else None,
+            traceback=rec.get(Field.TRACEBACK),
+            failures=int(rec.get(Field.RETRIES, 0)),
+            retries_left=max(
+                0, int(rec.get(Field.MAX_RETRIES, 0)) - int(rec.get(Field.RETRIES, 0))
+            ),
+            flow=_flow_id(rec[Field.FLOW]) if Field.FLOW in rec else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -57,14 +57,6 @@ def encode_progress(current: float, total: float | None, message: str | None, at
     return codec.dumps(out, "progress")
 
 
-def progress_call(
-    qk: QueueKeys, tid: str, attempt: int, worker_id: str, payload: str, events_maxlen: int
-) -> sc.Call:
-    return sc.Call(
-        "progress", [qk.task(tid), qk.events], [tid, attempt, worker_id, payload, events_maxlen]
-    )
-
-
 class ProgressWriter:
     """The worker's :class:`RunHooks` for one run: coalescing background writes."""
 
@@ -111,7 +103,7 @@ class ProgressWriter:
     async def _drain(self) -> None:
         while self._pending is not None:
             payload, self._pending = self._pending, None
-            call = progress_call(
+            call = sc.progress_call(
                 self._qk, self._tid, self._attempt, self._worker_id, payload, self._maxlen
             )
             try:

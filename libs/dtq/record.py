@@ -43,6 +43,7 @@ class Field(StrEnum):
     FLOW = "flow"
     CANCEL = "cancel"
     REQUEUES = "requeues"
+    PROGRESS = "progress"
     LIMIT_KEY = "lk"
     LIMIT_CONCURRENCY = "lc"
     LIMIT_RATE_COUNT = "lrn"
@@ -80,6 +81,8 @@ MEANING: Final[dict[Field, str]] = {
     Field.FLOW: "a workflow step's flow and index, '<flow key>|<i>'",
     Field.CANCEL: "the reason of a requested cancel (the durable flag every path honours)",
     Field.REQUEUES: "times an operator requeued the task from the dead-letter queue",
+    Field.PROGRESS: "the last progress report of a run (JSON), written by progress.lua while "
+    "the run held the task",
     Field.LIMIT_KEY: "the fleet limit's key (dtq.limits)",
     Field.LIMIT_CONCURRENCY: "runs of the limit key allowed at once (0: no cap)",
     Field.LIMIT_RATE_COUNT: "starts of the limit key allowed per window (0: no rate)",

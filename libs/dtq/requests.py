@@ -104,28 +104,19 @@ def build_task(
 ) -> tuple[str, NewTask]:
     """Check one enqueue request; return its queue and the encoded task.
 
-    On the enqueue hot path (one call per task, bulk included): options left out cost nothing
-    beyond an ``is None`` test. One long function on purpose: a helper per option would add a
-    call to every enqueue for each option checked.
+    On the enqueue hot path (one call per task, bulk included), so the usual request (a checked
+    queue name, plain ints, options left out) is checked inline with ``is None`` and type tests;
+    a given option, or a value that needs a closer look, goes to the step that checks it.
     """
     d = defaults or _DEFAULTS
-    if not isinstance(name, str) or not name or len(name) > 200:
-        raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
-    if not name.isprintable():  # (one C call for the usual name; the precise checks after it)
-        check_task_name(name)
+    if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable():
+        _check_name(name)
     q = queue or d.queue
     if type(q) is not str or q not in _queue_ok:
-        if not isinstance(q, str) or not QUEUE_NAME_RE.fullmatch(q):
-            raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
-        if len(_queue_ok) < 1024:
-            _queue_ok.add(q)
+        _check_queue(q)
     prio = d.priority if priority is None else priority
-    if type(prio) is not int:
-        if not _is_int(prio):
-            raise InvalidRequest("priority must be an integer from 0 to 9")
-        prio = int(prio)  # an IntEnum, say: hiredis packs plain ints only
-    if not 0 <= prio <= 9:
-        raise InvalidRequest("priority must be an integer from 0 to 9")
+    if type(prio) is not int or not 0 <= prio <= 9:
+        prio = _int_in(prio, 9, "priority must be an integer from 0 to 9")
     # A task this client does not know is governed by the worker's declaration where the
     # enqueue gave no value: the record says which it left unset (dtq/declared.py).
     unset = ""
@@ -133,56 +124,24 @@ def build_task(
         if max_retries is None and timeout is None and expires is None:
             unset = "mte"  # a plain by-name enqueue
         else:
-            unset = (
-                ("m" if max_retries is None else "") + ("t" if timeout is None else "")
-                + ("e" if expires is None else "")
-            )  # fmt: skip
+            unset = _unset(max_retries, timeout, expires)
     mr = d.max_retries if max_retries is None else max_retries
-    if type(mr) is not int:
-        if not _is_int(mr):
-            raise InvalidRequest("max_retries must be a non-negative integer")
-        mr = int(mr)
-    if mr < 0:
-        raise InvalidRequest("max_retries must be a non-negative integer")
-    to = d.timeout
-    if timeout is not None:
-        to = _seconds(timeout, "timeout")
+    if type(mr) is not int or mr < 0:
+        mr = _int_in(mr, None, "max_retries must be a non-negative integer")
+    to = d.timeout if timeout is None else _seconds(timeout, "timeout")
     if to is not None and to <= 0:
         raise InvalidRequest("timeout must be positive")
+    delay_ms = 0 if delay is None and eta is None else _delay_ms(delay, eta)
     if expires is None:
         expires = d.expires
-    delay_ms = 0
-    if delay is not None or eta is not None:
-        if delay is not None and eta is not None:
-            raise InvalidRequest("give delay or eta, not both")
-        wait = _until(eta, "eta") if eta is not None else _seconds(delay, "delay")
-        delay_ms = max(0, math.ceil((wait or 0) * 1000))
-    expires_ms = 0
-    if expires is not None:
-        exp = _until(expires, "expires")
-        if exp is not None and exp <= 0:
-            raise InvalidRequest("expires is already in the past")
-        expires_ms = 0 if exp is None else max(1, math.ceil(exp * 1000))
+    expires_ms = 0 if expires is None else _expires_ms(expires)
     if idempotency_key is not None:
-        if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 256:
-            raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
-        if idempotency_key.startswith(UNIQUE_PREFIX):
-            raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
-        if not idempotency_key.isascii():
-            codec.utf8(idempotency_key, "idempotency_key")
+        _check_idempotency_key(idempotency_key)
     a, k = codec.encode_args(args, kwargs, settings.max_payload_bytes)
     if idempotency_key is None and (d.unique if unique is None else unique):
         idempotency_key = unique_key(name, a, kwargs)
-    meta = ""
-    if metadata:
-        meta = codec.dumps(dict(metadata), "metadata")
-        if len(meta) > 4096:
-            raise SerializationError("metadata must encode to at most 4096 bytes")
-    lim = ""
-    if d.limit is not None:
-        lim = d.limit.encode(name, args, kwargs)
-        if not lim.isascii():
-            codec.utf8(lim, "limit key")
+    meta = _metadata(metadata) if metadata else ""
+    lim = "" if d.limit is None else _limit_key(d.limit, name, args, kwargs)
     parts = settings.queue_partitions
     if parts or partition_key is not None:
         q = _partition(q, parts.get(q, 1), partition_key, idempotency_key, lim)
@@ -202,6 +161,79 @@ def build_task(
         unset,
         headers=_headers(headers) if headers else "",
     )
+
+
+# The steps of build_task, each called only when its check is needed.
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise InvalidRequest("task name must be a non-empty string of at most 200 characters")
+    check_task_name(name)  # not printable: the precise checks
+
+
+def _check_queue(q: object) -> None:
+    """Check a queue name not seen before; remember it (up to 1,024 names) when good."""
+    if not isinstance(q, str) or not QUEUE_NAME_RE.fullmatch(q):
+        raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+    if len(_queue_ok) < 1024:
+        _queue_ok.add(q)
+
+
+def _int_in(value: Any, top: int | None, error: str) -> int:
+    """``value`` as a plain int from 0 to ``top`` (an IntEnum, say: hiredis packs plain ints
+    only); InvalidRequest(``error``) otherwise."""
+    if not _is_int(value):
+        raise InvalidRequest(error)
+    n = int(value)
+    if n < 0 or (top is not None and n > top):
+        raise InvalidRequest(error)
+    return n
+
+
+def _unset(max_retries: object, timeout: object, expires: object) -> str:
+    """Which of max_retries, timeout and expires a by-name enqueue left to the declaration."""
+    return (
+        ("m" if max_retries is None else "") + ("t" if timeout is None else "")
+        + ("e" if expires is None else "")
+    )  # fmt: skip
+
+
+def _delay_ms(delay: float | timedelta | None, eta: datetime | str | None) -> int:
+    if delay is not None and eta is not None:
+        raise InvalidRequest("give delay or eta, not both")
+    wait = _until(eta, "eta") if eta is not None else _seconds(delay, "delay")
+    return max(0, math.ceil((wait or 0) * 1000))
+
+
+def _expires_ms(expires: float | timedelta | datetime) -> int:
+    exp = _until(expires, "expires")
+    if exp is not None and exp <= 0:
+        raise InvalidRequest("expires is already in the past")
+    return 0 if exp is None else max(1, math.ceil(exp * 1000))
+
+
+def _check_idempotency_key(key: object) -> None:
+    if not isinstance(key, str) or not 0 < len(key) <= 256:
+        raise InvalidRequest("idempotency_key must be a string of 1 to 256 characters")
+    if key.startswith(UNIQUE_PREFIX):
+        raise InvalidRequest(f"idempotency keys starting with {UNIQUE_PREFIX!r} are reserved")
+    if not key.isascii():
+        codec.utf8(key, "idempotency_key")
+
+
+def _metadata(metadata: Mapping[str, Any]) -> str:
+    meta = codec.dumps(dict(metadata), "metadata")
+    if len(meta) > 4096:
+        raise SerializationError("metadata must encode to at most 4096 bytes")
+    return meta
+
+
+def _limit_key(limit: Limit, name: str, args: Any, kwargs: Mapping[str, Any] | None) -> str:
+    lim = limit.encode(name, args, kwargs)
+    if not lim.isascii():
+        codec.utf8(lim, "limit key")
+    return lim
 
 
 def _partition(q: str, n: int, key: object, idem: str | None, lim: str) -> str:

@@ -93,10 +93,11 @@ class Settings(BaseSettings):
     timed out), with a jittered backoff from 50 ms up to 1 s; 0 raises at once. Only calls
     that are safe to re-send are (see the README, "Connection blips")."""
     fast_lane: bool = True
-    """Send script calls on dtq's fast lane (a kept connection written to directly, about
-    30-50 us less client CPU per call; dtq/transport.py). It is used only where the redis-py
-    installed has what it needs (else off, logged once); 0 turns it off: every call then takes
-    redis-py's usual path. The worker's gauge ``dtq_fast_lane_enabled`` says which."""
+    """Send script calls on dtq's fast lane (a kept connection written to directly, skipping
+    redis-py's per-call layers, so less client CPU per call; dtq/transport.py). It is used only
+    where the redis-py installed has what it needs (else off, logged once); 0 turns it off: every
+    call then takes redis-py's usual path. The worker's gauge ``dtq_fast_lane_enabled`` says
+    which."""
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream; 0 disables events."""
     dlq_max: int = Field(100_000, ge=0)

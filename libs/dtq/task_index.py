@@ -29,6 +29,7 @@ import redis.asyncio as aredis
 
 from dtq.keys import GROUP, Keys, make_task_id
 from dtq.models import TaskInfo
+from dtq.record import Field
 
 INDEX_BUDGET = 20_000
 """Most event-stream entries one task page reads before answering with a cursor."""
@@ -125,9 +126,9 @@ async def newest(
             full_id = make_task_id(q, tid)
             if full_id in seen:
                 continue  # enqueued again under the same id (a repeat kept its record)
-            if status is not None and rec.get("status") != status:
+            if status is not None and rec.get(Field.STATUS) != status:
                 continue
-            if name is not None and rec.get("name") != name:
+            if name is not None and rec.get(Field.NAME) != name:
                 continue
             info = _info(q, tid, rec)
             if info is None:
@@ -180,7 +181,7 @@ async def running(
         recs = await pipe.execute()
     out: list[dict[str, Any]] = []
     for (q, tid), rec in zip(tids, recs, strict=True):
-        if name is not None and rec.get("name") != name:
+        if name is not None and rec.get(Field.NAME) != name:
             continue
         info = _info(q, tid, rec)
         if info is not None and info.status.value == "running":

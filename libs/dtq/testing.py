@@ -51,7 +51,7 @@ from dtq.keys import GROUP, Keys, make_task_id, split_task_id
 from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.models import TaskHandle, TaskInfo
 from dtq.partitions import logical, within
-from dtq.progress import progress_call
+from dtq.record import Field
 from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
@@ -68,11 +68,11 @@ class _Hooks:
 
     def report_progress(self, payload: str) -> None:
         qk = self.tq.keys.queue(self.queue)
-        call = progress_call(qk, self.c.tid, self.c.attempt, WORKER_ID, payload, 1000)
+        call = sc.progress_call(qk, self.c.tid, self.c.attempt, WORKER_ID, payload, 1000)
         self.tq._scripts.run(call)
 
     def stop_requested(self) -> bool:
-        rec = self.tq.redis.hget(self.tq.keys.queue(self.queue).task(self.c.tid), "cancel")
+        rec = self.tq.redis.hget(self.tq.keys.queue(self.queue).task(self.c.tid), Field.CANCEL)
         return rec is not None
 
     def headers(self) -> str:
@@ -151,7 +151,7 @@ class TestQueue:
             base = self.keys.queue(q).task_base
             for key in chain.from_iterable(task_key_pages(self.redis, self.keys.queue(q), 500)):
                 rec: dict[str, str] = self.redis.hgetall(key)  # type: ignore[assignment]
-                if rec and (name is None or rec.get("name") == name):
+                if rec and (name is None or rec.get(Field.NAME) == name):
                     out.append(TaskInfo.from_record(make_task_id(q, key[len(base) :]), q, rec))
         return sorted(out, key=lambda i: (i.enqueued_at is None, i.enqueued_at, i.id))
 
@@ -387,7 +387,7 @@ class TestQueue:
         except Exception as exc:
             raised = exc
             item = failure_item(c, exc, s)
-        if self.redis.hexists(qk.task(c.tid), "cancel") and isinstance(item, sc.Success):
+        if self.redis.hexists(qk.task(c.tid), Field.CANCEL) and isinstance(item, sc.Success):
             item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
         if isinstance(item, sc.Success):
             call = sc.complete_call(qk, WORKER_ID, [item], s.events_maxlen, s.result_ttl_s)
@@ -395,7 +395,7 @@ class TestQueue:
             verdict = item.status if stored else "stale"
         else:
             call = sc.fail_call(qk, WORKER_ID, [item], s.events_maxlen, s.dlq_ttl_s)
-            verdict = sc.parse_strings(self._scripts.run(call))[0]
+            verdict = sc.parse_verdicts(self._scripts.run(call))[0]
         if mw is not None and mw.on_outcome:
             verdict = "retried" if verdict == "scheduled" else verdict
             error = item.error if isinstance(item, sc.Failure) else None

@@ -1,8 +1,9 @@
 """The fast lane: dtq's own way of sending script calls, under redis-py's command layer.
 
 A script call through redis-py's command layer (pool checkout with its readiness check, the
-retry wrapper, instrumentation) costs about 30-50 us of client CPU on top of the round trip; a
-single enqueue is one call, so that was a third of its time. A lane is one connection of its
+retry wrapper, instrumentation) spends client CPU on each of those layers on top of the round
+trip; a single enqueue is one call, so they were a large share of its time (the figures:
+docs/performance.md, "Hand-written code"). A lane is one connection of its
 client's pool, kept, to which packed EVALSHAs are written directly. Whatever a lane cannot do
 goes the usual way (the caller's, :mod:`dtq.scripts`): a NOSCRIPT (redis-py loads the script
 and calls again: nothing ran), a lane busy with another call (a second thread or task), a broken
@@ -159,8 +160,8 @@ class _HiredisPacking:
     """Connection mixin: pack commands with hiredis, as redis-py's sync connections already do.
 
     redis-py's asyncio connections pack in Python and copy the growing buffer once per
-    argument: a batched claim/complete call (about 180 arguments) took ~130 us to pack, ~17 us
-    with hiredis, byte for byte the same output.
+    argument, which adds up on the batched claim and complete calls (hundreds of arguments);
+    hiredis packs the same bytes in C (the figures: docs/performance.md, "Hand-written code").
     """
 
     def pack_command(self, *args: Any) -> list[bytes]:

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from dtq import codec
+from dtq import scripts as sc
 from dtq.errors import InvalidRequest
-from dtq.keys import Keys, QueueKeys, new_flow_tid, split_task_id
+from dtq.keys import Keys, new_flow_tid, split_task_id
 from dtq.middleware import EnqueueRequest
 from dtq.partitions import logical
+from dtq.record import Field
 from dtq.requests import TaskDefaults, build_task
-from dtq.scripts import REPLY_TTL_MS, Call, NewTask
+from dtq.scripts import Call, NewTask
 from dtq.settings import Settings
 
 __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
@@ -239,20 +241,17 @@ def _spec(keys: Keys, p: Plan, i: int) -> str:
     return codec.dumps(fields, "workflow step")
 
 
-def _home_keys(qk: QueueKeys) -> list[str]:
-    return [*qk.streams, qk.sched, qk.events, qk.task_base, qk.flow_base, qk.flowq]
-
-
 def enqueue_call(
     keys: Keys, p: Plan, events_maxlen: int, max_payload: int = 1_048_576
 ) -> tuple[Call, list[tuple[str, str]]]:
     """flow_enqueue.lua's call; and (queue, spec) of each first step on another queue, for the
-    client to move at once with :func:`put_call`. ``max_payload``: the most bytes a released
-    step's arguments may have (DTQ_MAX_PAYLOAD_BYTES)."""
-    args: list[Any] = [
+    client to move at once with :func:`dtq.scripts.flow_put_call`. ``max_payload``: the most
+    bytes a released step's arguments may have (DTQ_MAX_PAYLOAD_BYTES)."""
+    head: list[Any] = [
         events_maxlen, p.ftid, len(p.steps), json.dumps(p.root, separators=(",", ":")),
         json.dumps(p.tree, separators=(",", ":")), max_payload,
     ]  # fmt: skip
+    args: list[Any] = []
     away: list[tuple[str, str]] = []
     for i, s in enumerate(p.steps):
         spec = _spec(keys, p, i)
@@ -260,25 +259,7 @@ def enqueue_call(
         args += [f"{s.queue}:{s.task.tid}", s.waits, ",".join(map(str, s.dependents)), inp, spec]
         if s.waits == 0 and s.queue != p.home:
             away.append((s.queue, spec))
-    return Call("flow_enqueue", _home_keys(keys.queue(p.home)), args), away
-
-
-def put_call(qk: QueueKeys, spec: str, args: str, events_maxlen: int) -> Call:
-    """flow_put.lua: create a released step on its own queue (idempotent)."""
-    return Call(
-        "flow_put", [*qk.streams, qk.sched, qk.events, qk.task_base], [events_maxlen, spec, args]
-    )
-
-
-def apply_call(
-    home: QueueKeys, ftid: str, step: str, status: str, payload: str, events_maxlen: int, ttl: int
-) -> Call:
-    """flow_apply.lua: a step's outcome noted on another slot, applied at its flow's home."""
-    return Call(
-        "flow_apply",
-        _home_keys(home),
-        [events_maxlen, ttl, home.done_base, ftid, step, status, payload],
-    )
+    return sc.flow_enqueue_call(keys.queue(p.home), head, args), away
 
 
 def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> Call | None:
@@ -290,30 +271,14 @@ def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> 
         status = fields["s"]
         s = settings
         ttl = s.result_ttl_s if status == "succeeded" else max(s.result_ttl_s, s.dlq_ttl_s)
-        return apply_call(
+        return sc.flow_apply_call(
             keys.queue(home), ftid, step, status, fields["p"], settings.events_maxlen, ttl
         )
     if kind == "put":
         queue = json.loads(fields["spec"])[0]
-        return put_call(keys.queue(queue), fields["spec"], fields["args"], settings.events_maxlen)
+        qk = keys.queue(queue)
+        return sc.flow_put_call(qk, fields["spec"], fields["args"], settings.events_maxlen)
     return None
-
-
-def cancel_call(
-    home: QueueKeys, ftid: str, reason: str, ttl: int, events_maxlen: int, nonce: str | None = None
-) -> Call:
-    """flow_cancel.lua. ``nonce``: a re-send of this very call gets its first reply."""
-    keys = [home.flow(ftid), home.events]
-    args: list[Any] = [reason, ttl, home.done_channel(ftid), events_maxlen]
-    if nonce is not None:
-        keys.append(home.reply(nonce))
-        args.append(REPLY_TTL_MS)
-    return Call("flow_cancel", keys, args)
-
-
-def tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
-    """flow_tomb.lua: a cancelled flow's step not created yet is written cancelled."""
-    return Call("flow_tomb", [qk.task(tid)], [reason, ttl])
 
 
 def parse_flow_key(prefix: str, flow_field: str) -> tuple[str, str, str]:
@@ -332,11 +297,11 @@ def step_fields(n: int) -> list[str]:
     return [f"q{i}" for i in range(n)]
 
 
-def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
+def flow_record(task_id: str, fh: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
     """The flow as a task-like record, plus its steps (index, id, name, status) and tree.
     ``step_recs``: [status, name] of each step's task record (None: not created yet)."""
     split_task_id(task_id)
-    st = rec.get("status", "running")
+    st = fh.get("status", "running")
     statuses = [(x or [None])[0] for x in step_recs]
     if st == "running":
         started = any(s not in (None, "queued", "scheduled") for s in statuses)
@@ -344,28 +309,28 @@ def flow_record(task_id: str, rec: dict[str, str], step_recs: list[Any]) -> dict
     steps = []
     for i, x in enumerate(step_recs):
         status, name = (x if x else [None, None])[:2]
-        if name is None and f"x{i}" in rec:
-            name = json.loads(rec[f"x{i}"])[2]
-        if status is None and f"e{i}" in rec:  # refused at its release (payload limit)
+        if name is None and f"x{i}" in fh:
+            name = json.loads(fh[f"x{i}"])[2]
+        if status is None and f"e{i}" in fh:  # refused at its release (payload limit)
             status = "failed"
         steps.append(
             {
                 "index": i,
-                "id": rec.get(f"q{i}", ""),
+                "id": fh.get(f"q{i}", ""),
                 "name": name or "",
                 "status": status or "waiting",
             }
         )
     return {
         "status": st,
-        "rec": {
-            "name": "workflow", "status": st, "enq": rec.get("enq", ""),
-            **({"finished": rec["finished"]} if "finished" in rec else {}),
-            **({"result": rec["result"]} if "result" in rec else {}),
-            **({"error": rec["error"]} if "error" in rec else {}),
+        "rec": {  # the flow as a task record (its hash shares these names)
+            Field.NAME: "workflow", Field.STATUS: st, Field.ENQUEUED: fh.get("enq", ""),
+            **({Field.FINISHED: fh["finished"]} if "finished" in fh else {}),
+            **({Field.RESULT: fh["result"]} if "result" in fh else {}),
+            **({Field.ERROR: fh["error"]} if "error" in fh else {}),
         },
         "steps": steps,
-        "tree": json.loads(rec.get("tree", "null")),
+        "tree": json.loads(fh.get("tree", "null")),
     }  # fmt: skip
 
 

@@ -153,69 +153,82 @@ class Heartbeat:
 
     async def beat(self, status: str | None = None) -> bool:
         """One heartbeat; True when Redis took it."""
-        env = self.env
         sent = time.monotonic()
         runs = list(self.slots.inflight.values())
         by_queue: dict[str, list[Run]] = defaultdict(list)
         for r in runs:
             by_queue[r.claimed.queue].append(r)
-        hb_ttl_ms = int(env.settings.heartbeat_interval_s * 3000)
+        published = self.publish  # read once: another beat may run meanwhile
         try:
-            if self.clock_offset_ms is None:
-                self.set_clock(await env.redis.time())
-            now_ms = int(time.monotonic() * 1000) + (self.clock_offset_ms or 0)
-            async with env.redis.pipeline(transaction=False) as pipe:
-                key = env.keys.worker(env.worker_id)
-                pipe.hset(
-                    key,
-                    mapping={
-                        "worker_id": env.worker_id,
-                        "hostname": socket.gethostname(),
-                        "pid": self.pid,
-                        "queues": ",".join(env.queues),
-                        "started_at": self.started_at,
-                        "last_heartbeat": now_ms,
-                        "heartbeat_interval_ms": int(env.settings.heartbeat_interval_s * 1000),
-                        "active_tasks": len(runs),
-                        "concurrency": env.settings.worker_concurrency,
-                        "tasks_processed": self.counters.get("succeeded", 0),
-                        "tasks_failed": self.counters.get("failed", 0),
-                        "tasks_retried": self.counters.get("retried", 0),
-                        "status": status or self.status(),
-                    },
-                )
-                published = self.publish  # read once: another beat may run meanwhile
-                if published:
-                    pipe.hset(
-                        key,
-                        mapping={
-                            "owner": self.owner(),
-                            TASKS_FIELD: json.dumps(sorted(self.tasks)),
-                        },
-                    )
-                pipe.pexpire(key, hb_ttl_ms)
-                pipe.zadd(env.keys.workers, {env.worker_id: now_ms})
-                queues = list(by_queue)
-                for q in queues:
-                    refs = [r.ref for r in by_queue[q]]
-                    await env.scripts.run(
-                        sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe
-                    )
-                # A cluster pipeline refuses TIME (no key to route it by): sent after it.
-                cluster = is_cluster(env.redis)
-                if not cluster:
-                    pipe.time()
-                replies = await pipe.execute()
-            if cluster:
-                replies.append(await env.redis.time())
+            replies = await self._send(by_queue, len(runs), status, published)
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            env.metrics.redis_errors.labels("heartbeat").inc()
+            self.env.metrics.redis_errors.labels("heartbeat").inc()
             self.backoff.failed(exc)
             self.publish = True
-            env.healthy.clear()
+            self.env.healthy.clear()
             return False
+        self._took(replies, published, by_queue, sent)
+        return True
+
+    def _fields(self, now_ms: int, active: int, status: str | None) -> dict[str, Any]:
+        """The liveness hash's fields that every beat writes."""
+        env = self.env
+        return {
+            "worker_id": env.worker_id,
+            "hostname": socket.gethostname(),
+            "pid": self.pid,
+            "queues": ",".join(env.queues),
+            "started_at": self.started_at,
+            "last_heartbeat": now_ms,
+            "heartbeat_interval_ms": int(env.settings.heartbeat_interval_s * 1000),
+            "active_tasks": active,
+            "concurrency": env.settings.worker_concurrency,
+            "tasks_processed": self.counters.get("succeeded", 0),
+            "tasks_failed": self.counters.get("failed", 0),
+            "tasks_retried": self.counters.get("retried", 0),
+            "status": status or self.status(),
+        }
+
+    async def _send(
+        self, by_queue: Mapping[str, list[Run]], active: int, status: str | None, published: bool
+    ) -> list[Any]:
+        """One pipeline: the liveness hash (with the owner and task names when ``published``),
+        its TTL, the workers index, one touch per queue with runs in flight, then TIME.
+        Replies in that order (without the owner's HSET when not ``published``)."""
+        env = self.env
+        if self.clock_offset_ms is None:
+            self.set_clock(await env.redis.time())
+        now_ms = int(time.monotonic() * 1000) + (self.clock_offset_ms or 0)
+        async with env.redis.pipeline(transaction=False) as pipe:
+            key = env.keys.worker(env.worker_id)
+            pipe.hset(key, mapping=self._fields(now_ms, active, status))
+            if published:
+                names = json.dumps(sorted(self.tasks))
+                pipe.hset(key, mapping={"owner": self.owner(), TASKS_FIELD: names})
+            pipe.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
+            pipe.zadd(env.keys.workers, {env.worker_id: now_ms})
+            for q, q_runs in by_queue.items():
+                refs = [r.ref for r in q_runs]
+                await env.scripts.run(sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe)
+            # A cluster pipeline refuses TIME (no key to route it by): sent after it.
+            cluster = is_cluster(env.redis)
+            if not cluster:
+                pipe.time()
+            replies: list[Any] = await pipe.execute()
+        if cluster:
+            replies.append(await env.redis.time())
+        return replies
+
+    def _took(
+        self,
+        replies: list[Any],
+        published: bool,
+        by_queue: Mapping[str, list[Run]],
+        sent: float,
+    ) -> None:
+        """Apply a beat Redis took: the clock, the renewed leases, the touches' reports."""
         self.backoff.ok()
         if published:
             del replies[1]  # the HSET of the owner and the names
@@ -223,20 +236,20 @@ class Heartbeat:
         # made again by this beat: the owner and the names go with the next one.
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
-        env.healthy.set()
+        self.env.healthy.set()
         self.set_clock(replies[-1])
         touches = [sc.parse_touch(raw) for raw in replies[3:-1]]
-        lost = {(q, tid) for q, t in zip(queues, touches, strict=True) for tid in t.lost}
-        for r in runs:
-            # Renewed by this beat, unless its touch reports it lost (dropped just below): such
-            # a run must not look fresh to Slots.fill, which the drop of another one calls.
-            if not lost or r.key not in lost:
-                r.leased_mono = sent
-        for q, touch in zip(queues, touches, strict=True):
+        lost = {(q, tid) for q, t in zip(by_queue, touches, strict=True) for tid in t.lost}
+        for q_runs in by_queue.values():
+            for r in q_runs:
+                # Renewed by this beat, unless its touch reports it lost (dropped just below):
+                # such a run must not look fresh to Slots.fill, which the drop of another calls.
+                if not lost or r.key not in lost:
+                    r.leased_mono = sent
+        for q, touch in zip(by_queue, touches, strict=True):
             self.apply_touch(q, touch, by_queue[q])
         if self.slots.ready:
             self.slots.fill()  # runs claimed ahead whose lease was too old to start
-        return True
 
     def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:
         by_tid = {r.claimed.tid: r for r in runs}

@@ -1,7 +1,8 @@
 """Per-run metrics updated without locks, exported at scrape time.
 
-prometheus_client's Counter and Histogram take a lock per update (a histogram two): about 6 us of
-the worker's ~40 us per no-op run for the three updates every run makes. These are only ever
+prometheus_client's Counter and Histogram take a lock per update (a histogram two), a visible
+share of a short run's worker CPU for the three updates every run makes (the figures:
+docs/performance.md, "Hand-written code"). These are only ever
 updated by the event loop thread, so plain ints and floats do. The scrape (another thread) copies
 the bucket list in one step, so each histogram it sees is consistent: count is the sum of its
 buckets; the sum may miss a run that ended during the copy.

@@ -176,6 +176,6 @@ class OutcomeWriter:
                     assert isinstance(item, sc.Success)
                     verdicts[i] = item.status if stored else "stale"
             else:
-                for i, v in zip(idx, sc.parse_strings(raw), strict=True):
+                for i, v in zip(idx, sc.parse_verdicts(raw), strict=True):
                     verdicts[i] = v
         return verdicts

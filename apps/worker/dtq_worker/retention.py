@@ -53,11 +53,6 @@ class RetentionReport:
     queues: list[str] = field(default_factory=list)
 
 
-def dlq_call(dlq: str, task_base: str, age_ms: int, cap: int, budget: int) -> sc.Call:
-    """Prune dead letters older than age_ms (on the Redis clock), beyond cap, or gone."""
-    return sc.Call("retention_dlq", [dlq, task_base], [age_ms, cap, budget])
-
-
 class Retention:
     def __init__(self, env: WorkerEnv) -> None:
         self.env = env
@@ -77,10 +72,8 @@ class Retention:
         self.next_at = time.monotonic() + s.retention_interval_s * random.uniform(0.9, 1.1)
         lease_ms = int(max(30.0, s.retention_interval_s * 3) * 1000)
         try:
-            held = await self.env.scripts.run(
-                sc.lock_call(self.lock_key, self.env.worker_id, lease_ms)
-            )
-            if int(held) != 1:
+            call = sc.lock_call(self.lock_key, self.env.worker_id, lease_ms)
+            if sc.parse_lock(await self.env.scripts.run(call)) is not sc.Lock.HELD:
                 return None
             report = await self.run_once()
         except Exception as exc:  # best effort: the next pass tries again
@@ -98,10 +91,8 @@ class Retention:
         rep.queues = queues
         for q in queues:
             qk = env.keys.queue(q)
-            raw = await env.scripts.run(
-                dlq_call(qk.dlq, qk.task_base, s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
-            )
-            rep.dlq_removed += int(raw[0])
+            call = sc.retention_dlq_call(qk, s.dlq_ttl_s * 1000, s.dlq_max, DLQ_BATCH)
+            rep.dlq_removed += sc.parse_retention_dlq(await env.scripts.run(call)).removed
             if s.events_maxlen > 0:
                 await env.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
         rep.workers_removed = await self.prune_workers()
@@ -126,9 +117,8 @@ class Retention:
         idle_ms = int(env.settings.dead_worker_ttl_s * 1000)
         removed = 0
         for q in queues:
-            removed += int(
-                await env.scripts.run(sc.consumer_prune_call(env.keys.queue(q), idle_ms))
-            )
+            call = sc.consumer_prune_call(env.keys.queue(q), idle_ms)
+            removed += sc.parse_consumer_prune(await env.scripts.run(call))
         return removed
 
     async def forget_queues(self, queues: list[str]) -> int:
@@ -150,7 +140,8 @@ class Retention:
             if q in consumed:
                 continue
             drop = q in self.empty_before
-            if int(await env.scripts.run(sc.queue_empty_call(env.keys.queue(q), drop))) != 1:
+            state = await env.scripts.run(sc.queue_empty_call(env.keys.queue(q), drop))
+            if sc.parse_queue_state(state) is not sc.QueueState.EMPTY:
                 continue
             if drop:
                 await env.redis.srem(env.keys.queues, q)
@@ -184,20 +175,17 @@ class Retention:
         for q, keys in found.items():
             qk = env.keys.queue(q)
             for i in range(0, len(keys), 500):
-                raw = await env.scripts.run(
-                    sc.Call(
-                        "retention_keys",
-                        [qk.task_base, qk.idem_base, *keys[i : i + 500]],
-                        [max(s.result_ttl_s, s.dlq_ttl_s)],
-                    )
+                call = sc.retention_keys_call(
+                    qk, keys[i : i + 500], max(s.result_ttl_s, s.dlq_ttl_s)
                 )
-                rep.idem_removed += int(raw[0])
-                rep.records_expired += int(raw[1])
+                swept = sc.parse_retention_keys(await env.scripts.run(call))
+                rep.idem_removed += swept.idem_deleted
+                rep.records_expired += swept.expired
         for q, lks in held.items():
             qk = env.keys.queue(q)
             for i in range(0, len(lks), 100):
-                n, _ = await env.scripts.run(sc.limit_sweep_call(qk, lks[i : i + 100]))
-                rep.parked_released += int(n)
+                call = sc.limit_sweep_call(qk, lks[i : i + 100])
+                rep.parked_released += sc.parse_limit_sweep(await env.scripts.run(call)).released
 
     def _sort(
         self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]

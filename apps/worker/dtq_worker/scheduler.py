@@ -48,10 +48,8 @@ class Scheduler:
         env = self.env
         soonest: int | None = None
         for queue in env.queues:
-            held = await env.scripts.run(
-                sc.lock_call(self.lock_key(queue), env.worker_id, LEASE_MS)
-            )
-            if int(held) != 1:
+            call = sc.lock_call(self.lock_key(queue), env.worker_id, LEASE_MS)
+            if sc.parse_lock(await env.scripts.run(call)) is not sc.Lock.HELD:
                 if queue in self.leading:
                     log.info("lost scheduler leadership of %s", queue)
                 self.leading.discard(queue)
@@ -81,11 +79,10 @@ class Scheduler:
         budget, see lua/limit_sweep.lua); each call looks at no more than 5000 parked ids."""
         released = 0
         for _ in range(SWEEP_CALLS):
-            n, more = await self.env.scripts.run(
-                sc.limit_sweep_call(self.env.keys.queue(queue), [])
-            )
-            released += int(n)
-            if not int(more):
+            call = sc.limit_sweep_call(self.env.keys.queue(queue), [])
+            swept = sc.parse_limit_sweep(await self.env.scripts.run(call))
+            released += swept.released
+            if not swept.more:
                 break
         return released
 

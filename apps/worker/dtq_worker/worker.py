@@ -560,7 +560,7 @@ class Worker:
             )
             while True:
                 try:
-                    verdicts = sc.parse_strings(await self.scripts.run(call))
+                    verdicts = sc.parse_verdicts(await self.scripts.run(call))
                     for r, v in zip(qruns, verdicts, strict=True):
                         log.info("handed back %s attempt %d: %s", r.task_id, r.claimed.attempt, v)
                         self._forget(r)

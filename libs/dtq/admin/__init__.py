@@ -22,18 +22,11 @@ Costs worth knowing:
 The package splits :class:`Admin` by concern; each part is a mixin over :class:`AdminCore`
 (``core.py``: connection, script runner, queue registry): ``queues.py``, ``tasks.py``,
 ``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``. ``views.py`` holds what they
-answer, ``calls.py`` the operator scripts' calls, ``common.py`` the bounds, errors and checks.
+answer, ``common.py`` the bounds, errors and checks.
 """
 
 from __future__ import annotations
 
-from dtq.admin.calls import (
-    PurgeBatch,
-    dlq_discard_call,
-    dlq_requeue_call,
-    parse_purge,
-    purge_call,
-)
 from dtq.admin.common import (
     BATCH,
     DLQ_BUDGET,
@@ -62,6 +55,13 @@ from dtq.admin.views import (
 )
 from dtq.admin.workers import WorkerOps
 from dtq.errors import Conflict, UnknownQueue
+from dtq.scripts.admin import (
+    PurgeBatch,
+    dlq_discard_call,
+    dlq_requeue_call,
+    parse_purge,
+    purge_call,
+)
 
 __all__ = [
     "BATCH",

@@ -11,13 +11,13 @@ import redis.asyncio as aredis
 
 from dtq import eviction
 from dtq import scripts as sc
-from dtq.admin.calls import dlq_requeue_call
 from dtq.admin.common import check_queue_name
 from dtq.client import AsyncClient
 from dtq.connection import async_redis, is_cluster
 from dtq.errors import InvalidRequest, RedisUnavailable, UnknownQueue
 from dtq.keys import Keys, QueueKeys
 from dtq.partitions import expand, is_physical, logical
+from dtq.scripts import dlq_requeue_call
 from dtq.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class AdminCore:
         tids: Sequence[str],
         max_retries: int | None,
         allowed: Sequence[str] = ("failed",),
-    ) -> list[str]:
+    ) -> list[sc.DlqVerdict]:
         if max_retries is not None and (
             isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
         ):
@@ -138,4 +138,4 @@ class AdminCore:
             allowed=allowed,
             nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )
-        return sc.parse_strings(await self._run(call))
+        return sc.parse_dlq(await self._run(call))

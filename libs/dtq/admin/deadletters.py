@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from dtq import scripts as sc
-from dtq.admin.calls import dlq_discard_call
 from dtq.admin.common import (
     BATCH,
     DLQ_BUDGET,
@@ -21,6 +20,8 @@ from dtq.admin.views import BulkResult, DeadLetter, Page, iso
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, make_task_id, split_task_id
 from dtq.partitions import logical
+from dtq.record import Field
+from dtq.scripts import dlq_discard_call
 
 
 class DeadLetterOps(AdminCore):
@@ -81,7 +82,10 @@ class DeadLetterOps(AdminCore):
                 return out, None, seen
             async with self._r.pipeline(transaction=False) as pipe:
                 for tid, _ in entries:
-                    pipe.hmget(qk.task(tid), ["name", "attempt", "retries", "maxr", "error"])
+                    pipe.hmget(
+                        qk.task(tid),
+                        [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR],
+                    )
                 recs = await pipe.execute()
             seen += len(entries)
             for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
@@ -141,7 +145,7 @@ class DeadLetterOps(AdminCore):
         qk = self.keys.queue(queue)
         async with self._r.pipeline(transaction=False) as pipe:
             for tid in tids:
-                pipe.hmget(qk.task(tid), ["name", "error"])
+                pipe.hmget(qk.task(tid), [Field.NAME, Field.ERROR])
             recs = await pipe.execute()
         return [
             tid
@@ -228,7 +232,7 @@ class DeadLetterOps(AdminCore):
                 call = dlq_discard_call(
                     qk, tids, events_maxlen=self.settings.events_maxlen, nonce=sc.new_nonce()
                 )
-                outcomes = sc.parse_strings(await self._run(call))
+                outcomes = sc.parse_dlq(await self._run(call))
                 ok = "discarded"
             for o in outcomes:
                 if o == ok:

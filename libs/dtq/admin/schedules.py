@@ -10,6 +10,7 @@ from dtq.admin.core import AdminCore
 from dtq.admin.views import ScheduledTask, iso
 from dtq.keys import make_task_id
 from dtq.partitions import logical
+from dtq.record import Field
 
 
 class ScheduleOps(AdminCore):
@@ -58,7 +59,7 @@ class ScheduleOps(AdminCore):
         )[:limit]  # fmt: skip
         async with self._r.pipeline(transaction=False) as pipe:
             for _, q, tid in soonest:
-                pipe.hmget(self.keys.queue(q).task(tid), ["name", "retries"])
+                pipe.hmget(self.keys.queue(q).task(tid), [Field.NAME, Field.RETRIES])
             recs = await pipe.execute() if soonest else []
         out: list[ScheduledTask] = []
         for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):

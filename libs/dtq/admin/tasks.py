@@ -24,6 +24,7 @@ from dtq.declared import pending as pending_declared
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo
+from dtq.record import Field
 
 
 class TaskOps(AdminCore):
@@ -34,7 +35,7 @@ class TaskOps(AdminCore):
         info = await self.client.get(task_id)
         d = info.to_dict()
         queue, tid = split_task_id(task_id)
-        extra = await self._r.hmget(self.keys.queue(queue).task(tid), ["requeues"])
+        extra = await self._r.hmget(self.keys.queue(queue).task(tid), [Field.REQUEUES])
         d["requeues"] = int(extra[0] or 0)
         if history:
             d["history"] = [e.to_dict() for e in await self.task_history(task_id)]
@@ -157,11 +158,11 @@ class TaskOps(AdminCore):
         decls = await self._declared_of(keys, recs)
         out: list[TaskInfo] = []
         for k, rec, decl in zip(keys, recs, decls, strict=True):
-            if not rec or "status" not in rec:
+            if not rec or Field.STATUS not in rec:
                 continue
-            if status is not None and rec["status"] != status:
+            if status is not None and rec[Field.STATUS] != status:
                 continue
-            if name is not None and rec.get("name") != name:
+            if name is not None and rec.get(Field.NAME) != name:
                 continue
             info = self._info_from_key(k, rec, decl)
             if info is not None:
@@ -183,7 +184,7 @@ class TaskOps(AdminCore):
         if want:
             async with self._r.pipeline(transaction=False) as pipe:
                 for i, queue in want:
-                    pipe.hget(self.keys.queue(queue).decl, recs[i].get("name", ""))
+                    pipe.hget(self.keys.queue(queue).decl, recs[i].get(Field.NAME, ""))
                 for (i, _), raw in zip(want, await pipe.execute(), strict=True):
                     out[i] = raw
         return out
@@ -218,7 +219,7 @@ class TaskOps(AdminCore):
             decls = await self._declared_of([qk.task(t) for t in tids], recs)
             examined += len(tids)
             for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
-                if rec and rec.get("status") == status and name in (None, rec.get("name")):
+                if rec and rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME)):
                     info = self._info(queue, tid, rec, decls[i])
                     if info is not None:
                         items.append(info.to_dict())

@@ -6,25 +6,25 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest, UnknownSchedule
-from dtq.keys import QueueKeys, make_task_id
+from dtq.keys import Keys, QueueKeys, make_task_id
 from dtq.models import ms_to_datetime
 from dtq.schedules.cron import from_ms
 from dtq.schedules.model import DISABLED, Schedule, ScheduleInfo
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
+    from dtq.clientbase import Steps
 
 log = logging.getLogger("dtq.schedules")
 
 
 def put_call(qk: QueueKeys, s: Schedule, next_ms: int) -> sc.Call:
-    return sc.Call(
-        "schedule_put", [qk.schedules, qk.schedules_next], [s.name, s.to_json(), next_ms]
-    )
+    return sc.schedule_put_call(qk, s.name, s.to_json(), next_ms)
 
 
 def _infos(
@@ -56,44 +56,56 @@ def _sorted(infos: list[ScheduleInfo]) -> list[ScheduleInfo]:
     return sorted(infos, key=lambda i: (i.next_fire_at or far, i.schedule.queue, i.schedule.name))
 
 
-def list_schedules(client: Client, queue: str | None = None) -> list[ScheduleInfo]:
-    """Every stored schedule (of one queue, or of all known queues), soonest fire first."""
-    found: Any = [queue] if queue else client.redis.smembers(client.keys.queues)
-    queues: list[str] = sorted(found)
+# Each operation is written once, as a generator of its I/O steps (dtq.clientbase: a script
+# call, or a function of the Redis client); Client._drive and AsyncClient._drive do the I/O. So
+# the twins differ only in I/O, and both raise what every SDK call raises: RedisUnavailable
+# (one line) when Redis cannot be reached.
+
+
+def _hgetall(key: str, r: Any) -> Any:
+    return r.hgetall(key)
+
+
+def _fire_times(qk: QueueKeys, names: list[str], r: Any) -> Any:
+    """The next fire time of each of ``names``, then their last tasks (one HMGET)."""
+    pipe = r.pipeline(transaction=False)
+    for n in names:
+        pipe.zscore(qk.schedules_next, n)
+    pipe.hmget(qk.schedules_last, names)
+    return pipe.execute()
+
+
+def _list_steps(keys: Keys, queue: str | None) -> Steps[list[ScheduleInfo]]:
+    found = [queue] if queue else (yield lambda r: r.smembers(keys.queues))
     out: list[ScheduleInfo] = []
-    for q in queues:
-        qk = client.keys.queue(q)
-        specs: dict[str, str] = client.redis.hgetall(qk.schedules)  # type: ignore[assignment]
+    for q in sorted(found):
+        qk = keys.queue(q)
+        specs: dict[str, str] = yield partial(_hgetall, qk.schedules)
         if not specs:
             continue
         names = sorted(specs)
-        with client.redis.pipeline(transaction=False) as pipe:
-            for n in names:
-                pipe.zscore(qk.schedules_next, n)
-            pipe.hmget(qk.schedules_last, names)
-            replies = pipe.execute()
+        replies = yield partial(_fire_times, qk, names)
         out += _infos(q, names, [specs[n] for n in names], replies[:-1], replies[-1])
     return _sorted(out)
+
+
+def list_schedules(client: Client, queue: str | None = None) -> list[ScheduleInfo]:
+    """Every stored schedule (of one queue, or of all known queues), soonest fire first."""
+    return client._drive(_list_steps(client.keys, queue))
 
 
 async def alist_schedules(client: AsyncClient, queue: str | None = None) -> list[ScheduleInfo]:
     """:func:`list_schedules` for asyncio."""
-    found: Any = [queue] if queue else await client.redis.smembers(client.keys.queues)  # type: ignore[misc]
-    queues: list[str] = sorted(found)
-    out: list[ScheduleInfo] = []
-    for q in queues:
-        qk = client.keys.queue(q)
-        specs: dict[str, str] = await client.redis.hgetall(qk.schedules)  # type: ignore[misc,assignment]
-        if not specs:
-            continue
-        names = sorted(specs)
-        async with client.redis.pipeline(transaction=False) as pipe:
-            for n in names:
-                pipe.zscore(qk.schedules_next, n)
-            pipe.hmget(qk.schedules_last, names)
-            replies = await pipe.execute()
-        out += _infos(q, names, [specs[n] for n in names], replies[:-1], replies[-1])
-    return _sorted(out)
+    return await client._drive(_list_steps(client.keys, queue))
+
+
+def _add_steps(keys: Keys, schedule: Schedule) -> Steps[ScheduleInfo]:
+    s = replace(schedule, source="runtime") if schedule.source != "runtime" else schedule
+    now = server_ms((yield lambda r: r.time()))
+    nxt = s.next_after(now)
+    yield lambda r: r.sadd(keys.queues, s.queue)
+    yield put_call(keys.queue(s.queue), s, nxt)
+    return ScheduleInfo(s, from_ms(nxt), None)
 
 
 def add_schedule(client: Client, schedule: Schedule) -> ScheduleInfo:
@@ -101,24 +113,12 @@ def add_schedule(client: Client, schedule: Schedule) -> ScheduleInfo:
 
     A schedule with the same queue and name is replaced. Returns the stored schedule.
     """
-    s = replace(schedule, source="runtime") if schedule.source != "runtime" else schedule
-    qk = client.keys.queue(s.queue)
-    now = server_ms(client.redis.time())  # type: ignore[arg-type]
-    nxt = s.next_after(now)
-    client.redis.sadd(client.keys.queues, s.queue)
-    client._scripts.run(put_call(qk, s, nxt))
-    return ScheduleInfo(s, from_ms(nxt), None)
+    return client._drive(_add_steps(client.keys, schedule))
 
 
 async def aadd_schedule(client: AsyncClient, schedule: Schedule) -> ScheduleInfo:
     """:func:`add_schedule` for asyncio."""
-    s = replace(schedule, source="runtime") if schedule.source != "runtime" else schedule
-    qk = client.keys.queue(s.queue)
-    now = server_ms(await client.redis.time())
-    nxt = s.next_after(now)
-    await client.redis.sadd(client.keys.queues, s.queue)  # type: ignore[misc]
-    await client._scripts.run(put_call(qk, s, nxt))
-    return ScheduleInfo(s, from_ms(nxt), None)
+    return await client._drive(_add_steps(client.keys, schedule))
 
 
 def forget(pipe: Any, qk: QueueKeys, name: str) -> None:
@@ -129,31 +129,48 @@ def forget(pipe: Any, qk: QueueKeys, name: str) -> None:
     pipe.hdel(qk.schedules_last, name)
 
 
+def _remove_steps(keys: Keys, name: str, queue: str) -> Steps[bool]:
+    def remove(r: Any) -> Any:
+        pipe = r.pipeline(transaction=True)
+        forget(pipe, keys.queue(queue), name)
+        return pipe.execute()
+
+    replies = yield remove
+    return int(replies[0]) == 1
+
+
 def remove_schedule(client: Client, name: str, queue: str = "default") -> bool:
     """Delete a schedule; True if it existed. Tasks it already enqueued are not touched.
 
     A schedule declared in code comes back when a worker running that code leads the queue:
     remove it from the code instead.
     """
-    qk = client.keys.queue(queue)
-    with client.redis.pipeline(transaction=True) as pipe:
-        forget(pipe, qk, name)
-        return int(pipe.execute()[0]) == 1
+    return client._drive(_remove_steps(client.keys, name, queue))
 
 
 async def aremove_schedule(client: AsyncClient, name: str, queue: str = "default") -> bool:
     """:func:`remove_schedule` for asyncio."""
-    qk = client.keys.queue(queue)
-    async with client.redis.pipeline(transaction=True) as pipe:
-        forget(pipe, qk, name)
-        return int((await pipe.execute())[0]) == 1
+    return await client._drive(_remove_steps(client.keys, name, queue))
 
 
-async def _astored(client: AsyncClient, name: str, queue: str) -> Schedule:
-    spec: str | None = await client.redis.hget(client.keys.queue(queue).schedules, name)  # type: ignore[misc,assignment]
+def _stored_steps(keys: Keys, name: str, queue: str) -> Steps[Schedule]:
+    spec: str | None = yield lambda r: r.hget(keys.queue(queue).schedules, name)
     if spec is None:
         raise UnknownSchedule(f"no schedule {name!r} in queue {queue!r}")
     return Schedule.from_json(spec)
+
+
+def _set_enabled_steps(keys: Keys, name: str, queue: str, enabled: bool) -> Steps[Any]:
+    s = yield from _stored_steps(keys, name, queue)
+    qk = keys.queue(queue)
+    if enabled:
+        nxt = s.next_after(server_ms((yield lambda r: r.time())))
+        changed = yield lambda r: r.zadd(qk.schedules_next, {name: nxt}, xx=True, lt=True, ch=True)
+    else:
+        changed = yield lambda r: r.zadd(qk.schedules_next, {name: DISABLED}, xx=True, ch=True)
+    infos = yield from _list_steps(keys, queue)
+    [info] = [i for i in infos if i.schedule.name == name] or [ScheduleInfo(s, None, None, enabled)]
+    return bool(changed), info
 
 
 async def aset_enabled(
@@ -166,23 +183,14 @@ async def aset_enabled(
     enabling sets the next fire time only where it is lower (LT), so an enabled schedule
     keeps its own.
     """
-    s = await _astored(client, name, queue)
-    qk = client.keys.queue(queue)
-    if enabled:
-        nxt = s.next_after(server_ms(await client.redis.time()))
-        changed = await client.redis.zadd(qk.schedules_next, {name: nxt}, xx=True, lt=True, ch=True)
-    else:
-        changed = await client.redis.zadd(qk.schedules_next, {name: DISABLED}, xx=True, ch=True)
-    [info] = [i for i in await alist_schedules(client, queue) if i.schedule.name == name] or [
-        ScheduleInfo(s, None, None, enabled)
-    ]
+    changed, info = await client._drive(_set_enabled_steps(client.keys, name, queue, enabled))
     return bool(changed), info
 
 
 async def arun_now(client: AsyncClient, name: str, queue: str) -> str:
     """Enqueue the schedule's task now, as a fire would (its metadata names the schedule);
     the schedule's own fire times do not move. Returns the task id."""
-    s = await _astored(client, name, queue)
+    s = await client._drive(_stored_steps(client.keys, name, queue))
     meta = {**s.metadata, "schedule": s.name, "run_now": True}
     h = await client.enqueue(
         s.task, list(s.args), dict(s.kwargs) or None, queue=s.queue, priority=s.priority,

@@ -26,7 +26,7 @@ log = logging.getLogger("dtq.schedules")
 
 @dataclass(frozen=True, slots=True)
 class FireResult:
-    outcome: str  # fired | overlap | missed | stale
+    outcome: sc.FireOutcome
     task_id: str | None
 
 
@@ -40,16 +40,9 @@ def fire_call(
     task: sc.NewTask,
     events_maxlen: int,
 ) -> sc.Call:
-    return sc.Call(
-        "schedule_fire",
-        [*qk.streams, qk.events, qk.task_base, qk.schedules, qk.schedules_next, qk.schedules_last],
-        [
-            s.name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
-            1 if s.overlap else 0, events_maxlen, fire_ms or expected_ms,
-            task.tid, task.name, task.args, task.kwargs, task.priority, task.maxr_arg(),
-            "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
-            task.limit,
-        ],
+    return sc.schedule_fire_call(
+        qk, s.name, spec=spec, expected_ms=expected_ms, next_ms=next_ms, fire_ms=fire_ms,
+        overlap=s.overlap, task=task, events_maxlen=events_maxlen,
     )  # fmt: skip
 
 
@@ -80,7 +73,8 @@ class ScheduleRunner:
         qk = self.keys.queue(queue)
         mine = {s.name: s for s in declared(self.app) if s.queue == queue}
         for s in mine.values():
-            if await self.scripts.run(put_call(qk, s, s.next_after(now))):
+            stored_now = await self.scripts.run(put_call(qk, s, s.next_after(now)))
+            if sc.parse_schedule_put(stored_now) is sc.Stored.CHANGED:
                 log.info("schedule %s of queue %s stored from code", s.name, queue)
         stored: dict[str, str] = await self.redis.hgetall(qk.schedules)  # type: ignore[misc,assignment]
         for name, spec in stored.items():
@@ -121,7 +115,7 @@ class ScheduleRunner:
     ) -> FireResult:
         if spec is None:
             await self.redis.zrem(qk.schedules_next, name)
-            return FireResult("stale", None)
+            return FireResult(sc.FireOutcome.STALE, None)
         try:
             s = Schedule.from_json(spec)
             lo = max(expected, now - int(s.grace * 1000))
@@ -134,16 +128,16 @@ class ScheduleRunner:
             # minute rather than spin or stop the scheduler.
             log.error("schedule %s of queue %s cannot fire: %s", name, qk.queue, exc)
             await self.redis.zadd(qk.schedules_next, {name: now + 60_000}, xx=True)
-            return FireResult("stale", None)
+            return FireResult(sc.FireOutcome.STALE, None)
         call = fire_call(qk, s, spec, expected, next_ms, fire_ms, task, self.settings.events_maxlen)
-        raw = await self.scripts.run(call)
-        outcome, tid = sc.parse_strings(raw)
+        fired = sc.parse_schedule_fire(await self.scripts.run(call))
+        outcome, tid = fired.outcome, fired.tid
         task_id = make_task_id(qk.queue, tid) if tid else None
-        if outcome == "fired":
+        if outcome is sc.FireOutcome.FIRED:
             log.info("schedule %s fired %s (due %s)", name, task_id, from_ms(fire_ms or expected))
-        elif outcome == "overlap":
+        elif outcome is sc.FireOutcome.OVERLAP:
             log.info("schedule %s skipped a fire: previous run %s still active", name, task_id)
-        elif outcome == "missed":
+        elif outcome is sc.FireOutcome.MISSED:
             log.warning("schedule %s skipped missed fire(s) from %s (past the %gs grace)",
                         name, from_ms(expected), s.grace)  # fmt: skip
         return FireResult(outcome, task_id)

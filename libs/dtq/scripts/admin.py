@@ -1,14 +1,37 @@
-"""The operator scripts' calls: purge and the dead-letter transitions (``lua/purge.lua``,
-``lua/dlq_requeue.lua``, ``lua/dlq_discard.lua``)."""
+"""The operator scripts' wrappers: purge and the dead-letter transitions (``lua/purge.lua``,
+``lua/dlq_requeue.lua``, ``lua/dlq_discard.lua``); dtq.admin runs them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from dtq import scripts as sc
 from dtq.keys import GROUP, QueueKeys
+from dtq.scripts.runner import REPLY_TTL_MS, Call, to_str
+
+
+class DlqVerdict(StrEnum):
+    """dlq_requeue.lua's and dlq_discard.lua's answer per task: what was done, or the status
+    of a task it left unchanged."""
+
+    REQUEUED = "requeued"
+    DISCARDED = "discarded"
+    MISSING = "missing"
+    """No record of the task (and, for a discard, not in the dead-letter queue)."""
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+def parse_dlq(raw: list[Any]) -> list[DlqVerdict]:
+    """dlq_requeue.lua's or dlq_discard.lua's reply: one verdict per task, in order."""
+    return [DlqVerdict(to_str(x)) for x in raw]
 
 
 def purge_call(
@@ -17,15 +40,15 @@ def purge_call(
     events_maxlen: int,
     nonce: str | None = None,
     flow_ttl_s: int = 86_400,
-) -> sc.Call:
-    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce).
+) -> Call:
+    """``nonce``: a re-send of this very call gets its first reply (see new_nonce).
     With it, a purged workflow step ends its flow cancelled (kept ``flow_ttl_s``)."""
     keys = [*qk.streams, qk.sched, qk.events, qk.task_base, qk.idem_base, qk.lim_base]
     args: list[Any] = [GROUP, limit, events_maxlen, qk.done_base]
     if nonce is not None:
         keys += [qk.reply(nonce), qk.flow_base, qk.flowq]
-        args += [sc.REPLY_TTL_MS, flow_ttl_s]
-    return sc.Call("purge", keys, args)
+        args += [REPLY_TTL_MS, flow_ttl_s]
+    return Call("purge", keys, args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +70,8 @@ def dlq_requeue_call(
     max_retries: int | None = None,
     allowed: Sequence[str] = ("failed",),
     nonce: str | None = None,
-) -> sc.Call:
-    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+) -> Call:
+    """``nonce``: a re-send of this very call gets its first reply (see new_nonce)."""
     keys = [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base]
     args: list[Any] = [
         events_maxlen, "" if max_retries is None else max_retries, ",".join(allowed), len(tids),
@@ -56,17 +79,17 @@ def dlq_requeue_call(
     ]  # fmt: skip
     if nonce is not None:
         keys.append(qk.reply(nonce))
-        args.append(sc.REPLY_TTL_MS)
-    return sc.Call("dlq_requeue", keys, args)
+        args.append(REPLY_TTL_MS)
+    return Call("dlq_requeue", keys, args)
 
 
 def dlq_discard_call(
     qk: QueueKeys, tids: Sequence[str], *, events_maxlen: int, nonce: str | None = None
-) -> sc.Call:
-    """``nonce``: a re-send of this very call gets its first reply (see dtq.scripts.new_nonce)."""
+) -> Call:
+    """``nonce``: a re-send of this very call gets its first reply (see new_nonce)."""
     keys = [qk.dlq, qk.events, qk.task_base, qk.idem_base]
     args: list[Any] = [events_maxlen, len(tids), *tids]
     if nonce is not None:
         keys.append(qk.reply(nonce))
-        args.append(sc.REPLY_TTL_MS)
-    return sc.Call("dlq_discard", keys, args)
+        args.append(REPLY_TTL_MS)
+    return Call("dlq_discard", keys, args)

@@ -1,0 +1,106 @@
+"""enqueue.lua's wrapper: the tasks to create (:class:`NewTask`), the call, and what each
+enqueue answered (:class:`Enqueued`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from dtq.keys import QueueKeys
+from dtq.scripts.runner import Call, to_str
+
+
+@dataclass(slots=True)
+class NewTask:
+    """One task to create, already validated and encoded (not frozen: made once per enqueue,
+    and a frozen dataclass's __init__ costs three times as much)."""
+
+    tid: str
+    name: str
+    args: str
+    kwargs: str
+    priority: int
+    max_retries: int  # dtq's default when left to the worker's declaration ("m" in unset)
+    timeout: float | None
+    delay_ms: int
+    expires_ms: int
+    idempotency_key: str
+    meta: str
+    limit: str = ""  # dtq.limits.Limit.encode(): "conc|count|window_ms|key", or ""
+    unset: str = ""  # letters of what the enqueue left to the declaration (dtq.declared)
+    headers: str = ""  # JSON object of strings from middleware (dtq.middleware), or ""
+
+    def maxr_arg(self) -> int | str:
+        """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
+        return f"~{self.unset}{self.max_retries}" if self.unset else self.max_retries
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    tid: str
+    status: str
+    created: bool
+
+
+def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) -> Call:
+    if len(tasks) == 1:
+        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen)
+    args: list[Any] = [events_maxlen, len(tasks)]
+    for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
+        if _has_options(t):
+            args = [events_maxlen, len(tasks)]
+            for t in tasks:
+                args += _task_args(t)
+            break
+        args += (t.tid, t.name, t.args, t.priority, t.maxr_arg() if t.unset else t.max_retries)
+    head, streams = _enqueue_keys(qk.prefix, qk.queue)
+    # Only the bands used: enqueue.lua finds each stream by its last character.
+    return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
+
+
+def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) -> Call:
+    """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
+    enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
+    without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
+    head, streams = _enqueue_keys(prefix, queue)
+    if _has_options(t):
+        args = [events_maxlen, 1, *_task_args(t)]
+    else:
+        mr = t.maxr_arg() if t.unset else t.max_retries
+        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
+    return Call("enqueue", [*head, streams[t.priority]], args)
+
+
+def _has_options(t: NewTask) -> bool:
+    """Whether any of the 8 options of enqueue.lua's task fields is set."""
+    return bool(
+        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
+        or t.meta or t.limit or t.headers
+    )  # fmt: skip
+
+
+def _task_args(t: NewTask) -> list[Any]:
+    """enqueue.lua's 13 fields of one task: the 5 fixed ones, then the 8 options."""
+    return [
+        t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.kwargs,
+        "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
+        t.idempotency_key, t.meta, t.limit, t.headers,
+    ]  # fmt: skip
+
+
+# Key lists of the hot-path scripts, built once per queue (each is ~15-18 formatted strings;
+# bounded for clients that use many queue names).
+@lru_cache(maxsize=512)
+def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """enqueue.lua's fixed keys, and the stream of each band indexed by priority."""
+    qk = QueueKeys(prefix, queue)
+    return (qk.sched, qk.events, qk.task_base, qk.idem_base), tuple(map(qk.stream, range(10)))
+
+
+def parse_enqueue(raw: list[Any]) -> list[Enqueued]:
+    return [
+        Enqueued(to_str(raw[i]), to_str(raw[i + 1]), int(raw[i + 2]) == 1)
+        for i in range(0, len(raw), 3)
+    ]

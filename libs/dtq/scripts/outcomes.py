@@ -1,0 +1,262 @@
+"""The run transitions' wrappers: claim.lua (and recover.lua, which answers as it does),
+complete.lua, fail.lua and requeue.lua. These are the hot path: the parsers read replies
+positionally and make one object per run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import IntEnum, StrEnum
+from functools import lru_cache
+from typing import Any
+
+from dtq.keys import GROUP, QueueKeys
+from dtq.scripts.runner import Call, to_str
+
+
+class ClaimSentinel(IntEnum):
+    """What claim.lua (and complete.lua's claim) answers in place of a count of absorbed
+    entries when it claimed nothing: ``{now_ms, <sentinel>}``."""
+
+    PAUSED = -1
+    """The queue is paused."""
+    MISSING_STREAMS = -2
+    """A priority stream is missing: the worker recreates the streams and the group."""
+
+
+_PAUSED, _MISSING_STREAMS = int(ClaimSentinel.PAUSED), int(ClaimSentinel.MISSING_STREAMS)
+
+
+class Verdict(StrEnum):
+    """fail.lua's and requeue.lua's answer per run: what the task became, or that the run's
+    fence failed (``stale``). A re-send answers the status the record has now, whichever."""
+
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    STALE = "stale"
+    """The run no longer holds the task (its fence failed): nothing was written."""
+
+
+def parse_verdicts(raw: list[Any]) -> list[Verdict]:
+    """fail.lua's or requeue.lua's reply: one verdict per run, in order."""
+    return [Verdict(to_str(x)) for x in raw]
+
+
+@lru_cache(maxsize=512)
+def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
+    return (
+        *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
+        qk.lim_base, qk.fair, qk.decl, qk.flow_base, qk.flowq,
+    )  # fmt: skip
+
+
+# --- claim -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run this worker now owns: (tid, attempt) is started exactly once."""
+
+    queue: str
+    tid: str
+    eid: str
+    attempt: int
+    name: str
+    args: str
+    kwargs: str
+    max_retries: int
+    timeout: float | None
+    retries: int
+    interruptions: int
+    enqueued_ms: int
+    priority: int
+    idempotency_key: str
+    headers: str = ""
+    """JSON object of strings set by middleware at enqueue (e.g. a W3C traceparent), or ""."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    now_ms: int
+    runs: list[Claimed]
+    absorbed: int = 0
+    expired: int = 0
+    paused: bool = False
+    missing_streams: bool = False
+    held: int = 0  # entries parked by a limit (dtq.limits); no attempt spent
+    more: bool = False  # the scan budget ran out with slots free: claim again at once
+
+
+def claim_call(
+    qk: QueueKeys,
+    worker_id: str,
+    count: int,
+    events_maxlen: int,
+    ttl_s: int,
+    fair: bool = False,
+) -> Call:
+    return Call(
+        "claim",
+        list(_claim_keys(qk)),
+        [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base, 1 if fair else 0],
+    )
+
+
+def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
+    """claim.lua's reply (also the last element of complete.lua's when it claimed)."""
+    now = int(raw[0])
+    if int(raw[1]) == _PAUSED:
+        return ClaimBatch(now, [], paused=True)
+    if int(raw[1]) == _MISSING_STREAMS:
+        return ClaimBatch(now, [], missing_streams=True)
+    absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
+    runs = []
+    s = to_str
+    end = 4 + n * 13
+    for b in range(4, end, 13):  # positional, no slice per run (claim is the hot path)
+        runs.append(
+            Claimed(
+                queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
+                s(raw[b + 4]), s(raw[b + 5]), int(raw[b + 6]),
+                float(raw[b + 7]) if raw[b + 7] else None, int(raw[b + 8]), int(raw[b + 9]),
+                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]),
+            )
+        )  # fmt: skip
+    held = int(raw[end]) if len(raw) > end else 0
+    more = len(raw) > end + 1 and int(raw[end + 1]) == 1
+    for h in range(end + 2, len(raw) - 1, 2):  # headers, only of the runs that have them
+        k = int(raw[h])
+        runs[k] = replace(runs[k], headers=s(raw[h + 1]))
+    return ClaimBatch(now, runs, absorbed=absorbed, expired=expired, held=held, more=more)
+
+
+# --- outcomes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    tid: str
+    eid: str
+    attempt: int
+    status: str  # "succeeded" | "cancelled"
+    payload: str  # result JSON, or the cancel reason
+
+
+def complete_call(
+    qk: QueueKeys,
+    worker_id: str,
+    outcomes: Sequence[Success],
+    events_maxlen: int,
+    ttl_s: int,
+    claim: int = 0,
+    fair: bool = False,
+) -> Call:
+    """Store ``outcomes``; then, when ``claim`` > 0, claim up to that many runs (as claim.lua)."""
+    args: list[Any] = [
+        GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes), claim,
+        1 if fair else 0,
+    ]  # fmt: skip
+    for o in outcomes:
+        args += [o.tid, o.eid, o.attempt, o.status, o.payload]
+    return Call("complete", list(_claim_keys(qk)), args)
+
+
+def parse_complete(raw: list[Any]) -> list[bool]:
+    """The fence's verdict per outcome (a claim reply that follows them is left out)."""
+    return [int(x) == 1 for x in raw if not isinstance(x, list)]
+
+
+def parse_complete_claim(queue: str, raw: list[Any]) -> tuple[list[bool], ClaimBatch | None]:
+    """complete.lua's reply: verdicts, and the claim batch when the call claimed."""
+    if raw and isinstance(raw[-1], list):
+        return parse_complete(raw[:-1]), parse_claim(queue, raw[-1])
+    return parse_complete(raw), None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    tid: str
+    eid: str
+    attempt: int
+    error: str
+    retry_delay_ms: int  # -1: no retry allowed
+    traceback: str = ""  # "": none (a kept one is removed: it belonged to an older failure)
+
+
+def fail_call(
+    qk: QueueKeys, worker_id: str, failures: Sequence[Failure], events_maxlen: int, ttl_s: int
+) -> Call:
+    args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(failures)]
+    for f in failures:
+        args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
+    args += [f.traceback for f in failures]  # the optional trailing block
+    return Call(
+        "fail",
+        [
+            *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
+            qk.lim_base, qk.flow_base, qk.flowq,
+        ],
+        args,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """Identifies one run: the fencing triple."""
+
+    tid: str
+    eid: str
+    attempt: int
+
+
+def requeue_call(
+    qk: QueueKeys,
+    worker_id: str,
+    runs: Sequence[RunRef],
+    *,
+    events_maxlen: int,
+    ttl_s: int,
+    max_interruptions: int,
+    retry_delay_ms: int,
+    started: bool = True,
+) -> Call:
+    """Hand ``runs`` back; ``started=False`` for runs whose body never began (no interruption
+    is counted for them)."""
+    args: list[Any] = [
+        GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions,
+        retry_delay_ms, len(runs), 1 if started else 0,
+    ]  # fmt: skip
+    for r in runs:
+        args += [r.tid, r.eid, r.attempt]
+    return Call(
+        "requeue",
+        [
+            *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
+            qk.lim_base, qk.flow_base, qk.flowq,
+        ],
+        args,
+    )  # fmt: skip
+
+
+def recover_call(
+    qk: QueueKeys,
+    worker_id: str,
+    known: Iterable[tuple[int, str]],
+    *,
+    events_maxlen: int,
+    since_ms: int,
+    per_band: int = 1000,
+) -> Call:
+    """Find this worker's runs whose claim reply was lost (lua/recover.lua); ``known``: the
+    (priority, entry id) of every run the worker holds or left unanswered. Its reply is
+    claim.lua's: :func:`parse_claim`."""
+    args: list[Any] = [GROUP, worker_id, events_maxlen, since_ms, per_band, 0]
+    for prio, eid in known:
+        args += [prio, eid]
+    args[5] = (len(args) - 6) // 2
+    return Call("recover", [*qk.streams, qk.events, qk.stats, qk.task_base], args)

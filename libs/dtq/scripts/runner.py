@@ -1,0 +1,365 @@
+"""Running the Lua scripts: their text as sent (:func:`source`), one invocation
+(:class:`Call`), the runners (:class:`SyncScripts`, :class:`AsyncScripts`: EVALSHA, reloading
+after a NOSCRIPT, the fast lane of :mod:`dtq.transport` where it applies) and the error codes a
+script replies with (:class:`ScriptError`).
+
+The typed wrappers (a call builder, a reply parser and its result type per script) are in the
+sibling modules of this package, one per family of scripts.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.client import Pipeline as AsyncPipeline
+from redis.client import Pipeline
+from redis.client import Redis as SyncRedis
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from dtq import transport
+from dtq.connection import is_cluster
+
+# (Re-exported: their home was this module.)
+AsyncLane = transport.AsyncLane
+MAX_ASYNC_LANES = transport.MAX_ASYNC_LANES
+
+SCRIPT_NAMES = (
+    "enqueue",
+    "claim",
+    "complete",
+    "fail",
+    "requeue",
+    "reclaim",
+    "touch",
+    "promote",
+    "cancel",
+    "lock",
+    "unlock",
+)
+
+
+def _lua_dir() -> Path:
+    # The wheel ships the scripts as dtq/lua, beside this package (importlib.resources would
+    # say the same, at 13 ms of import time for every process).
+    packaged = Path(__file__).resolve().parents[1] / "lua"
+    if packaged.is_dir():
+        return packaged
+    # Editable install / source tree: lua/ sits at the repository root.
+    return Path(__file__).resolve().parents[3] / "lua"
+
+
+@cache
+def source(name: str) -> str:
+    """The full text of a script as sent to Redis: the shared helpers it uses, then the script.
+
+    A script line ``-- include: _part`` prepends ``lua/_part.lua`` too (after the helpers):
+    claim.lua and complete.lua share the claim transition that way. Of ``_common.lua`` only the
+    definitions the script (or a definition it keeps) names are sent: Redis runs a script's
+    whole text on every call, and each helper it defines is a closure made and collected per
+    call (about 1 us per call for all of them, cache-cold, on a single enqueue).
+    """
+    d = _lua_dir()
+    text = (d / f"{name}.lua").read_text()
+    parts = []
+    for line in text.splitlines():
+        if line.startswith("-- include: "):
+            parts.append((d / f"{line.removeprefix('-- include: ').strip()}.lua").read_text())
+    body = "\n".join([*parts, text])
+    return "\n".join([helpers_for(body, (d / "_common.lua").read_text()), body])
+
+
+_DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*=)", re.MULTILINE)
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def helpers_for(body: str, common: str) -> str:
+    """The definitions of ``common`` that ``body`` needs, directly or through one another, in
+    their order (a Lua local can only name locals defined before it). A definition starts at a
+    ``local`` line in column 0 and takes the comment lines just above it."""
+    blocks = _definitions(common)
+    used = [False] * len(blocks)
+    words = set(_WORDS.findall(body))  # every name the text needing helpers mentions
+    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
+        names, block = blocks[i]
+        if not names.isdisjoint(words):
+            used[i] = True
+            words.update(_WORDS.findall(block))
+    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+
+
+@cache
+def _definitions(common: str) -> list[tuple[frozenset[str], str]]:
+    """``common`` cut into its top-level definitions: (the names each defines, its text). Made
+    once per process (every script's source asks; a worker builds them all at start)."""
+    blocks: list[tuple[frozenset[str], str]] = []
+    lead: list[str] = []  # comment lines waiting for their definition
+    for line in common.splitlines(keepends=True):
+        m = _DEFINES.match(line)
+        if m:
+            names = {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
+            blocks.append((frozenset(names), "".join(lead) + line))
+            lead = []
+        elif line.startswith("--") or not line.strip() or not blocks:
+            lead.append(line)  # a comment or blank line: the next definition's, or ...
+        else:  # ... the definition goes on (any code line, in or after its body)
+            blocks[-1] = (blocks[-1][0], blocks[-1][1] + "".join(lead) + line)
+            lead = []
+    return blocks
+
+
+class ScriptError(StrEnum):
+    """Every error code a dtq script replies with (``redis.error_reply('<code> <detail>')``);
+    redis-py raises it as a :class:`ResponseError` whose message starts with the code."""
+
+    BAD_CALL = "DTQ_BAD_CALL"
+    """The call was built wrong (enqueue.lua: a task's band has no stream among the KEYS):
+    a bug in the caller; nothing was written."""
+    DUPLICATE_ID = "DTQ_DUPLICATE_ID"
+    """schedule_fire.lua: a record with the task id it was given exists; nothing was written."""
+
+    @classmethod
+    def of(cls, exc: ResponseError) -> ScriptError | None:
+        """The code of a script's error reply, or None for any other error (Redis's own)."""
+        code = str(exc).split(" ", 1)[0]
+        return cls(code) if code in cls._value2member_map_ else None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script invocation, ready to send."""
+
+    script: str
+    keys: list[str]
+    args: list[Any]
+
+
+# The fast lane (a kept connection written to directly) is dtq.transport's; this layer asks it
+# first and takes redis-py's usual path for whatever the lane cannot do.
+#
+# On a Redis Cluster there is no lane: a kept connection knows one node, not the slot map, so
+# every call takes the cluster client's path (which follows MOVED/ASK and retries TRYAGAIN).
+# ``is_cluster`` at construction is the one decision (``_cluster``). In a cluster
+# pipeline redis-py refuses EVALSHA (it could not load a missing script there): a script call
+# in a pipeline is sent as EVAL with its text, which Redis caches under the same SHA.
+#
+# The slot guard. A script reaches keys it was not given (a task's record, ``base .. tid``):
+# same hash tag, so same slot, which is all a stable cluster needs. While that slot migrates,
+# though, such a key may already be on the new node: Redis 7 then fails the script at that
+# access ("non local key") with its earlier writes kept, a transition done half-way. On a
+# cluster each call therefore declares one more key, of its slot, that never exists: a node
+# serving a slot in migration answers TRYAGAIN (or ASK, then TRYAGAIN) to a call missing a key,
+# so no script runs at all until the migration ends, and then it runs whole on the new owner.
+# TRYAGAIN means "not run": the cluster client waits it out (connection.py). On a stable slot
+# the guard costs nothing (Redis looks keys up only for slots in migration). Scripts that count
+# their KEYS leave it out (``nkeys()`` in lua/_common.lua).
+SLOT_GUARD = ":~slotguard"
+
+
+def with_slot_guard(keys: list[str]) -> list[str]:
+    """``keys`` and the slot guard of their slot (the first key's hash tag, as Redis reads it)."""
+    first = keys[0]
+    lo = first.find("{")
+    hi = first.find("}", lo + 1) if lo >= 0 else -1
+    tag = first[lo + 1 : hi] if lo >= 0 and hi > lo + 1 else first
+    return [*keys, "{" + tag + "}" + SLOT_GUARD]
+
+
+def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
+    return ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+
+
+class AsyncScripts:
+    """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
+
+    Any ``lua/<name>.lua`` can be called; each is registered on first use.
+    """
+
+    def __init__(
+        self, redis: AsyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
+    ) -> None:
+        """``replay_safe``: as for :class:`SyncScripts`. ``fast_lane``: Settings.fast_lane
+        (None: DTQ_FAST_LANE); the lane is used only where dtq.transport finds what it needs."""
+        self._redis = redis
+        self._replay_safe = replay_safe
+        self._cluster = is_cluster(redis)  # (see the fast lane above; a cluster has no lane)
+        self._lanes = None if self._cluster or not transport.fast_lane(fast_lane) else (
+            transport.AsyncLanes(redis)
+        )  # fmt: skip
+        self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
+        # Told of every call outside a pipeline whose reply may have been lost after Redis ran
+        # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
+        # looks for the runs such a claim started (lua/recover.lua).
+        self.on_reply_lost: Callable[[Call], None] | None = None
+
+    @property
+    def lanes(self) -> list[transport.AsyncLane]:
+        """The lanes made so far (none without the fast lane)."""
+        return [] if self._lanes is None else self._lanes.lanes
+
+    def _obj(self, name: str) -> Any:
+        obj = self._objs.get(name)
+        if obj is None:
+            obj = self._objs[name] = self._redis.register_script(source(name))
+        return obj
+
+    def evalsha(self, call: Call) -> tuple[Any, ...]:
+        """The EVALSHA command of ``call``, to send on a connection of one's own (a NOSCRIPT
+        reply means it did not run; :meth:`run` loads the script)."""
+        return _evalsha_args(self._obj(call.script).sha, call)
+
+    async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
+        obj = self._obj(call.script)
+        if self._cluster:  # (see the fast lane and the slot guard above)
+            keys = with_slot_guard(call.keys)
+            if pipe is not None:
+                return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)
+            try:
+                return await obj(keys=keys, args=call.args)
+            except (ConnectionError, RedisTimeoutError, TimeoutError):
+                self._reply_lost(call)  # as on the usual path below
+                raise
+        if pipe is not None:
+            return await obj(keys=call.keys, args=call.args, client=pipe)
+        lane = None if self._lanes is None else self._lanes.free()
+        if lane is not None:
+            lane.busy = True
+            try:
+                return await lane.call(_evalsha_args(obj.sha, call))
+            except NoScriptError:
+                pass  # nothing ran: the usual path loads the script
+            except ConnectionError:
+                # The lane was dropped (the usual path reconnects and sends again); the first
+                # send may have run, its reply lost.
+                self._reply_lost(call)
+            except (RedisTimeoutError, TimeoutError):
+                # The lane was dropped; the call may have run. Only a runner whose calls are
+                # safe to re-send (the SDK's) sends it again.
+                self._reply_lost(call)
+                if not self._replay_safe:
+                    raise
+            finally:
+                lane.busy = False
+        try:
+            return await obj(keys=call.keys, args=call.args)
+        except (ConnectionError, RedisTimeoutError, TimeoutError):
+            self._reply_lost(call)
+            raise
+
+    def _reply_lost(self, call: Call) -> None:
+        if self.on_reply_lost is not None:
+            self.on_reply_lost(call)
+
+    async def run_many(
+        self, calls: Iterable[Call], each: Callable[[int, Any], None] | None = None
+    ) -> list[Any]:
+        """:meth:`SyncScripts.run_many` for asyncio: streamed over one lane, reply k read (and
+        handed to ``each``) after call k + 1 was sent; the same rules for errors."""
+        calls = iter(calls)
+        lane = None if self._lanes is None else self._lanes.free()
+        if lane is None:
+            return transport.each_reply([await self.run(c) for c in calls], each)
+        st = transport.Stream(each)
+        lane.busy = True
+        try:
+            await lane.stream(calls, self.evalsha, st)
+        finally:
+            lane.busy = False
+        if st.fallback:  # nothing was sent: every call goes the usual way
+            return transport.each_reply([await self.run(c) for c in st.rest(calls)], each)
+        for k, c in st.misses():  # NOSCRIPT: that call did not run
+            st.rerun(k, await self.run(c))
+        return st.replies
+
+
+def hiredis_packing(client: AsyncRedis, *, fast_lane: bool | None = None) -> AsyncRedis:
+    """Make ``client``'s new connections pack with hiredis (dtq.transport; a no-op on a
+    cluster, whose nodes make their own, and without the fast lane)."""
+    return client if is_cluster(client) else transport.hiredis_packing(client, setting=fast_lane)
+
+
+class SyncScripts:
+    """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
+
+    def __init__(
+        self, redis: SyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
+    ) -> None:
+        """``replay_safe``: every call run here may be re-sent (the SDK's: see docs/faults.md),
+        so a lane call that timed out goes the usual way too, whose retry policy re-sends it.
+        ``fast_lane``: as for :class:`AsyncScripts`."""
+        self._redis = redis
+        self._cluster = is_cluster(redis)
+        self.lane = None if self._cluster or not transport.fast_lane(fast_lane) else (
+            transport.SyncLane(redis, replay_safe=replay_safe)
+        )  # fmt: skip
+        self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
+
+    def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
+        obj = self._obj(call.script)
+        if self._cluster:  # (see the fast lane and the slot guard above)
+            keys = with_slot_guard(call.keys)
+            if pipe is not None:
+                return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)  # type: ignore[no-untyped-call]
+            return obj(keys=keys, args=call.args)
+        if pipe is None and self.lane is not None:
+            res = self.lane.call(_evalsha_args(obj.sha, call))
+            if res is not transport.MISS:
+                return res
+        return obj(keys=call.keys, args=call.args, client=pipe)
+
+    def run_many(
+        self, calls: Iterable[Call], each: Callable[[int, Any], None] | None = None
+    ) -> list[Any]:
+        """Run ``calls`` in order; the replies in order (a script's error is raised).
+
+        Over the lane each call is sent as soon as it is built, and the reply of call k is read
+        (and handed to ``each(k, reply)``) only after call k + 1 was sent: Redis runs one call
+        while the client builds the next and handles the one before (a bulk enqueue overlaps
+        its encoding and its handles with the scripts). ``each`` sees every reply that is not
+        an error, in order. Nothing is resent that may have run: a connection lost after the
+        first send raises.
+        """
+        calls = iter(calls)
+        st = transport.Stream(each)
+        if self.lane is None or not self.lane.stream(calls, self._evalsha, st):
+            return transport.each_reply([self.run(c) for c in calls], each)
+        if st.fallback:  # nothing was sent: every call goes the usual way
+            return transport.each_reply([self.run(c) for c in st.rest(calls)], each)
+        for k, c in st.misses():  # NOSCRIPT: that call did not run
+            st.rerun(k, self.run(c))
+        return st.replies
+
+    def _obj(self, name: str) -> Any:
+        obj = self._objs.get(name)
+        if obj is None:
+            obj = self._objs[name] = self._redis.register_script(source(name))
+        return obj
+
+    def _evalsha(self, call: Call) -> tuple[Any, ...]:
+        return _evalsha_args(self._obj(call.script).sha, call)
+
+
+def to_str(v: Any) -> str:
+    """A reply element as text (a client made without decode_responses answers bytes)."""
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# How long a state-changing SDK call's reply is kept for its re-send (lua/_replay.lua): longer
+# than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus timeouts).
+REPLY_TTL_MS = 60_000
+
+
+def new_nonce() -> str:
+    """A per-call nonce: the same call re-sent after a blip carries it and gets the first
+    send's reply (lua/_replay.lua)."""
+    return secrets.token_hex(8)
