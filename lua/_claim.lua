@@ -28,7 +28,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   if redis.call('EXISTS', unpack(KEYS, 1, 10)) < 10 then
     return {now, -2}
   end
-  local started = {}
+  -- The reply, built in place: its head (absorbed, expired, n) is filled in at the end.
+  local out = {now, 0, 0, 0}
+  local nrun = 0
   local hdrs = nil  -- run index (from 0), headers: only for runs that carry headers
   local absorbed, expired, held = 0, 0, 0
   -- Bounds the work of one call when many entries are parked or absorbed in a row.
@@ -130,15 +132,31 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   end
   local NOFILL = {}
 
+  -- The record's fields take() reads, by their place in r (nil: absent). One HGETALL, not an
+  -- HMGET of these 20 names: in a small record (a listpack) HMGET scans the whole record for
+  -- each absent field, and a plain task has 10 of them absent.
+  local FIELD = {status = 1, eid = 2, exp = 3, attempt = 4, name = 5, args = 6, kwargs = 7,
+    maxr = 8, timeout = 9, retries = 10, intr = 11, enq = 12, prio = 13, idem = 14, lk = 15,
+    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20}
+  local function read_record(rk)
+    local raw = redis.call('HGETALL', rk)
+    -- 20 places made at once (no rehash as they fill); every one starts nil.
+    local r = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil}
+    for j = 1, #raw, 2 do
+      local k = FIELD[raw[j]]
+      if k then r[k] = raw[j + 1] end
+    end
+    return r
+  end
+
   -- Handle one delivered entry of band i; returns true when a run started.
   local function take(i, entry)
     scanned = scanned + 1
     local eid, fields = entry[1], entry[2]
     local tid = fields[2]
     local rk = base .. tid
-    local r = redis.call('HMGET', rk, 'status', 'eid', 'exp', 'attempt', 'name', 'args',
-      'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem', 'lk', 'lc', 'lrn',
-      'lrw', 'dflt', 'hdr')
+    local r = read_record(rk)
     if r[1] == 'queued' and r[2] == eid then
       local fill = NOFILL
       if r[19] and r[19] ~= '' then fill = fill_declared(r) end
@@ -173,25 +191,26 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         end
       end
       emit(KEYS[12], maxlen, 'started', tid, attempt_s, worker, '')
-      local o = #started
-      started[o + 1] = tid
-      started[o + 2] = eid
-      started[o + 3] = attempt
-      started[o + 4] = r[5]
-      started[o + 5] = r[6]
-      started[o + 6] = r[7] or ''
-      started[o + 7] = r[8]
-      started[o + 8] = r[9] or ''
-      started[o + 9] = r[10]
-      started[o + 10] = r[11]
-      started[o + 11] = r[12]
-      started[o + 12] = r[13]
-      started[o + 13] = r[14] or ''
+      local o = 4 + nrun * 13
+      out[o + 1] = tid
+      out[o + 2] = eid
+      out[o + 3] = attempt
+      out[o + 4] = r[5]
+      out[o + 5] = r[6]
+      out[o + 6] = r[7] or ''
+      out[o + 7] = r[8]
+      out[o + 8] = r[9] or ''
+      out[o + 9] = r[10]
+      out[o + 10] = r[11]
+      out[o + 11] = r[12]
+      out[o + 12] = r[13]
+      out[o + 13] = r[14] or ''
       if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
         hdrs = hdrs or {}
-        hdrs[#hdrs + 1] = o / 13
+        hdrs[#hdrs + 1] = nrun
         hdrs[#hdrs + 1] = r[20]
       end
+      nrun = nrun + 1
       remaining = remaining - 1
       return true
     end
@@ -251,8 +270,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     redis.call('HSET', KEYS[18], unpack(save))
   end
 
-  local out = {now, absorbed, expired, #started / 13}
-  for _, v in ipairs(started) do out[#out + 1] = v end
+  out[2], out[3], out[4] = absorbed, expired, nrun
   out[#out + 1] = held
   local more = 0
   if remaining > 0 and scanned >= budget then more = 1 end

@@ -27,6 +27,51 @@
 -- include: _flow
 -- include: _claim
 
+-- A stream entry id's two numbers: milliseconds, sequence.
+local function id_parts(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+
+-- Acknowledge ids (entries of this call's runs in one stream) and delete them from the stream.
+-- XDEL walks, for each id, its stream node (up to 100 entries) from the start, over the entries
+-- deleted before it: at 32 ids a call that was most of the Redis CPU a run's end cost. So when
+-- XACK found every id pending, the entries below the lowest one the group still has pending
+-- (any worker's), or below the highest of ids when that is lower, go in one XTRIM MINID. Each
+-- of them was delivered (entries are delivered in id order, and the highest of ids was) and is
+-- pending no more, so it was acknowledged; and every script that acknowledges an entry deletes
+-- it in the same call: they are ids, or gone already. The ids above a pending entry (runs that
+-- ended out of order) are deleted one by one, as before.
+local function ack_and_delete(stream, group, ids)
+  if redis.call('XACK', stream, group, unpack(ids)) ~= #ids then
+    redis.call('XDEL', stream, unpack(ids))
+    return
+  end
+  local tms, tseq = -1, -1  -- the highest of ids
+  for _, id in ipairs(ids) do
+    local ms, seq = id_parts(id)
+    if ms > tms or (ms == tms and seq > tseq) then tms, tseq = ms, seq end
+  end
+  local low = redis.call('XPENDING', stream, group, '-', '+', 1)[1]
+  if low then
+    local lms, lseq = id_parts(low[1])
+    if lms < tms or (lms == tms and lseq < tseq) then
+      redis.call('XTRIM', stream, 'MINID', low[1])
+      local above, k = {}, 0
+      for _, id in ipairs(ids) do
+        local ms, seq = id_parts(id)
+        if ms > lms or (ms == lms and seq > lseq) then
+          k = k + 1
+          above[k] = id
+        end
+      end
+      redis.call('XDEL', stream, unpack(above))  -- (not empty: the highest of ids is above)
+      return
+    end
+  end
+  redis.call('XTRIM', stream, 'MINID', string.format('%d-%d', tms, tseq + 1))
+end
+
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
 local n = tonumber(ARGV[6])
@@ -40,13 +85,16 @@ for i = 0, n - 1 do
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local status, payload = ARGV[o + 3], ARGV[o + 4]
   local rk = base .. tid
+  -- (The cancel flag is read on the cancelled path only: an absent field costs HMGET a scan of
+  -- the whole record, and most outcomes are successes.)
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
-    'cancel', 'flow')
+    'flow')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local si = stream_index(r[4])
     local ids = acks[si]
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
+    local reason = payload  -- what the flow's join is told: the result, or the cancel reason
     if status == 'succeeded' then
       if r[7] then redis.call('HDEL', rk, 'error') end
       if r[5] then
@@ -60,33 +108,30 @@ for i = 0, n - 1 do
       end
     else
       -- The canceller's reason (the durable cancel flag) wins over the worker's generic one.
-      redis.call('HSET', rk, 'error', r[8] or payload)
+      reason = redis.call('HGET', rk, 'cancel') or payload
+      redis.call('HSET', rk, 'error', reason)
       finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
     end
-    if not r[9] then
+    if not r[8] then
       emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
     else  -- a workflow step: its event names the flow; then the flow's join, in this call
       local F = flow_lib()
-      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[9]))
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[8]))
       F.note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
         fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
-        done_prefix = done_prefix}, r[9], status, status == 'succeeded' and payload
-        or (r[8] or payload))
+        done_prefix = done_prefix}, r[8], status, reason)
     end
-    out[#out + 1] = 1
+    out[i + 1] = 1
   elseif r[1] == status and r[2] == attempt and r[3] == worker then
-    out[#out + 1] = 1  -- a replay (see above): only reached when the fence failed
+    out[i + 1] = 1  -- a replay (see above): only reached when the fence failed
   else
     redis.call('HINCRBY', KEYS[13], 'stale_writes', 1)
-    out[#out + 1] = 0
+    out[i + 1] = 0
   end
 end
-for si, ids in pairs(acks) do
-  redis.call('XACK', KEYS[si], group, unpack(ids))
-  redis.call('XDEL', KEYS[si], unpack(ids))
-end
+for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
 if claim_count > 0 then
-  out[#out + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
+  out[n + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
     done_prefix, ARGV[8] == '1')
 end
 return out

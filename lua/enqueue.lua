@@ -133,8 +133,8 @@ for i = 0, n - 1 do
   end
   if n == 1 then return {tid, status, created} end
   if not out then out = {} end
-  out[#out + 1] = tid
-  out[#out + 1] = status
-  out[#out + 1] = created
+  out[i * 3 + 1] = tid  -- (placed by index: out[#out + 1] searches the table's length)
+  out[i * 3 + 2] = status
+  out[i * 3 + 3] = created
 end
 return out or {}

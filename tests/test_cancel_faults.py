@@ -141,6 +141,23 @@ def test_a_handed_back_run_ends_cancelled_when_its_cancel_was_requested(
     assert r.hget(qk.task(c.tid), "intr") in (None, "0")
 
 
+def test_a_run_its_worker_ends_cancelled_keeps_the_cancellers_reason(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    c = start(run, r, qk)
+    request_cancel(run, qk, c.tid, reason="user pressed stop")
+    done = DoneListener(r, qk, c.tid)
+    out = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [out], 100, 60))) == [True]
+    assert done.announced() == ["cancelled"]
+    assert_ended_cancelled(r, qk, c.tid, "user pressed stop")
+    # Without a cancel flag (the worker's own cancel, e.g. a timeout path), its reason stays.
+    c2 = start(run, r, qk)
+    out2 = sc.Success(c2.tid, c2.eid, c2.attempt, "cancelled", "cancelled by request")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [out2], 100, 60))) == [True]
+    assert_ended_cancelled(r, qk, c2.tid, "cancelled by request")
+
+
 def test_a_task_requeued_from_the_dlq_starts_without_its_old_cancel_flag(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:

@@ -52,10 +52,18 @@ def _args(text: str, start: int) -> list[str]:
     return out
 
 
+# A table of record fields by name, for a record read whole (HGETALL): ``local FIELD = {status =
+# 1, ...}`` in lua/_claim.lua. Its keys are field names too.
+FIELD_TABLE = re.compile(r"local (?:\w+_)?FIELD = \{([^}]*)\}")
+
+
 def record_fields_in(text: str) -> set[str]:
     """Field names the script text reads from or writes to a task record (quoted literals at
-    field positions: every argument of HMGET/HGET/HDEL, every other one of HSET)."""
+    field positions: every argument of HMGET/HGET/HDEL, every other one of HSET; and the keys of
+    a field table)."""
     found = set()
+    for m in FIELD_TABLE.finditer(text):
+        found |= set(re.findall(r"(\w+) = \d+", m.group(1)))
     given = [re.escape(k) for k in RECORD_KEY_ARG.findall(text)]  # (progress.lua's KEYS[1])
     calls = _record_call("|".join([RECORD_KEYS, *given])) if given else RECORD_CALL
     for m in calls.finditer(text):

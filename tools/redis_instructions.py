@@ -3,8 +3,13 @@
 and dumped around each phase. Unlike CPU time, the count does not move with the machine's load,
 so two versions of the code compare on a busy host. Needs valgrind; takes about a minute.
 
-    .venv/bin/python -m tools.redis_instructions [N]
+    .venv/bin/python -m tools.redis_instructions [N] [--keep]
     PYTHONPATH=<other checkout>/libs .venv/bin/python -m tools.redis_instructions  # another version
+
+``--keep`` leaves the callgrind dumps and prints their folder: ``callgrind_annotate
+--inclusive=yes <the dump whose "Trigger" names the phase>`` then shows where a phase's
+instructions go, command by command (hmgetCommand, xdelCommand, ...) and in the Lua glue
+(parseReply: a command's reply made into Lua values; lua_pushlstring).
 
 Phases: bulk enqueue (parts of 500 plain tasks), single enqueue, and the worker's cycle
 (complete.lua storing 32 outcomes and claiming 32 runs, from claim.lua's first batch on).
@@ -51,7 +56,9 @@ def _s(v: Any) -> str:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    args = [a for a in sys.argv[1:] if a != "--keep"]
+    keep = "--keep" in sys.argv[1:]
+    n = int(args[0]) if args else 2000
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian package valgrind)")
     out = tempfile.mkdtemp(prefix="dtq-callgrind-")
@@ -119,7 +126,10 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-        shutil.rmtree(out, ignore_errors=True)
+        if keep:
+            print(f"callgrind dumps kept in {out}")
+        else:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":
