@@ -1,6 +1,6 @@
 -- _claim.lua: the claim transition as a function, shared by claim.lua and complete.lua.
 -- Not a script of its own: a script that starts with "-- include: _claim" gets it prepended
--- (after _common.lua, see dtq/scripts.py). Both callers pass the same KEYS layout:
+-- (after _common.lua, see dtq/scripts/runner.py). Both callers pass the same KEYS layout:
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:paused  (while it exists nothing is claimed)

@@ -1,4 +1,4 @@
--- _common.lua: helpers prepended to every dtq script when it is loaded (see dtq/scripts.py).
+-- _common.lua: helpers prepended to every dtq script when it is loaded (see dtq/scripts/runner.py).
 -- Not a script of its own. Times are Redis server milliseconds, so worker clocks never matter.
 --
 -- Hot paths hand redis.call strings, not Lua numbers: Redis 7.0 turns each number argument
@@ -32,7 +32,7 @@ local function emit(events_key, maxlen, etype, tid, attempt, worker, detail)
 end
 
 -- How many KEYS the caller gave, not counting the slot guard dtq appends on a Redis Cluster: a
--- declared key that never exists, so no script runs while its slot migrates (dtq/scripts.py).
+-- declared key that never exists, so no script runs while its slot migrates (dtq/scripts/runner.py).
 local function nkeys()
   local n = #KEYS
   if n > 0 and string.sub(KEYS[n], -11) == ':~slotguard' then return n - 1 end

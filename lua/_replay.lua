@@ -1,6 +1,6 @@
 -- _replay.lua: included by the state-changing scripts an SDK client re-sends after a
 -- connection blip (cancel.lua, dlq_requeue.lua). Not a script of its own: a script with the
--- line "-- include: _replay" gets it prepended (dtq/scripts.py). Returns: replayed() the kept
+-- line "-- include: _replay" gets it prepended (dtq/scripts/runner.py). Returns: replayed() the kept
 -- reply or nil; keep_reply() its reply argument.
 --
 -- The caller passes a key named by a nonce of its own call (P:{q}:reply:<nonce>; made once per
