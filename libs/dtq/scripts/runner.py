@@ -179,24 +179,40 @@ def _evalsha_args(sha: str, call: Call) -> tuple[Any, ...]:
     return ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
 
 
-class AsyncScripts:
+class _Registered:
+    """The Script objects of one client, every lua/<name>.lua registered on first use (the
+    usual ones at once); what the sync and async runners share."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self._objs: dict[str, Any] = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
+
+    def _obj(self, name: str) -> Any:
+        obj = self._objs.get(name)
+        if obj is None:
+            obj = self._objs[name] = self._redis.register_script(source(name))
+        return obj
+
+
+class AsyncScripts(_Registered):
     """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
 
     Any ``lua/<name>.lua`` can be called; each is registered on first use.
     """
+
+    _redis: AsyncRedis
 
     def __init__(
         self, redis: AsyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
     ) -> None:
         """``replay_safe``: as for :class:`SyncScripts`. ``fast_lane``: Settings.fast_lane
         (None: DTQ_FAST_LANE); the lane is used only where dtq.transport finds what it needs."""
-        self._redis = redis
+        super().__init__(redis)
         self._replay_safe = replay_safe
         self._cluster = is_cluster(redis)  # (see the fast lane above; a cluster has no lane)
         self._lanes = None if self._cluster or not transport.fast_lane(fast_lane) else (
             transport.AsyncLanes(redis)
         )  # fmt: skip
-        self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
         # Told of every call outside a pipeline whose reply may have been lost after Redis ran
         # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
         # looks for the runs such a claim started (lua/recover.lua).
@@ -206,12 +222,6 @@ class AsyncScripts:
     def lanes(self) -> list[transport.AsyncLane]:
         """The lanes made so far (none without the fast lane)."""
         return [] if self._lanes is None else self._lanes.lanes
-
-    def _obj(self, name: str) -> Any:
-        obj = self._objs.get(name)
-        if obj is None:
-            obj = self._objs[name] = self._redis.register_script(source(name))
-        return obj
 
     def evalsha(self, call: Call) -> tuple[Any, ...]:
         """The EVALSHA command of ``call``, to send on a connection of one's own (a NOSCRIPT
@@ -288,8 +298,10 @@ def hiredis_packing(client: AsyncRedis, *, fast_lane: bool | None = None) -> Asy
     return client if is_cluster(client) else transport.hiredis_packing(client, setting=fast_lane)
 
 
-class SyncScripts:
+class SyncScripts(_Registered):
     """Runs calls on a blocking Redis client (thread-safe; see the fast lane above)."""
+
+    _redis: SyncRedis
 
     def __init__(
         self, redis: SyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
@@ -297,12 +309,11 @@ class SyncScripts:
         """``replay_safe``: every call run here may be re-sent (the SDK's: see docs/faults.md),
         so a lane call that timed out goes the usual way too, whose retry policy re-sends it.
         ``fast_lane``: as for :class:`AsyncScripts`."""
-        self._redis = redis
+        super().__init__(redis)
         self._cluster = is_cluster(redis)
         self.lane = None if self._cluster or not transport.fast_lane(fast_lane) else (
             transport.SyncLane(redis, replay_safe=replay_safe)
         )  # fmt: skip
-        self._objs = {n: redis.register_script(source(n)) for n in SCRIPT_NAMES}
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
@@ -338,12 +349,6 @@ class SyncScripts:
         for k, c in st.misses():  # NOSCRIPT: that call did not run
             st.rerun(k, self.run(c))
         return st.replies
-
-    def _obj(self, name: str) -> Any:
-        obj = self._objs.get(name)
-        if obj is None:
-            obj = self._objs[name] = self._redis.register_script(source(name))
-        return obj
 
     def _evalsha(self, call: Call) -> tuple[Any, ...]:
         return _evalsha_args(self._obj(call.script).sha, call)
