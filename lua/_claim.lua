@@ -32,6 +32,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   local out = {now, 0, 0, 0}
   local nrun = 0
   local hdrs = nil  -- run index (from 0), headers: only for runs that carry headers
+  local started, started_at = {}, {}  -- the runs' tids and attempts: one 'started' entry
   local absorbed, expired, held = 0, 0, 0
   -- Bounds the work of one call when many entries are parked or absorbed in a row.
   local scanned, budget = 0, math.max(200, remaining * 4)
@@ -190,7 +191,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           redis.call('PEXPIRE', lb .. ':rate', tonumber(r[18]))
         end
       end
-      emit(KEYS[12], maxlen, 'started', tid, attempt_s, worker, '')
+      started[nrun + 1] = tid
+      started_at[nrun + 1] = attempt_s
       local o = 4 + nrun * 13
       out[o + 1] = tid
       out[o + 2] = eid
@@ -270,6 +272,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     redis.call('HSET', KEYS[18], unpack(save))
   end
 
+  emit_batch(KEYS[12], maxlen, 'started', started, started_at, worker)
   out[2], out[3], out[4] = absorbed, expired, nrun
   out[#out + 1] = held
   local more = 0

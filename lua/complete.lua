@@ -27,10 +27,17 @@
 -- include: _flow
 -- include: _claim
 
--- A stream entry id's two numbers: milliseconds, sequence.
-local function id_parts(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
+-- Whether stream entry id a ("ms-seq") is below id b. Compared as text, not as numbers
+-- (tonumber parses with strtod): ms parts of different lengths decide by length; of the same
+-- length, with seq parts of the same length, the text order is the number order; otherwise
+-- the ms parts decide, or when equal the shorter seq.
+local function id_less(a, b)
+  local da, db = string.find(a, '-', 1, true), string.find(b, '-', 1, true)
+  if da ~= db then return da < db end
+  if #a == #b then return a < b end
+  local ma, mb = string.sub(a, 1, da), string.sub(b, 1, db)
+  if ma ~= mb then return ma < mb end
+  return #a < #b
 end
 
 -- Acknowledge ids (entries of this call's runs in one stream) and delete them from the stream.
@@ -47,20 +54,18 @@ local function ack_and_delete(stream, group, ids)
     redis.call('XDEL', stream, unpack(ids))
     return
   end
-  local tms, tseq = -1, -1  -- the highest of ids
-  for _, id in ipairs(ids) do
-    local ms, seq = id_parts(id)
-    if ms > tms or (ms == tms and seq > tseq) then tms, tseq = ms, seq end
+  local top = ids[1]  -- the highest of ids
+  for j = 2, #ids do
+    if id_less(top, ids[j]) then top = ids[j] end
   end
   local low = redis.call('XPENDING', stream, group, '-', '+', 1)[1]
   if low then
-    local lms, lseq = id_parts(low[1])
-    if lms < tms or (lms == tms and lseq < tseq) then
-      redis.call('XTRIM', stream, 'MINID', low[1])
+    low = low[1]
+    if id_less(low, top) then
+      redis.call('XTRIM', stream, 'MINID', low)
       local above, k = {}, 0
       for _, id in ipairs(ids) do
-        local ms, seq = id_parts(id)
-        if ms > lms or (ms == lms and seq > lseq) then
+        if id_less(low, id) then
           k = k + 1
           above[k] = id
         end
@@ -69,7 +74,9 @@ local function ack_and_delete(stream, group, ids)
       return
     end
   end
-  redis.call('XTRIM', stream, 'MINID', string.format('%d-%d', tms, tseq + 1))
+  local d = string.find(top, '-', 1, true)
+  redis.call('XTRIM', stream, 'MINID', string.sub(top, 1, d) ..
+    string.format('%d', tonumber(string.sub(top, d + 1)) + 1))
 end
 
 local group, worker = ARGV[1], ARGV[2]
@@ -80,6 +87,9 @@ local base = KEYS[14]
 local _, nows = now_ms()
 local out = {}
 local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per stream, at the end
+-- status -> {tids, attempts} of the outcomes that are not workflow steps: one event entry per
+-- status, at the end (emit_batch in _common.lua)
+local ended = {}
 for i = 0, n - 1 do
   local o = 9 + i * 5
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
@@ -113,7 +123,13 @@ for i = 0, n - 1 do
       finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
     end
     if not r[8] then
-      emit(KEYS[12], maxlen, status, tid, attempt, worker, '')
+      local e = ended[status]
+      if e then
+        e[1][#e[1] + 1] = tid
+        e[2][#e[2] + 1] = attempt
+      else
+        ended[status] = {{tid}, {attempt}}
+      end
     else  -- a workflow step: its event names the flow; then the flow's join, in this call
       local F = flow_lib()
       emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[8]))
@@ -128,6 +144,10 @@ for i = 0, n - 1 do
     redis.call('HINCRBY', KEYS[13], 'stale_writes', 1)
     out[i + 1] = 0
   end
+end
+for _, st in ipairs({'succeeded', 'cancelled'}) do  -- (a fixed order, not the table's)
+  local e = ended[st]
+  if e then emit_batch(KEYS[12], maxlen, st, e[1], e[2], worker) end
 end
 for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
 if claim_count > 0 then

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import redis
 
@@ -131,8 +131,20 @@ def _stream_pos(eid: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _frame(e: Event) -> bytes:
-    return f"id: {e.id}\ndata: {json.dumps(e.to_dict())}\n\n".encode()
+def _frame(e: Event, last_of_entry: bool = True) -> bytes:
+    """One message. Only the last event of a stream entry carries its id (an entry can hold
+    several events, see dtq.admin.views.events_from): a client that drops mid-entry resumes
+    from the entry before and gets the whole entry again instead of losing its other events."""
+    data = f"data: {json.dumps(e.to_dict())}\n\n"
+    return (f"id: {e.id}\n{data}" if last_of_entry else data).encode()
+
+
+def _frames(events: list[Event]) -> Iterator[tuple[Event, bytes]]:
+    """Each event with its message (see :func:`_frame`)."""
+    for i, e in enumerate(events):
+        nxt = events[i + 1] if i + 1 < len(events) else None
+        last = nxt is None or (nxt.stream, nxt.id) != (e.stream, e.id)
+        yield e, _frame(e, last)
 
 
 async def sse(
@@ -149,9 +161,9 @@ async def sse(
         yield b": connected\n\n"
         if truncated:
             yield _error("too many missed events; some are left out")
-        for e in backlog or ():
+        for e, frame in _frames(backlog or []):
             last[e.stream] = max(last.get(e.stream, (0, 0)), _stream_pos(e.id))
-            yield _frame(e)
+            yield frame
         while True:
             if sub.closed and sub.queue.empty():
                 yield _error("client too slow; reconnect")
@@ -164,9 +176,9 @@ async def sse(
             if isinstance(item, str):
                 yield _error(item)
                 continue
-            for e in item:
+            for e, frame in _frames(item):
                 if last and e.stream in last and _stream_pos(e.id) <= last[e.stream]:
                     continue  # already sent from the backlog
-                yield _frame(e)
+                yield frame
     finally:
         sub.close()

@@ -10,7 +10,7 @@ from typing import Any
 
 from dtq.admin.common import id_ms
 from dtq.admin.core import AdminCore
-from dtq.admin.views import Event, event_from, iso
+from dtq.admin.views import Event, events_from, iso
 from dtq.errors import InvalidRequest
 from dtq.partitions import expand
 
@@ -44,7 +44,8 @@ class EventOps(AdminCore):
         for key, stream in self._event_keys(qs).items():
             lo = "-" if since_ms is None else str(since_ms)
             entries = await self._r.xrevrange(key, max="+", min=lo, count=limit)
-            out.extend(event_from(stream, eid, f) for eid, f in entries)
+            for eid, f in entries:
+                out.extend(events_from(stream, eid, f))
         out.sort(key=lambda e: (e.ts_ms, e.id))
         return out
 
@@ -81,7 +82,7 @@ class EventOps(AdminCore):
         events: list[Event] = []
         for key, entries in res or []:
             for eid, f in entries:
-                events.append(event_from(keys[key], eid, f))
+                events.extend(events_from(keys[key], eid, f))
                 cur[key] = eid
         events.sort(key=lambda e: (e.ts_ms, e.id))
         return events, cur
@@ -157,12 +158,22 @@ class EventOps(AdminCore):
                 pipe.xrange(k, min="(" + last_id, max="+", count=limit)
             chunks: list[list[tuple[str, dict[str, str]]]] = await pipe.execute()
         out = [
-            event_from(keys[k], eid, f)
+            e
             for k, chunk in zip(keys, chunks, strict=True)
             for eid, f in chunk
+            for e in events_from(keys[k], eid, f)
         ]
-        out.sort(key=lambda e: (e.ts_ms, e.id))
-        return out[:limit], len(out) > limit or any(len(c) >= limit for c in chunks)
+        out.sort(key=lambda e: (e.ts_ms, e.id))  # (stable: an entry's events stay together)
+        cut = limit
+        if len(out) > limit:
+            # Cut between entries, not inside one: a client resumes after a whole entry (the
+            # SSE id of its last event), so an entry cut short would lose its other events.
+            while cut > 0 and (out[cut - 1].stream, out[cut - 1].id) == (
+                out[cut].stream,
+                out[cut].id,
+            ):
+                cut -= 1
+        return out[:cut], len(out) > limit or any(len(c) >= limit for c in chunks)
 
     async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
         """Finished runs per time bucket over the last ``window_s`` seconds, from the events.
@@ -185,8 +196,9 @@ class EventOps(AdminCore):
                 entries = await self._r.xrange(key, min=lo, max="+", count=5000)
                 for eid, f in entries:
                     t = f.get("type")
-                    if t in series:
-                        series[t][(id_ms(eid) - start) // (bucket_s * 1000)] += 1
+                    if t in series:  # an entry may hold a batch: one tid per event
+                        n_ev = (f.get("tid") or "").count(" ") + 1
+                        series[t][(id_ms(eid) - start) // (bucket_s * 1000)] += n_ev
                 if len(entries) < 5000:
                     break
                 lo = "(" + entries[-1][0]

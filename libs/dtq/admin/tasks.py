@@ -17,7 +17,7 @@ from dtq.admin.common import (
     position,
 )
 from dtq.admin.core import AdminCore
-from dtq.admin.views import Event, Page, event_from
+from dtq.admin.views import Event, Page, entry_has_task, events_from
 from dtq.client import CANCEL_REASON
 from dtq.cluster import ascan_tasks, scan_step
 from dtq.declared import pending as pending_declared
@@ -49,6 +49,7 @@ class TaskOps(AdminCore):
         queue, tid = split_task_id(task_id)
         key = self.keys.queue(queue).events
         found: list[Event] = []
+        own = make_task_id(queue, tid)
         upper = "+"
         read = 0
         while read < limit:
@@ -56,8 +57,8 @@ class TaskOps(AdminCore):
             if not chunk:
                 break
             for eid, fields in chunk:
-                if fields.get("tid") == tid:
-                    found.append(event_from(queue, eid, fields))
+                if entry_has_task(fields, tid):
+                    found.extend(e for e in events_from(queue, eid, fields) if e.task_id == own)
             read += len(chunk)
             upper = "(" + chunk[-1][0]
             if found and found[-1].type == "enqueued":

@@ -176,8 +176,35 @@ class ScheduledTask:
 # --- helpers ---------------------------------------------------------------------------------
 
 
+def events_from(stream: str, eid: str, f: dict[str, str]) -> list[Event]:
+    """The events of one entry of a queue's event stream (``stream`` is the queue) or the
+    workers', in order.
+
+    An entry is one event, or the events of one type that one script call made for several
+    tasks (``emit_batch`` in lua/_common.lua): then its ``tid`` field holds their tids and its
+    ``attempt`` field their attempts, separated by single spaces. Every event of an entry has
+    the entry's stream id.
+    """
+    tids = f.get("tid") or ""
+    if " " not in tids or stream == "@workers":
+        return [event_from(stream, eid, f)]
+    attempts = (f.get("attempt") or "").split(" ")
+    out = []
+    for i, tid in enumerate(tids.split(" ")):
+        one = dict(f, tid=tid, attempt=attempts[i] if i < len(attempts) else "")
+        out.append(event_from(stream, eid, one))
+    return out
+
+
+def entry_has_task(f: dict[str, str], tid: str) -> bool:
+    """Whether an event-stream entry (one event or a batch, see :func:`events_from`) is about
+    task ``tid``."""
+    tids = f.get("tid") or ""
+    return tids == tid or (" " in tids and tid in tids.split(" "))
+
+
 def event_from(stream: str, eid: str, f: dict[str, str]) -> Event:
-    """One entry of a queue's event stream (``stream`` is the queue) or the workers'."""
+    """One event, from an entry that holds one (see :func:`events_from`)."""
     if stream == "@workers":
         return Event(
             stream, eid, id_ms(eid), f.get("type", ""), None, None, None,
