@@ -38,15 +38,15 @@ end
 -- entry into its events. One XADD per call instead of one per task: each was about a tenth of
 -- the Redis time of a no-op task's run (docs/performance.md, "Events in batches").
 -- tids, attempts: tables of text, of the same length (an empty one appends nothing).
-local function emit_batch(events_key, maxlen, etype, tids, attempts, worker)
+local function emit_batch(events_key, maxlen, etype, tids, attempts, worker, detail)
   local n = #tids
   if n == 1 then
-    emit(events_key, maxlen, etype, tids[1], attempts[1], worker, '')
+    emit(events_key, maxlen, etype, tids[1], attempts[1], worker, detail)
   elseif n > 1 and maxlen > 0 then
     if maxlen ~= maxlen_n then maxlen_n, maxlen_s = maxlen, string.format('%d', maxlen) end
     redis.call('XADD', events_key, 'MAXLEN', '~', maxlen_s, '*',
       'type', etype, 'tid', table.concat(tids, ' '), 'attempt', table.concat(attempts, ' '),
-      'worker', worker or '', 'detail', '')
+      'worker', worker or '', 'detail', detail or '')
   end
 end
 

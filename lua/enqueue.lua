@@ -67,6 +67,9 @@ if bad or not stream then
 end
 
 local NONE = {}
+-- A bulk call's 'enqueued' events, by status (the event's detail): one entry each, at the end
+-- (emit_batch in _common.lua); a single enqueue emits its one event as it goes.
+local batch = n > 1 and {queued = {{}, {}}, scheduled = {{}, {}}} or nil
 local now, nows = nil, nil  -- the call's time: number, and its text for the record
 local out = nil
 for i = 0, n - 1 do
@@ -129,12 +132,23 @@ for i = 0, n - 1 do
     redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'prio', prio,
       'maxr', maxr, 'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows,
       'status', status, wk, wv, unpack(h))
-    emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
+    if batch then
+      local b = batch[status]
+      b[1][#b[1] + 1] = tid
+      b[2][#b[2] + 1] = '0'
+    else
+      emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
+    end
   end
   if n == 1 then return {tid, status, created} end
   if not out then out = {} end
   out[i * 3 + 1] = tid  -- (placed by index: out[#out + 1] searches the table's length)
   out[i * 3 + 2] = status
   out[i * 3 + 3] = created
+end
+if batch then
+  for _, st in ipairs({'queued', 'scheduled'}) do
+    emit_batch(KEYS[2], maxlen, 'enqueued', batch[st][1], batch[st][2], '', st)
+  end
 end
 return out or {}

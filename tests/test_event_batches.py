@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 
-from dtq import Settings
+from dtq import Settings, task_index
 from dtq import scripts as sc
 from dtq.admin import Admin
 from dtq.admin.views import events_from
@@ -130,3 +131,14 @@ def test_sse_frames_carry_an_entry_id_on_its_last_event_only() -> None:
     frames = [frame.decode() for _, frame in _frames(evs)]
     assert [fr.startswith("id: ") for fr in frames] == [False, True, True]
     assert frames[1].startswith("id: 7-0\n") and frames[2].startswith("id: 7-1\n")
+
+
+def test_task_list_cursor_names_a_place_inside_a_bulk_entry() -> None:
+    # A bulk enqueue's tids share one entry: the cursor adds the index (the form without one,
+    # index 0, is the one-event entries' and stays valid).
+    assert task_index.parse_cursor("12.3.q") == (12, 3, "q", 0)
+    assert task_index.make_cursor((12, 3, "q", 2)) == "12.3-2.q"
+    assert task_index.parse_cursor("12.3-2.q.x") == (12, 3, "q.x", 2)
+    assert task_index.make_cursor((12, 3, "q", 0)) == "12.3.q"
+    with pytest.raises(ValueError):
+        task_index.parse_cursor("12.3-x.q")

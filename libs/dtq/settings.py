@@ -99,7 +99,8 @@ class Settings(BaseSettings):
     call then takes redis-py's usual path. The worker's gauge ``dtq_fast_lane_enabled`` says
     which."""
     events_maxlen: int = Field(10_000, ge=0)
-    """Approximate cap of each queue's lifecycle event stream; 0 disables events."""
+    """Approximate cap of each queue's lifecycle event stream, in entries (one entry holds the
+    events of one claim, completion or bulk enqueue); 0 disables events."""
     dlq_max: int = Field(100_000, ge=0)
     """Most dead letters kept per queue (the oldest are pruned first); 0 means no cap."""
     retention_interval_s: float = Field(60.0, gt=0)

@@ -16,8 +16,10 @@ What that costs and bounds:
   an older task is not listed, but is still found by id (``GET /api/v1/tasks/{id}``).
   With ``DTQ_EVENTS_MAXLEN=0`` there is no index; :meth:`dtq.admin.Admin.list_tasks` (SCAN)
   remains for that case and for the CLI.
-* The cursor is the place of the last task listed: its event's stream id and its queue,
-  written ``<ms>.<seq>.<queue>`` (two queues' streams may hold the same id).
+* The cursor is the place of the last task listed: its event's stream id, its queue (two
+  queues' streams may hold the same id) and, when that entry holds the events of a bulk
+  enqueue (several tids, ``dtq.admin.views.events_from``), its index there: written
+  ``<ms>.<seq>.<queue>``, or ``<ms>.<seq>-<index>.<queue>`` for an index above 0.
 """
 
 from __future__ import annotations
@@ -38,24 +40,29 @@ RUNNING_MAX = 200
 """Most running tasks listed on a first page."""
 
 
-Pos = tuple[int, int, str]
-"""A task's place in the list: its enqueued event's stream id (ms, seq), then its queue (two
-queues' streams can hold the same id)."""
+Pos = tuple[int, int, str, int]
+"""A task's place in the list: its enqueued event's stream id (ms, seq), its queue (two
+queues' streams can hold the same id), then its index among the tids of that entry (a bulk
+enqueue's entry holds several; the later the newer)."""
 
 
 def parse_cursor(cursor: str | None) -> Pos | None:
-    """The position of the last task listed, from ``<ms>.<seq>.<queue>`` (None: the start)."""
+    """The position of the last task listed, from ``<ms>.<seq>[-<index>].<queue>`` (None: the
+    start)."""
     if not cursor:
         return None
     ms, _, rest = cursor.partition(".")
     seq, _, queue = rest.partition(".")
-    if not (ms.isdigit() and seq.isdigit()) or len(ms) > 19 or len(seq) > 19:
+    seq, _, idx = seq.partition("-")
+    idx = idx or "0"
+    if not all(x.isdigit() and len(x) <= 19 for x in (ms, seq, idx)):
         raise ValueError(f"bad cursor {cursor!r}")
-    return int(ms), int(seq), queue
+    return int(ms), int(seq), queue, int(idx)
 
 
 def make_cursor(pos: Pos) -> str:
-    return f"{pos[0]}.{pos[1]}.{pos[2]}"
+    idx = f"-{pos[3]}" if pos[3] else ""
+    return f"{pos[0]}.{pos[1]}{idx}.{pos[2]}"
 
 
 def _key(stream_id: str) -> tuple[int, int]:
@@ -111,14 +118,15 @@ async def newest(
                 ms, seq = _key(eid)
                 if cut is not None and (ms, seq) < cut:
                     break
-                pos = (ms, seq, q)
-                if after is not None and pos >= after:
+                if f.get("type") != "enqueued" or not f.get("tid"):
                     continue
-                if f.get("type") == "enqueued" and f.get("tid"):
-                    cands.append((pos, f["tid"]))
+                for idx, tid in enumerate(f["tid"].split(" ")):
+                    pos = (ms, seq, q, idx)
+                    if after is None or pos < after:
+                        cands.append((pos, tid))
         cands.sort(reverse=True)
         async with r.pipeline(transaction=False) as pipe:
-            for (_, _, q), tid in cands:
+            for (_, _, q, _), tid in cands:
                 pipe.hgetall(keys.queue(q).task(tid))
             recs: list[dict[str, str]] = await pipe.execute() if cands else []
         for (pos, tid), rec in zip(cands, recs, strict=True):
@@ -141,7 +149,7 @@ async def newest(
             return items, None, read
         # Everything at or above the cut is listed: go on below it (the queue name sorts
         # after "" so a (ms, seq, "") position excludes the cut's own id in every queue).
-        after = (cut[0], cut[1], "")
+        after = (cut[0], cut[1], "", 0)
         upper = f"{cut[0]}-{cut[1]}"
     assert after is not None
     return items, make_cursor(after), read
