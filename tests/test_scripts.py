@@ -211,6 +211,26 @@ def test_claim_strict_priority_and_count_across_bands(
     assert claim(run, qk).runs == []
 
 
+def test_claim_reads_no_band_without_entries(fresh_redis: Any) -> None:
+    # Tasks at the default priority leave bands 9-6 empty: the claim reads band 5 (twice: the
+    # second finds nothing new) and skips the empty bands (XLEN 0) instead of reading each.
+    r = fresh_redis.client()
+    qk = QueueKeys("fr", Q)
+    groups(r, qk)
+    run = sc.SyncScripts(r).run
+    tasks = [task(prio=5) for _ in range(3)]
+    enqueue(run, qk, *tasks)
+    r.xadd(qk.stream(1), {"t": "gone"})  # a band below with an entry is still read
+    r.config_resetstat()
+    b = claim(run, qk, count=10)
+    assert [c.tid for c in b.runs] == [t.tid for t in tasks] and b.absorbed == 1
+    stats = r.info("commandstats")
+    # Band 5 twice; band 1 once (its entry, absorbed, is deleted: the band is empty again).
+    assert stats["cmdstat_xreadgroup"]["calls"] == 3
+    assert stats["cmdstat_xlen"]["calls"] == 10 + 2  # every band once, bands 5 and 1 again
+    r.close()
+
+
 def test_claim_absorbs_duplicate_entries(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     groups(r, qk)
     t = task()
