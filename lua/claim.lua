@@ -26,11 +26,12 @@
 -- ARGV[6]      done channel prefix
 -- ARGV[7]      1 = fair mode: bands are picked by smooth weighted round-robin (band p weighs
 --              p+1, credits kept in KEYS[18] across calls and workers); 0 = strict priority
--- Returns      {now_ms, absorbed, expired, n, then 13 fields per started task:
---               tid, eid, attempt, name, args, kwargs, max_retries, timeout, retries,
---               interruptions, enqueued_ms, priority, idem, then held, more, then 2 fields
---               per started task that carries headers: its index among the n (from 0), its
---               headers (JSON)}
+-- Returns      {now_ms, absorbed, expired, n, then 8 fields per started task:
+--               tid, eid, attempt, name, args, kwargs, numbers, idem, then held, more, then
+--               2 fields per started task that carries headers: its index among the n (from
+--               0), its headers (JSON)}
+--              numbers: "<max_retries> <timeout> <retries> <interruptions> <enqueued_ms>
+--              <priority>" separated by single spaces (timeout '' when none)
 --              held: entries parked by a limit (they spend no attempt); more: 1 when the
 --              scan budget ran out with slots still free (the caller claims again at once).
 --              Headers (set by middleware at enqueue, e.g. a trace context) come after the

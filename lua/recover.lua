@@ -23,7 +23,7 @@
 -- ARGV[4]      ms (server time): runs started before it are not this process's
 -- ARGV[5]      max pending entries read per band
 -- ARGV[6]      n, then ARGV[7..] n known runs, 2 fields each: priority, entry id
--- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 13 fields per run (as claim.lua),
+-- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 8 fields per run (as claim.lua),
 --              0, 0, then index and headers of each run that has headers}
 
 local group, worker = ARGV[1], ARGV[2]
@@ -36,8 +36,6 @@ for i = 0, n - 1 do
   known[stream_index(ARGV[7 + i * 2]) .. ' ' .. ARGV[8 + i * 2]] = true
 end
 local runs, absorbed = {}, 0
--- Fields that may be unset on a record, and what claim.lua answers for them.
-local blank = {[8] = '', [10] = '', [15] = ''}
 local hdrs = {}  -- index, headers of each run that has headers (as claim.lua)
 for i = 1, 10 do
   local pending = {}
@@ -62,9 +60,14 @@ for i = 1, 10 do
           runs[o + 1] = tid
           runs[o + 2] = eid
           runs[o + 3] = r[5]
-          for f = 6, 15 do runs[o + f - 2] = r[f] or blank[f] or '0' end
+          runs[o + 4] = r[6]
+          runs[o + 5] = r[7]
+          runs[o + 6] = r[8] or ''
+          runs[o + 7] = (r[9] or '0') .. ' ' .. (r[10] or '') .. ' ' .. (r[11] or '0') .. ' ' ..
+            (r[12] or '0') .. ' ' .. (r[13] or '0') .. ' ' .. (r[14] or '0')
+          runs[o + 8] = r[15] or ''
           if r[16] then
-            hdrs[#hdrs + 1] = o / 13
+            hdrs[#hdrs + 1] = o / 8
             hdrs[#hdrs + 1] = r[16]
           end
         end
@@ -77,7 +80,7 @@ for i = 1, 10 do
     end
   end
 end
-local out = {now, absorbed, 0, #runs / 13}
+local out = {now, absorbed, 0, #runs / 8}
 for _, v in ipairs(runs) do out[#out + 1] = v end
 out[#out + 1] = 0
 out[#out + 1] = 0

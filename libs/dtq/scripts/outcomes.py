@@ -117,14 +117,15 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
     runs = []
     s = to_str
-    end = 4 + n * 13
-    for b in range(4, end, 13):  # positional, no slice per run (claim is the hot path)
+    end = 4 + n * 8
+    for b in range(4, end, 8):  # positional, no slice per run (claim is the hot path)
+        # max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority
+        mr, to, rt, it, enq, pr = s(raw[b + 6]).split(" ")
         runs.append(
             Claimed(
                 queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
-                s(raw[b + 4]), s(raw[b + 5]), int(raw[b + 6]),
-                float(raw[b + 7]) if raw[b + 7] else None, int(raw[b + 8]), int(raw[b + 9]),
-                int(raw[b + 10]), int(raw[b + 11]), s(raw[b + 12]),
+                s(raw[b + 4]), s(raw[b + 5]), int(mr), float(to) if to else None, int(rt),
+                int(it), int(enq), int(pr), s(raw[b + 7]),
             )
         )  # fmt: skip
     held = int(raw[end]) if len(raw) > end else 0
