@@ -141,12 +141,12 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- each absent field, and a plain task has 10 of them absent.
   local FIELD = {status = 1, eid = 2, exp = 3, attempt = 4, name = 5, args = 6, kwargs = 7,
     maxr = 8, timeout = 9, retries = 10, intr = 11, enq = 12, prio = 13, idem = 14, lk = 15,
-    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20}
+    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20, error = 21, flow = 22}
   local function read_record(rk)
     local raw = redis.call('HGETALL', rk)
-    -- 20 places made at once (no rehash as they fill); every one starts nil.
+    -- 22 places made at once (no rehash as they fill); every one starts nil.
     local r = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-      nil, nil, nil, nil}
+      nil, nil, nil, nil, nil, nil}
     for j = 1, #raw, 2 do
       local k = FIELD[raw[j]]
       if k then r[k] = raw[j + 1] end
@@ -203,10 +203,18 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       out[o + 4] = r[5]
       out[o + 5] = r[6]
       out[o + 6] = r[7] or ''
-      -- The six numbers in one value (one Lua concat): each value of the reply costs Redis
-      -- about as much as the concat of all six (docs/performance.md, "Events in batches").
+      -- Which of idem, lk, error, flow the record holds (none changes while this run holds
+      -- the task): the worker gives them back with the outcome, so complete.lua's fence reads
+      -- 3 fields, not 8 (each absent one costs HMGET a scan of the whole record).
+      local flags = '-'
+      if r[14] or r[15] or r[21] or r[22] then
+        flags = (r[14] and 'i' or '') .. (r[15] and 'l' or '') .. (r[21] and 'e' or '') ..
+          (r[22] and 'f' or '')
+      end
+      -- The six numbers and the flags in one value (one Lua concat): each value of the reply
+      -- costs Redis about as much as that concat (docs/performance.md, "Events in batches").
       out[o + 7] = r[8] .. ' ' .. (r[9] or '') .. ' ' .. r[10] .. ' ' .. r[11] .. ' ' .. r[12] ..
-        ' ' .. r[13]
+        ' ' .. r[13] .. ' ' .. flags
       out[o + 8] = r[14] or ''
       if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
         hdrs = hdrs or {}

@@ -31,7 +31,9 @@
 --               2 fields per started task that carries headers: its index among the n (from
 --               0), its headers (JSON)}
 --              numbers: "<max_retries> <timeout> <retries> <interruptions> <enqueued_ms>
---              <priority>" separated by single spaces (timeout empty when none)
+--              <priority> <flags>" separated by single spaces (timeout empty when none);
+--              flags: letters of i, l, e, f when the record holds idem, lk, error, flow, a dash
+--              for none (complete.lua takes them back)
 --              held: entries parked by a limit (they spend no attempt); more: 1 when the
 --              scan budget ran out with slots still free (the caller claims again at once).
 --              Headers (set by middleware at enqueue, e.g. a trace context) come after the

@@ -19,8 +19,9 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7]      claim count (0: claim nothing), ARGV[8] 1 = fair mode (see claim.lua)
--- ARGV[9..]    per run, 5 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
---              payload (the result JSON, or the cancel reason)
+-- ARGV[9..]    per run, 7 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
+--              payload (the result JSON, or the cancel reason), priority and flags as the
+--              run's claim answered them (both empty when not known: see below)
 -- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
 --              0 rejected (stale); when ARGV[7] > 0 one more
 --              element follows: claim.lua's reply
@@ -91,15 +92,33 @@ local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per
 -- status, at the end (emit_batch in _common.lua)
 local ended = {}
 for i = 0, n - 1 do
-  local o = 9 + i * 5
+  local o = 9 + i * 7
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local status, payload = ARGV[o + 3], ARGV[o + 4]
+  local flags = ARGV[o + 6]
   local rk = base .. tid
-  -- (The cancel flag is read on the cancelled path only: an absent field costs HMGET a scan of
-  -- the whole record, and most outcomes are successes.)
-  local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
-    'flow')
+  -- An absent field costs HMGET a scan of the whole record: with the run's band and flags
+  -- from its claim (which of idem, lk, error, flow the record holds; none of them changes
+  -- while a run holds the task) the fence reads 3 fields that are there; without, all 8.
+  -- (The cancel flag is read on the cancelled path only, for the same reason: most outcomes
+  -- are successes.)
+  local r
+  if flags == '' then
+    r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
+      'flow')
+  else
+    r = redis.call('HMGET', rk, 'status', 'attempt', 'worker')
+  end
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+    if flags ~= '' then
+      r[4] = ARGV[o + 5]
+      if flags ~= '-' then
+        r[5] = string.find(flags, 'i', 1, true)
+        r[6] = string.find(flags, 'l', 1, true)
+        r[7] = string.find(flags, 'e', 1, true)
+        if string.find(flags, 'f', 1, true) then r[8] = redis.call('HGET', rk, 'flow') end
+      end
+    end
     local si = stream_index(r[4])
     local ids = acks[si]
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end

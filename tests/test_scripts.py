@@ -319,6 +319,46 @@ def test_complete_is_fenced(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     assert r.hget(qk.stats, "stale_writes") == "2"
 
 
+def test_complete_with_what_the_claim_told_does_what_a_full_read_does(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The worker gives back each run's band and flags (Success.of): complete.lua then reads 3
+    fields instead of 8, and still expires the idempotency key, frees the limit's place (and
+    releases the task parked behind it), and drops the error of an earlier attempt."""
+    groups(r, qk)
+    plain, idem = task(), task(idem="key-1")
+    limited, parked = task(limit="1|0|0|k"), task(limit="1|0|0|k")
+    erred = task(prio=7)
+    enqueue(run, qk, plain, idem, limited, erred)
+    r.hset(qk.task(erred.tid), "error", "ValueError: attempt before")
+    runs = {c.tid: c for c in claim(run, qk, count=10).runs}
+    enqueue(run, qk, parked)
+    assert claim(run, qk).held == 1  # behind the limit
+    assert {t: runs[t].flags for t in runs} == {
+        plain.tid: "-", idem.tid: "i", limited.tid: "l", erred.tid: "e",
+    }  # fmt: skip
+    outs = [sc.Success.of(runs[t.tid], "succeeded", "1") for t in (plain, idem, limited, erred)]
+    assert all(o.flags and o.priority >= 0 for o in outs)
+    r.config_resetstat()
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", outs, 100, 60))) == [True] * 4
+    stats = r.info("commandstats")
+    # 4 fences, and the release's read of the parked task.
+    assert stats["cmdstat_hmget"]["calls"] == 5 and "cmdstat_hgetall" not in stats
+    for t in (plain, idem, limited, erred):
+        rec = r.hgetall(qk.task(t.tid))
+        assert rec["status"] == "succeeded" and "error" not in rec, t.tid
+    assert 0 < r.ttl(qk.idem("key-1")) <= 60
+    assert r.zcard(qk.lim_base + "k:run") == 0
+    assert r.hget(qk.task(parked.tid), "eid")  # released into its stream
+    (again,) = claim(run, qk).runs
+    assert again.tid == parked.tid and again.flags == "l"
+    # The flags are what the fence goes by (so the worker must give back its claim's): told
+    # "-", this run's end leaves its limit place taken (the full read would have freed it).
+    lie = sc.Success(again.tid, again.eid, again.attempt, "succeeded", "1", again.priority, "-")
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", [lie], 100, 60))) == [True]
+    assert r.zcard(qk.lim_base + "k:run") == 1
+
+
 def test_complete_then_claims_in_the_same_call(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk)
     waiting = [task(prio=1), task(prio=8), task(prio=1)]

@@ -40,6 +40,15 @@ def _task() -> sc.NewTask:
     return sc.NewTask(new_tid(), "noop", "[]", "", 5, 3, None, 0, 0, "", "")
 
 
+def _outcomes(raw: Any) -> list[Any]:
+    """The successes of a claim reply's runs, as the worker sends them: with what the claim
+    told of each record where this version has it (``Success.of``), else (tid, eid, attempt)
+    read whatever the fields per run (older versions)."""
+    if hasattr(sc.Success, "of"):
+        return [sc.Success.of(c, "succeeded", "null") for c in sc.parse_claim("default", raw).runs]
+    return [sc.Success(t, e, a, "succeeded", "null") for t, e, a in _runs(raw)]
+
+
 def _runs(raw: Any) -> list[tuple[str, str, int]]:
     """(tid, eid, attempt) of a claim reply, whatever its fields per run (older versions)."""
     n = int(raw[3]) if len(raw) > 3 else 0
@@ -97,8 +106,7 @@ def main() -> None:
             r.xgroup_create(s, GROUP, id="0", mkstream=True)
         run = sc.SyncScripts(r).run
         run(sc.enqueue_call(qk, [_task(), _task()], EM))  # loads the scripts outside the measure
-        first = _runs(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
-        done = [sc.Success(t, e, a, "succeeded", "null") for t, e, a in first]
+        done = _outcomes(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
         run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1))
 
         def bulk() -> int:
@@ -112,12 +120,11 @@ def main() -> None:
             return n // 2
 
         def cycle() -> int:
-            runs, count = _runs(run(sc.claim_call(qk, "w1", BATCH, EM, TTL))), 0
-            while runs:
-                count += len(runs)
-                outs = [sc.Success(t, e, a, "succeeded", "null") for t, e, a in runs]
+            outs, count = _outcomes(run(sc.claim_call(qk, "w1", BATCH, EM, TTL))), 0
+            while outs:
+                count += len(outs)
                 raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=BATCH))
-                runs = _runs(raw[-1]) if raw and isinstance(raw[-1], list) else []
+                outs = _outcomes(raw[-1]) if raw and isinstance(raw[-1], list) else []
             return count
 
         print(f"bulk enqueue: {phase('bulk', bulk):,.0f} instructions per task")

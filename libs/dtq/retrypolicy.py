@@ -47,7 +47,7 @@ def result_item(c: sc.Claimed, result: object, max_result_bytes: int) -> sc.Succ
                 raise SerializationError(
                     f"result is {size} bytes, over DTQ_MAX_RESULT_BYTES={max_result_bytes}"
                 )
-        return sc.Success(c.tid, c.eid, c.attempt, "succeeded", payload)
+        return sc.Success.of(c, "succeeded", payload)
     except SerializationError as exc:
         return sc.Failure(c.tid, c.eid, c.attempt, f"unstorable result: {exc}", NO_RETRY)
 

@@ -388,7 +388,7 @@ class TestQueue:
             raised = exc
             item = failure_item(c, exc, s)
         if self.redis.hexists(qk.task(c.tid), Field.CANCEL) and isinstance(item, sc.Success):
-            item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "cancelled by request")
+            item = sc.Success.of(c, "cancelled", "cancelled by request")
         if isinstance(item, sc.Success):
             call = sc.complete_call(qk, WORKER_ID, [item], s.events_maxlen, s.result_ttl_s)
             stored = sc.parse_complete(self._scripts.run(call))[0]

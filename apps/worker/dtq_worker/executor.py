@@ -178,7 +178,7 @@ class Executor:
         except asyncio.CancelledError:
             reason = run.stop_reason
             if reason is StopReason.CANCELLED:
-                item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
+                item = sc.Success.of(c, "cancelled", run.cancel_detail)
             elif reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
                             extra=_extra(run, env.worker_id))  # fmt: skip
@@ -197,7 +197,7 @@ class Executor:
                 await self._notify(run, "lost", item)
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
-            item = sc.Success(c.tid, c.eid, c.attempt, "cancelled", run.cancel_detail)
+            item = sc.Success.of(c, "cancelled", run.cancel_detail)
         # A stop arriving from now on (cancel, claim loss, shutdown) is recorded but does not
         # cancel this task (Run.stop): a finished run's write is never abandoned half way, and
         # the fence decides between it and a hand-back. (Cheaper than asyncio.shield, which

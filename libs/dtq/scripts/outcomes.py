@@ -78,6 +78,10 @@ class Claimed:
     idempotency_key: str
     headers: str = ""
     """JSON object of strings set by middleware at enqueue (e.g. a W3C traceparent), or ""."""
+    flags: str = ""
+    """Which of idem, lk, error, flow the record held when this run started (letters i, l, e,
+    f; "-" for none; "" unknown): given back with the outcome, it spares complete.lua reading
+    them (:class:`Success`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +123,14 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     s = to_str
     end = 4 + n * 8
     for b in range(4, end, 8):  # positional, no slice per run (claim is the hot path)
-        # max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority
-        mr, to, rt, it, enq, pr = s(raw[b + 6]).split(" ")
+        # max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority,
+        # flags (see Claimed.flags)
+        mr, to, rt, it, enq, pr, fl = s(raw[b + 6]).split(" ")
         runs.append(
             Claimed(
                 queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
                 s(raw[b + 4]), s(raw[b + 5]), int(mr), float(to) if to else None, int(rt),
-                int(it), int(enq), int(pr), s(raw[b + 7]),
+                int(it), int(enq), int(pr), s(raw[b + 7]), "", fl,
             )
         )  # fmt: skip
     held = int(raw[end]) if len(raw) > end else 0
@@ -146,6 +151,15 @@ class Success:
     attempt: int
     status: str  # "succeeded" | "cancelled"
     payload: str  # result JSON, or the cancel reason
+    priority: int = -1
+    """The run's band, and its :attr:`Claimed.flags`: with both (see :meth:`of`) the fence
+    reads 3 fields of the record instead of 8; without (-1, ""), all 8."""
+    flags: str = ""
+
+    @classmethod
+    def of(cls, c: Claimed, status: str, payload: str) -> Success:
+        """The outcome of run ``c``, carrying what its claim told of the record."""
+        return cls(c.tid, c.eid, c.attempt, status, payload, c.priority, c.flags)
 
 
 def complete_call(
@@ -163,7 +177,8 @@ def complete_call(
         1 if fair else 0,
     ]  # fmt: skip
     for o in outcomes:
-        args += [o.tid, o.eid, o.attempt, o.status, o.payload]
+        prio = o.priority if o.flags and o.priority >= 0 else ""
+        args += [o.tid, o.eid, o.attempt, o.status, o.payload, prio, o.flags if prio != "" else ""]
     return Call("complete", list(_claim_keys(qk)), args)
 
 
