@@ -40,14 +40,9 @@ end
 -- "Events in batches").
 -- tids, attempts: tables of text, of the same length (an empty one appends nothing).
 local function emit_batch(events_key, maxlen, etype, tids, attempts, worker, detail)
-  local n = #tids
-  if n == 1 then
-    emit(events_key, maxlen, etype, tids[1], attempts[1], worker, detail)
-  elseif n > 1 and maxlen > 0 then
-    if maxlen ~= maxlen_n then maxlen_n, maxlen_s = maxlen, string.format('%d', maxlen) end
-    redis.call('XADD', events_key, 'MAXLEN', '~', maxlen_s, '*',
-      'type', etype, 'tid', table.concat(tids, ' '), 'attempt', table.concat(attempts, ' '),
-      'worker', worker or '', 'detail', detail or '')
+  if #tids > 0 then  -- (table.concat of one element is that element: emit()'s format)
+    emit(events_key, maxlen, etype, table.concat(tids, ' '), table.concat(attempts, ' '),
+      worker, detail)
   end
 end
 
