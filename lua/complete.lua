@@ -85,7 +85,7 @@ local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- 
 local n = tonumber(ARGV[6])
 local claim_count = tonumber(ARGV[7])
 local base = KEYS[14]
-local _, nows = now_ms()
+local now, nows = now_ms()
 local out = {}
 local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per stream, at the end
 -- status -> {tids, attempts} of the outcomes that are not workflow steps: one event entry per
@@ -171,6 +171,6 @@ end
 for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
 if claim_count > 0 then
   out[n + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
-    done_prefix, ARGV[8] == '1')
+    done_prefix, ARGV[8] == '1', now, nows)
 end
 return out

@@ -3,8 +3,12 @@
 and dumped around each phase. Unlike CPU time, the count does not move with the machine's load,
 so two versions of the code compare on a busy host. Needs valgrind; takes about a minute.
 
-    .venv/bin/python -m tools.redis_instructions [N] [--keep]
+    .venv/bin/python -m tools.redis_instructions [N] [--keep] [--by-name]
     PYTHONPATH=<other checkout>/libs .venv/bin/python -m tools.redis_instructions  # another version
+
+``--by-name`` enqueues the tasks as a client that does not import the task does (its max_retries,
+timeout and expiry left to the worker's declaration, which is published first): the path of
+``make bench``'s workloads, whose client enqueues ``"noop"`` by name.
 
 ``--keep`` leaves the callgrind dumps and prints their folder: ``callgrind_annotate
 --inclusive=yes <the dump whose "Trigger" names the phase>`` then shows where a phase's
@@ -36,8 +40,12 @@ from tests.redis_server import free_port
 EM, TTL, BATCH = 10_000, 3600, 32
 
 
+BY_NAME = "--by-name" in sys.argv[1:]
+
+
 def _task() -> sc.NewTask:
-    return sc.NewTask(new_tid(), "noop", "[]", "", 5, 3, None, 0, 0, "", "")
+    unset = "mte" if BY_NAME else ""  # by name: the three left to the declaration
+    return sc.NewTask(new_tid(), "noop", "[]", "", 5, 3, None, 0, 0, "", "", unset=unset)
 
 
 def _outcomes(raw: Any) -> list[Any]:
@@ -65,7 +73,7 @@ def _s(v: Any) -> str:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "--keep"]
+    args = [a for a in sys.argv[1:] if a not in ("--keep", "--by-name")]
     keep = "--keep" in sys.argv[1:]
     n = int(args[0]) if args else 2000
     if shutil.which("valgrind") is None:
@@ -105,6 +113,8 @@ def main() -> None:
         for s in qk.streams:
             r.xgroup_create(s, GROUP, id="0", mkstream=True)
         run = sc.SyncScripts(r).run
+        if BY_NAME:  # what a worker declares for a plain task (dtq/declared.py)
+            r.hset(qk.decl, "noop", "3||")
         run(sc.enqueue_call(qk, [_task(), _task()], EM))  # loads the scripts outside the measure
         done = _outcomes(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
         run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1))
