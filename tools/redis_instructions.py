@@ -33,19 +33,20 @@ from typing import Any
 
 import redis
 
+from dtq import declared
 from dtq import scripts as sc
 from dtq.keys import GROUP, Keys, new_tid
+from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
 from tests.redis_server import free_port
 
 EM, TTL, BATCH = 10_000, 3600, 32
 
 
-BY_NAME = "--by-name" in sys.argv[1:]
-
-
-def _task() -> sc.NewTask:
-    unset = "mte" if BY_NAME else ""  # by name: the three left to the declaration
-    return sc.NewTask(new_tid(), "noop", "[]", "", 5, 3, None, 0, 0, "", "", unset=unset)
+def _task(unset: str = "") -> sc.NewTask:
+    """A plain no-op task; ``unset``: what its enqueue left to the declaration (by name)."""
+    return sc.NewTask(
+        new_tid(), "noop", "[]", "", 5, DEFAULT_MAX_RETRIES, None, 0, 0, "", "", unset=unset
+    )
 
 
 def _outcomes(raw: Any) -> list[Any]:
@@ -75,6 +76,7 @@ def _s(v: Any) -> str:
 def main() -> None:
     args = [a for a in sys.argv[1:] if a not in ("--keep", "--by-name")]
     keep = "--keep" in sys.argv[1:]
+    unset = declared.FIELDS if "--by-name" in sys.argv[1:] else ""
     n = int(args[0]) if args else 2000
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian package valgrind)")
@@ -113,20 +115,21 @@ def main() -> None:
         for s in qk.streams:
             r.xgroup_create(s, GROUP, id="0", mkstream=True)
         run = sc.SyncScripts(r).run
-        if BY_NAME:  # what a worker declares for a plain task (dtq/declared.py)
-            r.hset(qk.decl, "noop", "3||")
-        run(sc.enqueue_call(qk, [_task(), _task()], EM))  # loads the scripts outside the measure
+        if unset:  # what a worker declares for a plain task
+            r.hset(qk.decl, "noop", declared.encode(TaskDefaults()))
+        # Loads the scripts outside the measure.
+        run(sc.enqueue_call(qk, [_task(unset), _task(unset)], EM))
         done = _outcomes(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
         run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1))
 
         def bulk() -> int:
             for i in range(0, n, 500):
-                run(sc.enqueue_call(qk, [_task() for _ in range(min(500, n - i))], EM))
+                run(sc.enqueue_call(qk, [_task(unset) for _ in range(min(500, n - i))], EM))
             return n
 
         def single() -> int:
             for _ in range(n // 2):
-                run(sc.enqueue_call(qk, [_task()], EM))
+                run(sc.enqueue_call(qk, [_task(unset)], EM))
             return n // 2
 
         def cycle() -> int:
