@@ -271,6 +271,36 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
         api.close()
 
 
+@pytest.mark.slow
+def test_dashboard_filter_choice_survives_a_live_refresh(
+    settings: Settings, browser_page: Any
+) -> None:
+    """A filter chosen but not yet applied is not wiped by the live refresh that events bring
+    (it re-renders the view a second after an event unless the page is busy). Playwright's
+    select_option leaves the focus elsewhere, as a user clicking away from the select does."""
+    api = ApiProc(settings, DTQ_API_TOKEN=TOKEN)
+    page = browser_page
+    try:
+        with Client(settings=settings) as c:
+            c.enqueue("add", [1, 1])
+            page.goto(api.url + "/#tasks")
+            page.wait_for_selector("#token-dialog[open]")
+            page.fill("#token-input", TOKEN)
+            page.click("#token-ok")
+            page.wait_for_selector("#live.live")
+            rendered(page, "tasks")
+            page.select_option("#task-filters select[name=status]", "succeeded")
+            page.locator("h2").first.click()  # the focus leaves the select
+            # An event now schedules a refresh one second later; give it time to land.
+            c.enqueue("add", [2, 2])
+            time.sleep(2.5)
+            assert page.input_value("#task-filters select[name=status]") == "succeeded"
+            page.click("#task-filters button[type=submit]")
+            rendered(page, "tasks?status=succeeded")
+    finally:
+        api.close()
+
+
 def test_dashboard_is_served_without_a_build_step(settings: Settings) -> None:
     api_dir = Path(__import__("dtq_api").__file__).parent / "static"
     for f in ("index.html", "app.js", "style.css"):

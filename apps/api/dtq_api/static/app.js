@@ -7,6 +7,7 @@ const state = {
   events: [],        // recent events, newest first
   sse: null,         // AbortController of the event stream
   refreshTimer: null,
+  edited: false,     // a form in the view holds a change not yet submitted (see busy())
   tasksCursor: null,
   names: new Map(),  // task id -> task name, from every task list seen (events carry no name)
   lastEventId: null, // the stream id of the last event seen: a reconnect resumes after it
@@ -201,9 +202,10 @@ function onEvent(ev) {
   scheduleRefresh();
 }
 
-// A live refresh waits while the user is in a dialog or a form: it would wipe what they type.
+// A live refresh waits while the user is in a dialog or a form: it would wipe what they type,
+// or a filter they chose and have not applied yet (the focus may have left the form since).
 function busy() {
-  return $("#confirm-dialog").open || $("#token-dialog").open
+  return state.edited || $("#confirm-dialog").open || $("#token-dialog").open
     || (document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName))
     || $("details.enqueue[open]") || ($("#task-lookup input") && $("#task-lookup input").value);
 }
@@ -523,6 +525,7 @@ async function render(quiet) {
     if (quiet && busy()) return;  // checked again: the user may have started typing meanwhile
     if (seq === renderSeq) {
       view().innerHTML = html;
+      if (!quiet) state.edited = false;  // the user's move (a submit, a link): a fresh form
       view().dataset.view = name;
       view().dataset.rendered = hash;  // the state a test waits on, instead of a time
     }
@@ -595,8 +598,16 @@ document.addEventListener("submit", (ev) => {
   if (form.id !== "task-filters" && form.id !== "dlq-filters") return;
   ev.preventDefault();
   const params = new URLSearchParams([...new FormData(form)].filter(([, v]) => v));
-  location.hash = (form.id === "task-filters" ? "#tasks?" : "#dlq?") + params;
+  const hash = (form.id === "task-filters" ? "#tasks?" : "#dlq?") + params;
+  // The same filters again fire no hashchange: render here, which also ends state.edited.
+  if (location.hash === hash) render(); else location.hash = hash;
 });
+
+for (const type of ["input", "change"]) {
+  document.addEventListener(type, (ev) => {
+    if (ev.target.closest && ev.target.closest("#view form")) state.edited = true;
+  });
+}
 
 window.addEventListener("hashchange", () => render());
 render().then(startEvents);
