@@ -78,7 +78,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         redis.call('HDEL', rk, 'eid')
         redis.call('RPUSH', lb .. ':held', tid)
         redis.call('SADD', lim_base .. '~parked', lk)  -- purge.lua finds held lists by it
-        emit(KEYS[12], maxlen, 'held', tid, r[4], worker, 'concurrency ' .. lk)
+        emit(KEYS[12], maxlen, 'held', tid, r[4] or '0', worker, 'concurrency ' .. lk)
         return false
       end
     end
@@ -99,7 +99,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         redis.call('HSET', rk, 'status', 'scheduled', 'due', due)
         redis.call('HDEL', rk, 'eid')
         redis.call('ZADD', sched, due, tid)
-        emit(KEYS[12], maxlen, 'throttled', tid, r[4], worker, 'rate ' .. lk)
+        emit(KEYS[12], maxlen, 'throttled', tid, r[4] or '0', worker, 'rate ' .. lk)
         return false
       end
     end
@@ -125,7 +125,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     local f, w = r[19], {'dflt', ''}
     local all = f == 'mte'
-    if (all or string.find(f, 'm', 1, true)) and r[8] ~= d[1] then
+    if (all or string.find(f, 'm', 1, true)) and (r[8] or DEF_MAXR) ~= d[1] then
       r[8] = d[1]; w[3] = 'maxr'; w[4] = d[1]
     end
     if not r[9] and d[2] ~= '' and (all or string.find(f, 't', 1, true)) then
@@ -171,7 +171,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         drop_entry(KEYS[i], group, eid)
         redis.call('HSET', rk, 'error', 'expired before it started', unpack(fill))
         finish(rk, 'expired', now, ttl, done_prefix .. tid, KEYS[15])
-        emit(KEYS[12], maxlen, 'expired', tid, r[4], worker, '')
+        emit(KEYS[12], maxlen, 'expired', tid, r[4] or '0', worker, '')
         expired = expired + 1
         local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
         if fl then
@@ -185,7 +185,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         held = held + 1
         return false
       end
-      local attempt = tonumber(r[4]) + 1
+      local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: _common.lua)
       local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
       redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'started', nows, unpack(fill))
@@ -216,8 +216,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       -- The six numbers and the flags in one value (one Lua concat): each value of the reply
       -- costs Redis about as much as that concat (docs/performance.md, "Events in batches").
-      out[o + 7] = r[8] .. ' ' .. (r[9] or '') .. ' ' .. r[10] .. ' ' .. r[11] .. ' ' .. r[12] ..
-        ' ' .. r[13] .. ' ' .. flags
+      out[o + 7] = (r[8] or DEF_MAXR) .. ' ' .. (r[9] or '') .. ' ' .. (r[10] or '0') .. ' ' ..
+        (r[11] or '0') .. ' ' .. r[12] .. ' ' .. (r[13] or DEF_PRIO) .. ' ' .. flags
       out[o + 8] = r[14] or ''
       if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
         hdrs = hdrs or {}
@@ -231,7 +231,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     -- A duplicate (or an entry whose task is gone): acknowledged, never run.
     drop_entry(KEYS[i], group, eid)
     redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
-    emit(KEYS[12], maxlen, 'absorbed', tid, r[4], worker, eid)
+    emit(KEYS[12], maxlen, 'absorbed', tid, r[4] or (r[1] and '0'), worker, eid)
     absorbed = absorbed + 1
     return false
   end

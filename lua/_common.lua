@@ -54,12 +54,18 @@ local function nkeys()
   return n
 end
 
+-- A record leaves out a field while it holds dtq's default (docs/design.md, "Task record"):
+-- attempt, retries and intr while 0, maxr while DEFAULT_MAX_RETRIES, prio while
+-- DEFAULT_PRIORITY (dtq/requests.py), result while the result is null. Every reader reads an
+-- absent one as that default. (A keyspace at schema 1 still gets them all: dtq/schema.py.)
+local DEF_MAXR, DEF_PRIO = '3', '5'
+
 -- Streams are passed as KEYS[1..10] for priorities 9..0.
 -- (A table for the digits: tonumber parses with strtod, at a cost on every hot-path call.)
 local STREAM_INDEX = {['9'] = 1, ['8'] = 2, ['7'] = 3, ['6'] = 4, ['5'] = 5, ['4'] = 6,
   ['3'] = 7, ['2'] = 8, ['1'] = 9, ['0'] = 10}
 local function stream_index(prio)
-  return STREAM_INDEX[prio] or 10 - tonumber(prio)
+  return STREAM_INDEX[prio or DEF_PRIO] or 10 - tonumber(prio)
 end
 
 -- Remove a delivered entry from the stream and its group's pending list.
@@ -90,9 +96,9 @@ end
 -- "failed" in the dead-letter queue. k = {sched, dlq, events, idem_base, maxlen, ttl,
 -- done_prefix, now, worker}. Returns 'scheduled' or 'failed'.
 local function spend_retry(k, rk, tid, attempt, retries, maxr, retry_allowed, delay, err)
-  retries = tonumber(retries) + 1
+  retries = tonumber(retries or '0') + 1
   redis.call('HSET', rk, 'retries', retries, 'error', err)
-  if retry_allowed and retries <= tonumber(maxr) then
+  if retry_allowed and retries <= tonumber(maxr or DEF_MAXR) then
     redis.call('HSET', rk, 'status', 'scheduled', 'due', k.now + delay)
     redis.call('HDEL', rk, 'eid')
     redis.call('ZADD', k.sched, k.now + delay, tid)

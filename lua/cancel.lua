@@ -41,7 +41,7 @@ local function cancel()
     if r[6] then return {'requested', status} end
     redis.call('HSET', rk, 'cancel', ARGV[6])
     redis.call('PUBLISH', ARGV[5], tid)
-    emit(KEYS[12], maxlen, 'cancel_requested', tid, r[4], r[5], ARGV[6])
+    emit(KEYS[12], maxlen, 'cancel_requested', tid, r[4] or '0', r[5], ARGV[6])
     return {'requested', status}
   else
     return {'unchanged', status}
@@ -49,7 +49,7 @@ local function cancel()
   redis.call('HSET', rk, 'error', ARGV[6])
   redis.call('HDEL', rk, 'eid', 'due')
   finish(rk, 'cancelled', now, ttl, ARGV[4], KEYS[14])
-  emit(KEYS[12], maxlen, 'cancelled', tid, r[4], '', ARGV[6])
+  emit(KEYS[12], maxlen, 'cancelled', tid, r[4] or '0', '', ARGV[6])
   if r[7] and KEYS[17] then
     local base = string.sub(rk, 1, #rk - #tid)
     flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,

@@ -127,11 +127,16 @@ for i = 0, n - 1 do
     if status == 'succeeded' then
       if r[7] then redis.call('HDEL', rk, 'error') end
       if r[5] then
-        redis.call('HSET', rk, 'result', payload)
+        if payload ~= 'null' then redis.call('HSET', rk, 'result', payload) end
         finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
       else
         -- finish() for a task without an idempotency key, in one HSET instead of three calls.
-        redis.call('HSET', rk, 'result', payload, 'status', status, 'finished', nows)
+        -- A null result is not stored (absent reads as null: _common.lua, DEF_MAXR).
+        if payload == 'null' then
+          redis.call('HSET', rk, 'status', status, 'finished', nows)
+        else
+          redis.call('HSET', rk, 'result', payload, 'status', status, 'finished', nows)
+        end
         redis.call('EXPIRE', rk, ttl_s)
         redis.call('PUBLISH', done_prefix .. tid, status)
       end

@@ -32,7 +32,7 @@ for i = 1, n do
     end
     redis.call('DEL', rk)
     redis.call('ZREM', KEYS[1], tid)
-    emit(KEYS[2], maxlen, 'discarded', tid, r[3], '', '')
+    emit(KEYS[2], maxlen, 'discarded', tid, r[3] or '0', '', '')
     out[#out + 1] = 'discarded'
   elseif not r[1] then
     if redis.call('ZREM', KEYS[1], tid) == 1 then

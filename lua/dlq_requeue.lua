@@ -64,7 +64,7 @@ for i = 1, n do
       end
     end
     redis.call('ZREM', KEYS[11], tid)
-    emit(KEYS[12], maxlen, 'dlq_requeued', tid, r[3], '', 'from ' .. r[1])
+    emit(KEYS[12], maxlen, 'dlq_requeued', tid, r[3] or '0', '', 'from ' .. r[1])
     out[#out + 1] = 'requeued'
   end
 end

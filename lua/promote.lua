@@ -23,7 +23,7 @@ for _, tid in ipairs(due) do
     local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
     redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
     redis.call('HDEL', rk, 'due')
-    emit(KEYS[12], maxlen, 'promoted', tid, r[3], '', '')
+    emit(KEYS[12], maxlen, 'promoted', tid, r[3] or '0', '', '')
     promoted = promoted + 1
   else
     dropped = dropped + 1

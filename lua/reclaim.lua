@@ -73,9 +73,9 @@ while band <= 10 and steps < steps_max and left > 0 do
           cancelled = cancelled + 1
           if r[8] then note(r[8], 'cancelled', r[7]) end
         else
-          local retries = tonumber(r[5]) + 1
+          local retries = tonumber(r[5] or '0') + 1
           redis.call('HSET', rk, 'retries', retries, 'error', err)
-          if retries <= tonumber(r[6]) then
+          if retries <= tonumber(r[6] or DEF_MAXR) then
             local neid = redis.call('XADD', stream, '*', 't', tid)
             redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
             emit(KEYS[12], maxlen, 'reclaimed', tid, r[3], worker, err)
@@ -90,7 +90,7 @@ while band <= 10 and steps < steps_max and left > 0 do
         end
       else
         redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
-        emit(KEYS[12], maxlen, 'absorbed', tid, r[3], worker, eid)
+        emit(KEYS[12], maxlen, 'absorbed', tid, r[3] or (r[1] and '0'), worker, eid)
         absorbed = absorbed + 1
       end
     end

@@ -65,8 +65,8 @@ for i = 1, 10 do
           runs[o + 6] = r[8] or ''
           local flags = (r[15] and 'i' or '') .. (r[17] and 'l' or '') ..
             (r[18] and 'e' or '') .. (r[19] and 'f' or '')  -- as claim.lua's
-          runs[o + 7] = (r[9] or '0') .. ' ' .. (r[10] or '') .. ' ' .. (r[11] or '0') .. ' ' ..
-            (r[12] or '0') .. ' ' .. (r[13] or '0') .. ' ' .. (r[14] or '0') .. ' ' ..
+          runs[o + 7] = (r[9] or DEF_MAXR) .. ' ' .. (r[10] or '') .. ' ' .. (r[11] or '0') ..
+            ' ' .. (r[12] or '0') .. ' ' .. (r[13] or '0') .. ' ' .. (r[14] or DEF_PRIO) .. ' ' ..
             (flags == '' and '-' or flags)
           runs[o + 8] = r[15] or ''
           if r[16] then

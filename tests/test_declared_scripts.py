@@ -50,12 +50,17 @@ def test_enqueue_records_what_it_left_unset_not_a_value(
     enqueue(run, qk, three, known)
     p = r.hgetall(qk.task(plain.tid))
     assert p["dflt"] == "mte" and "timeout" not in p and "exp" not in p
-    # maxr is written anyway (dtq's default): a worker that knows nothing of dflt reads it.
-    assert p["maxr"] == "3"
+    # maxr at dtq's default (3) is left out, as every field at its default (schema 2).
+    assert "maxr" not in p
     t = r.hgetall(qk.task(three.tid))
-    assert t["dflt"] == "e" and t["maxr"] == "3" and t["timeout"] == "2.0"
+    assert t["dflt"] == "e" and "maxr" not in t and t["timeout"] == "2.0"
     k = r.hgetall(qk.task(known.tid))
-    assert "dflt" not in k and k["maxr"] == "3"
+    assert "dflt" not in k and "maxr" not in k
+    # At schema 1 maxr is written anyway: a worker that knows nothing of dflt reads it.
+    old = by_name(settings)
+    run(sc.enqueue_call(qk, [old], 100, full=True))
+    o = r.hgetall(qk.task(old.tid))
+    assert o["dflt"] == "mte" and o["maxr"] == "3" and "timeout" not in o
 
 
 def test_claim_fills_unset_values_from_the_declaration_once(
@@ -79,7 +84,7 @@ def test_claim_fills_unset_values_from_the_declaration_once(
     assert rec["maxr"] == "1" and rec["timeout"] == "2.5" and rec["dflt"] == ""
     assert int(rec["exp"]) == int(rec["enq"]) + 600_000  # from the enqueue, not the claim
     assert r.hget(qk.task(given.tid), "maxr") == "7"
-    assert r.hget(qk.task(nobody.tid), "maxr") == "3"
+    assert r.hget(qk.task(nobody.tid), "maxr") is None  # dtq's default: left out
     assert r.hget(qk.task(nobody.tid), "exp") is None
 
     # Fixed at the first claim: a later declaration does not change a handed-back task.
@@ -138,9 +143,10 @@ def test_claim_expires_a_by_name_task_past_its_declared_expiry(
     batch = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
     assert batch.runs == [] and batch.expired == 1
     rec = r.hgetall(qk.task(t.tid))
-    assert rec["status"] == "expired" and rec["attempt"] == "0"
-    # The values it ended under are fixed in its record, as for a started run.
-    assert rec["exp"] == str(enq + 1) and rec["maxr"] == "3" and rec["dflt"] == ""
+    assert rec["status"] == "expired" and "attempt" not in rec  # (0: left out)
+    # The values it ended under are fixed in its record, as for a started run (maxr 3: the
+    # default, left out).
+    assert rec["exp"] == str(enq + 1) and "maxr" not in rec and rec["dflt"] == ""
 
 
 def test_fixed_defaults_are_unchanged_by_a_declaration_for_known_tasks(

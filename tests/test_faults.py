@@ -17,6 +17,7 @@ import redis
 
 from dtq import Client
 from dtq.keys import GROUP, Keys, split_task_id
+from dtq.record import with_defaults
 from dtq.settings import Settings
 from tests.apps.faulty import app, read_journal
 from tests.conftest import make_settings, wait_until
@@ -39,8 +40,9 @@ def jpath(tmp_path: Path) -> str:
 
 
 def record(rc: redis.Redis, settings: Settings, task_id: str) -> dict[str, str]:
+    """The task's record, the fields it leaves out at their defaults put in."""
     q, tid = split_task_id(task_id)
-    return rc.hgetall(Keys(settings.key_prefix).queue(q).task(tid))  # type: ignore[return-value]
+    return with_defaults(rc.hgetall(Keys(settings.key_prefix).queue(q).task(tid)))  # type: ignore[arg-type]
 
 
 def events(j: str, ev: str, task_id: str | None = None) -> list[dict[str, Any]]:

@@ -106,7 +106,7 @@ async def test_a_reaper_pass_over_thousands_of_entries_takes_bounded_calls(
     runs = start_runs(r, qk, prios, "live")
     lost = {}
     for i in range(150, len(runs), 333):  # scattered through every band, the last ones too
-        prio = int(r.hget(qk.task(runs[i].tid), "prio"))
+        prio = runs[i].priority
         lose(r, qk, runs[i], prio)
         lost[runs[i].tid] = runs[i]
     replies: list[sc.ReclaimResult] = []

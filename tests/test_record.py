@@ -202,30 +202,40 @@ def _task(prio: int) -> sc.NewTask:
     return sc.NewTask(new_tid(), "t", "[]", "", prio, 3, None, 0, 0, "", "")
 
 
-BASE_QUEUED = {
-    Field.NAME, Field.ARGS, Field.PRIORITY, Field.MAX_RETRIES, Field.ATTEMPT, Field.RETRIES,
-    Field.INTERRUPTIONS, Field.ENQUEUED, Field.STATUS, Field.ENTRY_ID,
+BASE_QUEUED = {Field.NAME, Field.ARGS, Field.ENQUEUED, Field.STATUS, Field.ENTRY_ID}
+# What a record at schema 1 holds besides (its defaults: dtq.record.DEFAULTS).
+FULL_QUEUED = BASE_QUEUED | {
+    Field.PRIORITY, Field.MAX_RETRIES, Field.ATTEMPT, Field.RETRIES, Field.INTERRUPTIONS
 }  # fmt: skip
 
 
 def test_a_plain_record_holds_exactly_the_base_fields(r: redis.Redis, qk: QueueKeys) -> None:
-    """A plain task's record holds exactly the base fields (10 queued, 12 running) and any
-    option makes it longer: the record's size per task (workload F) depends on it."""
+    """A plain task's record holds exactly the base fields (5 queued, 8 running; 10 and 12 at
+    schema 1) and any option makes it longer: the record's size per task (workload F) depends
+    on it."""
     from tests.conftest import create_groups
 
     create_groups(r, qk)
     run = sc.SyncScripts(r).run
-    plain, opt = _task(5), _task(5)
+    plain, opt, full = _task(5), _task(5), _task(5)
     opt.kwargs = '{"a":1}'
     run(sc.enqueue_call(qk, [plain, opt], 100))
+    run(sc.enqueue_call(qk, [full], 100, full=True))
     assert set(r.hkeys(qk.task(plain.tid))) == {f.value for f in BASE_QUEUED}
-    assert r.hlen(qk.task(opt.tid)) == 11
+    assert r.hlen(qk.task(opt.tid)) == 6
+    assert set(r.hkeys(qk.task(full.tid))) == {f.value for f in FULL_QUEUED}
     batch = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 10, 100, 60)))
     runs = {c.tid: c for c in batch.runs}
     assert runs[opt.tid].kwargs == '{"a":1}' and runs[plain.tid].kwargs == ""
-    running = BASE_QUEUED | {Field.WORKER, Field.STARTED}
+    running = BASE_QUEUED | {Field.WORKER, Field.STARTED, Field.ATTEMPT}
     assert set(r.hkeys(qk.task(plain.tid))) == {f.value for f in running}
-    # A cancel requested meanwhile makes a 13th field: the outcome write reads it.
+    full_running = FULL_QUEUED | {Field.WORKER, Field.STARTED}
+    assert set(r.hkeys(qk.task(full.tid))) == {f.value for f in full_running}
+    # Both forms claim alike: the reply fills in the defaults the record left out.
+    for t in (plain, full):
+        c = runs[t.tid]
+        assert (c.attempt, c.priority, c.max_retries, c.retries, c.interruptions) == (1, 5, 3, 0, 0)
+    # A cancel requested meanwhile makes another field: the outcome write reads it.
     sc.SyncScripts(r).run(
         sc.cancel_call(qk, plain.tid, events_maxlen=0, ttl_s=60, hint_channel="h", reason="stop")
     )

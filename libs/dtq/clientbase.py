@@ -123,6 +123,9 @@ class _Base:
         # after REGISTER_EVERY_S, so a keyspace flushed meanwhile (FLUSHALL, a restore) lists
         # the queue again.
         self._registered: dict[str, float] = {}
+        # Whether records may leave out their defaults (dtq.schema): read with each
+        # registration; until the first, full records (valid at any schema).
+        self._compact = False
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
@@ -233,7 +236,9 @@ class _Base:
         until = self._registered.get(queue)
         if until is None or until < time.monotonic():
             return None
-        return sc.enqueue_one_call(self.keys.prefix, queue, task, self.settings.events_maxlen)
+        return sc.enqueue_one_call(
+            self.keys.prefix, queue, task, self.settings.events_maxlen, full=not self._compact
+        )
 
     @staticmethod
     def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
@@ -265,7 +270,9 @@ class _Base:
         return p[0], [t for _, t in p[1]]
 
     def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
-        return sc.enqueue_call(self.keys.queue(queue), tasks, self.settings.events_maxlen)
+        return sc.enqueue_call(
+            self.keys.queue(queue), tasks, self.settings.events_maxlen, full=not self._compact
+        )
 
     def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
         queue, tid = split_task_id(task_id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dtq.errors import BadTaskId as BadTaskId  # its home was here; kept importable
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # what this version makes a new keyspace (dtq.schema)
 GROUP = "workers"
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
 
@@ -376,7 +376,8 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
                "workflow handovers to another slot (`note`: a step ended; `put`: a step "
                "released), moved by workers"),
         KeyDoc(k.schema, "string",
-               "layout version; a worker refuses a version it does not know (exit 2)"),
+               "layout version (dtq.schema): `1`, `1>2` (moving), `2`; a worker refuses a "
+               "version it does not know (exit 2)"),
         KeyDoc(k.queues, "set", "queue names seen (a partition `q~i` as itself)"),
         KeyDoc(k.partitions, "hash",
                "queue → partition count of a partitioned queue (`DTQ_QUEUE_PARTITIONS`)"),

@@ -13,6 +13,7 @@ from typing_extensions import TypeVar
 from dtq.declared import fill as fill_declared
 from dtq.partitions import logical
 from dtq.record import Field
+from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
 
 
 class TaskStatus(StrEnum):
@@ -145,10 +146,10 @@ class TaskInfo:
             name=rec.get(Field.NAME, ""),
             queue=logical(queue),  # a partition's task belongs to its queue (dtq.partitions)
             status=TaskStatus(rec.get(Field.STATUS, "queued")),
-            priority=int(rec.get(Field.PRIORITY, 0)),
+            priority=int(rec.get(Field.PRIORITY, DEFAULT_PRIORITY)),
             attempt=int(rec.get(Field.ATTEMPT, 0)),
             retries=int(rec.get(Field.RETRIES, 0)),
-            max_retries=int(rec.get(Field.MAX_RETRIES, 0)),
+            max_retries=int(rec.get(Field.MAX_RETRIES, DEFAULT_MAX_RETRIES)),
             interruptions=int(rec.get(Field.INTERRUPTIONS, 0)),
             args=json.loads(rec.get(Field.ARGS, "[]")),
             kwargs=json.loads(rec[Field.KWARGS]) if rec.get(Field.KWARGS) else {},
@@ -169,7 +170,9 @@ class TaskInfo:
             traceback=rec.get(Field.TRACEBACK),
             failures=int(rec.get(Field.RETRIES, 0)),
             retries_left=max(
-                0, int(rec.get(Field.MAX_RETRIES, 0)) - int(rec.get(Field.RETRIES, 0))
+                0,
+                int(rec.get(Field.MAX_RETRIES, DEFAULT_MAX_RETRIES))
+                - int(rec.get(Field.RETRIES, 0)),
             ),
             flow=_flow_id(rec[Field.FLOW]) if Field.FLOW in rec else None,
         )

@@ -53,19 +53,20 @@ class Field(StrEnum):
 MEANING: Final[dict[Field, str]] = {
     Field.STATUS: "queued, scheduled, running, succeeded, failed, cancelled or expired",
     Field.ATTEMPT: "runs started so far; raised only by claim.lua: (task, attempt) names one run "
-    "(the fencing token)",
-    Field.RETRIES: "failed runs counted against maxr",
-    Field.INTERRUPTIONS: "shutdown hand-backs; they spend no retry up to DTQ_MAX_INTERRUPTIONS",
+    "(the fencing token); absent while 0",
+    Field.RETRIES: "failed runs counted against maxr; absent while 0",
+    Field.INTERRUPTIONS: "shutdown hand-backs; they spend no retry up to DTQ_MAX_INTERRUPTIONS; "
+    "absent while 0",
     Field.ENTRY_ID: "the stream entry that carries the task now; any other entry for it is a "
     "duplicate",
     Field.WORKER: "the worker running the current attempt",
     Field.NAME: "the task's name, as enqueued",
     Field.ARGS: "positional arguments (JSON), as enqueued",
     Field.KWARGS: "keyword arguments (JSON), as enqueued; absent when none",
-    Field.PRIORITY: "band 0-9, as enqueued",
+    Field.PRIORITY: "band 0-9, as enqueued; absent while 5 (DEFAULT_PRIORITY)",
     Field.IDEMPOTENCY_KEY: "the idempotency key, as enqueued; absent when none",
     Field.META: "metadata (JSON), as enqueued; absent when none",
-    Field.MAX_RETRIES: "retry budget (max_retries)",
+    Field.MAX_RETRIES: "retry budget (max_retries); absent while 3 (DEFAULT_MAX_RETRIES)",
     Field.TIMEOUT: "run timeout (seconds); absent when none",
     Field.EXPIRES: "expiry time (Redis ms); absent when none",
     Field.LEFT_TO_DECLARATION: "letters of mte the enqueue left to the worker's declaration "
@@ -74,7 +75,7 @@ MEANING: Final[dict[Field, str]] = {
     Field.DUE: "when a scheduled task is due (Redis ms)",
     Field.STARTED: "start of the current attempt (Redis ms)",
     Field.FINISHED: "end of the last attempt (Redis ms)",
-    Field.RESULT: "the JSON result of a success",
+    Field.RESULT: "the JSON result of a success; absent when null",
     Field.ERROR: "'Type: message' of the last failure, or the reason of a cancel",
     Field.TRACEBACK: "traceback of the last failure, at most 8192 characters",
     Field.HEADERS: "middleware headers (JSON object of strings), returned in the claim reply",
@@ -88,3 +89,25 @@ MEANING: Final[dict[Field, str]] = {
     Field.LIMIT_RATE_COUNT: "starts of the limit key allowed per window (0: no rate)",
     Field.LIMIT_RATE_WINDOW: "the rate window (ms)",
 }
+
+
+# What a record leaves out while a field holds it (schema 2, dtq.schema; lua/_common.lua
+# DEF_MAXR, DEF_PRIO): every reader reads an absent field as its value here. (A null result is
+# left out too; TaskInfo reads its absence as None.) tests/test_schema.py checks these against
+# DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY and the scripts' constants.
+DEFAULTS: Final[dict[str, str]] = {
+    Field.ATTEMPT: "0",
+    Field.RETRIES: "0",
+    Field.INTERRUPTIONS: "0",
+    Field.MAX_RETRIES: "3",
+    Field.PRIORITY: "5",
+}
+
+
+def with_defaults(rec: dict[str, str]) -> dict[str, str]:
+    """``rec`` (a record as HGETALL gives it) with each field left out at its default put in:
+    the same dict whatever the form it was written in. An empty ``rec`` (no record) stays
+    empty."""
+    if not rec:
+        return rec
+    return {**DEFAULTS, **rec}

@@ -12,12 +12,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from dtq import schema
 from dtq import scripts as sc
 from dtq.connection import is_cluster
 from dtq.errors import ConfigError
 from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
+from dtq_worker.schema_move import SchemaMove
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
@@ -77,6 +79,7 @@ class Heartbeat:
         # The owner and the task names go with the first beat and the first after a failed one
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
+        self.schema_move = SchemaMove(env)
         env.metrics.heartbeat_age.set_function(self.age)
 
     def age(self) -> float:
@@ -96,6 +99,7 @@ class Heartbeat:
             if ok:
                 failing_since = None
                 self._on_beat()
+                await self._move_schema()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
@@ -109,6 +113,17 @@ class Heartbeat:
                 return
             pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
             await env.sleep_until_finished(pause)
+
+    async def _move_schema(self) -> None:
+        """A step of the keyspace's move to schema 2 (schema_move.py); nothing once done."""
+        if self.schema_move.done:
+            return
+        try:
+            await self.schema_move.step()
+        except Exception as exc:  # the next beat tries again
+            if not is_transient(exc):
+                raise
+            log.debug("schema move: %s", exc)
 
     def owner(self) -> str:
         return f"{socket.gethostname()}:{self.pid}"
@@ -128,7 +143,8 @@ class Heartbeat:
             pipe.hsetnx(key, "owner", me)
             pipe.hget(key, "owner")
             pipe.pttl(key)
-            _, holder, ttl = await pipe.execute()
+            pipe.hset(key, schema.WORKER_FIELD, schema.CURRENT)  # (see schema_move.py)
+            _, holder, ttl, _ = await pipe.execute()
         if holder != me:
             host, _, pid = (holder or "").rpartition(":")
             if ttl > 0 and not _dead_here(host, pid):
@@ -189,6 +205,7 @@ class Heartbeat:
             "tasks_failed": self.counters.get("failed", 0),
             "tasks_retried": self.counters.get("retried", 0),
             "status": status or self.status(),
+            schema.WORKER_FIELD: schema.CURRENT,  # reads records at schema 2 (schema_move.py)
         }
 
     async def _send(

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from dtq import eviction, partitions
+from dtq import eviction, partitions, schema
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.connection import async_redis, default_url_warning, display_url
@@ -268,10 +268,10 @@ class Worker:
             try:
                 await self.redis.set(self.keys.schema, SCHEMA_VERSION, nx=True)
                 found = await self.redis.get(self.keys.schema)
-                if found != SCHEMA_VERSION:
+                if found not in schema.KNOWN:  # 1 and 1>2 are moved to 2 (schema_move.py)
                     raise SchemaMismatch(
                         f"Redis keyspace {self.keys.prefix!r} has schema version {found!r}; "
-                        f"this dtq expects {SCHEMA_VERSION!r}"
+                        f"this dtq knows {', '.join(map(repr, schema.KNOWN))}"
                     )
                 await self.check_eviction()
                 await self.heartbeat.claim_id()

@@ -21,6 +21,7 @@ from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, make_task_id, split_task_id
 from dtq.partitions import logical
 from dtq.record import Field
+from dtq.requests import DEFAULT_MAX_RETRIES
 from dtq.scripts import dlq_discard_call
 
 
@@ -103,7 +104,7 @@ class DeadLetterOps(AdminCore):
                         failed_at=iso(score),
                         attempt=as_int(r[1]),
                         retries=as_int(r[2]),
-                        max_retries=as_int(r[3]),
+                        max_retries=DEFAULT_MAX_RETRIES if r[3] is None else as_int(r[3]),
                         error=r[4],
                     )
                 )

@@ -17,7 +17,7 @@ list), so the sync client, the async client, the admin and the worker share them
 ``schedules``             schedule_put, schedule_fire
 ``progress``              progress
 ``retention``             retention_dlq, retention_consumers, retention_queue, retention_keys
-``locks``                 lock, unlock
+``locks``                 lock, unlock, swap
 ``limits``                limit_sweep
 ========================  ==============================================================
 
@@ -65,7 +65,17 @@ from dtq.scripts.flows import (
     parse_flow_enqueue,
 )
 from dtq.scripts.limits import SweepResult, limit_sweep_call, parse_limit_sweep
-from dtq.scripts.locks import Lock, Unlock, lock_call, parse_lock, parse_unlock, unlock_call
+from dtq.scripts.locks import (
+    Lock,
+    Swapped,
+    Unlock,
+    lock_call,
+    parse_lock,
+    parse_swap,
+    parse_unlock,
+    swap_call,
+    unlock_call,
+)
 from dtq.scripts.outcomes import (
     ClaimBatch,
     Claimed,
@@ -163,6 +173,7 @@ REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
     "retention_queue": (QueueState,),
     "lock": (Lock,),
     "unlock": (Unlock,),
+    "swap": (Swapped,),
 }
 """Per script, the enums naming every sentinel value it can answer (a string it returns, a
 flag, a negative number standing for "none"); scripts that answer only counts and ids have
@@ -207,6 +218,7 @@ __all__ = [
     "ScriptError",
     "Stored",
     "Success",
+    "Swapped",
     "SweepResult",
     "SyncScripts",
     "TouchMark",
@@ -254,6 +266,7 @@ __all__ = [
     "parse_retention_keys",
     "parse_schedule_fire",
     "parse_schedule_put",
+    "parse_swap",
     "parse_touch",
     "parse_unlock",
     "parse_verdicts",
@@ -269,6 +282,7 @@ __all__ = [
     "schedule_fire_call",
     "schedule_put_call",
     "source",
+    "swap_call",
     "to_str",
     "touch_call",
     "unlock_call",

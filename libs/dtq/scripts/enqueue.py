@@ -44,13 +44,18 @@ class Enqueued:
     created: bool
 
 
-def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) -> Call:
+def enqueue_call(
+    qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int, *, full: bool = False
+) -> Call:
+    """``full``: write every record field, defaults too (a keyspace at schema 1, whose older
+    workers read them: dtq.schema)."""
     if len(tasks) == 1:
-        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen)
-    args: list[Any] = [events_maxlen, len(tasks)]
+        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen, full=full)
+    n = -len(tasks) if full else len(tasks)
+    args: list[Any] = [events_maxlen, n]
     for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
         if _has_options(t):
-            args = [events_maxlen, len(tasks)]
+            args = [events_maxlen, n]
             for t in tasks:
                 args += _task_args(t)
             break
@@ -60,16 +65,19 @@ def enqueue_call(qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int) ->
     return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
 
 
-def enqueue_one_call(prefix: str, queue: str, t: NewTask, events_maxlen: int) -> Call:
+def enqueue_one_call(
+    prefix: str, queue: str, t: NewTask, events_maxlen: int, *, full: bool = False
+) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
     without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
+    n = -1 if full else 1
     if _has_options(t):
-        args = [events_maxlen, 1, *_task_args(t)]
+        args = [events_maxlen, n, *_task_args(t)]
     else:
         mr = t.maxr_arg() if t.unset else t.max_retries
-        args = [events_maxlen, 1, t.tid, t.name, t.args, t.priority, mr]
+        args = [events_maxlen, n, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
 
 
