@@ -3,12 +3,15 @@
 and dumped around each phase. Unlike CPU time, the count does not move with the machine's load,
 so two versions of the code compare on a busy host. Needs valgrind; takes about a minute.
 
-    .venv/bin/python -m tools.redis_instructions [N] [--keep] [--by-name]
+    .venv/bin/python -m tools.redis_instructions [N] [--keep] [--by-name] [--batch K]
     PYTHONPATH=<other checkout>/libs .venv/bin/python -m tools.redis_instructions  # another version
 
 ``--by-name`` enqueues the tasks as a client that does not import the task does (its max_retries,
 timeout and expiry left to the worker's declaration, which is published first): the path of
 ``make bench``'s workloads, whose client enqueues ``"noop"`` by name.
+
+``--batch K``: the cycle's outcomes and claims per call (default 32; ``make bench``'s worker
+sends 16 at its concurrency 32).
 
 ``--keep`` leaves the callgrind dumps and prints their folder: ``callgrind_annotate
 --inclusive=yes <the dump whose "Trigger" names the phase>`` then shows where a phase's
@@ -74,9 +77,15 @@ def _s(v: Any) -> str:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a not in ("--keep", "--by-name")]
-    keep = "--keep" in sys.argv[1:]
-    unset = declared.FIELDS if "--by-name" in sys.argv[1:] else ""
+    argv = sys.argv[1:]
+    batch = BATCH
+    if "--batch" in argv:  # outcomes (and claims) per call of the cycle
+        i = argv.index("--batch")
+        batch = int(argv[i + 1])
+        del argv[i : i + 2]
+    args = [a for a in argv if a not in ("--keep", "--by-name")]
+    keep = "--keep" in argv
+    unset = declared.FIELDS if "--by-name" in argv else ""
     n = int(args[0]) if args else 2000
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian package valgrind)")
@@ -133,16 +142,16 @@ def main() -> None:
             return n // 2
 
         def cycle() -> int:
-            outs, count = _outcomes(run(sc.claim_call(qk, "w1", BATCH, EM, TTL))), 0
+            outs, count = _outcomes(run(sc.claim_call(qk, "w1", batch, EM, TTL))), 0
             while outs:
                 count += len(outs)
-                raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=BATCH))
+                raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=batch))
                 outs = _outcomes(raw[-1]) if raw and isinstance(raw[-1], list) else []
             return count
 
         print(f"bulk enqueue: {phase('bulk', bulk):,.0f} instructions per task")
         print(f"single enqueue: {phase('single', single):,.0f} instructions per task")
-        print(f"claim + complete ({BATCH} per call): {phase('cycle', cycle):,.0f} per task")
+        print(f"claim + complete ({batch} per call): {phase('cycle', cycle):,.0f} per task")
     finally:
         proc.terminate()
         proc.wait(30)
