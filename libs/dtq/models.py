@@ -12,8 +12,7 @@ from typing_extensions import TypeVar
 
 from dtq.declared import fill as fill_declared
 from dtq.partitions import logical
-from dtq.record import Field
-from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
+from dtq.record import Field, with_defaults
 
 
 class TaskStatus(StrEnum):
@@ -140,17 +139,18 @@ class TaskInfo:
         defaults = None
         if rec.get(Field.LEFT_TO_DECLARATION):
             rec, defaults = fill_declared(rec, declared)
+        rec = with_defaults(rec)  # the fields a record leaves out at their defaults
         result = json.loads(rec[Field.RESULT]) if Field.RESULT in rec else None
         return cls(
             id=task_id,
             name=rec.get(Field.NAME, ""),
             queue=logical(queue),  # a partition's task belongs to its queue (dtq.partitions)
             status=TaskStatus(rec.get(Field.STATUS, "queued")),
-            priority=int(rec.get(Field.PRIORITY, DEFAULT_PRIORITY)),
-            attempt=int(rec.get(Field.ATTEMPT, 0)),
-            retries=int(rec.get(Field.RETRIES, 0)),
-            max_retries=int(rec.get(Field.MAX_RETRIES, DEFAULT_MAX_RETRIES)),
-            interruptions=int(rec.get(Field.INTERRUPTIONS, 0)),
+            priority=int(rec[Field.PRIORITY]),
+            attempt=int(rec[Field.ATTEMPT]),
+            retries=int(rec[Field.RETRIES]),
+            max_retries=int(rec[Field.MAX_RETRIES]),
+            interruptions=int(rec[Field.INTERRUPTIONS]),
             args=json.loads(rec.get(Field.ARGS, "[]")),
             kwargs=json.loads(rec[Field.KWARGS]) if rec.get(Field.KWARGS) else {},
             result=result,
@@ -168,12 +168,8 @@ class TaskInfo:
             progress=json.loads(rec[Field.PROGRESS]) if rec.get(Field.PROGRESS) else None,
             defaults=defaults,
             traceback=rec.get(Field.TRACEBACK),
-            failures=int(rec.get(Field.RETRIES, 0)),
-            retries_left=max(
-                0,
-                int(rec.get(Field.MAX_RETRIES, DEFAULT_MAX_RETRIES))
-                - int(rec.get(Field.RETRIES, 0)),
-            ),
+            failures=int(rec[Field.RETRIES]),
+            retries_left=max(0, int(rec[Field.MAX_RETRIES]) - int(rec[Field.RETRIES])),
             flow=_flow_id(rec[Field.FLOW]) if Field.FLOW in rec else None,
         )
 

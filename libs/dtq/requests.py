@@ -15,11 +15,11 @@ from dtq import codec, partitions
 from dtq.errors import InvalidRequest, SerializationError
 from dtq.keys import new_tid
 from dtq.limits import Limit
+from dtq.record import DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES
+from dtq.record import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from dtq.scripts import NewTask
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 
-DEFAULT_PRIORITY = 5
-DEFAULT_MAX_RETRIES = 3
 ENQUEUE_FIELDS = frozenset(
     {
         "name", "args", "kwargs", "queue", "priority", "delay", "eta", "max_retries", "timeout",

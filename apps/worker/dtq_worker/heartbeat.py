@@ -116,8 +116,6 @@ class Heartbeat:
 
     async def _move_schema(self) -> None:
         """A step of the keyspace's move to schema 2 (schema_move.py); nothing once done."""
-        if self.schema_move.done:
-            return
         try:
             await self.schema_move.step()
         except Exception as exc:  # the next beat tries again

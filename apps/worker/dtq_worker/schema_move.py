@@ -4,10 +4,11 @@
 Every worker of this version takes one step after each heartbeat while the keyspace is not at
 2 (then it stops looking: one ``GET`` per beat until the move is done):
 
-1. At ``"1"``, when every live worker (its hash ``P:worker:<id>`` there: found by a SCAN, and
-   by ``P:workers``) carries the schema field this version's heartbeat and id claim write, it
-   sets ``"1>2"`` (swap.lua: only while the key holds ``"1"``). From then a worker of an older
-   version refuses to start, as it refuses any version but its own.
+1. At ``"1"``, when every live worker (its hash ``P:worker:<id>`` there, found by a SCAN: an id
+   claim makes it before the first beat lists the worker in ``P:workers``) carries the schema
+   field this version's heartbeat and id claim write, it sets ``"1>2"`` (swap.lua: only while
+   the key holds ``"1"``). From then a worker of an older version refuses to start, as it
+   refuses any version but its own.
 2. At ``"1>2"``, once this worker has seen it for :func:`settle_s`, it looks again: a worker of
    an older version that read ``"1"`` just before step 1 has made its hash by then (its id
    claim follows its version check after one more round trip). None found: ``"2"``, and
@@ -86,10 +87,10 @@ class SchemaMove:
     async def older_workers(self) -> list[str]:
         """Ids of the live workers whose heartbeat hash lacks this version's schema field."""
         env = self.env
-        seen = set(await env.redis.zrange(env.keys.workers, 0, -1))
         head = env.keys.worker("")
+        seen: set[str] = set()
         cursor = "0"
-        while True:  # hashes made by an id claim before their first beat listed them
+        while True:
             cursor, found = await scan_step(env.redis, cursor, head + "*", 1000)
             seen.update(k[len(head) :] for k in found)
             if cursor == "0":
@@ -101,7 +102,7 @@ class SchemaMove:
             for wid in ids:
                 pipe.hmget(env.keys.worker(wid), ["owner", "last_heartbeat", schema.WORKER_FIELD])
             rows = await pipe.execute()
-        # A hash with none of the three is gone (its worker died or stopped): not alive.
+        # A hash with none of the three expired since the SCAN (its worker died or stopped).
         return [
             wid for wid, (owner, beat, mark) in zip(ids, rows, strict=True)
             if (owner is not None or beat is not None) and mark is None

@@ -20,8 +20,7 @@ from dtq.admin.views import BulkResult, DeadLetter, Page, iso
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.keys import QueueKeys, make_task_id, split_task_id
 from dtq.partitions import logical
-from dtq.record import Field
-from dtq.requests import DEFAULT_MAX_RETRIES
+from dtq.record import DEFAULTS, Field
 from dtq.scripts import dlq_discard_call
 
 
@@ -104,7 +103,7 @@ class DeadLetterOps(AdminCore):
                         failed_at=iso(score),
                         attempt=as_int(r[1]),
                         retries=as_int(r[2]),
-                        max_retries=DEFAULT_MAX_RETRIES if r[3] is None else as_int(r[3]),
+                        max_retries=as_int(r[3] or DEFAULTS[Field.MAX_RETRIES]),
                         error=r[4],
                     )
                 )
