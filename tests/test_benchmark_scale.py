@@ -33,6 +33,9 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
             assert cost[f"enqueue_{how}_redis_us"] > 0 and cost[f"run_after_{how}_redis_us"] > 0
             total = cost[f"enqueue_{how}_redis_us"] + cost[f"run_after_{how}_redis_us"]
             assert abs(cost[f"total_{how}_redis_us"] - total) < 0.02
+        # Concurrent single enqueues went out coalesced: far fewer script calls than tasks.
+        assert cost["enqueue_coalesced_redis_us"] > 0
+        assert 0 < cost["coalesced_calls_per_task"] < 0.5
     assert s["server p1"]["procs"] == 1 and s["server p1"]["pool"] is False
     assert s["server p2"]["procs"] == 2 and s["server p2"]["pool"] is True
     # One Redis CPU figure per node: the 3-shard cluster's queues sit one on each shard.
@@ -41,11 +44,12 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
     assert len(s["cluster3 p2"]["redis_cpu_us_per_task_by_node"]) == 3
     assert s["cluster3 p2"]["queues_per_node"] == "1/1/1"
     targets = {t["id"]: t for t in data["targets"]}
-    assert {"S-cpu-single", "S-cpu-bulk"} <= set(targets)
+    assert {"S-cpu-single", "S-cpu-bulk", "S-cpu-coalesced"} <= set(targets)
     assert all(targets[k]["met"] in (True, False) for k in ("S-cpu-single", "S-cpu-bulk"))
     md = (tmp_path / "results.md").read_text()
     assert "## S: scale (dtq)" in md
     assert "| single, one server |" in md and "| bulk, 3-master cluster |" in md
+    assert "| single from 64 coroutines (one AsyncClient), one server |" in md
     assert "| cluster of 3 masters, --processes 2 (3 queues, 1 per shard) |" in md
     assert "| 1,000,000 |" in md and "the first limit" in md
 

@@ -8,7 +8,9 @@ millisecond and the runner's GET every 2 ms are not in them). Rows:
 * ``cost``: Redis CPU per no-op task (``INFO cpu``: used_cpu_user + used_cpu_sys, deltas) for
   N single enqueues, then the run of those N tasks by one worker process (claim to completion,
   over the run's steady window), then N bulk enqueues and their run; with the network bytes
-  per task (``INFO stats``) and the enqueuing client's own CPU;
+  per task (``INFO stats``) and the enqueuing client's own CPU; and N single enqueues made by
+  :data:`COROUTINES` coroutines at once on one AsyncClient (coalesced: dtq/coalesce.py), their
+  run costed as the run after the single enqueues;
 * ``server p1`` / ``server p2``: one redis-server, ``dtq-worker`` as one process and as
   ``--processes 2``;
 * ``cluster1 p2`` / ``cluster3 p2``: a Redis Cluster of 1 and of 3 masters, ``--processes 2``,
@@ -22,6 +24,7 @@ Redis node.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable
@@ -29,6 +32,7 @@ from typing import Any
 
 import redis
 
+from dtq import AsyncClient
 from dtq_bench.server import BenchRedis
 from dtq_bench.shards import Shards, queues_per_shard, spread
 from dtq_bench.workloads import PREFIX, QUEUE, DtqBench, Store
@@ -36,6 +40,7 @@ from dtq_bench.workloads import PREFIX, QUEUE, DtqBench, Store
 Result = dict[str, Any]
 ROWS = ("server p1", "server p2", "cluster1 p2", "cluster3 p2")
 SHARDED_QUEUES = 3
+COROUTINES = 64  # workload S's concurrent single enqueues: coroutines on one AsyncClient
 
 
 def _net_bytes(store: Store) -> int:
@@ -110,6 +115,11 @@ class ScaleBench:
                 else:
                     m[how] = _measure(b, lambda: b.fill(c, "noop", n))
             m["run_" + how] = _measure(b, functools.partial(_drain_into, b, n + len(qs), out, how))
+        # Single enqueues from many coroutines at once (a web app's handlers) on one
+        # AsyncClient, which sends those made while one is in flight as one call
+        # (dtq/coalesce.py); their run costs what the run after the single enqueues does.
+        b.flush()
+        m["coalesced"] = asyncio.run(_from_coroutines(b, qs, n))
         b.flush()
         where = "3-master cluster, 3 queues" if cluster else "1 redis-server"
         per, per_run = 1e6 / n, 1e6 / (n + len(qs))
@@ -131,6 +141,17 @@ class ScaleBench:
                 f"{how}_per_s": round(n / m[how]["wall"], 1),
                 f"run_after_{how}_worker_cpu_us": out[how].get("window_worker_cpu_us_per_task"),
             }
+        co = m["coalesced"]
+        enq = co["redis"] * per
+        res |= {
+            "coroutines": COROUTINES,
+            "enqueue_coalesced_redis_us": round(enq, 2),
+            "total_coalesced_redis_us": round(enq + res["run_after_single_redis_us"], 2),
+            "enqueue_coalesced_client_us": round(co["client"] * per, 2),
+            "enqueue_coalesced_net_bytes": round(co["net"] / n, 1),
+            "coalesced_per_s": round(n / co["wall"], 1),
+            "coalesced_calls_per_task": round(co["calls"] / n, 4),
+        }
         return res
 
     def row(self, name: str, n: int) -> Result:
@@ -148,6 +169,46 @@ class ScaleBench:
             res["queues_per_node"] = "/".join(map(str, spread(b.queues, b.data, PREFIX)))
         b.flush()
         return res
+
+
+async def _from_coroutines(b: DtqBench, qs: tuple[str, ...], n: int) -> dict[str, float]:
+    """:func:`_measure` of ``n`` single enqueues made by :data:`COROUTINES` coroutines at once,
+    each one after another, on one AsyncClient (the queues registered first, outside the
+    measure); with the script calls Redis ran for them (``INFO commandstats``)."""
+    async with AsyncClient(settings=b.settings) as c:
+        for q in qs:
+            await c.enqueue("noop", queue=q)
+
+        async def one(k: int) -> None:
+            for i in range(k, n, COROUTINES):
+                await c.enqueue("noop", queue=qs[i % len(qs)])
+
+        calls0 = _script_calls(b.data)
+        r0, n0, c0, t0 = (
+            sum(b.redis_cpu()),
+            _net_bytes(b.data),
+            time.process_time(),
+            time.perf_counter(),
+        )
+        await asyncio.gather(*(one(k) for k in range(COROUTINES)))
+        wall, client = time.perf_counter() - t0, time.process_time() - c0
+        return {
+            "redis": sum(b.redis_cpu()) - r0,
+            "net": _net_bytes(b.data) - n0,
+            "client": client,
+            "wall": wall,
+            "calls": _script_calls(b.data) - calls0,
+        }
+
+
+def _script_calls(store: Store) -> int:
+    """EVALSHA and EVAL calls every node ran so far (INFO commandstats)."""
+    total = 0
+    for url in _node_urls(store):
+        with redis.Redis.from_url(url) as r:
+            st = r.info("commandstats")
+        total += sum(int(st.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    return total
 
 
 def _num(v: object) -> float | None:

@@ -16,6 +16,7 @@ from collections.abc import (
     Iterable,
     Iterator,
     Mapping,
+    Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
@@ -49,6 +50,7 @@ from dtq.clientbase import (
     cancel_channel,
 )
 from dtq.cluster import ascan_tasks, scan_tasks
+from dtq.coalesce import Coalescer
 from dtq.connection import async_redis, sync_redis
 from dtq.keys import split_task_id
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
@@ -94,6 +96,10 @@ class AsyncClient(_Base):
         self._scripts = sc.AsyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
+        # Single enqueues of one queue made while one is in flight go out together (coalesce.py).
+        self._coalesced: Coalescer[str, sc.NewTask, TaskHandle] | None = (
+            Coalescer(self._enqueue_batch) if self.settings.client_coalesce else None
+        )
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -102,6 +108,8 @@ class AsyncClient(_Base):
         await self.close()
 
     async def close(self) -> None:
+        if self._coalesced is not None:
+            await self._coalesced.drain()  # (the enqueues waiting for a batch get their answer)
         await self.redis.aclose()
 
     async def _io(self, fn: Callable[[], Awaitable[T]]) -> T:
@@ -169,11 +177,27 @@ class AsyncClient(_Base):
             req = self._request(name, args, kwargs, options, d)
             await before_enqueue_async(mw, req)
             q, task = self._build(req, d)
+        co = self._coalesced
+        if co is None:
+            return await self._enqueue_one(q, task)
+        if co.busy(q):  # an enqueue of q is in flight: this one goes in the batch after it
+            return await co.wait(q, task)
+        co.begin(q)
+        try:
+            return await self._enqueue_one(q, task)
+        finally:
+            co.end(q)
+
+    async def _enqueue_one(self, q: str, task: sc.NewTask) -> TaskHandle:
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
         # The short path (see Client.enqueue).
         return self._handle(q, await self._io(lambda: self._scripts.run(call)))
+
+    async def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
+        """The tasks of concurrent enqueues that waited for one in flight: one bulk call."""
+        return await self._send({queue: list(enumerate(tasks))}, len(tasks))
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks: one script call per queue, or parts of ``BULK_PART`` streamed
