@@ -104,9 +104,7 @@ async def test_a_failed_batch_raises_in_each_of_its_waiters(
         waiting = [asyncio.create_task(c.enqueue("job", args=[i])) for i in range(2, 6)]
         await asyncio.sleep(0.1)
         fresh_redis.stop()  # (killed while stopped: its connections are reset)
-        done = await asyncio.wait_for(
-            asyncio.gather(first, *waiting, return_exceptions=True), 20
-        )
+        done = await asyncio.wait_for(asyncio.gather(first, *waiting, return_exceptions=True), 20)
     assert all(isinstance(x, RedisUnavailable) for x in done), done
 
 

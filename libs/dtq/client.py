@@ -8,9 +8,9 @@ scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import (
-    AsyncIterator,
     Awaitable,
     Callable,
     Iterable,
@@ -18,7 +18,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, overload
@@ -52,6 +52,7 @@ from dtq.clientbase import (
 from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.coalesce import Coalescer
 from dtq.connection import async_redis, sync_redis
+from dtq.donewait import DoneWaits
 from dtq.keys import split_task_id
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
@@ -96,6 +97,7 @@ class AsyncClient(_Base):
         self._scripts = sc.AsyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
+        self._done = DoneWaits(self.redis)  # every result() wait on one subscription
         # Single enqueues of one queue made while one is in flight go out together (coalesce.py).
         self._coalesced: Coalescer[str, sc.NewTask, TaskHandle] | None = (
             Coalescer(self._enqueue_batch) if self.settings.client_coalesce else None
@@ -110,6 +112,7 @@ class AsyncClient(_Base):
     async def close(self) -> None:
         if self._coalesced is not None:
             await self._coalesced.drain()  # (the enqueues waiting for a batch get their answer)
+        await self._done.close()
         await self.redis.aclose()
 
     async def _io(self, fn: Callable[[], Awaitable[T]]) -> T:
@@ -314,27 +317,21 @@ class AsyncClient(_Base):
             task_id = task_id.id
         queue, tid = split_task_id(task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        async with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:
+        channel = self.keys.queue(queue).done_channel(tid)
+        woken = await self._io(lambda: self._done.add(channel))  # (one subscription for all)
+        try:
             while True:
+                woken.clear()  # (an announcement from here on is not missed: read after it)
                 info = await self.get(task_id)
                 if info.status.terminal:
                     return self._typed_outcome(info) if typed else self._outcome(info)
                 remaining = 5.0 if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"task {task_id} still {info.status.value}")
-                wait = min(remaining, 5.0)
-                await self._io(
-                    partial(ps.get_message, ignore_subscribe_messages=True, timeout=wait)
-                )
-
-    @asynccontextmanager
-    async def _subscribed(self, channel: str) -> AsyncIterator[Any]:
-        ps = self.redis.pubsub()
-        try:
-            await self._io(lambda: ps.subscribe(channel))
-            yield ps
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
         finally:
-            await ps.aclose()  # type: ignore[no-untyped-call]
+            await self._done.remove(channel, woken)
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task: True when it was cancelled or a running task was asked to stop.

@@ -190,7 +190,17 @@ class _AsyncPubSub(acluster.ClusterPubSub):
         return await super().execute_command(*args, **kwargs)
 
 
+POOL_CONNECTIONS = 100  # an asyncio client's connections at most (redis-py's default too)
+POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
+
+
 class _AsyncCluster(acluster.RedisCluster):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
+        # calls beyond that many in flight wait here instead, as BlockingConnectionPool's do.
+        self._in_flight = asyncio.Semaphore(POOL_CONNECTIONS)
+
     def pubsub(self, *args: Any, **kwargs: Any) -> acluster.ClusterPubSub:
         return _AsyncPubSub(self, *args, **kwargs)
 
@@ -204,7 +214,8 @@ class _AsyncCluster(acluster.RedisCluster):
         wait: _SlotWait | None = None
         while True:
             try:
-                return await super().execute_command(*args, **kwargs)
+                async with self._in_flight:
+                    return await super().execute_command(*args, **kwargs)
             except (rex.TryAgainError, rex.ClusterError) as exc:
                 wait = wait or _SlotWait()
                 await asyncio.sleep(wait.next(exc))
@@ -268,7 +279,13 @@ def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
         return aclient
-    return aredis.Redis.from_url(url, **kwargs)
+    # Calls beyond the pool's connections wait for one (up to POOL_WAIT_S) instead of failing
+    # at once ("Too many connections", redis-py's default pool): an application's coroutines
+    # may make more calls at once than it should hold connections.
+    pool = aredis.BlockingConnectionPool.from_url(
+        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
+    )
+    return aredis.Redis.from_pool(pool)
 
 
 def display_url(url: str) -> str:
