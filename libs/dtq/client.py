@@ -90,6 +90,7 @@ class AsyncClient(_Base):
             async_redis(
                 self.settings.redis_url,
                 retries=self.settings.client_retries,
+                wait_for_connection=True,  # (its coroutines may make any number of calls)
                 decode_responses=True,
             ),
             fast_lane=self.settings.fast_lane,

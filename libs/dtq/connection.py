@@ -15,6 +15,7 @@ need a connection of their own (the fast lane, the idle wake-up) ask :func:`is_c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -192,14 +193,18 @@ class _AsyncPubSub(acluster.ClusterPubSub):
 
 POOL_CONNECTIONS = 100  # an asyncio client's connections at most (redis-py's default too)
 POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
+_NO_WAIT = contextlib.nullcontext()  # (a cluster client's calls in flight, not capped)
 
 
 class _AsyncCluster(acluster.RedisCluster):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, wait_for_connection: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
-        # calls beyond that many in flight wait here instead, as BlockingConnectionPool's do.
-        self._in_flight = asyncio.Semaphore(POOL_CONNECTIONS)
+        # with wait_for_connection, calls beyond that many in flight wait here instead, as
+        # BlockingConnectionPool's do.
+        self._in_flight: asyncio.Semaphore | contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.Semaphore(POOL_CONNECTIONS) if wait_for_connection else _NO_WAIT
+        )
 
     def pubsub(self, *args: Any, **kwargs: Any) -> acluster.ClusterPubSub:
         return _AsyncPubSub(self, *args, **kwargs)
@@ -264,13 +269,24 @@ def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **kwargs)
 
 
-def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
-    """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis."""
+def async_redis(
+    url: str, *, retries: int = 0, wait_for_connection: bool = False, **kwargs: Any
+) -> aredis.Redis:
+    """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis.
+
+    ``wait_for_connection``: a call made while all :data:`POOL_CONNECTIONS` are busy waits for
+    one (up to :data:`POOL_WAIT_S` on one server) instead of failing at once, as redis-py's
+    pool does ("Too many connections"): for an application's client, whose coroutines may
+    make any number of calls at once (not the worker's, whose calls are bounded).
+    """
     kwargs = _with_retries(kwargs, retries, AsyncRetry)
     if is_cluster_url(url):
         c = parse_cluster_url(url)
         anodes = [acluster.ClusterNode(h, p) for h, p in c.nodes]
-        acl = _AsyncCluster(startup_nodes=anodes, **_cluster_kwargs(c, kwargs))
+        acl = _AsyncCluster(
+            startup_nodes=anodes, wait_for_connection=wait_for_connection,
+            **_cluster_kwargs(c, kwargs),
+        )  # fmt: skip
         return cast(aredis.Redis, acl)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
@@ -279,9 +295,8 @@ def async_redis(url: str, *, retries: int = 0, **kwargs: Any) -> aredis.Redis:
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
         return aclient
-    # Calls beyond the pool's connections wait for one (up to POOL_WAIT_S) instead of failing
-    # at once ("Too many connections", redis-py's default pool): an application's coroutines
-    # may make more calls at once than it should hold connections.
+    if not wait_for_connection:
+        return aredis.Redis.from_url(url, **kwargs)
     pool = aredis.BlockingConnectionPool.from_url(
         url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
     )
