@@ -46,10 +46,10 @@ async def test_concurrent_enqueues_are_each_made_once_and_in_order(
 
 @pytest.mark.parametrize("coalesce", [True, False])
 async def test_concurrent_enqueues_go_out_in_a_few_calls(
-    redis_server: RedisServer, prefix: str, coalesce: bool
+    fresh_redis: RedisServer, prefix: str, coalesce: bool
 ) -> None:
-    s = make_settings(redis_server.url, prefix, client_coalesce=coalesce)
-    r = redis_server.client()
+    s = make_settings(fresh_redis.url, prefix, client_coalesce=coalesce)
+    r = fresh_redis.client()  # (a server of its own: no other test's calls in the count)
     n = 50  # (under redis-py's 100 connections, for the calls sent one by one)
     async with AsyncClient(settings=s) as c:
         await c.enqueue("job", args=[-1])  # registers the queue, loads the script
