@@ -172,9 +172,9 @@ class ScaleBench:
 
 
 async def _from_coroutines(b: DtqBench, qs: tuple[str, ...], n: int) -> dict[str, float]:
-    """:func:`_measure` of ``n`` single enqueues made by :data:`COROUTINES` coroutines at once,
-    each one after another, on one AsyncClient (the queues registered first, outside the
-    measure); with the script calls Redis ran for them (``INFO commandstats``)."""
+    """:func:`_measure`'s figures for ``n`` single enqueues made by :data:`COROUTINES`
+    coroutines at once, each one after another, on one AsyncClient (the queues registered
+    first, outside the measure)."""
     async with AsyncClient(settings=b.settings) as c:
         for q in qs:
             await c.enqueue("noop", queue=q)
@@ -183,22 +183,9 @@ async def _from_coroutines(b: DtqBench, qs: tuple[str, ...], n: int) -> dict[str
             for i in range(k, n, COROUTINES):
                 await c.enqueue("noop", queue=qs[i % len(qs)])
 
-        calls0 = _script_calls(b.data)
-        r0, n0, c0, t0 = (
-            sum(b.redis_cpu()),
-            _net_bytes(b.data),
-            time.process_time(),
-            time.perf_counter(),
-        )
+        start = _counters(b)
         await asyncio.gather(*(one(k) for k in range(COROUTINES)))
-        wall, client = time.perf_counter() - t0, time.process_time() - c0
-        return {
-            "redis": sum(b.redis_cpu()) - r0,
-            "net": _net_bytes(b.data) - n0,
-            "client": client,
-            "wall": wall,
-            "calls": _script_calls(b.data) - calls0,
-        }
+        return _since(b, start)
 
 
 def _script_calls(store: Store) -> int:
@@ -220,18 +207,30 @@ def _drain_into(b: DtqBench, n: int, out: dict[str, Result], key: str) -> None:
 
 
 def _measure(b: DtqBench, fn: Callable[[], object]) -> dict[str, float]:
-    """Redis CPU (all nodes), client CPU, network bytes and wall time of ``fn``."""
-    r0, n0, c0, t0 = (
+    """Redis CPU (all nodes), client CPU, network bytes, wall time and script calls of ``fn``."""
+    start = _counters(b)
+    fn()
+    return _since(b, start)
+
+
+def _counters(b: DtqBench) -> tuple[float, int, float, float, int]:
+    """What :func:`_since` subtracts: Redis CPU, network bytes, client CPU, clock, calls."""
+    return (
         sum(b.redis_cpu()),
         _net_bytes(b.data),
         time.process_time(),
         time.perf_counter(),
+        _script_calls(b.data),
     )
-    fn()
+
+
+def _since(b: DtqBench, start: tuple[float, int, float, float, int]) -> dict[str, float]:
+    r0, n0, c0, t0, calls0 = start
     wall, client = time.perf_counter() - t0, time.process_time() - c0
     return {
         "redis": sum(b.redis_cpu()) - r0,
         "net": _net_bytes(b.data) - n0,
         "client": client,
         "wall": wall,
+        "calls": _script_calls(b.data) - calls0,
     }
