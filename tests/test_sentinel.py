@@ -3,7 +3,9 @@ and follow a failover."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client
-from dtq.connection import parse_sentinel_url
+from dtq.connection import parse_sentinel_url, sync_redis
 from tests.apps.basic import app
 from tests.conftest import make_settings, running_worker, wait_until
 from tests.redis_server import RedisServer, free_port
@@ -98,6 +100,39 @@ async def test_worker_and_clients_follow_a_failover(
         h2 = await _retry(lambda: ac.enqueue("add", [20, 22]))
         assert await ac.result(h2.id, timeout=30) == 42
         assert replica.client().info("replication")["role"] == "master"
+
+
+async def test_many_calls_at_once_wait_for_a_connection(
+    sentinel_setup: tuple[RedisServer, RedisServer, Sentinel], prefix: str
+) -> None:
+    """As on one server (tests/test_result_waits.py): an AsyncClient's calls beyond its 100
+    connections wait for one. Before, the 101st call at once over Sentinel failed at once
+    ("Too many connections", redis-py's Sentinel pool has no blocking form)."""
+    _, _, sentinel = sentinel_setup
+    url = f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster/0"
+    async with AsyncClient(settings=make_settings(url, prefix)) as c:
+        h = await c.enqueue("add", [1, 2])
+        infos = await asyncio.gather(*(c.get(h.id) for _ in range(300)))
+    assert {i.id for i in infos} == {h.id}
+
+
+def test_a_blocking_client_waits_for_a_connection(
+    sentinel_setup: tuple[RedisServer, RedisServer, Sentinel],
+) -> None:
+    """The blocking client's pool over Sentinel: with its 100 connections taken, a call waits
+    for one to come back instead of failing at once."""
+    _, _, sentinel = sentinel_setup
+    rc = sync_redis(f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster/0",
+                    wait_for_connection=True, decode_responses=True)  # fmt: skip
+    pool = rc.connection_pool
+    taken = [pool.get_connection() for _ in range(100)]
+    threading.Timer(0.5, pool.release, [taken.pop()]).start()
+    t0 = time.monotonic()
+    assert rc.ping() is True
+    assert time.monotonic() - t0 >= 0.4  # it waited for the one given back
+    for conn in taken:
+        pool.release(conn)
+    rc.close()
 
 
 async def _sleep(s: float) -> None:

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, overload
@@ -52,7 +51,7 @@ from dtq.clientbase import (
 from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.coalesce import Coalescer
 from dtq.connection import async_redis, sync_redis
-from dtq.donewait import DoneWaits
+from dtq.donewait import DoneWaits, SyncDoneWaits
 from dtq.keys import split_task_id
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
@@ -363,12 +362,17 @@ class Client(_Base):
         # (A cluster client connects here already: unreachable, that is RedisUnavailable.)
         self.redis: redis.Redis = redis_client or self._io(
             lambda: sync_redis(
-                self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
+                self.settings.redis_url,
+                retries=self.settings.client_retries,
+                wait_for_connection=True,  # (its threads may make any number of calls)
+                decode_responses=True,
             )
         )
         self._scripts = sc.SyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
+        # Every result() wait of every thread on one subscription, read by one thread.
+        self._done = SyncDoneWaits(self.redis, self.keys.wake_channel(secrets.token_hex(8)))
 
     def __enter__(self) -> Client:
         return self
@@ -377,6 +381,7 @@ class Client(_Base):
         self.close()
 
     def close(self) -> None:
+        self._done.close()
         self.redis.close()
 
     def _io(self, fn: Callable[[], T]) -> T:
@@ -548,25 +553,20 @@ class Client(_Base):
             task_id = task_id.id
         queue, tid = split_task_id(task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._subscribed(self.keys.queue(queue).done_channel(tid)) as ps:
+        channel = self.keys.queue(queue).done_channel(tid)
+        woken = self._io(lambda: self._done.add(channel))  # (one subscription for all)
+        try:
             while True:
+                woken.clear()  # (an announcement from here on is not missed: read after it)
                 info = self.get(task_id)
                 if info.status.terminal:
                     return self._typed_outcome(info) if typed else self._outcome(info)
                 remaining = 5.0 if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"task {task_id} still {info.status.value}")
-                wait = min(remaining, 5.0)
-                self._io(partial(ps.get_message, ignore_subscribe_messages=True, timeout=wait))
-
-    @contextmanager
-    def _subscribed(self, channel: str) -> Iterator[Any]:
-        ps = self.redis.pubsub()  # type: ignore[no-untyped-call]
-        try:
-            self._io(lambda: ps.subscribe(channel))
-            yield ps
+                woken.wait(min(remaining, 5.0))
         finally:
-            ps.close()
+            self._done.remove(channel, woken)
 
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -28,9 +29,11 @@ import redis.cluster as scluster
 import redis.exceptions as rex
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
+from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -163,8 +166,18 @@ class _SlotWait:
         return delay
 
 
+POOL_CONNECTIONS = 100  # a client's connections at most (redis-py's default pool too)
+POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
+_NO_WAIT = contextlib.nullcontext()  # (a cluster client's calls in flight, not capped)
+
+
 class _SyncCluster(scluster.RedisCluster):
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, wait_for_connection: bool = False, **kwargs: Any) -> None:
+        # As _AsyncCluster's: a node's pool refuses the call past its 100 connections. (Set
+        # first: the slot map is read by the constructor, through execute_command.)
+        self._in_flight: threading.BoundedSemaphore | contextlib.nullcontext[None] = (
+            threading.BoundedSemaphore(POOL_CONNECTIONS) if wait_for_connection else _NO_WAIT
+        )
         try:
             super().__init__(**kwargs)
         except redis.RedisClusterException as exc:
@@ -174,7 +187,8 @@ class _SyncCluster(scluster.RedisCluster):
         wait: _SlotWait | None = None
         while True:
             try:
-                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+                with self._in_flight:
+                    return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             except redis.RedisClusterException as exc:
                 raise _as_connection_error(exc) from None
             except (rex.TryAgainError, rex.ClusterError) as exc:
@@ -189,11 +203,6 @@ class _AsyncPubSub(acluster.ClusterPubSub):
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         await self.cluster.initialize()
         return await super().execute_command(*args, **kwargs)
-
-
-POOL_CONNECTIONS = 100  # an asyncio client's connections at most (redis-py's default too)
-POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
-_NO_WAIT = contextlib.nullcontext()  # (a cluster client's calls in flight, not capped)
 
 
 class _AsyncCluster(acluster.RedisCluster):
@@ -226,6 +235,25 @@ class _AsyncCluster(acluster.RedisCluster):
                 await asyncio.sleep(wait.next(exc))
 
 
+class _BlockingSentinelPool(AsyncSentinelPool, aredis.BlockingConnectionPool):
+    """redis-py's asyncio Sentinel pool (the primary's address from the sentinels), with
+    BlockingConnectionPool's wait for a free connection (redis-py has no blocking form of it):
+    the Sentinel pool adds the address, the blocking one the wait, neither touches the other's
+    methods."""
+
+
+class _SyncBlockingSentinelPool(SyncSentinelPool, redis.BlockingConnectionPool):
+    """The same for the blocking client: threads wait for a connection."""
+
+
+def _waiting(kwargs: dict[str, Any], pool_class: type) -> dict[str, Any]:
+    """Sentinel's ``master_for`` arguments for a pool whose calls wait for a connection."""
+    return {
+        **kwargs, "connection_pool_class": pool_class, "max_connections": POOL_CONNECTIONS,
+        "timeout": POOL_WAIT_S,
+    }  # fmt: skip
+
+
 def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in kwargs.items() if k != "db"}
     out.setdefault("password", c.password)
@@ -246,27 +274,40 @@ def _with_retries(kwargs: dict[str, Any], retries: int, retry_class: Any) -> dic
     return kwargs
 
 
-def sync_redis(url: str, *, retries: int = 0, **kwargs: Any) -> redis.Redis:
+def sync_redis(
+    url: str, *, retries: int = 0, wait_for_connection: bool = False, **kwargs: Any
+) -> redis.Redis:
     """A blocking client for ``url`` (any form dtq accepts).
 
     ``retries`` > 0: a command that meets a connection error or a timeout is re-sent that many
     times at most (jittered backoff). Only for clients whose every call is safe to re-send
     (the SDK's, see docs/faults.md); the worker keeps 0 and handles its own failures.
+    ``wait_for_connection``: as for :func:`async_redis`, for threads.
     """
     kwargs = _with_retries(kwargs, retries, Retry)
     if is_cluster_url(url):
         c = parse_cluster_url(url)
         nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
-        cluster = _SyncCluster(startup_nodes=nodes, **_cluster_kwargs(c, kwargs))
+        cluster = _SyncCluster(
+            startup_nodes=nodes, wait_for_connection=wait_for_connection,
+            **_cluster_kwargs(c, kwargs),
+        )  # fmt: skip
         return cast(redis.Redis, cluster)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = Sentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
+        if wait_for_connection:
+            kwargs = _waiting(kwargs, _SyncBlockingSentinelPool)
         client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
         return client
-    return redis.Redis.from_url(url, **kwargs)
+    if not wait_for_connection:
+        return redis.Redis.from_url(url, **kwargs)
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
+    )
+    return redis.Redis.from_pool(pool)  # type: ignore[no-untyped-call]
 
 
 def async_redis(
@@ -275,9 +316,10 @@ def async_redis(
     """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis.
 
     ``wait_for_connection``: a call made while all :data:`POOL_CONNECTIONS` are busy waits for
-    one (up to :data:`POOL_WAIT_S` on one server) instead of failing at once, as redis-py's
-    pool does ("Too many connections"): for an application's client, whose coroutines may
-    make any number of calls at once (not the worker's, whose calls are bounded).
+    one (up to :data:`POOL_WAIT_S` on one server or over Sentinel) instead of failing at once,
+    as redis-py's pool does ("Too many connections"): for an application's client, whose
+    coroutines may make any number of calls at once (not the worker's, whose calls are
+    bounded).
     """
     kwargs = _with_retries(kwargs, retries, AsyncRetry)
     if is_cluster_url(url):
@@ -291,6 +333,8 @@ def async_redis(
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
         sentinel = AsyncSentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
+        if wait_for_connection:
+            kwargs = _waiting(kwargs, _BlockingSentinelPool)
         aclient: aredis.Redis = sentinel.master_for(
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )

@@ -1,10 +1,16 @@
-"""One pub/sub connection for all of an AsyncClient's ``result()`` waits.
+"""One pub/sub connection for all of a client's ``result()`` waits (AsyncClient: DoneWaits;
+the blocking Client: SyncDoneWaits).
 
 A waiting ``result()`` used to hold a pub/sub connection of its own from redis-py's pool (100
 connections) and take a second one for each ``get``: past about 50 waits at once the pool ran out
 and ``result()`` raised :class:`dtq.RedisUnavailable`. Here every wait of one client shares one
 subscribed connection, read by one task that wakes the waits of the channel a message names;
 a channel is subscribed while at least one wait needs it.
+
+The blocking Client's waits come from many threads, and redis-py's PubSub is not safe to share
+between them: there one reader thread does all of the connection's I/O. A wait asks it for its
+channel and wakes it with a PUBLISH on the client's own wake channel (Keys.wake_channel), since
+the reader may be blocked reading; a channel given up is unsubscribed at the reader's next turn.
 
 A wait is woken, never told the outcome: ``result()`` reads the record after each wake-up and at
 least every 5 s, so a message lost (the connection dropped and was made again, which redis-py
@@ -16,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from typing import Any
 
 log = logging.getLogger("dtq.client")
@@ -116,3 +124,146 @@ class DoneWaits:
             with contextlib.suppress(Exception):
                 await self._ps.aclose()
             self._ps = None
+
+
+class SyncDoneWaits:
+    """``ev = add(channel)``: a threading.Event set on each message of ``channel``, once Redis
+    has confirmed the subscription (or :data:`CONFIRM_S` passed); ``remove(channel, ev)`` when
+    done with it. Any thread may call both; the reader thread alone touches the PubSub."""
+
+    def __init__(self, redis: Any, wake_channel: str) -> None:
+        self._redis = redis
+        self._wake = wake_channel
+        self._lock = threading.Lock()  # guards everything below
+        self._events: dict[str, set[threading.Event]] = {}
+        self._ready: dict[str, threading.Event] = {}  # channel -> subscription confirmed
+        self._failed: dict[str, Exception] = {}  # channel -> why its subscription failed
+        self._todo: set[str] = set()  # channels wanted or given up since the reader last looked
+        self._reader: threading.Thread | None = None
+        self._closed = False
+
+    def add(self, channel: str) -> threading.Event:
+        """Raises what the subscription met (Redis down, say), as DoneWaits.add does."""
+        ev = threading.Event()
+        with self._lock:
+            evs = self._events.get(channel)
+            if evs is not None:
+                evs.add(ev)
+                ready, wake = self._ready[channel], False
+            else:
+                self._events[channel] = {ev}
+                ready = self._ready[channel] = threading.Event()
+                self._todo.add(channel)
+                wake = self._reader is not None  # (a new reader looks at _todo first)
+                if not wake:
+                    self._reader = threading.Thread(
+                        target=self._read, name="dtq-result-waits", daemon=True
+                    )
+                    self._reader.start()
+        try:
+            if wake:  # the reader may be blocked in its read
+                self._redis.publish(self._wake, "")
+            ready.wait(CONFIRM_S)
+            with self._lock:
+                failed = self._failed.get(channel)
+            if failed is not None:
+                raise failed
+        except BaseException:
+            self.remove(channel, ev)
+            raise
+        return ev
+
+    def remove(self, channel: str, ev: threading.Event) -> None:
+        with self._lock:
+            evs = self._events.get(channel)
+            if evs is None:
+                return
+            evs.discard(ev)
+            if not evs:
+                del self._events[channel]
+                del self._ready[channel]
+                self._failed.pop(channel, None)
+                self._todo.add(channel)  # (unsubscribed at the reader's next turn)
+
+    def _turn(self, subscribed: set[str], idle: bool) -> tuple[list[str], list[str]] | None:
+        """Under the lock: the channels to subscribe and to unsubscribe now, or None when the
+        reader is to end (closed, or nothing wanted after a turn that read nothing)."""
+        if self._closed or (idle and not self._events and not self._todo):
+            self._reader = None
+            return None
+        todo, self._todo = self._todo, set()
+        add = [c for c in todo if c in self._events and c not in subscribed]
+        drop = [c for c in todo if c not in self._events and c in subscribed]
+        return add, drop
+
+    def _read(self) -> None:  # the reader thread
+        ps = self._redis.pubsub()
+        subscribed: set[str] = set()
+        idle, delay = False, 0.05
+        try:
+            while True:
+                with self._lock:
+                    turn = self._turn(subscribed, idle)
+                if turn is None:
+                    return
+                add, drop = turn
+                try:
+                    if self._wake not in subscribed:
+                        ps.subscribe(self._wake)
+                        subscribed.add(self._wake)
+                    if add:
+                        ps.subscribe(*add)
+                        subscribed.update(add)
+                    if drop:
+                        ps.unsubscribe(*drop)
+                        subscribed.difference_update(drop)
+                    msg = ps.get_message(timeout=IDLE_READ_S)
+                except Exception as exc:
+                    # The waits that asked for a channel now are told; the others keep theirs
+                    # (redis-py subscribes them again when it makes the connection again).
+                    log.debug("result() subscription failed: %s", exc)
+                    self._fail(add, drop, exc)
+                    subscribed.difference_update(add)
+                    idle = True
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                delay = 0.05
+                idle = msg is None
+                if msg is not None:
+                    self._deliver(msg)
+        finally:
+            with contextlib.suppress(Exception):
+                ps.close()
+
+    def _fail(self, add: list[str], drop: list[str], exc: Exception) -> None:
+        with self._lock:
+            for c in add:
+                if c in self._ready:
+                    self._failed[c] = exc
+                    self._ready[c].set()
+            self._todo.update(drop)  # (given up: unsubscribed once the connection is back)
+
+    def _deliver(self, msg: dict[str, Any]) -> None:
+        channel = msg.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode()
+        with self._lock:
+            if msg.get("type") == "subscribe":
+                ready = self._ready.get(str(channel))
+                if ready is not None:
+                    self._failed.pop(str(channel), None)
+                    ready.set()
+            elif msg.get("type") == "message":
+                for ev in self._events.get(str(channel), ()):
+                    ev.set()
+
+    def close(self) -> None:
+        """Ends the reader (woken, so at once when Redis answers)."""
+        with self._lock:
+            self._closed = True
+            reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                self._redis.publish(self._wake, "")
+            reader.join(IDLE_READ_S + 1.0)

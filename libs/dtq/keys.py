@@ -275,6 +275,10 @@ class Keys:
         """Pub/sub channel on which workers hear cancel requests for running tasks."""
         return f"{self.prefix}:cancel"
 
+    def wake_channel(self, token: str) -> str:
+        """Pub/sub channel that wakes one blocking Client's result() reader (dtq/donewait.py)."""
+        return f"{self.prefix}:wake:{token}"
+
     @property
     def queue_head(self) -> str:
         """What every per-queue key starts with, up to the queue name: ``P:{P:``."""
@@ -392,4 +396,7 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
         KeyDoc(k.worker_events, "stream", "capped worker `started`/`stopped` events"),
         KeyDoc(k.cancel_channel, "pub/sub channel",
                "cancel hints for running tasks (no key is stored)"),
+        KeyDoc(k.wake_channel("<token>"), "pub/sub channel",
+               "wakes one blocking Client's result() reader to subscribe a new wait (no key "
+               "is stored)"),
     ]  # fmt: skip
