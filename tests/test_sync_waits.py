@@ -7,6 +7,9 @@ worker process, real threads."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,3 +128,46 @@ def test_a_timed_out_wait_gives_its_channel_up(redis_server: RedisServer, prefix
         assert time.monotonic() - t0 < 5
         wait_until(lambda: _client_channels(r, prefix) == [], timeout=10)
     r.close()
+
+
+def test_a_forked_child_waits_with_a_reader_of_its_own(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A pre-forking server forks while the parent's reader thread runs: the child's waits get
+    a reader of their own (before, the child published to the parent's reader and was never
+    subscribed, so it learned the outcome from its 5 s re-read only)."""
+    r = redis_server.client()
+    with Client(settings=make_settings(redis_server.url, prefix)) as c:
+        never = c.enqueue("add", [0, 0])  # no worker runs: the parent's wait holds its reader
+        parent = threading.Thread(target=lambda: _quiet(c.result, never.id, 20), daemon=True)
+        parent.start()
+        h = c.enqueue("add", [1, 1])
+        queue, tid = h.id.split(":", 1)
+        channel = c.keys.queue(queue).done_channel(tid)
+        held = c.keys.queue(queue).done_channel(never.id.split(":", 1)[1])
+        wait_until(lambda: r.pubsub_numsub(held)[0][1] == 1)
+        pid = os.fork()
+        if pid == 0:  # the child: its result() must be woken by the announcement
+            code = 1
+            try:
+                code = 0 if c.result(h.id, timeout=30) == 2 else 3
+            finally:
+                os._exit(code)
+        try:
+            # The child's reader subscribed the channel; then the task ends and is announced.
+            wait_until(lambda: r.pubsub_numsub(channel)[0][1] == 1, timeout=10)
+            r.hset(c.keys.queue(queue).task(tid), mapping={"status": "succeeded", "result": "2"})
+            r.publish(channel, "succeeded")
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            assert os.waitstatus_to_exitcode(status) == 0
+        finally:
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    r.close()
+
+
+def _quiet(fn: Any, *args: Any) -> None:
+    with contextlib.suppress(Exception):  # (the wait ends with the test, timed out)
+        fn(*args)

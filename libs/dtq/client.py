@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import (
     Awaitable,
@@ -372,7 +371,7 @@ class Client(_Base):
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
         # Every result() wait of every thread on one subscription, read by one thread.
-        self._done = SyncDoneWaits(self.redis, self.keys.wake_channel(secrets.token_hex(8)))
+        self._done = SyncDoneWaits(self.redis, self.keys.wake_channel)
 
     def __enter__(self) -> Client:
         return self

@@ -22,8 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("dtq.client")
@@ -131,9 +135,15 @@ class SyncDoneWaits:
     has confirmed the subscription (or :data:`CONFIRM_S` passed); ``remove(channel, ev)`` when
     done with it. Any thread may call both; the reader thread alone touches the PubSub."""
 
-    def __init__(self, redis: Any, wake_channel: str) -> None:
+    def __init__(self, redis: Any, wake_channel: Callable[[str], str]) -> None:
+        """``wake_channel(token)``: the name of this client's wake channel (Keys.wake_channel)."""
         self._redis = redis
-        self._wake = wake_channel
+        self._wake_of = wake_channel
+        self._reset()
+        _ALL.add(self)
+
+    def _reset(self) -> None:
+        self._wake = self._wake_of(secrets.token_hex(8))
         self._lock = threading.Lock()  # guards everything below
         self._events: dict[str, set[threading.Event]] = {}
         self._ready: dict[str, threading.Event] = {}  # channel -> subscription confirmed
@@ -267,3 +277,16 @@ class SyncDoneWaits:
             with contextlib.suppress(Exception):
                 self._redis.publish(self._wake, "")
             reader.join(IDLE_READ_S + 1.0)
+
+
+# Every SyncDoneWaits of the process, reset in a forked child (a pre-forking web server's
+# worker): the reader thread stayed behind in the parent, and the lock with it if it held it.
+_ALL: weakref.WeakSet[SyncDoneWaits] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for waits in list(_ALL):
+        waits._reset()  # (the child's own channel and state; its waits start a reader anew)
+
+
+os.register_at_fork(after_in_child=_after_fork)
