@@ -25,25 +25,29 @@ class ClusterWait:
         self.block_ms, self.timeout_s = block_ms, timeout_s
         self._reads: dict[str, asyncio.Task[Any]] = {}
 
-    async def wait(self, after: str) -> None:
+    async def wait(self, after: str, also: asyncio.Future[None] | None = None) -> None:
         """Until an entry with an id above ``after`` is in a band of any queue, a block ends,
-        or the wait is interrupted; raises what a read raised."""
+        ``also`` is done (a capped queue's run ended: consumer.py) or the wait is interrupted;
+        raises what a read raised."""
         env = self.env
-        done = [t for t in self._reads.values() if t.done()]
+        done: list[asyncio.Future[Any]] = [t for t in self._reads.values() if t.done()]
         if not done:
             for q in env.queues:
                 if q not in self._reads:
                     self._reads[q] = asyncio.ensure_future(self._read(q, after))
+            waits: list[asyncio.Future[Any]] = [*self._reads.values()]
+            if also is not None:
+                waits.append(also)
             finished, _ = await asyncio.wait(
-                self._reads.values(), timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED
+                waits, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
-            done = list(finished)
+            done = [t for t in finished if t is not also]
         for q, t in list(self._reads.items()):
             if t in done:
                 del self._reads[q]
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+        for f in done:
+            if not f.cancelled() and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
 
     async def _read(self, queue: str, after: str) -> Any:
         streams = self.env.keys.queue(queue).streams

@@ -113,12 +113,16 @@ class Consumer:
                 woke = await self.wait_for_work(now_ms)
 
     def _order(self) -> list[str]:
-        """The queues in claim order: a partitioned queue's partitions take turns first."""
+        """The queues in claim order: a partitioned queue's partitions take turns, the turn
+        moving on with each claim sent (_next_turn), so successive claims start at successive
+        partitions whatever the waits and empty passes between them."""
         env = self.env
         if not env.partitions_of:
             return env.queues
-        self._turn += 1
         return partitions.poll_order(env.queues, self._turn)
+
+    def _next_turn(self) -> None:
+        self._turn += 1
 
     async def claim_once(self) -> tuple[int, int, bool]:
         """One claim pass over the queues in order.
@@ -130,7 +134,8 @@ class Consumer:
         total, now_ms = 0, 0
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
-        for queue in self._order():
+        order, sent = self._order(), False
+        for queue in order:
             if self.recovery.active(queue):
                 await self.recovery.wait(queue)  # its claims wait for it (recovery.py)
             free = self.slots.free(queue)
@@ -139,6 +144,9 @@ class Consumer:
                 continue
             t0 = time.perf_counter()
             call = self._claim_call(queue, free)
+            if not sent:
+                sent = True
+                self._next_turn()
             batch = await self._claim(queue, free, partial(env.scripts.run, call))
             env.metrics.claim_latency.observe(time.perf_counter() - t0)
             now_ms = batch.now_ms
@@ -199,9 +207,16 @@ class Consumer:
         ids above ``now_ms - 1``, so none is missed between the two calls.
         """
         env = self.env
+        order = self._order()
+        capped = [q for q in order if self.slots.free(q) <= 0]
+        if len(capped) == len(order):
+            # Every queue is at its cap (the loop waits elsewhere while no slot is free): new
+            # entries cannot be taken before a run ends, so wait for that, not for entries.
+            await self.wait_slot(IDLE_BLOCK_MS / 1000)
+            return None
         after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
         if self._cluster is not None:
-            await self._wait_cluster(self._cluster, after)
+            await self._wait_cluster(self._cluster, after, capped)
             return None
         if self._streams is None:
             self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
@@ -210,17 +225,16 @@ class Consumer:
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
             *([after] * len(streams)),
         )  # fmt: skip
-        queue = self._order()[0] if env.partitions_of else env.queues[0]
-        free = self.slots.free(queue)
+        queue = next(q for q in order if q not in capped)  # the claim behind the wait: its turn
         self.waiting = True
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long it waits; the timeout bounds a hung connection.
-            if free <= 0 or env.stopping or self.recovery.active(queue):
+            if env.stopping or self.recovery.active(queue):
                 async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
                     await self._wake.call(args)
                 return None
-            return await self._wake_and_claim(args, queue, free)
+            return await self._wake_and_claim(args, queue, self.slots.free(queue), capped)
         except TimeoutError:
             return None
         except Exception as exc:
@@ -231,20 +245,37 @@ class Consumer:
         finally:
             self.waiting = False
 
-    async def _wait_cluster(self, cw: ClusterWait, after: str) -> None:
+    async def _wait_cluster(self, cw: ClusterWait, after: str, capped: list[str]) -> None:
         self.waiting = True
+        freed = asyncio.ensure_future(self._slot_for(capped)) if capped else None
         try:
             if not self.env.stopping:
-                await cw.wait(after)
+                await cw.wait(after, freed)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             await self.env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
         finally:
             self.waiting = False
+            if freed is not None:
+                freed.cancel()
+
+    def _freed(self, capped: list[str]) -> bool:
+        """Whether a queue of ``capped`` (at its cap when the wait began) may claim again."""
+        return any(self.slots.free(q) > 0 for q in capped)
+
+    async def _slot_for(self, capped: list[str]) -> None:
+        """Until a queue of ``capped`` may claim again: a run that ends ends the idle wait too,
+        for the backlog its cap held back."""
+        while not self._freed(capped):
+            await self.slots.changed.wait()
+
+    async def _unblock_when_freed(self, capped: list[str], client_id: int) -> None:
+        await self._slot_for(capped)
+        await self._unblock(client_id)
 
     async def _wake_and_claim(
-        self, xread: tuple[Any, ...], queue: str, free: int
+        self, xread: tuple[Any, ...], queue: str, free: int, capped: list[str]
     ) -> tuple[int, int, bool] | None:
         env = self.env
         async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
@@ -254,9 +285,10 @@ class Consumer:
                 self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
                 self._wake_conn = conn
         claim = env.scripts.evalsha(self._claim_call(queue, free))
-        if env.stopping or self.recovery.active(queue):
-            # The stop came during the awaits above (no claim now: the loop ends), or a recovery
-            # of the queue is pending (the loop's next claim waits for it).
+        if env.stopping or self.recovery.active(queue) or self._freed(capped):
+            # The stop came during the awaits above (no claim now: the loop ends), a recovery
+            # of the queue is pending (the loop's next claim waits for it), or a capped queue's
+            # run ended meanwhile (the loop's next claim takes its backlog).
             return None
         # From here to the write (call_pair) nothing yields: a stop that comes later finds
         # ``waiting`` set and the id known, and unblocks the XREAD.
@@ -270,12 +302,22 @@ class Consumer:
             return raw
 
         self.more = False
+        self._next_turn()
+        assert self._wake_id is not None  # (learnt above)
+        freed = (
+            asyncio.ensure_future(self._unblock_when_freed(capped, self._wake_id))
+            if capped
+            else None
+        )
         try:
             batch = await self._claim(queue, free, send)
         except NoScriptError:
             return None  # it did not run; claim_once loads the script
-        if batch.missing_streams:
-            return None
+        finally:
+            if freed is not None:
+                freed.cancel()
+        if batch.missing_streams or self._freed(capped):
+            return None  # (a capped queue may claim again: claim_once takes its backlog)
         # Drained when the only queue had fewer runs than free slots (as claim_once says).
         drained = len(env.queues) == 1 and len(batch.runs) < free
         return len(batch.runs), batch.now_ms, drained
