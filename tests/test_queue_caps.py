@@ -73,6 +73,23 @@ async def test_slow_queue_cannot_take_every_slot(
     assert peak == 2
 
 
+async def _capped_runs(
+    server: RedisServer, prefix: str, queues: tuple[str, ...], n: int, sleep: float, command: str
+) -> tuple[Settings, int]:
+    """``n`` slow runs of ``sleep`` s on a worker of ``queues`` with slow capped at 1 of 4
+    slots: the settings, and how many times the worker sent ``command`` meanwhile."""
+    s = make_settings(server.url, prefix, queues=queues, worker_concurrency=4,
+                      queue_concurrency={"slow": 1})  # fmt: skip
+    with server.client() as r:
+        async with AsyncClient(settings=s, app=app) as c:
+            hs = [await c.enqueue("slow_job", [f"slow{i}", sleep]) for i in range(n)]
+            async with running_worker(app, s):
+                before = _calls(r, command)
+                for h in hs:
+                    await c.result(h.id, timeout=30)
+                return s, _calls(r, command) - before
+
+
 def _calls(r: redis.Redis, command: str) -> int:
     return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
@@ -83,18 +100,8 @@ async def test_a_worker_whose_queues_are_at_their_caps_sends_nothing_until_a_run
     """Slots free but the only queue at its cap: before, the poll loop sent an XREAD from id 0
     after every empty pass, answered at once by the queue's backlog (8,750 XREADs and 1.8 s of
     CPU in 3 s of three sleeping runs)."""
-    s = make_settings(fresh_redis.url, prefix, queues=("slow",), worker_concurrency=4,
-                      queue_concurrency={"slow": 1})  # fmt: skip
-    r = fresh_redis.client()
-    async with AsyncClient(settings=s, app=app) as c:
-        hs = [await c.enqueue("slow_job", [f"slow{i}", 0.5]) for i in range(3)]
-        async with running_worker(app, s):
-            before = _calls(r, "xread")
-            for h in hs:
-                await c.result(h.id, timeout=30)
-            during = _calls(r, "xread") - before
+    _, during = await _capped_runs(fresh_redis, prefix, ("slow",), 3, 0.5, "xread")
     assert during <= 3, f"{during} XREADs while the queue sat at its cap"
-    r.close()
 
 
 async def test_a_capped_run_that_ends_wakes_the_idle_worker_for_its_backlog(
@@ -104,17 +111,10 @@ async def test_a_capped_run_that_ends_wakes_the_idle_worker_for_its_backlog(
     entries, and each capped run that ends must end that wait (CLIENT UNBLOCK) for the next of
     the backlog. Before, the next run started when the wait's block ran out: six runs of 0.2 s
     at a cap of 1 took 5.4 s, not 1.3."""
-    s = make_settings(fresh_redis.url, prefix, queues=("slow", "fast"), worker_concurrency=4,
-                      queue_concurrency={"slow": 1})  # fmt: skip
-    r = fresh_redis.client()
-    async with AsyncClient(settings=s, app=app) as c:
-        hs = [await c.enqueue("slow_job", [f"slow{i}", 0.2]) for i in range(6)]
-        async with running_worker(app, s):
-            before = _calls(r, "client|unblock")
-            for h in hs:
-                await c.result(h.id, timeout=30)
-            unblocked = _calls(r, "client|unblock") - before
-    got = sorted((start, end) for tag, start, end in spans(s, r) if tag.startswith("slow"))
+    s, unblocked = await _capped_runs(
+        fresh_redis, prefix, ("slow", "fast"), 6, 0.2, "client|unblock"
+    )
+    with fresh_redis.client() as r:
+        got = sorted((start, end) for tag, start, end in spans(s, r) if tag.startswith("slow"))
     assert len(got) == 6 and all(a[1] <= b[0] for a, b in itertools.pairwise(got))
     assert unblocked >= 1, "no capped run ended the idle wait"
-    r.close()
