@@ -443,3 +443,30 @@ async def test_the_cluster_wait_ends_when_a_capped_queue_frees_a_slot() -> None:
     assert len(sent) == 2 and not again.done()
     cw.interrupt()
     await asyncio.wait_for(again, 5)
+
+
+async def test_a_slot_freed_during_a_pass_waits_for_the_next_partitions_turn() -> None:
+    """The pass waits for a recovery of one partition (the heartbeat asks for one of every
+    queue a few times per visibility timeout) while the run it just claimed ends: the freed slot
+    goes to the next pass, which starts at the next partition. Before, the same pass claimed
+    again, from the partition after the one recovering, and that partition's turn came twice in
+    a row (the CI failure of test_partitions' turn test: starts 1, 3 then 3 again)."""
+    parts = {"bulk": tids("a", 3), "bulk~1": tids("b", 3), "bulk~2": tids("c", 3),
+             "bulk~3": tids("d", 3)}  # fmt: skip
+    t = Setup(parts, concurrency=1, partitions={"bulk": 4})
+    recovering = t.recovery.pending["bulk~1"] = asyncio.Event()
+    loop = asyncio.ensure_future(t.consumer.loop())
+    await until(lambda: len(t.launched) == 1)  # bulk's run; the pass now waits for bulk~1's
+    end(t, *t.launched[0])
+    del t.recovery.pending["bulk~1"]
+    recovering.set()
+    for n in range(2, 5):
+        await until(lambda n=n: len(t.launched) == n)  # type: ignore[misc]
+        await settle()
+        end(t, *t.launched[-1])
+    assert [q for q, _ in t.launched] == ["bulk", "bulk~1", "bulk~2", "bulk~3"]
+    t.env.stop_event.set()
+    t.slots.changed.notify()
+    t.consumer.interrupt()
+    t.lane.wake.set()
+    await asyncio.wait_for(loop, 5)

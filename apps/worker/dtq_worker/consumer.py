@@ -135,7 +135,14 @@ class Consumer:
         drained = True
         self.more = False  # a claim stopped at its scan budget (limits parked many entries)
         order, sent = self._order(), False
+        # Partitioned queues whose claim in this pass got all the slots it asked for: a slot
+        # that frees later in the pass (while it waits for a recovery or a claim) is the next
+        # pass's, which starts at the next partition: so each claim starts at the next one.
+        full: set[str] = set()
         for queue in order:
+            if full and partitions.logical(queue) in full:
+                drained = False
+                continue
             if self.recovery.active(queue):
                 await self.recovery.wait(queue)  # its claims wait for it (recovery.py)
             free = self.slots.free(queue)
@@ -156,6 +163,8 @@ class Consumer:
             total += len(batch.runs)
             if len(batch.runs) >= free:
                 drained = False
+                if queue in env.partitions_of:
+                    full.add(partitions.logical(queue))
         return total, now_ms, drained
 
     async def _claim(
