@@ -247,12 +247,16 @@ class SyncDoneWaits:
                 ps.close()
 
     def _fail(self, add: list[str], drop: list[str], exc: Exception) -> None:
+        """The waits of the channels just asked for raise ``exc``; a channel still wanted is
+        asked for again (its confirmation clears the failure for later waits), one given up is
+        unsubscribed once the connection is back."""
         with self._lock:
             for c in add:
                 if c in self._ready:
                     self._failed[c] = exc
                     self._ready[c].set()
-            self._todo.update(drop)  # (given up: unsubscribed once the connection is back)
+            self._todo.update(add)
+            self._todo.update(drop)
 
     def _deliver(self, msg: dict[str, Any]) -> None:
         channel = msg.get("channel")
