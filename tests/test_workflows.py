@@ -11,7 +11,8 @@ import pytest
 from dtq import AsyncClient, Settings, TaskFailed, chain, chord, group, sig
 from dtq.keys import Keys, split_task_id
 from tests.apps.flows import add, app, double
-from tests.conftest import running_worker
+from tests.conftest import make_settings, running_worker
+from tests.redis_server import RedisServer
 
 
 @pytest.fixture
@@ -203,3 +204,47 @@ def _sync(s: Settings) -> Any:
     import redis
 
     return redis.Redis.from_url(s.redis_url, decode_responses=True)
+
+
+MANY = ["default", "other", *(f"q{i}" for i in range(298))]
+
+
+def _restarts(w: Any, loop: str) -> float:
+    return (
+        w.metrics.registry.get_sample_value("dtq_worker_loop_restarts_total", {"loop": loop}) or 0.0
+    )
+
+
+@pytest.mark.cluster
+async def test_a_worker_of_300_queues_moves_handovers_without_restarting_its_loops(
+    settings: Settings,
+) -> None:
+    """Each queue's workflow outbox had a blocking reader of its own on the worker's blocking
+    client, and the periodic recovery sent one call per queue at once on its main client: both
+    pools hold 100 connections, so past about 98 queues the flow and scheduler loops failed
+    ("Too many connections") and restarted again and again."""
+    s = settings.model_copy(update={"queues": MANY})
+    async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
+        h = await c.enqueue_workflow(chain(add.s(1, 2), sig("double"), sig("add", [10])))
+        assert await c.result(h.id, timeout=30) == 16
+        h2 = await c.enqueue_workflow(chain(double.s(5), sig("add", [1])))
+        assert await c.result(h2.id, timeout=30) == 11
+        await asyncio.sleep(1.5)  # (a failing loop is restarted after 0.5-1.5 s)
+        loops = ("flows", "poll", "scheduler", "reaper", "heartbeat")
+        assert {loop: _restarts(w, loop) for loop in loops} == dict.fromkeys(loops, 0)
+
+
+async def test_a_worker_of_300_queues_holds_a_few_connections(
+    fresh_redis: RedisServer, prefix: str
+) -> None:
+    """On one server the outboxes are read by one blocking read over all of them, and the
+    periodic recovery sends at most 8 calls at once: what the worker holds does not grow with
+    its queues (before: a connection per queue, 105 here)."""
+    s = make_settings(fresh_redis.url, prefix, queues=MANY)
+    with fresh_redis.client() as r:
+        before = len(r.client_list())
+        async with running_worker(app, s), AsyncClient(settings=s, app=app) as c:
+            h = await c.enqueue_workflow(chain(add.s(1, 2), sig("double"), sig("add", [10])))
+            assert await c.result(h.id, timeout=30) == 16
+            held = len(r.client_list()) - before
+    assert held <= 30, f"{held} connections for a worker and a client"

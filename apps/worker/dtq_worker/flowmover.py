@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aredis
 
 from dtq import workflows as wf
+from dtq.connection import is_cluster
 from dtq.errors import DtqError
 
 if TYPE_CHECKING:
@@ -58,20 +59,26 @@ class FlowMover:
             self._grouped.add(s)
 
     async def loop(self) -> None:
-        """One reader per outbox, side by side: each outbox is in its own slot on a cluster,
-        so one blocking XREADGROUP cannot name two of them."""
+        """On one server, one blocking read over every outbox: one connection, whatever the
+        number of queues (a reader per outbox held one each, and past 98 queues the blocking
+        client's 100 ran out). On a cluster each outbox is in its own slot, so one blocking
+        XREADGROUP cannot name two of them: one reader per outbox, side by side (the worker
+        sizes its blocking client's pools for them)."""
         streams = list(self._outboxes())
         await self._ensure_groups(streams)
+        if not is_cluster(self.env.blocking):
+            await self._read(streams)
+            return
         try:
             async with asyncio.TaskGroup() as tg:  # one reader failing restarts them all
                 for s in streams:
-                    tg.create_task(self._read(s))
+                    tg.create_task(self._read([s]))
         except ExceptionGroup as eg:
             # The supervisor classifies one error: a Redis outage (every reader's connection
             # closed) is a transient warning, not a crash with a group's traceback.
             raise eg.exceptions[0] from eg
 
-    async def _read(self, stream: str) -> None:
+    async def _read(self, streams: list[str]) -> None:
         env = self.env
         last_sweep = 0.0
         while not env.stopping:
@@ -79,18 +86,21 @@ class FlowMover:
             now = time.monotonic()
             if now - last_sweep > max(1.0, env.settings.visibility_timeout_s / 2):
                 last_sweep = now
-                await self._take_over(stream)
+                for stream in streams:
+                    await self._take_over(stream)
             try:
                 reply: Any = await env.blocking.xreadgroup(
-                    MOVERS, env.worker_id, {stream: ">"}, count=BATCH, block=BLOCK_MS
-                )
+                    MOVERS, env.worker_id, dict.fromkeys(streams, ">"), count=BATCH,
+                    block=BLOCK_MS,
+                )  # fmt: skip
             except aredis.ResponseError as exc:
                 if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                     raise
-                self._grouped.discard(stream)  # the outbox was deleted (a flush, retention)
-                await self._ensure_groups([stream])
+                # An outbox was deleted (a flush, retention): which one the error does not say.
+                self._grouped.difference_update(streams)
+                await self._ensure_groups(streams)
                 continue
-            for _, entries in reply or []:
+            for stream, entries in reply or []:
                 await self._move_all(stream, entries)
 
     async def _take_over(self, stream: str) -> None:

@@ -35,6 +35,10 @@ log = logging.getLogger("dtq.recovery")
 # listed as known: its entry stays pending to this worker until the reaper takes it (the body
 # ran; adopting it would start the same attempt twice).
 UNANSWERED_KEEP_VISIBILITY = 3
+# Recoveries sent at once: the periodic check asks for every queue together, and a worker of
+# hundreds of queues sending them all at once took every connection of its client's pool (100),
+# failing the other loops' calls meanwhile ("Too many connections").
+AT_ONCE = 8
 
 
 class Recovery:
@@ -55,6 +59,7 @@ class Recovery:
         self._queue_of = {env.keys.queue(q).task_base: q for q in env.queues}
         self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
         self._failed: set[str] = set()  # queues whose last recovery did not get through
+        self._sending = asyncio.Semaphore(AT_ONCE)
         self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
         self.last = time.monotonic()
 
@@ -122,13 +127,15 @@ class Recovery:
             # No claim of this queue is sent from now on (active()); wait out those in flight.
             await self.slots.claims_settled(queue)
             s = env.settings
-            call = sc.recover_call(
-                env.keys.queue(queue), env.worker_id, self._known(queue),
-                events_maxlen=s.events_maxlen, since_ms=self.since_ms,
-            )  # fmt: skip
-            sent = time.monotonic()
             try:
-                batch = sc.parse_claim(queue, await env.scripts.run(call))
+                async with self._sending:
+                    # (The runs known are read once its turn came: any wait can change them.)
+                    call = sc.recover_call(
+                        env.keys.queue(queue), env.worker_id, self._known(queue),
+                        events_maxlen=s.events_maxlen, since_ms=self.since_ms,
+                    )  # fmt: skip
+                    sent = time.monotonic()
+                    batch = sc.parse_claim(queue, await env.scripts.run(call))
             except Exception as exc:
                 if not is_transient(exc):
                     raise

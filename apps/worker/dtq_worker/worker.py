@@ -23,7 +23,13 @@ import redis.exceptions as rex
 from dtq import eviction, partitions, schema
 from dtq import scripts as sc
 from dtq.app import App
-from dtq.connection import async_redis, default_url_warning, display_url
+from dtq.connection import (
+    POOL_CONNECTIONS,
+    async_redis,
+    default_url_warning,
+    display_url,
+    is_cluster_url,
+)
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
@@ -84,12 +90,16 @@ class Worker:
             socket_timeout=timeout,
             socket_connect_timeout=min(timeout, 5.0),
         )
-        # Blocking reads get their own connection so they never hold up the others.
+        # Blocking reads get their own connection so they never hold up the others. On a
+        # cluster they hold two per queue on the queue's node (the idle wait's read and the
+        # workflow outbox's: clusterwait.py, flowmover.py), beyond the pool's usual 100.
+        more: dict[str, Any] = {"max_connections": POOL_CONNECTIONS + 2 * len(self.queues)}
         self.blocking = async_redis(
             settings.redis_url,
             decode_responses=True,
             socket_timeout=timeout + 2,
             socket_connect_timeout=min(timeout, 5.0),
+            **(more if is_cluster_url(settings.redis_url) else {}),
         )
         lane = settings.fast_lane
         sc.hiredis_packing(self.redis, fast_lane=lane)  # the batched script calls are long
