@@ -39,9 +39,12 @@ class AdminCore:
         self.keys = Keys(self.settings.key_prefix)
         # Re-sends after a blip (DTQ_CLIENT_RETRIES): reads, and state changes made safe to
         # re-send (docs/faults.md, "Connection blips at the SDK").
+        # Calls beyond the pool's 100 connections wait for one (an API serving many requests
+        # at once), as the SDK's AsyncClient's do.
         self.redis: aredis.Redis = redis_client or async_redis(
-            self.settings.redis_url, retries=self.settings.client_retries, decode_responses=True
-        )
+            self.settings.redis_url, retries=self.settings.client_retries,
+            wait_for_connection=True, decode_responses=True,
+        )  # fmt: skip
         # redis-py's command stubs are unions of bytes/str; this client decodes to str.
         self._r: Any = self.redis
         # With the app, enqueues get each task's declared defaults (queue, priority, limits).
