@@ -53,6 +53,19 @@ async def test_progress_is_visible_while_running_and_after(
     assert details[-1]["current"] == 4
 
 
+async def test_the_last_report_of_each_of_400_runs_at_once_is_kept(settings: Settings) -> None:
+    """400 runs reporting at once: each run's writes went straight to the worker's client,
+    whose pool holds 100 connections, so about a third of the runs' reports (their last one
+    too) failed ("Too many connections", logged at debug: progress is best effort)."""
+    s = settings.model_copy(update={"worker_concurrency": 400})
+    async with running_worker(app, s), AsyncClient(settings=s, app=app) as c:
+        hs = await c.enqueue_many([{"name": "stepper", "args": [2, 0.1]}] * 400)
+        assert await asyncio.gather(*(c.result(h.id, timeout=60) for h in hs)) == [2] * 400
+        infos = [await c.get(h.id) for h in hs]
+    lost = [i.id for i in infos if not i.progress or i.progress["current"] != 2]
+    assert not lost, f"{len(lost)} of 400 runs lost their last report"
+
+
 def test_progress_report_validation() -> None:
     assert json.loads(encode_progress(1, 3, "x", 2)) == {
         "current": 1, "total": 3, "message": "x", "attempt": 2,

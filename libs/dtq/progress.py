@@ -69,8 +69,12 @@ class ProgressWriter:
         worker_id: str,
         events_maxlen: int,
         stopped: Callable[[], bool],
+        gate: asyncio.Semaphore | None = None,
     ) -> None:
+        """``gate``: shared by the writers of one runner, bounds the writes in flight at once
+        (each writer keeps only its latest report while it waits)."""
         self._scripts = scripts
+        self._gate: contextlib.AbstractAsyncContextManager[Any] = gate or contextlib.nullcontext()
         self._qk = qk
         self._tid = tid
         self._attempt = attempt
@@ -102,12 +106,13 @@ class ProgressWriter:
 
     async def _drain(self) -> None:
         while self._pending is not None:
-            payload, self._pending = self._pending, None
-            call = sc.progress_call(
-                self._qk, self._tid, self._attempt, self._worker_id, payload, self._maxlen
-            )
             try:
-                await self._scripts.run(call)
+                async with self._gate:  # (the latest report is taken once its turn came)
+                    payload, self._pending = self._pending, None
+                    call = sc.progress_call(
+                        self._qk, self._tid, self._attempt, self._worker_id, payload, self._maxlen
+                    )
+                    await self._scripts.run(call)
             except Exception as exc:  # progress is best effort; the outcome write is not
                 log.debug("progress of %s not written: %s", self._tid, exc)
 

@@ -24,6 +24,9 @@ from dtq_worker.metrics import WorkerMetrics
 log = logging.getLogger("dtq.worker")
 
 
+PROGRESS_WRITES_AT_ONCE = 16
+
+
 class WorkerEnv:
     def __init__(
         self,
@@ -49,6 +52,9 @@ class WorkerEnv:
         self.stop_event = asyncio.Event()  # shutdown began
         self.finished_event = asyncio.Event()  # shutdown is over (the heartbeat's last beat)
         self.self_stopping = False  # stopping because Redis stayed away (exit 1, no drain)
+        # The runs' progress writes in flight at once (dtq.progress): hundreds of runs
+        # reporting together would take every connection of the client's pool (100).
+        self.progress_writes = asyncio.Semaphore(PROGRESS_WRITES_AT_ONCE)
         self._bg: set[asyncio.Task[Any]] = set()
 
     @property

@@ -76,6 +76,7 @@ class _Hooks:
             self.writer = ProgressWriter(
                 env.scripts, env.keys.queue(c.queue), c.tid, c.attempt, env.worker_id,
                 env.settings.events_maxlen, lambda: run.stop_reason is not None,
+                gate=env.progress_writes,
             )  # fmt: skip
         return self.writer
 
