@@ -96,3 +96,27 @@ async def test_a_node_lost_under_the_hub_leaves_no_error_unread(settings: Settin
     gc.collect()
     await asyncio.sleep(0)  # what the collection scheduled runs now
     assert [c for c in reported if "future" in c] == []  # (about a task)
+
+
+async def test_the_hub_streams_the_events_of_300_queues(settings: Settings) -> None:
+    """On a cluster the hub holds one blocking XREAD per stream: its client must hold as many
+    connections. On the pool of 100 per node, about 300 queues over 3 nodes answered an error
+    event ("Too many connections"); the hub now reads on a client of its own, whose pool holds
+    one connection per stream, with no calls-in-flight cap to hold reads back."""
+    queues = [f"q{i}" for i in range(300)]
+    with Client(settings=settings) as c:
+        for q in queues:
+            c.enqueue("noop", queue=q)  # every queue known before the stream starts
+        hub = events.hub_for(settings, 4)
+        try:
+            frames = sse(hub.subscribe(), ping_s=30)
+            assert await frames.__anext__() == b": connected\n\n"
+            tids = {c.enqueue("noop", queue=q).id.split(":")[1] for q in queues}
+            seen = b""
+            async with asyncio.timeout(30):
+                while not all(t.encode() in seen for t in tids):
+                    frame = await frames.__anext__()
+                    assert not frame.startswith(b"event: error"), frame
+                    seen += frame
+        finally:
+            await hub.close()

@@ -13,7 +13,7 @@ from dtq.admin import Admin
 from dtq.settings import Settings
 from dtq_api import schemas as s
 from dtq_api.errors import ApiError
-from dtq_api.events import EventHub
+from dtq_api.events import EventHub, hub_for
 
 QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
 CURSOR_RE = r"^[0-9]{1,19}(\.[0-9]{1,9})?$"  # a position: the DLQ listing's
@@ -48,7 +48,7 @@ def get_hub(app: FastAPI) -> EventHub:
     hub: EventHub | None = getattr(app.state, "hub", None)
     if hub is None:
         settings: Settings = app.state.settings
-        hub = app.state.hub = EventHub(lambda: Admin(settings), settings.api_max_streams)
+        hub = app.state.hub = hub_for(settings, settings.api_max_streams)
     return hub
 
 

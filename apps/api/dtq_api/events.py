@@ -20,7 +20,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import redis
 
 from dtq.admin import Admin, Event
+from dtq.connection import async_redis
 from dtq.errors import RedisUnavailable
+from dtq.settings import Settings
 
 log = logging.getLogger("dtq.api")
 BLOCK_MS = 5000
@@ -182,3 +184,23 @@ async def sse(
                 yield frame
     finally:
         sub.close()
+
+
+# The hub's own client may hold this many connections (per node of a cluster): on a cluster
+# its reader holds one blocking XREAD per event stream (dtq/admin/events.py), one per queue, and
+# no calls-in-flight cap may hold some back while the others block (events of the queues held
+# back waited for a read's 5 s block to end).
+READER_CONNECTIONS = 100_000
+
+
+def hub_for(settings: Settings, max_streams: int) -> EventHub:
+    """The process's hub, reading on a client of its own (outside the routes' pool)."""
+
+    def admin() -> Admin:
+        r = async_redis(
+            settings.redis_url, retries=settings.client_retries, decode_responses=True,
+            max_connections=READER_CONNECTIONS,
+        )  # fmt: skip
+        return Admin(settings, redis_client=r)
+
+    return EventHub(admin, max_streams)
