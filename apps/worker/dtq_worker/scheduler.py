@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dtq.scheduler")
 LEASE_MS = 10_000
+# How often each queue's lock is taken or renewed (a quarter of the lease), not every tick: a
+# tick every second per queue cost a script call each, on every worker, for all queues.
+LOCK_EVERY_S = LEASE_MS / 4000
 BATCH = 1000
 SWEEP_CALLS = 20  # limit_sweep calls per queue per tick (5000 parked ids each at most)
 
@@ -26,6 +29,7 @@ class Scheduler:
         """``app``: its periodic schedules (dtq.schedules)."""
         self.env = env
         self.leading: set[str] = set()
+        self._locked_at: dict[str, float] = {}  # queue -> its last lock call (monotonic)
         self.retention = Retention(env)
         self.periodic = ScheduleRunner(env.redis, env.scripts, env.keys, env.settings, app)
 
@@ -48,26 +52,40 @@ class Scheduler:
         env = self.env
         soonest: int | None = None
         for queue in env.queues:
-            call = sc.lock_call(self.lock_key(queue), env.worker_id, LEASE_MS)
-            if sc.parse_lock(await env.scripts.run(call)) is not sc.Lock.HELD:
-                if queue in self.leading:
-                    log.info("lost scheduler leadership of %s", queue)
-                self.leading.discard(queue)
+            if not await self.leads(queue):
                 continue
-            if queue not in self.leading:
-                log.info("scheduler leader for queue %s", queue)
-                self.leading.add(queue)
             while True:
                 res = await self.promote(queue)
                 if res.promoted + res.dropped < BATCH:
                     break
-            await self.sweep_owed(queue)
+            if res.owed:
+                await self.sweep_owed(queue)
             if res.next_due_ms is not None:
                 soonest = res.next_due_ms if soonest is None else min(soonest, res.next_due_ms)
-            next_fire = await self.periodic.tick(queue)  # periodic schedules (dtq.schedules)
+            # Periodic schedules (dtq.schedules): read only when one is due (or to sync).
+            next_fire = await self.periodic.tick_if_due(queue, res.next_fire_ms, res.now_ms)
             if next_fire is not None:
                 soonest = next_fire if soonest is None else min(soonest, next_fire)
         return soonest
+
+    async def leads(self, queue: str) -> bool:
+        """Whether this worker leads ``queue``: its lock is taken or renewed every
+        :data:`LOCK_EVERY_S`, well within the lease (a leader paused past the lease meets
+        another leader at its next lock call; two overlapping promote each task once)."""
+        now = time.monotonic()
+        if now - self._locked_at.get(queue, -LOCK_EVERY_S) < LOCK_EVERY_S:
+            return queue in self.leading
+        call = sc.lock_call(self.lock_key(queue), self.env.worker_id, LEASE_MS)
+        held = sc.parse_lock(await self.env.scripts.run(call)) is sc.Lock.HELD
+        self._locked_at[queue] = now
+        if not held:
+            if queue in self.leading:
+                log.info("lost scheduler leadership of %s", queue)
+            self.leading.discard(queue)
+        elif queue not in self.leading:
+            log.info("scheduler leader for queue %s", queue)
+            self.leading.add(queue)
+        return held
 
     async def promote(self, queue: str) -> sc.PromoteResult:
         env = self.env
@@ -90,3 +108,4 @@ class Scheduler:
         for queue in list(self.leading):
             await self.env.scripts.run(sc.unlock_call(self.lock_key(queue), self.env.worker_id))
         self.leading.clear()
+        self._locked_at.clear()

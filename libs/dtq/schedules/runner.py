@@ -90,6 +90,16 @@ class ScheduleRunner:
                     await pipe.execute()
                 log.info("schedule %s of queue %s removed: no longer declared in code", name, queue)
 
+    async def tick_if_due(self, queue: str, next_fire_ms: int | None, now_ms: int) -> int | None:
+        """:meth:`tick` when a schedule is due at ``now_ms`` (the server's time) by
+        ``next_fire_ms`` (read by promote.lua) or the code's schedules are to be synced again;
+        else the next fire time as given, and no call is made."""
+        if time.monotonic() >= self._next_sync.get(queue, 0.0) or (
+            next_fire_ms is not None and next_fire_ms <= now_ms
+        ):
+            return await self.tick(queue)
+        return next_fire_ms
+
     async def tick(self, queue: str) -> int | None:
         """Fire what is due in ``queue``; return the next fire time (ms), or None."""
         qk = self.keys.queue(queue)

@@ -20,7 +20,7 @@ class TouchMark(StrEnum):
 
 
 class PromoteSentinel(IntEnum):
-    """promote.lua's next due time when nothing is scheduled."""
+    """promote.lua's next due (or next fire) time when nothing is scheduled."""
 
     NONE_DUE = -1
 
@@ -106,12 +106,22 @@ class PromoteResult:
     promoted: int
     dropped: int
     next_due_ms: int | None
+    owed: bool = False  # limit keys are owed a release (limit_sweep.lua has work)
+    next_fire_ms: int | None = None  # the queue's next periodic schedule fire
+    now_ms: int = 0  # the server's time of the call
 
 
 def promote_call(qk: QueueKeys, limit: int, events_maxlen: int) -> Call:
-    return Call("promote", [*qk.streams, qk.sched, qk.events, qk.task_base], [limit, events_maxlen])
+    keys = [*qk.streams, qk.sched, qk.events, qk.task_base, qk.lim_owed, qk.schedules_next]
+    return Call("promote", keys, [limit, events_maxlen])
+
+
+def _ms(raw: Any) -> int | None:
+    n = int(raw)
+    return None if n <= PromoteSentinel.NONE_DUE else n
 
 
 def parse_promote(raw: list[Any]) -> PromoteResult:
-    nxt = int(raw[2])
-    return PromoteResult(int(raw[0]), int(raw[1]), None if nxt <= PromoteSentinel.NONE_DUE else nxt)
+    return PromoteResult(
+        int(raw[0]), int(raw[1]), _ms(raw[2]), int(raw[3]) == 1, _ms(raw[4]), int(raw[5])
+    )
