@@ -52,7 +52,7 @@ def measure(root: str, queues: int, workers: int, seconds: float) -> dict[str, o
             cwd=root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        )
         for i in range(workers)
     ]
     try:
