@@ -23,19 +23,14 @@ import redis.exceptions as rex
 from dtq import eviction, partitions, schema
 from dtq import scripts as sc
 from dtq.app import App
-from dtq.connection import (
-    POOL_CONNECTIONS,
-    async_redis,
-    default_url_warning,
-    display_url,
-    is_cluster_url,
-)
+from dtq.connection import default_url_warning, display_url
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.retrypolicy import retry_delay_ms
 from dtq.settings import Settings
 from dtq_worker import poolchild
+from dtq_worker.clients import worker_clients
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
@@ -83,28 +78,8 @@ class Worker:
         self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
         self.pid = os.getpid()
-        timeout = max(5.0, settings.heartbeat_interval_s * 2)
-        self.redis = async_redis(
-            settings.redis_url,
-            decode_responses=True,
-            socket_timeout=timeout,
-            socket_connect_timeout=min(timeout, 5.0),
-        )
-        # Blocking reads get their own connection so they never hold up the others. On a
-        # cluster they hold two per queue on the queue's node (the idle wait's read and the
-        # workflow outbox's: clusterwait.py, flowmover.py), beyond the pool's usual 100.
-        more: dict[str, Any] = {"max_connections": POOL_CONNECTIONS + 2 * len(self.queues)}
-        self.blocking = async_redis(
-            settings.redis_url,
-            decode_responses=True,
-            socket_timeout=timeout + 2,
-            socket_connect_timeout=min(timeout, 5.0),
-            **(more if is_cluster_url(settings.redis_url) else {}),
-        )
-        lane = settings.fast_lane
-        sc.hiredis_packing(self.redis, fast_lane=lane)  # the batched script calls are long
-        sc.hiredis_packing(self.blocking, fast_lane=lane)  # the idle XREAD names every band
-        self.scripts = sc.AsyncScripts(self.redis, fast_lane=lane)
+        self.redis, self.blocking = worker_clients(settings, len(self.queues))
+        self.scripts = sc.AsyncScripts(self.redis, fast_lane=settings.fast_lane)
         self.metrics = WorkerMetrics(self.worker_id)
         # What every loop reads (identity, settings, Redis, metrics, stopping): env.py.
         self.env = env = WorkerEnv(

@@ -1,0 +1,40 @@
+"""The worker's two Redis clients: one for its calls, one for its blocking reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aredis
+
+from dtq import scripts as sc
+from dtq.connection import POOL_CONNECTIONS, async_redis, is_cluster_url
+from dtq.settings import Settings
+
+
+def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredis.Redis]:
+    """``(calls, blocking)`` for a worker consuming ``queues`` (physical) queues.
+
+    A call may wait up to twice the heartbeat interval (at least 5 s) for its reply. Blocking
+    reads get their own connections so they never hold up the others. On a cluster they hold
+    two per queue on the queue's node (the idle wait's read and the workflow outbox's:
+    clusterwait.py, flowmover.py), beyond the pool's usual 100.
+    """
+    timeout = max(5.0, settings.heartbeat_interval_s * 2)
+    calls = async_redis(
+        settings.redis_url,
+        decode_responses=True,
+        socket_timeout=timeout,
+        socket_connect_timeout=min(timeout, 5.0),
+    )
+    more: dict[str, Any] = {"max_connections": POOL_CONNECTIONS + 2 * queues}
+    blocking = async_redis(
+        settings.redis_url,
+        decode_responses=True,
+        socket_timeout=timeout + 2,
+        socket_connect_timeout=min(timeout, 5.0),
+        **(more if is_cluster_url(settings.redis_url) else {}),
+    )
+    lane = settings.fast_lane
+    sc.hiredis_packing(calls, fast_lane=lane)  # the batched script calls are long
+    sc.hiredis_packing(blocking, fast_lane=lane)  # the idle XREAD names every band
+    return calls, blocking
