@@ -20,12 +20,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import redis
 
 from dtq.admin import Admin, Event
+from dtq.aiotasks import cancel_until_done
 from dtq.connection import async_redis
 from dtq.errors import RedisUnavailable
 from dtq.settings import Settings
 
 log = logging.getLogger("dtq.api")
 BLOCK_MS = 5000
+READER_END_S = 5.0
+"""How long :meth:`EventHub.close` waits for its reader to end."""
 QUEUE_BATCHES = 256
 """Batches a subscriber may have unread before it is dropped as too slow."""
 
@@ -86,9 +89,13 @@ class EventHub:
         for sub in list(self._subs):
             sub.close()
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+            # Cancelled again until it ends: on one server its read is a redis-py call, which
+            # can lose a cancel (dtq/aiotasks.py), and then closing waited for it for ever.
+            if await cancel_until_done([self._reader], READER_END_S):
+                log.warning("the event reader did not end within %.0fs", READER_END_S)
+            elif not self._reader.cancelled():
+                with contextlib.suppress(Exception):
+                    self._reader.result()  # (its error, if any, was delivered to the streams)
         if self._admin is not None:
             await self._admin.close()
             self._admin = None
@@ -193,14 +200,15 @@ async def sse(
 READER_CONNECTIONS = 100_000
 
 
+def hub_admin(settings: Settings) -> Admin:
+    """The hub's Admin, on a client of its own (outside the routes' pool)."""
+    r = async_redis(
+        settings.redis_url, retries=settings.client_retries, decode_responses=True,
+        max_connections=READER_CONNECTIONS,
+    )  # fmt: skip
+    return Admin(settings, redis_client=r)
+
+
 def hub_for(settings: Settings, max_streams: int) -> EventHub:
-    """The process's hub, reading on a client of its own (outside the routes' pool)."""
-
-    def admin() -> Admin:
-        r = async_redis(
-            settings.redis_url, retries=settings.client_retries, decode_responses=True,
-            max_connections=READER_CONNECTIONS,
-        )  # fmt: skip
-        return Admin(settings, redis_client=r)
-
-    return EventHub(admin, max_streams)
+    """The process's hub, reading through :func:`hub_admin`."""
+    return EventHub(lambda: hub_admin(settings), max_streams)

@@ -11,10 +11,11 @@ from typing import Any
 from dtq.admin.common import id_ms
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, events_from, iso
+from dtq.aiotasks import cancel_until_done
 from dtq.errors import InvalidRequest
 from dtq.partitions import expand
 
-# How long close() waits for the cluster's per-stream reads to end once they are cancelled.
+# How long close() waits for the cluster's per-stream reads to end (dtq/aiotasks.py).
 STRAY_READ_WAIT_S = 1.0
 
 
@@ -94,10 +95,11 @@ class EventOps(AdminCore):
         in parallel, until the first has events or fails (its error is raised).
 
         The reads still waiting are kept for the next call, which passes the same cursors for
-        them, rather than cancelled: redis-py can lose a cancel that lands just after a command
-        is sent, leaving a read that never ends, whose error (at the close of its connection)
-        nobody takes ("Task exception was never retrieved" in the log). :meth:`close` ends
-        them. Every read's outcome is taken when it ends.
+        them, rather than cancelled: a cancel that lands just as a command is sent is lost
+        (dtq/aiotasks.py), leaving a read whose error (at the close of its connection) nobody
+        takes ("Task exception was never retrieved" in the log). :meth:`close` ends them, and
+        the reads cancelled for an older cursor, cancelling again until they end. Every read's
+        outcome is taken when it ends.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
@@ -108,6 +110,8 @@ class EventOps(AdminCore):
                 kept = reads.get(k)
                 if kept is not None and kept[0] != cur[k]:
                     kept[1].cancel()  # reads from an older position: not what is asked
+                    self._dropped_reads.add(kept[1])
+                    kept[1].add_done_callback(self._dropped_reads.discard)
                     kept = None
                 if kept is None:
                     block = left_ms if block_ms else None
@@ -134,15 +138,19 @@ class EventOps(AdminCore):
         """The cluster's per-stream XREADs under way: stream key -> (its cursor, the read)."""
         return {}
 
+    @functools.cached_property
+    def _dropped_reads(self) -> set[asyncio.Task[Any]]:
+        """Reads cancelled for an older cursor that have not ended yet."""
+        return set()
+
     async def close(self) -> None:
-        reads = [t for _, t in self._stream_reads.values()]
+        reads = [t for _, t in self._stream_reads.values()] + list(self._dropped_reads)
         self._stream_reads.clear()
         for t in reads:
             t.cancel()
         await super().close()
         if reads:
-            # Cancelled, and their connections closed: they end now.
-            await asyncio.wait(reads, timeout=STRAY_READ_WAIT_S)
+            await cancel_until_done(reads, STRAY_READ_WAIT_S)
 
     async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
         """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
