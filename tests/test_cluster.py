@@ -6,6 +6,7 @@ SCAN walks. Bodies marked ``cluster`` run against one redis-server and against t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -22,6 +23,7 @@ from dtq.errors import ConfigError, RedisUnavailable
 from dtq.keys import Keys
 from dtq.settings import checked_redis_url
 from dtq_worker import consumer, retention
+from dtq_worker import worker as worker_module
 from tests.apps.basic import app
 from tests.conftest import create_groups, make_settings, running_worker
 from tests.redis_cluster import RedisClusterFixture
@@ -121,6 +123,49 @@ async def test_a_stop_ends_the_idle_wait_at_once(
         await idle(w)
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 5.0  # not the 10 s block
+
+
+def _losing_a_cancel(make: Any, readers: list[asyncio.Task[Any]]) -> Any:
+    """worker_clients whose blocking client's reads drop the first cancel they get and go on
+    waiting, as a real one does now and then (dtq/aiotasks.py: Python 3.11's wait_for round
+    redis-py's send)."""
+
+    def clients(*args: Any) -> Any:
+        calls, blocking = make(*args)
+        real = blocking.xread
+
+        async def xread(streams: dict[str, str], **kw: Any) -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            readers.append(task)
+            with contextlib.suppress(asyncio.CancelledError):
+                return await real(streams, **kw)
+            await asyncio.Event().wait()  # the reply, which nobody reads any more
+
+        blocking.xread = xread
+        return calls, blocking
+
+    return clients
+
+
+async def test_a_stop_ends_every_idle_read_even_one_that_lost_its_cancel(
+    redis_cluster: RedisClusterFixture, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The idle wait's reads (one per queue) outlived the worker: a cancel lost at the stop
+    # left one waiting on a client the worker had closed (seen in the API's event hub, which
+    # reads the same way: tests/test_api_events_hub.py).
+    readers: list[asyncio.Task[Any]] = []
+    monkeypatch.setattr(
+        worker_module, "worker_clients", _losing_a_cancel(worker_module.worker_clients, readers)
+    )
+    s = make_settings(redis_cluster.url, prefix, queues=spread_queues(redis_cluster, prefix, 2))
+    async with running_worker(app, s) as w:
+        await idle(w)
+        async with asyncio.timeout(10):
+            while len(readers) < 2:  # one read per queue
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # blocked in Redis
+    assert [t for t in readers if not t.done()] == []
 
 
 @pytest.mark.cluster

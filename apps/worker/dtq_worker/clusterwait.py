@@ -7,7 +7,8 @@ here each queue gets its own XREAD over its bands (one slot), sent through the c
 the wait ends when any of them is served. A read still pending when the wait ends is kept for
 the next wait (an older cursor only wakes it sooner), so an idle worker holds one blocked read
 per queue, never more. The claim then goes the usual way (one more round trip than on one
-server, only for the first task after an idle spell).
+server, only for the first task after an idle spell). A read whose cancel is lost goes on
+(dtq/aiotasks.py): :meth:`close` cancels again until every read has ended.
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from dtq.aiotasks import cancel_until_done
+
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
+
+
+CLOSE_WAIT_S = 1.0
 
 
 class ClusterWait:
@@ -59,3 +65,8 @@ class ClusterWait:
         """Shutdown: end every pending read now."""
         for t in self._reads.values():
             t.cancel()
+
+    async def close(self) -> None:
+        """Before the client closes: every read ended, a lost cancel given again."""
+        await cancel_until_done(self._reads.values(), CLOSE_WAIT_S)
+        self._reads.clear()

@@ -339,6 +339,11 @@ class Consumer:
         if self.waiting and self._wake_id is not None:
             self.env.spawn(self._unblock(self._wake_id))
 
+    async def close(self) -> None:
+        """After the loop has ended: the cluster's idle reads end too (clusterwait.py)."""
+        if self._cluster is not None:
+            await self._cluster.close()
+
     async def _unblock(self, client_id: int) -> None:
         try:
             await self.env.redis.client_unblock(client_id)

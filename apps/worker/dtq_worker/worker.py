@@ -576,6 +576,7 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     async def _close(self) -> None:
+        await self.consumer.close()
         self.env.cancel_background()
         self.pool.shutdown(wait=False, cancel_futures=True)
         for r in (self.redis, self.blocking):
