@@ -28,6 +28,7 @@ from dtq.errors import (
     SerializationError,
     TaskFailed,
     UnknownTask,
+    unreachable,
 )
 from dtq.eviction import is_oom, out_of_memory_message
 from dtq.keys import PARTITION_SEP, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
@@ -89,7 +90,7 @@ def cancel_channel(keys: Keys) -> str:
 
 
 def _unavailable(exc: Exception) -> RedisUnavailable:
-    return RedisUnavailable(f"Redis unreachable: {exc}")
+    return RedisUnavailable(unreachable(exc))
 
 
 _BLIPS = (redis.ConnectionError, redis.TimeoutError)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlparse
@@ -34,6 +34,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
+
+from dtq.inflight import AsyncInFlight, SyncInFlight, no_cap
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -168,15 +170,14 @@ class _SlotWait:
 
 POOL_CONNECTIONS = 100  # a client's connections at most (redis-py's default pool too)
 POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
-_NO_WAIT = contextlib.nullcontext()  # (a cluster client's calls in flight, not capped)
 
 
 class _SyncCluster(scluster.RedisCluster):
     def __init__(self, *, wait_for_connection: bool = False, **kwargs: Any) -> None:
         # As _AsyncCluster's: a node's pool refuses the call past its 100 connections. (Set
         # first: the slot map is read by the constructor, through execute_command.)
-        self._in_flight: threading.BoundedSemaphore | contextlib.nullcontext[None] = (
-            threading.BoundedSemaphore(POOL_CONNECTIONS) if wait_for_connection else _NO_WAIT
+        self._gate: Callable[[], contextlib.AbstractContextManager[None]] = (
+            SyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
         try:
             super().__init__(**kwargs)
@@ -187,13 +188,24 @@ class _SyncCluster(scluster.RedisCluster):
         wait: _SlotWait | None = None
         while True:
             try:
-                with self._in_flight:
+                with self._gate():
                     return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             except redis.RedisClusterException as exc:
                 raise _as_connection_error(exc) from None
             except (rex.TryAgainError, rex.ClusterError) as exc:
                 wait = wait or _SlotWait()
                 time.sleep(wait.next(exc))
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        run = pipe.execute
+
+        def execute(*args: Any, **kwargs: Any) -> Any:
+            with self._gate():  # counted as one call in flight, as a command is
+                return run(*args, **kwargs)
+
+        pipe.execute = execute
+        return pipe
 
 
 class _AsyncPubSub(acluster.ClusterPubSub):
@@ -209,10 +221,10 @@ class _AsyncCluster(acluster.RedisCluster):
     def __init__(self, *args: Any, wait_for_connection: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
-        # with wait_for_connection, calls beyond that many in flight wait here instead, as
-        # BlockingConnectionPool's do.
-        self._in_flight: asyncio.Semaphore | contextlib.AbstractAsyncContextManager[Any] = (
-            asyncio.Semaphore(POOL_CONNECTIONS) if wait_for_connection else _NO_WAIT
+        # with wait_for_connection, calls beyond that many in flight (commands and pipelines)
+        # wait here instead, as BlockingConnectionPool's do (dtq/inflight.py).
+        self._gate: Callable[[], contextlib.AbstractAsyncContextManager[None]] = (
+            AsyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
 
     def pubsub(self, *args: Any, **kwargs: Any) -> acluster.ClusterPubSub:
@@ -228,11 +240,22 @@ class _AsyncCluster(acluster.RedisCluster):
         wait: _SlotWait | None = None
         while True:
             try:
-                async with self._in_flight:
+                async with self._gate():
                     return await super().execute_command(*args, **kwargs)
             except (rex.TryAgainError, rex.ClusterError) as exc:
                 wait = wait or _SlotWait()
                 await asyncio.sleep(wait.next(exc))
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> acluster.ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        run = pipe.execute
+
+        async def execute(*args: Any, **kwargs: Any) -> Any:
+            async with self._gate():  # counted as one call in flight, as a command is
+                return await run(*args, **kwargs)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
 
 
 class _BlockingSentinelPool(AsyncSentinelPool, aredis.BlockingConnectionPool):

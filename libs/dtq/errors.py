@@ -56,6 +56,16 @@ class RedisUnavailable(DtqError, ConnectionError):
     """Redis could not be reached (refused, reset, timed out); nothing was changed."""
 
 
+def unreachable(exc: BaseException) -> str:
+    """``Redis unreachable: <why>`` for a redis-py error, some of which say nothing (a full
+    pool's ``MaxConnectionsError``): then its kind."""
+    why = str(exc) or _SILENT.get(type(exc).__name__, type(exc).__name__)
+    return f"Redis unreachable: {why}"
+
+
+_SILENT = {"MaxConnectionsError": "too many connections (every one of the client's is in use)"}
+
+
 class InvalidRequest(DtqError, ValueError):
     """An enqueue or admin request has a bad field (unknown queue name form, priority, ...)."""
 

@@ -23,6 +23,7 @@ from dtq.errors import (
     RedisUnavailable,
     SerializationError,
     UnknownTask,
+    unreachable,
 )
 from dtq.keys import BadTaskId
 from dtq.schedules import UnknownSchedule
@@ -96,7 +97,7 @@ def install_errors(app: FastAPI) -> None:
 
     async def unavailable(_: Request, exc: Exception) -> JSONResponse:
         # RedisUnavailable already says so; a raw redis-py error does not.
-        msg = str(exc) if isinstance(exc, RedisUnavailable) else f"Redis unreachable: {exc}"
+        msg = str(exc) if isinstance(exc, RedisUnavailable) else unreachable(exc)
         log.warning("Redis unavailable: %s", msg.removeprefix("Redis unreachable: "))
         return error(503, "redis_unavailable", msg)
 

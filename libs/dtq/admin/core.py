@@ -14,7 +14,7 @@ from dtq import scripts as sc
 from dtq.admin.common import check_queue_name
 from dtq.client import AsyncClient
 from dtq.connection import async_redis, is_cluster
-from dtq.errors import InvalidRequest, RedisUnavailable, UnknownQueue
+from dtq.errors import InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
 from dtq.keys import Keys, QueueKeys
 from dtq.partitions import expand, is_physical, logical
 from dtq.scripts import dlq_requeue_call
@@ -66,7 +66,7 @@ class AdminCore:
         try:
             await self._r.ping()
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+            raise RedisUnavailable(unreachable(exc)) from None
 
     async def eviction_warning(self) -> str | None:
         """What is wrong with Redis's ``maxmemory-policy`` for dtq (dtq.eviction), or None."""
@@ -76,7 +76,7 @@ class AdminCore:
         try:
             return await self.scripts.run(call)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise RedisUnavailable(f"Redis unreachable: {exc}") from None
+            raise RedisUnavailable(unreachable(exc)) from None
         except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
             raise RedisUnavailable(f"Redis refused the write: {exc}") from None
 
