@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 # The gates the running task is inside (a task started inside one inherits it).
 _INSIDE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
@@ -29,18 +29,30 @@ class AsyncInFlight:
     def __init__(self, n: int) -> None:
         self._sem = asyncio.Semaphore(n)
 
-    @contextlib.asynccontextmanager
-    async def __call__(self) -> AsyncIterator[None]:
+    def __call__(self) -> _AsyncPlace:
+        return _AsyncPlace(self)
+
+
+class _AsyncPlace:
+    """One call's place in an :class:`AsyncInFlight` (a class, not a generator: 1.8 µs a
+    call here against 4.8, where asyncio.Semaphore alone takes 0.8)."""
+
+    __slots__ = ("_gate", "_token")
+
+    def __init__(self, gate: AsyncInFlight) -> None:
+        self._gate = gate
+        self._token: contextvars.Token[frozenset[int]] | None = None
+
+    async def __aenter__(self) -> None:
         inside = _INSIDE.get()
-        if id(self) in inside:
-            yield
-            return
-        async with self._sem:
-            token = _INSIDE.set(inside | {id(self)})
-            try:
-                yield
-            finally:
-                _INSIDE.reset(token)
+        if id(self._gate) not in inside:
+            await self._gate._sem.acquire()
+            self._token = _INSIDE.set(inside | {id(self._gate)})
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _INSIDE.reset(self._token)
+            self._gate._sem.release()
 
 
 class SyncInFlight:
