@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, Settings, TaskFailed
-from dtq.admin import Admin
+from dtq.admin import Admin, Page, filled_page
 from dtq.cli import main as dtq_main
 from dtq.keys import Keys
 from tests.api_proc import ApiProc
@@ -207,6 +207,12 @@ async def test_declarations_come_back_after_the_keys_were_flushed(
         assert starts(r, settings, h.id) == [1, 2]
 
 
+async def every_page(a: Admin, **filters: Any) -> Page:
+    """The listing's pages up to 50 tasks: a page's SCANs are bounded (SCAN_BUDGET), so on a
+    session server crowded by other tests' keys the first page can be empty with a cursor."""
+    return await filled_page(lambda cur, n: a.list_tasks(cursor=cur, limit=n, **filters), None, 50)
+
+
 async def test_listings_show_the_declared_values_before_the_claim(settings: Settings) -> None:
     async with running_worker(app, settings):
         pass  # published its declarations
@@ -215,12 +221,12 @@ async def test_listings_show_the_declared_values_before_the_claim(settings: Sett
         later = await c.enqueue(SLEEPY, [1], delay=60)
         given = await c.enqueue(FAILS, max_retries=5)
         for status in ("queued", "scheduled"):
-            page = await a.list_tasks(queue="default", status=status)
+            page = await every_page(a, queue="default", status=status)
             rows = {t["id"]: t for t in page.items}
             want = queued.id if status == "queued" else later.id
             assert rows[want]["max_retries"] == 0 and rows[want]["timeout"] == 0.3
             assert rows[want]["defaults"] == "declared"
-        rows = {t["id"]: t for t in (await a.list_tasks()).items}
+        rows = {t["id"]: t for t in (await every_page(a)).items}
         assert rows[queued.id]["defaults"] == "declared" and rows[queued.id]["max_retries"] == 0
         assert rows[given.id]["max_retries"] == 5 and rows[given.id]["defaults"] == "declared"
 
