@@ -12,6 +12,7 @@ from dtq import AsyncClient, Settings, TaskFailed, chain, chord, group, sig
 from dtq.keys import Keys, split_task_id
 from tests.apps.flows import add, app, double
 from tests.conftest import make_settings, running_worker
+from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer
 
 
@@ -232,6 +233,28 @@ async def test_a_worker_of_300_queues_moves_handovers_without_restarting_its_loo
         await asyncio.sleep(1.5)  # (a failing loop is restarted after 0.5-1.5 s)
         loops = ("flows", "poll", "scheduler", "reaper", "heartbeat")
         assert {loop: _restarts(w, loop) for loop in loops} == dict.fromkeys(loops, 0)
+
+
+def _most_per_node(client: Any) -> int:
+    """The most connections a cluster client made to one node (redis-py keeps each it made)."""
+    return max(len(node._connections) for node in client.get_nodes())
+
+
+async def test_a_worker_of_300_queues_on_a_cluster_bounds_its_calls(
+    redis_cluster: RedisClusterFixture, prefix: str
+) -> None:
+    """On a cluster each outbox has a reader of its own (one slot each), and all 300 swept their
+    outbox for a dead mover's entries at once at the start, on the worker's calls client: about
+    100 calls at once per node, its pool's whole 100, so the other loops' calls failed with "Too
+    many connections" (the scheduler's, the heartbeat's) in one start in three. The readers' calls
+    are bounded now, like the periodic recovery's."""
+    s = make_settings(redis_cluster.url, prefix, queues=MANY)
+    async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
+        h = await c.enqueue_workflow(chain(add.s(1, 2), sig("double"), sig("add", [10])))
+        assert await c.result(h.id, timeout=30) == 16
+        await asyncio.sleep(1.5)
+        most = _most_per_node(w.env.redis)
+    assert most <= 40, f"{most} connections to one node on the worker's calls client"
 
 
 async def test_a_worker_of_300_queues_holds_a_few_connections(

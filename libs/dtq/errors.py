@@ -59,8 +59,13 @@ class RedisUnavailable(DtqError, ConnectionError):
 def unreachable(exc: BaseException) -> str:
     """``Redis unreachable: <why>`` for a redis-py error, some of which say nothing (a full
     pool's ``MaxConnectionsError``): then its kind."""
-    why = str(exc) or _SILENT.get(type(exc).__name__, type(exc).__name__)
-    return f"Redis unreachable: {why}"
+    return f"Redis unreachable: {describe(exc)}"
+
+
+def describe(exc: BaseException) -> str:
+    """What an error says, or its kind when it says nothing (a full pool's
+    ``MaxConnectionsError``, a bare ``TimeoutError``): for logs and one-line errors."""
+    return str(exc) or _SILENT.get(type(exc).__name__, type(exc).__name__)
 
 
 _SILENT = {"MaxConnectionsError": "too many connections (every one of the client's is in use)"}

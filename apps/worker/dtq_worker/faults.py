@@ -8,6 +8,7 @@ import time
 
 import redis.exceptions as rex
 
+from dtq.errors import describe
 from dtq.eviction import is_oom
 
 _TRANSIENT_REPLIES = (
@@ -62,7 +63,8 @@ class Backoff:
         if self.failures == 0:
             now = time.monotonic()
             if now - _last_warned.get(self.what, -_SAME_EPISODE_S) >= _SAME_EPISODE_S:
-                self.log.warning("%s: Redis error, retrying with backoff: %s", self.what, exc)
+                why = describe(exc)
+                self.log.warning("%s: Redis error, retrying with backoff: %s", self.what, why)
             _last_warned[self.what] = now
         self.failures += 1
         delay = min(self.cap, self.base * 2 ** min(self.failures, 16))

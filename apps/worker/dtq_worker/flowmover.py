@@ -36,6 +36,12 @@ log = logging.getLogger("dtq.worker.flows")
 MOVERS = "movers"  # the consumer group of every outbox
 BATCH = 100
 BLOCK_MS = 1000
+# Readers doing their calls (a take-over sweep, moving what they read) at once, on the worker's
+# calls client. On a cluster there is a reader per outbox: a worker of 300 queues had all 300
+# sweep together at its start, about 100 calls per node, that node's whole pool, so the other
+# loops' calls failed meanwhile ("Too many connections"). Their blocking reads are not counted:
+# they are on the blocking client, sized for them.
+AT_ONCE = 8
 
 
 class FlowMover:
@@ -43,6 +49,7 @@ class FlowMover:
         self.env = env
         self.moved = 0
         self._grouped: set[str] = set()
+        self._calling = asyncio.Semaphore(AT_ONCE)
 
     def _outboxes(self) -> dict[str, str]:
         return {self.env.keys.queue(q).flowq: q for q in self.env.queues}
@@ -86,8 +93,9 @@ class FlowMover:
             now = time.monotonic()
             if now - last_sweep > max(1.0, env.settings.visibility_timeout_s / 2):
                 last_sweep = now
-                for stream in streams:
-                    await self._take_over(stream)
+                async with self._calling:
+                    for stream in streams:
+                        await self._take_over(stream)
             try:
                 reply: Any = await env.blocking.xreadgroup(
                     MOVERS, env.worker_id, dict.fromkeys(streams, ">"), count=BATCH,
@@ -98,10 +106,13 @@ class FlowMover:
                     raise
                 # An outbox was deleted (a flush, retention): which one the error does not say.
                 self._grouped.difference_update(streams)
-                await self._ensure_groups(streams)
+                async with self._calling:
+                    await self._ensure_groups(streams)
                 continue
-            for stream, entries in reply or []:
-                await self._move_all(stream, entries)
+            if reply:
+                async with self._calling:
+                    for stream, entries in reply:
+                        await self._move_all(stream, entries)
 
     async def _take_over(self, stream: str) -> None:
         idle = int(self.env.settings.visibility_timeout_s * 1000)

@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
+from dtq.errors import describe
 from dtq_worker.faults import is_transient
 
 log = logging.getLogger("dtq.supervisor")
@@ -39,10 +40,11 @@ async def supervise(
             if on_restart is not None:
                 on_restart(name, exc)
             if is_transient(exc):
+                why = describe(exc)
                 if in_episode and time.monotonic() - began < EPISODE_GAP_S:
-                    log.debug("loop %s: transient Redis error, restarting: %s", name, exc)
+                    log.debug("loop %s: transient Redis error, restarting: %s", name, why)
                 else:
-                    log.warning("loop %s: transient Redis error, restarting: %s", name, exc)
+                    log.warning("loop %s: transient Redis error, restarting: %s", name, why)
                 in_episode = True
             else:
                 log.exception("loop %s crashed (restart %d)", name, restarts)
