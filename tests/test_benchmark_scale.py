@@ -36,6 +36,8 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
         # Concurrent single enqueues went out coalesced: far fewer script calls than tasks.
         assert cost["enqueue_coalesced_redis_us"] > 0
         assert 0 < cost["coalesced_calls_per_task"] < 0.5
+        # The server's floor per request, measured beside them.
+        assert cost["request_floor_redis_us"] > 0
     assert s["server p1"]["procs"] == 1 and s["server p1"]["pool"] is False
     assert s["server p2"]["procs"] == 2 and s["server p2"]["pool"] is True
     # One Redis CPU figure per node: the 3-shard cluster's queues sit one on each shard.
@@ -50,6 +52,8 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
     assert "## S: scale (dtq)" in md
     assert "| single, one server |" in md and "| bulk, 3-master cluster |" in md
     assert "| single from 64 coroutines (one AsyncClient), one server |" in md
+    assert "The server's floor for one request:" in md
+    assert "(one PING alone:" in targets["S-cpu-single"]["measured"]
     assert "| cluster of 3 masters, --processes 2 (3 queues, 1 per shard) |" in md
     assert "| 1,000,000 |" in md and "the first limit" in md
 

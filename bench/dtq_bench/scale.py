@@ -10,7 +10,10 @@ millisecond and the runner's GET every 2 ms are not in them). Rows:
   over the run's steady window), then N bulk enqueues and their run; with the network bytes
   per task (``INFO stats``) and the enqueuing client's own CPU; and N single enqueues made by
   :data:`COROUTINES` coroutines at once on one AsyncClient (coalesced: dtq/coalesce.py), their
-  run costed as the run after the single enqueues;
+  run costed as the run after the single enqueues; and the server's floor for one request:
+  its CPU per ``PING`` sent one after another by one client, the least any request costs it
+  (the read and write system calls, the wake-up from ``epoll_wait``), which a single enqueue
+  pays before its script runs;
 * ``server p1`` / ``server p2``: one redis-server, ``dtq-worker`` as one process and as
   ``--processes 2``;
 * ``cluster1 p2`` / ``cluster3 p2``: a Redis Cluster of 1 and of 3 masters, ``--processes 2``,
@@ -121,6 +124,7 @@ class ScaleBench:
         b.flush()
         m["coalesced"] = asyncio.run(_from_coroutines(b, qs, n))
         b.flush()
+        ping = _measure(b, functools.partial(_pings, b.data, n // 2))
         where = "3-master cluster, 3 queues" if cluster else "1 redis-server"
         per, per_run = 1e6 / n, 1e6 / (n + len(qs))
         res: Result = {"n": n, "setting": f"{where}; " + out["bulk"]["setting"]}
@@ -151,6 +155,7 @@ class ScaleBench:
             "enqueue_coalesced_net_bytes": round(co["net"] / n, 1),
             "coalesced_per_s": round(n / co["wall"], 1),
             "coalesced_calls_per_task": round(co["calls"] / n, 4),
+            "request_floor_redis_us": round(ping["redis"] * 1e6 / (n // 2), 2),
         }
         return res
 
@@ -186,6 +191,13 @@ async def _from_coroutines(b: DtqBench, qs: tuple[str, ...], n: int) -> dict[str
         start = _counters(b)
         await asyncio.gather(*(one(k) for k in range(COROUTINES)))
         return _since(b, start)
+
+
+def _pings(store: Store, n: int) -> None:
+    """``n`` PINGs, one after another on one connection, to the first node."""
+    with redis.Redis.from_url(_node_urls(store)[0]) as r:
+        for _ in range(n):
+            r.ping()
 
 
 def _script_calls(store: Store) -> int:
