@@ -170,6 +170,18 @@ class _SlotWait:
 
 POOL_CONNECTIONS = 100  # a client's connections at most (redis-py's default pool too)
 POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
+# A cluster client's calls wait for one of POOL_CONNECTIONS places (dtq/inflight.py), but its
+# result() waits' subscribed connection comes out of a node's pool outside them: each node's
+# pool holds this many more, or 100 calls in flight on the subscription's node met a full pool
+# ("Too many connections"; tests/test_cluster_pool_room.py). One subscription per client, and
+# room for one being made again while the old one closes.
+SUBSCRIBED_ROOM = 4
+
+
+def _node_pool(kwargs: dict[str, Any], wait_for_connection: bool) -> dict[str, Any]:
+    if wait_for_connection:
+        return {"max_connections": POOL_CONNECTIONS + SUBSCRIBED_ROOM, **kwargs}
+    return kwargs
 
 
 class _SyncCluster(scluster.RedisCluster):
@@ -180,7 +192,7 @@ class _SyncCluster(scluster.RedisCluster):
             SyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
         try:
-            super().__init__(**kwargs)
+            super().__init__(**_node_pool(kwargs, wait_for_connection))
         except redis.RedisClusterException as exc:
             raise _as_connection_error(exc) from None
 
@@ -219,7 +231,7 @@ class _AsyncPubSub(acluster.ClusterPubSub):
 
 class _AsyncCluster(acluster.RedisCluster):
     def __init__(self, *args: Any, wait_for_connection: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **_node_pool(kwargs, wait_for_connection))
         # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
         # with wait_for_connection, calls beyond that many in flight (commands and pipelines)
         # wait here instead, as BlockingConnectionPool's do (dtq/inflight.py).
