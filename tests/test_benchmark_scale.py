@@ -36,6 +36,9 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
         # Concurrent single enqueues went out coalesced: far fewer script calls than tasks.
         assert cost["enqueue_coalesced_redis_us"] > 0
         assert 0 < cost["coalesced_calls_per_task"] < 0.5
+        # So did those from many threads on one blocking Client.
+        assert cost["enqueue_threaded_redis_us"] > 0
+        assert 0 < cost["threaded_calls_per_task"] < 0.5
         # The server's floor per request, measured beside them.
         assert cost["request_floor_redis_us"] > 0
     assert s["server p1"]["procs"] == 1 and s["server p1"]["pool"] is False
@@ -46,12 +49,13 @@ def test_workload_s_reports_redis_cpu_per_task_processes_shards_and_a_projection
     assert len(s["cluster3 p2"]["redis_cpu_us_per_task_by_node"]) == 3
     assert s["cluster3 p2"]["queues_per_node"] == "1/1/1"
     targets = {t["id"]: t for t in data["targets"]}
-    assert {"S-cpu-single", "S-cpu-bulk", "S-cpu-coalesced"} <= set(targets)
+    assert {"S-cpu-single", "S-cpu-bulk", "S-cpu-coalesced", "S-cpu-threaded"} <= set(targets)
     assert all(targets[k]["met"] in (True, False) for k in ("S-cpu-single", "S-cpu-bulk"))
     md = (tmp_path / "results.md").read_text()
     assert "## S: scale (dtq)" in md
     assert "| single, one server |" in md and "| bulk, 3-master cluster |" in md
     assert "| single from 64 coroutines (one AsyncClient), one server |" in md
+    assert "| single from 64 threads (one Client), 3-master cluster |" in md
     assert "The server's floor for one request:" in md
     assert "(one PING alone:" in targets["S-cpu-single"]["measured"]
     assert "| cluster of 3 masters, --processes 2 (3 queues, 1 per shard) |" in md

@@ -10,7 +10,9 @@ millisecond and the runner's GET every 2 ms are not in them). Rows:
   over the run's steady window), then N bulk enqueues and their run; with the network bytes
   per task (``INFO stats``) and the enqueuing client's own CPU; and N single enqueues made by
   :data:`COROUTINES` coroutines at once on one AsyncClient (coalesced: dtq/coalesce.py), their
-  run costed as the run after the single enqueues; and the server's floor for one request:
+  run costed as the run after the single enqueues; the same from :data:`THREADS` threads
+  sharing one blocking Client (coalesced too: dtq/coalesce.py, SyncCoalescer); and the
+  server's floor for one request:
   its CPU per ``PING`` sent one after another by one client, the least any request costs it
   (the read and write system calls, the wake-up from ``epoll_wait``), which a single enqueue
   pays before its script runs;
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +47,7 @@ Result = dict[str, Any]
 ROWS = ("server p1", "server p2", "cluster1 p2", "cluster3 p2")
 SHARDED_QUEUES = 3
 COROUTINES = 64  # workload S's concurrent single enqueues: coroutines on one AsyncClient
+THREADS = 64  # and threads sharing one blocking Client (a threaded web server's handlers)
 
 
 def _net_bytes(store: Store) -> int:
@@ -124,6 +128,8 @@ class ScaleBench:
         b.flush()
         m["coalesced"] = asyncio.run(_from_coroutines(b, qs, n))
         b.flush()
+        m["threaded"] = _from_threads(b, qs, n)
+        b.flush()
         ping = _measure(b, functools.partial(_pings, b.data, n // 2))
         where = "3-master cluster, 3 queues" if cluster else "1 redis-server"
         per, per_run = 1e6 / n, 1e6 / (n + len(qs))
@@ -145,16 +151,20 @@ class ScaleBench:
                 f"{how}_per_s": round(n / m[how]["wall"], 1),
                 f"run_after_{how}_worker_cpu_us": out[how].get("window_worker_cpu_us_per_task"),
             }
-        co = m["coalesced"]
-        enq = co["redis"] * per
+        for how in ("coalesced", "threaded"):
+            co = m[how]
+            enq = co["redis"] * per
+            res |= {
+                f"enqueue_{how}_redis_us": round(enq, 2),
+                f"total_{how}_redis_us": round(enq + res["run_after_single_redis_us"], 2),
+                f"enqueue_{how}_client_us": round(co["client"] * per, 2),
+                f"enqueue_{how}_net_bytes": round(co["net"] / n, 1),
+                f"{how}_per_s": round(n / co["wall"], 1),
+                f"{how}_calls_per_task": round(co["calls"] / n, 4),
+            }
         res |= {
             "coroutines": COROUTINES,
-            "enqueue_coalesced_redis_us": round(enq, 2),
-            "total_coalesced_redis_us": round(enq + res["run_after_single_redis_us"], 2),
-            "enqueue_coalesced_client_us": round(co["client"] * per, 2),
-            "enqueue_coalesced_net_bytes": round(co["net"] / n, 1),
-            "coalesced_per_s": round(n / co["wall"], 1),
-            "coalesced_calls_per_task": round(co["calls"] / n, 4),
+            "threads": THREADS,
             "request_floor_redis_us": round(ping["redis"] * 1e6 / (n // 2), 2),
         }
         return res
@@ -190,6 +200,27 @@ async def _from_coroutines(b: DtqBench, qs: tuple[str, ...], n: int) -> dict[str
 
         start = _counters(b)
         await asyncio.gather(*(one(k) for k in range(COROUTINES)))
+        return _since(b, start)
+
+
+def _from_threads(b: DtqBench, qs: tuple[str, ...], n: int) -> dict[str, float]:
+    """:func:`_measure`'s figures for ``n`` single enqueues made by :data:`THREADS` threads at
+    once, each one after another, on one blocking Client (the client's CPU is the process's:
+    all its threads)."""
+    with b.client() as c:
+        for q in qs:
+            c.enqueue("noop", queue=q)
+
+        def one(k: int) -> None:
+            for i in range(k, n, THREADS):
+                c.enqueue("noop", queue=qs[i % len(qs)])
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(THREADS)]
+        start = _counters(b)
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         return _since(b, start)
 
 

@@ -48,7 +48,7 @@ from dtq.clientbase import (
     cancel_channel,
 )
 from dtq.cluster import ascan_tasks, scan_tasks
-from dtq.coalesce import Coalescer
+from dtq.coalesce import Coalescer, SyncCoalescer
 from dtq.connection import async_redis, sync_redis
 from dtq.donewait import DoneWaits, SyncDoneWaits
 from dtq.keys import split_task_id
@@ -372,6 +372,11 @@ class Client(_Base):
         )  # (replay_safe: docs/faults.md)
         # Every result() wait of every thread on one subscription, read by one thread.
         self._done = SyncDoneWaits(self.redis, self.keys.wake_channel)
+        # Single enqueues of one queue made while another thread's is in flight go out
+        # together (coalesce.py).
+        self._coalesced: SyncCoalescer[str, sc.NewTask, TaskHandle] | None = (
+            SyncCoalescer(self._enqueue_batch) if self.settings.client_coalesce else None
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -446,12 +451,23 @@ class Client(_Base):
             req = self._request(name, args, kwargs, options, d)
             before_enqueue_sync(mw, req)
             q, task = self._build(req, d)
+        co = self._coalesced
+        if co is None:
+            return self._enqueue_one(q, task)
+        # Another thread's enqueue of q in flight: this one goes in the batch after it.
+        return co.call(q, task, partial(self._enqueue_one, q, task))
+
+    def _enqueue_one(self, q: str, task: sc.NewTask) -> TaskHandle:
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
         # The short path: one script call, without the batch plan, closures and handle list of
         # _send (a sixth of a single enqueue's client time).
         return self._handle(q, self._io(lambda: self._scripts.run(call)))
+
+    def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
+        """The tasks of concurrent enqueues that waited for one in flight: one bulk call."""
+        return self._send({queue: list(enumerate(tasks))}, len(tasks))
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""

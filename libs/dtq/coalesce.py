@@ -1,4 +1,7 @@
-"""Group commit for an asyncio client's calls: concurrent calls of one key go out as one batch.
+"""Group commit for a client's calls: concurrent calls of one key go out as one batch.
+
+:class:`Coalescer` is an asyncio client's (coroutines), :class:`SyncCoalescer` a blocking
+client's (threads: a threaded web server's handlers sharing one ``Client``).
 
 A call whose key has nothing in flight is sent at once, from its caller's own coroutine (no task,
 no delay: a coroutine enqueueing one task after another pays nothing for this). Calls of that key
@@ -16,8 +19,11 @@ batch that fails raises its error in each of its waiters.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 I = TypeVar("I")  # noqa: E741
@@ -87,3 +93,109 @@ class Coalescer(Generic[K, I, O]):
         """Wait until no batch is in flight (those sent while waiting included)."""
         while self._batches:
             await asyncio.gather(*self._batches, return_exceptions=True)
+
+
+class _Place(Generic[I, O]):
+    """One thread's item waiting for the call of its key in flight."""
+
+    __slots__ = ("batch", "done", "error", "item", "result")
+
+    def __init__(self, item: I) -> None:
+        self.item = item
+        self.done = threading.Event()  # set when answered, or when this thread is to send
+        self.batch: list[_Place[I, O]] | None = None  # the items this thread sends, if any
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class SyncCoalescer(Generic[K, I, O]):
+    """:class:`Coalescer` for threads, with no thread of its own: the call of an idle key is
+    sent by its caller; the calls of that key made meanwhile wait, and when it returns the
+    oldest of them sends them all as one ``send_many(key, items)`` from its own thread while
+    the others wait for its answer (calls made meanwhile form the next batch, sent in turn by
+    their oldest). A batch that fails raises its error in each of its callers.
+
+    ``c.call(key, item, send_one)``: ``send_one()``'s result when the key was idle, else the
+    item's result from a batch.
+    """
+
+    def __init__(self, send_many: Callable[[K, Sequence[I]], Sequence[O]]) -> None:
+        self._send_many = send_many
+        self._lock = threading.Lock()
+        # key -> the items waiting for the call in flight (the key is present while one is)
+        self._waiting: dict[K, list[_Place[I, O]]] = {}
+        _ALL.add(self)
+
+    def call(self, key: K, item: I, send_one: Callable[[], O]) -> O:
+        with self._lock:
+            waiting = self._waiting.get(key)
+            if waiting is None:
+                self._waiting[key] = []
+            else:
+                place: _Place[I, O] = _Place(item)
+                waiting.append(place)
+        if waiting is None:
+            try:
+                return send_one()
+            finally:
+                self._next(key)
+        try:
+            place.done.wait()
+        except BaseException:  # (KeyboardInterrupt in the main thread, while it waited)
+            self._abandon(key, place)
+            raise
+        if place.batch is not None:
+            self._send(key, place.batch)
+        if place.error is not None:
+            raise place.error
+        return place.result  # type: ignore[no-any-return]
+
+    def _next(self, key: K) -> None:
+        """The call of ``key`` in flight ended: the oldest waiter is to send what waited."""
+        with self._lock:
+            waiting = self._waiting.pop(key)
+            if waiting:
+                self._waiting[key] = []
+                waiting[0].batch = waiting
+        if waiting:
+            waiting[0].done.set()
+
+    def _abandon(self, key: K, place: _Place[I, O]) -> None:
+        """A waiter interrupted: its item is left out unless its batch was taken already; if
+        it was to send its batch, it sends it still (the others wait for that)."""
+        with self._lock:
+            batch = place.batch
+            waiting = self._waiting.get(key)
+            if batch is None and waiting is not None and place in waiting:
+                waiting.remove(place)
+        if batch is not None:
+            self._send(key, batch)
+
+    def _send(self, key: K, batch: list[_Place[I, O]]) -> None:
+        try:
+            out = self._send_many(key, [p.item for p in batch])
+            for p, o in zip(batch, out, strict=True):
+                p.result = o
+        except BaseException as exc:  # (each caller raises it, this one too)
+            for p in batch:
+                p.error = exc
+        finally:
+            self._next(key)
+            for p in batch[1:]:
+                p.done.set()
+
+    def _reset(self) -> None:
+        """In a forked child: the calls in flight stayed in the parent (their threads did)."""
+        self._lock = threading.Lock()
+        self._waiting = {}
+
+
+_ALL: weakref.WeakSet[SyncCoalescer[Any, Any, Any]] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for c in list(_ALL):
+        c._reset()
+
+
+os.register_at_fork(after_in_child=_after_fork)

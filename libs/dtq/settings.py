@@ -93,9 +93,10 @@ class Settings(BaseSettings):
     timed out), with a jittered backoff from 50 ms up to 1 s; 0 raises at once. Only calls
     that are safe to re-send are (see the README, "Connection blips")."""
     client_coalesce: bool = True
-    """An AsyncClient sends the single enqueues of one queue that its coroutines make while one
-    is in flight as one bulk call when it returns (the first goes out at once): many concurrent
-    enqueues cost Redis a few calls, not one each. 0 sends every enqueue on its own."""
+    """A client sends the single enqueues of one queue that its coroutines (AsyncClient) or
+    threads (Client) make while one is in flight as one bulk call when it returns (the first
+    goes out at once): many concurrent enqueues cost Redis a few calls, not one each. 0 sends
+    every enqueue on its own."""
     fast_lane: bool = True
     """Send script calls on dtq's fast lane (a kept connection written to directly, skipping
     redis-py's per-call layers, so less client CPU per call; dtq/transport.py). It is used only
