@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 import redis
 
 from dtq import AsyncClient, RedisUnavailable, Settings
+from dtq import scripts as sc
 from dtq.keys import QueueKeys
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
@@ -122,4 +124,51 @@ async def test_an_idempotency_key_in_one_batch_makes_one_task(
     assert len({h.id for h in hs[1:]}) == 1
     assert [h.created for h in hs[1:]] == [True, False, False]
     assert _stream_args(r, s) == [0, 1, 2]
+    r.close()
+
+
+class _Reentrant(AsyncClient):
+    """A client whose sends make one enqueue of their own (as dtq.testing's eager mode does:
+    it runs the task, which enqueues, inside the enqueue's send)."""
+
+    nested: list[int]  # the tasks of each send that made one (its own sends make none)
+    inner = False
+
+    def _single(self, queue: str, task: sc.NewTask) -> None:
+        return None  # every enqueue through _send (as dtq.testing's clients)
+
+    async def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> Any:
+        out = await super()._send(by_queue, n)
+        if not self.inner and len(self.nested) < 2:
+            self.nested.append(n)
+            self.inner = True
+            try:
+                await self.enqueue("job", args=[100 + len(self.nested)])
+            finally:
+                self.inner = False
+        return out
+
+
+async def test_an_enqueue_made_inside_a_send_goes_out_on_its_own(
+    fresh_redis: RedisServer, prefix: str
+) -> None:
+    """From a lone enqueue's send and from a batch's: it cannot wait for the send it is part
+    of (before, both waited for ever)."""
+    s = make_settings(fresh_redis.url, prefix)
+    r = fresh_redis.client()
+    async with _Reentrant(settings=s) as c:
+        c.nested = [-1, -1]  # (the first enqueue's send makes none)
+        await c.enqueue("job", args=[0])
+        c.nested = []
+        fresh_redis.pause()  # the next enqueue stays in flight while three wait for it
+        try:
+            first = asyncio.ensure_future(c.enqueue("job", args=[1]))
+            await asyncio.sleep(0.1)
+            rest = [asyncio.ensure_future(c.enqueue("job", args=[i])) for i in (2, 3, 4)]
+            await asyncio.sleep(0.1)
+        finally:
+            fresh_redis.resume()
+        done = await asyncio.wait_for(asyncio.gather(first, *rest), 10)
+    assert all(h.created for h in done) and c.nested == [1, 3]  # the lone send, then the batch
+    assert sorted(_stream_args(r, s)) == [0, 1, 2, 3, 4, 101, 102]
     r.close()

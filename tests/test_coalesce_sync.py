@@ -297,3 +297,30 @@ def test_a_waiter_interrupted_when_it_is_to_send_its_batch_sends_it() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert calls.batches == [[2, 3]] and co._waiting == {}
+
+
+def test_a_call_made_inside_a_send_goes_out_on_its_own() -> None:
+    """A call of the coalescer made by the thread that is sending (dtq.testing's eager mode
+    runs the task, which enqueues, inside the enqueue's send) is sent at once: it cannot wait
+    for the send it is part of. From a lone call's send and from a batch's."""
+    calls = _Calls()
+    nested: list[int] = []
+
+    def many(key: str, items: Sequence[int]) -> list[int]:
+        nested.append(co.call(key, 100 + items[0], lambda: 1000 + items[0]))
+        return calls.many(key, items)
+
+    co: SyncCoalescer[str, int, int] = SyncCoalescer(many)
+
+    def lone() -> int:
+        nested.append(co.call("q", 7, lambda: 70))  # the same key, and another one
+        nested.append(co.call("other", 8, lambda: 80))
+        return calls.one(1)
+
+    first = _thread(co.call, "q", 1, lone)
+    assert calls.in_flight.wait(10)
+    waiter = _thread(co.call, "q", 2, lambda: -1)
+    wait_until(lambda: len(co._waiting.get("q") or ()) == 1)
+    calls.go_on.set()
+    assert first.result(10) == 10 and waiter.result(10) == 20
+    assert nested == [70, 80, 1002] and calls.batches == [[2]] and co._waiting == {}

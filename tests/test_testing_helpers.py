@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -64,6 +65,16 @@ def test_eager_mode_runs_at_enqueue() -> None:
         assert ta.sent == ["e@x.y"]  # the nested enqueue ran too
         h2 = ta.send_email.enqueue_with(EnqueueOptions(priority=9), to="p@x.y")
         assert tq.client.result(h2.id, timeout=1) == "sent to p@x.y"
+
+
+async def test_eager_mode_runs_nested_enqueues_of_an_async_client() -> None:
+    # The nested enqueue is made while the outer one's send is in flight (eager mode runs the
+    # task inside it): it must not wait for that send to end (the client's coalescer).
+    ta.sent.clear()
+    with TestQueue(ta.app, eager=True) as tq:
+        h = await asyncio.wait_for(ta.asignup.aenqueue("n@x.y"), 10)
+        assert tq.client.get(h.id).status == "succeeded"
+        assert ta.sent == ["n@x.y"]
 
 
 async def test_async_tests_with_adrain_and_async_clients() -> None:

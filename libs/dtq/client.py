@@ -180,15 +180,15 @@ class AsyncClient(_Base):
             await before_enqueue_async(mw, req)
             q, task = self._build(req, d)
         co = self._coalesced
-        if co is None:
+        if co is None or co.sending():  # (sending: made inside a send, dtq.testing's eager)
             return await self._enqueue_one(q, task)
         if co.busy(q):  # an enqueue of q is in flight: this one goes in the batch after it
             return await co.wait(q, task)
-        co.begin(q)
+        token = co.begin(q)
         try:
             return await self._enqueue_one(q, task)
         finally:
-            co.end(q)
+            co.end(q, token)
 
     async def _enqueue_one(self, q: str, task: sc.NewTask) -> TaskHandle:
         call = self._single(q, task)

@@ -19,6 +19,7 @@ batch that fails raises its error in each of its waiters.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 import weakref
@@ -29,14 +30,20 @@ K = TypeVar("K")
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
+# Set while a coroutine sends a call or a batch: a call it makes meanwhile (dtq.testing's eager
+# mode runs tasks inside the enqueue's send) goes out on its own, as it cannot wait for the
+# send it is part of.
+_SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("dtq_sending", default=False)
+
 
 class Coalescer(Generic[K, I, O]):
     """The caller sends a call of an idle key itself, between :meth:`begin` and :meth:`end`;
     while a key is busy, :meth:`wait` returns the item's result from ``send_many(key, items)``
     (a list in the items' order), run with the other items that waited when the call ends.
 
-    ``if c.busy(key): return await c.wait(key, item)``, else ``c.begin(key)``, send, and
-    ``c.end(key)`` in a ``finally`` (no closure or task per call on that path).
+    ``if c.busy(key): return await c.wait(key, item)``, else ``t = c.begin(key)``, send, and
+    ``c.end(key, t)`` in a ``finally`` (no closure or task per call on that path); a call made
+    inside a send (``c.sending()``) is sent on its own, with none of these.
     """
 
     def __init__(self, send_many: Callable[[K, Sequence[I]], Awaitable[Sequence[O]]]) -> None:
@@ -54,12 +61,19 @@ class Coalescer(Generic[K, I, O]):
         self._waiting[key].append((item, fut))
         return await fut
 
-    def begin(self, key: K) -> None:
+    @staticmethod
+    def sending() -> bool:
+        """Whether this coroutine is inside a send of a coalescer's (its call must not wait)."""
+        return _SENDING.get()
+
+    def begin(self, key: K) -> contextvars.Token[bool]:
         """The caller sends a call of ``key`` (idle) now: later items of ``key`` wait."""
         self._waiting[key] = []
+        return _SENDING.set(True)
 
-    def end(self, key: K) -> None:
+    def end(self, key: K, token: contextvars.Token[bool]) -> None:
         """The call of ``key`` that :meth:`begin` announced ended (answered or not)."""
+        _SENDING.reset(token)
         self._next(key)
 
     def _next(self, key: K) -> None:
@@ -72,6 +86,7 @@ class Coalescer(Generic[K, I, O]):
             t.add_done_callback(self._batches.discard)
 
     async def _batch(self, key: K, batch: list[tuple[I, asyncio.Future[O]]]) -> None:
+        _SENDING.set(True)  # (this task's own context)
         try:
             out = await self._send_many(key, [item for item, _ in batch])
         except Exception as exc:
@@ -127,6 +142,8 @@ class SyncCoalescer(Generic[K, I, O]):
         _ALL.add(self)
 
     def call(self, key: K, item: I, send_one: Callable[[], O]) -> O:
+        if getattr(_SENDER, "on", False):  # made inside this thread's send: it cannot wait
+            return send_one()
         with self._lock:
             waiting = self._waiting.get(key)
             if waiting is None:
@@ -135,9 +152,11 @@ class SyncCoalescer(Generic[K, I, O]):
                 place: _Place[I, O] = _Place(item)
                 waiting.append(place)
         if waiting is None:
+            _SENDER.on = True
             try:
                 return send_one()
             finally:
+                _SENDER.on = False
                 self._next(key)
         try:
             place.done.wait()
@@ -153,7 +172,8 @@ class SyncCoalescer(Generic[K, I, O]):
     def _next(self, key: K) -> None:
         """The call of ``key`` in flight ended: the oldest waiter is to send what waited."""
         with self._lock:
-            waiting = self._waiting.pop(key)
+            # (None: a fork reset this child's calls while its forking thread was sending)
+            waiting = self._waiting.pop(key, None)
             if waiting:
                 self._waiting[key] = []
                 waiting[0].batch = waiting
@@ -172,6 +192,7 @@ class SyncCoalescer(Generic[K, I, O]):
             self._send(key, batch)
 
     def _send(self, key: K, batch: list[_Place[I, O]]) -> None:
+        _SENDER.on = True
         try:
             out = self._send_many(key, [p.item for p in batch])
             for p, o in zip(batch, out, strict=True):
@@ -180,6 +201,7 @@ class SyncCoalescer(Generic[K, I, O]):
             for p in batch:
                 p.error = exc
         finally:
+            _SENDER.on = False
             self._next(key)
             for p in batch[1:]:
                 p.done.set()
@@ -190,6 +212,7 @@ class SyncCoalescer(Generic[K, I, O]):
         self._waiting = {}
 
 
+_SENDER = threading.local()  # .on: this thread is sending a call or a batch (see _SENDING)
 _ALL: weakref.WeakSet[SyncCoalescer[Any, Any, Any]] = weakref.WeakSet()
 
 

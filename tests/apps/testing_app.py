@@ -21,6 +21,12 @@ def signup(email: str) -> str:
     return email
 
 
+@app.task(name="asignup")
+async def asignup(email: str) -> str:
+    await send_email.aenqueue(to=email, subject="welcome")
+    return email
+
+
 @app.task(name="flaky_once", max_retries=2)
 async def flaky_once() -> int:
     if current_task().attempt == 1:
