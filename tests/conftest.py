@@ -200,6 +200,20 @@ def body_starts(r: redis.Redis, prefix: str) -> list[tuple[str, int, str]]:
     return out
 
 
+def reap(pid: int, timeout: float = 30.0) -> int:
+    """The exit code of the forked child ``pid``, waited for up to ``timeout`` s; a child still
+    running then is killed (SIGKILL, code -9), so no test leaves one behind."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        time.sleep(0.01)
+
+
 def wait_until(pred: Any, timeout: float = 20.0, interval: float = 0.02) -> None:
     deadline = time.monotonic() + timeout
     while not pred():

@@ -6,7 +6,6 @@ SIGSTOP, killed), real threads, a real forked child."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -20,24 +19,11 @@ import redis
 
 from dtq import Client, RedisUnavailable, Settings
 from dtq.coalesce import SyncCoalescer
-from dtq.keys import QueueKeys
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
+from tests.test_coalesce import _evalsha_calls, _stream_args
 
 N = 200
-
-
-def _evalsha_calls(r: redis.Redis) -> int:
-    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-def _stream_args(r: redis.Redis, s: Settings, queue: str = "default") -> list[int]:
-    """The first argument of each task in the queue's default-priority stream, in stream order."""
-    qk = QueueKeys(s.key_prefix, queue)
-    out = []
-    for _, fields in r.xrange(qk.stream(5)):
-        out.append(json.loads(r.hget(qk.task(fields["t"]), "args") or "null")[0])
-    return out
 
 
 def _waiting(c: Client, queue: str = "default") -> int:
@@ -52,6 +38,15 @@ def _busy(c: Client, queue: str = "default") -> bool:
     co = c._coalesced
     assert co is not None
     return queue in co._waiting
+
+
+def _held(server: RedisServer, c: Client, pool: ThreadPoolExecutor, arg: int) -> Future[Any]:
+    """An enqueue of ``arg`` made in ``pool`` and held in flight: the server is paused (the
+    caller resumes or stops it), so the enqueues made next wait for it."""
+    server.pause()
+    first = pool.submit(c.enqueue, "job", args=[arg])
+    wait_until(lambda: _busy(c))
+    return first
 
 
 def _in_threads(fns: Sequence[Any]) -> list[Any]:
@@ -126,9 +121,7 @@ def test_a_failed_batch_raises_in_each_of_its_callers(
     s = make_settings(fresh_redis.url, prefix, client_retries=0)
     with Client(settings=s) as c, ThreadPoolExecutor(6) as pool:
         c.enqueue("job", args=[0])
-        fresh_redis.pause()
-        first = pool.submit(c.enqueue, "job", args=[1])
-        wait_until(lambda: _busy(c))
+        first = _held(fresh_redis, c, pool, 1)
         rest = [pool.submit(c.enqueue, "job", args=[i]) for i in range(2, 6)]
         wait_until(lambda: _waiting(c) == 4)
         fresh_redis.stop()  # (killed while stopped: its connections are reset)
@@ -145,10 +138,8 @@ def test_an_idempotency_key_in_one_batch_makes_one_task(
     r = fresh_redis.client()
     with Client(settings=s) as c, ThreadPoolExecutor(4) as pool:
         c.enqueue("job", args=[0])
-        fresh_redis.pause()
         try:
-            first = pool.submit(c.enqueue, "job", args=[1])
-            wait_until(lambda: _busy(c))
+            first = _held(fresh_redis, c, pool, 1)
             same = [
                 pool.submit(c.enqueue, "job", args=[2], idempotency_key="once") for _ in range(3)
             ]
@@ -173,10 +164,8 @@ def test_a_forked_child_enqueues_while_the_parents_call_is_in_flight(
     r = fresh_redis.client()
     with Client(settings=s) as c, ThreadPoolExecutor(1) as pool:
         c.enqueue("job", args=[0])
-        fresh_redis.pause()
         try:
-            parent = pool.submit(c.enqueue, "job", args=[1])
-            wait_until(lambda: _busy(c))
+            parent = _held(fresh_redis, c, pool, 1)
             pid = os.fork()
             if pid == 0:  # the child: its enqueue must be answered
                 code = 1
@@ -187,14 +176,7 @@ def test_a_forked_child_enqueues_while_the_parents_call_is_in_flight(
                     os._exit(code)
         finally:
             fresh_redis.resume()
-        try:
-            _, status = os.waitpid(pid, 0)
-            pid = 0
-            assert os.waitstatus_to_exitcode(status) == 0
-        finally:
-            if pid:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+        assert reap(pid) == 0
         assert parent.result(30).created
     assert sorted(_stream_args(r, s)) == [0, 1, 2]
     r.close()

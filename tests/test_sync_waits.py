@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ import redis
 
 from dtq import Client
 from dtq.keys import Keys
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
 
 N = 150
@@ -158,13 +157,9 @@ def test_a_forked_child_waits_with_a_reader_of_its_own(
             wait_until(lambda: r.pubsub_numsub(channel)[0][1] == 1, timeout=10)
             r.hset(c.keys.queue(queue).task(tid), mapping={"status": "succeeded", "result": "2"})
             r.publish(channel, "succeeded")
-            _, status = os.waitpid(pid, 0)
-            pid = 0
-            assert os.waitstatus_to_exitcode(status) == 0
         finally:
-            if pid:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            code = reap(pid)
+        assert code == 0
     r.close()
 
 

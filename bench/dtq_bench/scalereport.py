@@ -210,29 +210,24 @@ def _floor(cost: Rec) -> str:
 
 def targets(s: dict[str, Rec], add: Callable[[str, str, str, bool | None], None]) -> None:
     cost = s.get("cost") or {}
-    for how in ("single", "bulk"):
+    # (the figures' key, what is enqueued, the run it is costed with)
+    rows = [("single", "single enqueue", "single"), ("bulk", "bulk enqueue", "bulk")]
+    rows += [
+        (how, _label(cost, how, label).replace("single", "single enqueues"), "single")
+        for how, label in _CONCURRENT
+    ]
+    for how, what, run in rows:
         total = _num(cost, f"total_{how}_redis_us")
-        if total is not None:
-            add(
-                f"S-cpu-{how}",
-                f"<= {TARGET_US:g} µs Redis CPU per enqueued-and-completed no-op task "
-                f"({how} enqueue + run)",
-                f"{_num(cost, f'enqueue_{how}_redis_us') or 0:.1f} + "
-                f"{_num(cost, f'run_after_{how}_redis_us') or 0:.1f} = {total:.1f} µs"
-                + (_floor(cost) if how == "single" else ""),
-                total <= TARGET_US,
-            )
-    for how, label in _CONCURRENT:
-        total = _num(cost, f"total_{how}_redis_us")
-        if total is not None:
-            add(
-                f"S-cpu-{how}",
-                f"<= {TARGET_US:g} µs Redis CPU per enqueued-and-completed no-op task "
-                f"({_label(cost, how, label).replace('single', 'single enqueues')} + run)",
-                f"{_num(cost, f'enqueue_{how}_redis_us') or 0:.1f} + "
-                f"{_num(cost, 'run_after_single_redis_us') or 0:.1f} = {total:.1f} µs",
-                total <= TARGET_US,
-            )
+        if total is None:
+            continue
+        add(
+            f"S-cpu-{how}",
+            f"<= {TARGET_US:g} µs Redis CPU per enqueued-and-completed no-op task ({what} + run)",
+            f"{_num(cost, f'enqueue_{how}_redis_us') or 0:.1f} + "
+            f"{_num(cost, f'run_after_{run}_redis_us') or 0:.1f} = {total:.1f} µs"
+            + (_floor(cost) if how == "single" else ""),
+            total <= TARGET_US,
+        )
 
 
 # The rows of single enqueues made at once by many callers of one client (each coalesced):

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import threading
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
+
+from dtq import forkreset
 
 K = TypeVar("K")
 I = TypeVar("I")  # noqa: E741
@@ -139,7 +139,7 @@ class SyncCoalescer(Generic[K, I, O]):
         self._lock = threading.Lock()
         # key -> the items waiting for the call in flight (the key is present while one is)
         self._waiting: dict[K, list[_Place[I, O]]] = {}
-        _ALL.add(self)
+        forkreset.track(self)
 
     def call(self, key: K, item: I, send_one: Callable[[], O]) -> O:
         if getattr(_SENDER, "on", False):  # made inside this thread's send: it cannot wait
@@ -213,12 +213,3 @@ class SyncCoalescer(Generic[K, I, O]):
 
 
 _SENDER = threading.local()  # .on: this thread is sending a call or a batch (see _SENDING)
-_ALL: weakref.WeakSet[SyncCoalescer[Any, Any, Any]] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    for c in list(_ALL):
-        c._reset()
-
-
-os.register_at_fork(after_in_child=_after_fork)

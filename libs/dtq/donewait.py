@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
+
+from dtq import forkreset
 
 log = logging.getLogger("dtq.client")
 
@@ -140,7 +140,7 @@ class SyncDoneWaits:
         self._redis = redis
         self._wake_of = wake_channel
         self._reset()
-        _ALL.add(self)
+        forkreset.track(self)
 
     def _reset(self) -> None:
         self._wake = self._wake_of(secrets.token_hex(8))
@@ -281,16 +281,3 @@ class SyncDoneWaits:
             with contextlib.suppress(Exception):
                 self._redis.publish(self._wake, "")
             reader.join(IDLE_READ_S + 1.0)
-
-
-# Every SyncDoneWaits of the process, reset in a forked child (a pre-forking web server's
-# worker): the reader thread stayed behind in the parent, and the lock with it if it held it.
-_ALL: weakref.WeakSet[SyncDoneWaits] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    for waits in list(_ALL):
-        waits._reset()  # (the child's own channel and state; its waits start a reader anew)
-
-
-os.register_at_fork(after_in_child=_after_fork)
