@@ -18,7 +18,9 @@ def test_worker_json_logs_one_line_per_lifecycle_event(
     redis_server: Any, prefix: str, spawn_worker: Any
 ) -> None:
     s = make_settings(redis_server.url, prefix)
-    w = spawn_worker("tests.apps.basic:app", s, "--worker-id", "wlog", DTQ_LOG_FORMAT="json")
+    w = spawn_worker(
+        "tests.apps.basic:app", s, "--worker-id", "wlog", DTQ_LOG_FORMAT="json", DTQ_LOG_TASKS="all"
+    )
     with Client(settings=s) as c:
         ok = c.enqueue("add", [1, 2])
         retried = c.enqueue("flaky", [1])

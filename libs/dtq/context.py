@@ -72,14 +72,20 @@ _current: ContextVar[TaskContext | Callable[[], TaskContext] | None] = ContextVa
 )
 
 
-def current_task() -> TaskContext:
-    """The context of the task being run; raises outside a task."""
+def running_task() -> TaskContext | None:
+    """The context of the task being run, None outside a task."""
     ctx = _current.get()
-    if ctx is None:
-        raise DtqError("current_task() called outside a running dtq task")
-    if not isinstance(ctx, TaskContext):
+    if ctx is not None and not isinstance(ctx, TaskContext):
         ctx = ctx()
         _current.set(ctx)
+    return ctx
+
+
+def current_task() -> TaskContext:
+    """The context of the task being run; raises outside a task."""
+    ctx = running_task()
+    if ctx is None:
+        raise DtqError("current_task() called outside a running dtq task")
     return ctx
 
 

@@ -8,6 +8,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from dtq.context import running_task
+
 if TYPE_CHECKING:
     from dtq.jsonlog import JsonFormatter as JsonFormatter
 
@@ -29,6 +31,25 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
 
 
+class TaskContextFilter(logging.Filter):
+    """Gives a record logged inside a running task the task's ``task_id``, ``task`` (its name)
+    and ``attempt``, so the text and JSON lines say which run wrote it.
+
+    A handler filter: it sees the records of every logger that reach the handler. A record that
+    carries its own ``task_id`` (dtq's lines pass theirs as ``extra``) is left as it is. Add it
+    to handlers of your own (``handler.addFilter(dtq.logs.TaskContextFilter())``) when your
+    logging configuration replaces the worker's.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "task_id" not in record.__dict__:
+            ctx = running_task()
+            if ctx is not None:
+                record.task_id, record.task, record.attempt = ctx.id, ctx.name, ctx.attempt
+                record._dtq_task = True
+        return True
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
@@ -36,11 +57,22 @@ class TextFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         # The line itself; a traceback appended after it keeps its own lines.
-        return one_line(super().formatMessage(record))
+        line = super().formatMessage(record)
+        if "_dtq_task" in record.__dict__:  # a task's own record: say which run wrote it
+            head, sep, msg = line.partition(f"{record.name}: ")
+            d = record.__dict__
+            tag = f"{record.name} [{d['task']} {d['task_id']} attempt {d['attempt']}]: "
+            line = head + tag + msg if sep else line
+        return one_line(line)
 
 
-def setup(fmt: str = "text", level: str = "INFO") -> None:
-    """Configure the ``dtq`` logger tree (idempotent)."""
+def setup(fmt: str = "text", level: str = "INFO", *, tasks: bool = False) -> None:
+    """Configure the ``dtq`` logger tree (idempotent).
+
+    ``tasks`` (the worker): the root logger gets the same handler and level too, unless it has
+    handlers already, so the records a task logs through its own loggers reach the worker's log
+    at its level, tagged with the run (:class:`TaskContextFilter`).
+    """
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         from dtq.jsonlog import JsonFormatter
@@ -48,10 +80,16 @@ def setup(fmt: str = "text", level: str = "INFO") -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(TextFormatter())
-    root = logging.getLogger("dtq")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
+    handler.addFilter(TaskContextFilter())
+    dtq_log = logging.getLogger("dtq")
+    dtq_log.handlers[:] = [handler]
+    dtq_log.setLevel(level)
+    dtq_log.propagate = False
+    if tasks:
+        root = logging.getLogger()
+        if not root.handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
 
 
 # python-json-logger loads only when JSON lines are asked for (most runs write text).

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from typing import Annotated, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dtq import partitions
@@ -130,7 +131,21 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     """``text`` for a terminal, ``json`` for log shippers."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    """Log level of the ``dtq`` loggers."""
+    """Log level (any case) of the ``dtq`` loggers and, in a worker, of the records tasks log
+    through their own loggers (``logging.getLogger(__name__)`` in a task body)."""
+    log_tasks: Literal["failures", "outcomes", "all"] = "failures"
+    """Which runs a worker logs a line for: ``failures``, a task that fails (ERROR, with its
+    traceback) or is retried (INFO); ``outcomes``, also a line (INFO) for every other run that
+    ends; ``all``, also a line when each run starts. Per-task lines cost a worker about a third
+    of its CPU per short task (docs/operations.md, "Logs"); the queue's event stream records
+    every run either way."""
+
+    @field_validator("log_level", "log_tasks", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.upper() if info.field_name == "log_level" else value.lower()
 
     @field_validator("queues", mode="before")
     @classmethod
@@ -285,18 +300,23 @@ def checked_redis_url(url: str) -> str:
         raise ConfigError(f"invalid setting DTQ_REDIS_URL: {exc}") from None
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Read settings from the environment (plus ``overrides``); raise ConfigError on one line."""
+def load_settings(flags: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Read settings from the environment (plus ``overrides``); raise ConfigError on one line.
+
+    ``flags``: the command-line flag each override came from (field -> flag), so a bad value
+    given as a flag is reported by the flag's name, not the variable's."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
+        raise ConfigError(describe_validation_error(exc, flags)) from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, flags: Mapping[str, str] | None = None) -> str:
     err = exc.errors()[0]
     loc = [str(p) for p in err.get("loc", ()) if p != "__root__"]
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if loc and flags and loc[0] in flags:
+        return f"invalid {flags[loc[0]]}: {msg}"
     if loc:
         return f"invalid setting DTQ_{loc[0].upper()}: {msg}"
     return f"invalid settings: {msg}"

@@ -39,6 +39,23 @@ def _extra(run: Run, worker_id: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _log_failure(run: Run, item: sc.Failure, outcome: str, elapsed: float, worker: str) -> None:
+    """A run that ended in an exception: ERROR with the stored traceback when the task ended
+    ``failed`` (as Celery and RQ log it), INFO when it will be retried or was cancelled."""
+    c = run.claimed
+    level = logging.ERROR if outcome == "failed" else logging.INFO
+    if not log.isEnabledFor(level):
+        return
+    rec = log.makeRecord(
+        log.name, level, __file__, 0, "%s %s %s attempt %d in %.3fs: %s",
+        (outcome, c.name, run.task_id, c.attempt, elapsed, item.error), None,
+        extra=_extra(run, worker),
+    )  # fmt: skip
+    if level == logging.ERROR and item.traceback:
+        rec.exc_text = item.traceback.rstrip("\n")  # written after the line, as exc_info's is
+    log.handle(rec)
+
+
 def _detach(ex: Executor, fut: asyncio.Future[Any]) -> None:
     """Let a sync task's thread run on after its run was stopped (a thread cannot be killed).
 
@@ -144,6 +161,10 @@ class Executor:
         # attribute test more than without the feature. Read once: middleware added after the
         # worker started is not seen.
         self.mw: Hooks | None = app.hooks()
+        # Which per-task lines are logged (DTQ_LOG_TASKS), decided once.
+        info = log.isEnabledFor(logging.INFO)
+        self.log_starts = info and env.settings.log_tasks == "all"
+        self.log_outcomes = info and env.settings.log_tasks != "failures"
 
     def _metric(self, metric: Any, *labels: str) -> Any:
         """The labelled child of ``metric``, cached (``labels()`` locks and hashes per call)."""
@@ -157,10 +178,7 @@ class Executor:
         """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
         env = self.env
         c = run.claimed
-        # One INFO line per lifecycle event. Formatting them costs about a third of the worker's
-        # CPU per no-op task (docs/performance.md): DTQ_LOG_LEVEL=WARNING skips them (the guard
-        # makes that free); the queue's event stream records every transition either way.
-        if log.isEnabledFor(logging.INFO):
+        if self.log_starts:  # DTQ_LOG_TASKS=all (per-task lines: docs/operations.md, "Logs")
             log.info("started %s %s attempt %d", c.name, run.task_id, c.attempt,
                      extra=_extra(run, env.worker_id))  # fmt: skip
         if c.attempt == 1:
@@ -277,12 +295,10 @@ class Executor:
         counters = self.counters
         counters[outcome] = counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
-            log.info("%s %s %s attempt %d in %.3fs: %s", outcome, c.name, run.task_id,
-                     c.attempt, elapsed, item.error, extra=_extra(run, env.worker_id))  # fmt: skip
-        else:
-            if log.isEnabledFor(logging.INFO):
-                log.info("%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
-                         c.attempt, elapsed, extra=_extra(run, env.worker_id))  # fmt: skip
+            _log_failure(run, item, outcome, elapsed, env.worker_id)
+        elif self.log_outcomes:
+            log.info("%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
+                     c.attempt, elapsed, extra=_extra(run, env.worker_id))  # fmt: skip
 
     async def _invoke(self, run: Run) -> Any:
         env, c = self.env, run.claimed

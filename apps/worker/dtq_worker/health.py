@@ -105,3 +105,16 @@ class HealthServer:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def metrics_note(port: int | None) -> str:
+    """Where the start-up line says the metrics and probes are served ('' when they are not)."""
+    return "" if port is None else f" metrics=http://0.0.0.0:{port}/metrics (and /healthz, /readyz)"
+
+
+def served(tasks: Iterable[str]) -> str:
+    """The start-up line's task names (their count past 8: `dtq workers --json` lists them)."""
+    names = sorted(tasks)
+    if len(names) <= 8:
+        return "tasks=" + ",".join(names)
+    return f"tasks={len(names)} (names: dtq workers --json)"

@@ -36,7 +36,7 @@ from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
-from dtq_worker.health import HealthServer, loop_answers
+from dtq_worker.health import HealthServer, loop_answers, metrics_note, served
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.outcomes import OutcomeWriter
@@ -400,9 +400,11 @@ class Worker:
                 s.effective_heartbeat_ttl_s, s.visibility_timeout_s,
             )  # fmt: skip
         self.emit_worker_event("worker_started", ",".join(self.queues))
-        log.info("worker %s started: redis=%s prefix=%s queues=%s concurrency=%d tasks=%d",
+        log.info("worker %s started: redis=%s prefix=%s queues=%s concurrency=%d %s%s",
                  self.worker_id, display_url(s.redis_url), s.key_prefix, ",".join(self.queues),
-                 s.worker_concurrency, len(self.app.tasks))  # fmt: skip
+                 s.worker_concurrency, served(self.app.tasks),
+                 metrics_note(s.metrics_port if poolchild.port_file() is None else None),
+                 )  # fmt: skip
         unset = default_url_warning(s)
         if unset:
             log.warning("%s", unset)
