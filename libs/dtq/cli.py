@@ -49,8 +49,9 @@ from dtq.worker_tasks import declared_by_workers
 @click.version_option(package_name="dtq", prog_name="dtq", message="%(prog)s %(version)s")
 @click.option("--redis-url", envvar="DTQ_REDIS_URL", help="Redis URL (DTQ_REDIS_URL).")
 @click.option("--prefix", envvar="DTQ_KEY_PREFIX", help="Key prefix (DTQ_KEY_PREFIX).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts (any command).")
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
+def cli(ctx: click.Context, redis_url: str | None, prefix: str | None, as_json: bool) -> None:
     """Operate a dtq deployment: tasks, queues, workers, dead letters, schedules."""
     ctx.obj = {"redis_url": redis_url, "prefix": prefix}
 

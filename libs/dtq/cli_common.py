@@ -116,7 +116,15 @@ def _clip(text: str | None, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def _json_here_or_before(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """A command's ``--json``, or the one given before the command (``dtq --json queues``)."""
+    return value or bool(ctx.find_root().params.get("as_json"))
+
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON for scripts.",
+    callback=_json_here_or_before,
+)  # fmt: skip
 
 
 def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],

@@ -1,6 +1,6 @@
 """``dtq-api [--host H] [--port P]``: serve the HTTP API, the dashboard and ``/metrics``.
 
-Exit codes: 0 after a graceful stop, 2 for a bad setting or option.
+Exit codes: 0 after a graceful stop, 2 for a bad setting or option, or a port it cannot bind.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import socket
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     help="Serve the dtq HTTP API (/api/v1), the dashboard (/) and /metrics. "
     "Settings come from DTQ_* variables (DTQ_REDIS_URL, DTQ_KEY_PREFIX, DTQ_API_TOKEN, "
     "DTQ_LOG_FORMAT, ...).",
-    epilog="Exit codes: 0 graceful stop, 2 bad configuration.",
+    epilog="Exit codes: 0 graceful stop, 2 bad configuration or a port that cannot be bound "
+    "(in use, or not permitted).",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.option("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     help="module:attribute naming your dtq.App (or DTQ_APP): HTTP enqueues then get each "
     "task's declared defaults and limits",
 )
+@click.version_option(package_name="dtq", prog_name="dtq-api", message="%(prog)s %(version)s")
 def cli(**flags: Any) -> None:
     """The command line parsed: serve."""
     serve(SimpleNamespace(**flags))
@@ -91,6 +94,10 @@ def serve(args: SimpleNamespace) -> None:
               "it could pause, purge and cancel); set a token, bind 127.0.0.1, or pass "
               "--insecure", file=sys.stderr)  # fmt: skip
         sys.exit(2)
+    busy = cannot_bind(args.host, args.port)
+    if busy:
+        print(f"dtq-api: cannot listen on {args.host}:{args.port}: {busy}", file=sys.stderr)
+        sys.exit(2)
     logs.setup(settings.log_format, settings.log_level)
     log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", args.host, args.port,
              settings.key_prefix, "on" if settings.api_token else "off")  # fmt: skip
@@ -105,6 +112,21 @@ def serve(args: SimpleNamespace) -> None:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+
+
+def cannot_bind(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (in use, not permitted, no such address), or
+    None. Checked before uvicorn starts, so a busy port is one line and exit 2, not a log
+    record and exit 1; the port is free again at once (SO_REUSEADDR, as uvicorn binds)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, addr = infos[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 if __name__ == "__main__":

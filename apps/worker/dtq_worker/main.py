@@ -75,6 +75,12 @@ def _remember_signal(sig: int, _frame: object) -> None:
     is_flag=True,
     help="weighted selection across priority bands instead of strict priority (DTQ_FAIR)",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="log level of the worker and of its tasks' own loggers (DTQ_LOG_LEVEL)",
+)
+@click.version_option(package_name="dtq", prog_name="dtq-worker", message="%(prog)s %(version)s")
 @click.pass_obj
 def cli(argv: list[str], /, **flags: Any) -> None:
     """The command line parsed (``argv`` is what a --processes parent hands its children)."""
@@ -91,25 +97,26 @@ def main(argv: list[str] | None = None) -> None:
     cli.main(args=args, prog_name="dtq-worker", obj=args)
 
 
+# Each flag that stands for a setting: (setting, flag).
+FLAGS = (
+    ("queues", "--queues"), ("worker_concurrency", "--concurrency"),
+    ("worker_prefetch", "--prefetch"), ("worker_id", "--worker-id"),
+    ("queue_concurrency", "--queue-concurrency"), ("fair", "--fair"),
+    ("worker_processes", "--processes"), ("log_level", "--log-level"),
+)  # fmt: skip
+
+
 def run(argv: list[str], args: SimpleNamespace) -> None:
     """Start the worker (or the --processes pool) as the flags and DTQ_* settings say."""
-    overrides: dict[str, Any] = {}
-    if args.queues:
-        overrides["queues"] = args.queues
-    if args.concurrency is not None:
-        overrides["worker_concurrency"] = args.concurrency
-    if args.prefetch is not None:
-        overrides["worker_prefetch"] = args.prefetch
-    if args.worker_id:
-        overrides["worker_id"] = args.worker_id
-    if args.queue_concurrency:
-        overrides["queue_concurrency"] = args.queue_concurrency
-    if args.fair:
-        overrides["fair"] = True
-    if args.processes is not None:
-        overrides["worker_processes"] = args.processes
+    given = {
+        "queues": args.queues or None, "worker_concurrency": args.concurrency,
+        "worker_prefetch": args.prefetch, "worker_id": args.worker_id or None,
+        "queue_concurrency": args.queue_concurrency or None, "fair": args.fair or None,
+        "worker_processes": args.processes, "log_level": args.log_level,
+    }  # fmt: skip
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     try:
-        settings = load_settings(**overrides)
+        settings = load_settings({k: f for k, f in FLAGS if k in overrides}, **overrides)
         spec = args.app or os.environ.get("DTQ_APP")
         if not spec:
             raise ConfigError("no APP given (pass module:attribute or set DTQ_APP)")
@@ -117,7 +124,7 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
         for q, cap in caps.items():
             if cap > settings.worker_concurrency:
                 raise ConfigError(f"--queue-concurrency {q}={cap} exceeds the concurrency")
-        logs.setup(settings.log_format, settings.log_level)
+        logs.setup(settings.log_format, settings.log_level, tasks=True)
         app = load_app(spec)
         app.configure(settings)
         app.hooks()  # middleware and tracing (DTQ_TRACING without dtq[otel]: one line, exit 2)
