@@ -193,3 +193,37 @@ def test_console_script_runs_and_dev_bench_help() -> None:
     assert r.returncode == 0 and "dlq" in r.stdout and "bench" in r.stdout
     r = subprocess.run([exe, "dev", "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0 and "dtq dev" in r.stdout
+
+
+def test_enqueue_takes_positional_values_as_json_or_text(dtq: Any, client: Client) -> None:
+    r = dtq("enqueue", "add", "1", "2", "--json")
+    assert r.code == 0, r.err
+    assert client.get(r.json()["id"]).args == [1, 2]
+    r = dtq("enqueue", "greet", "ada", '{"x": [1]}', "true", "--json")
+    assert client.get(r.json()["id"]).args == ["ada", {"x": [1]}, True]
+    r = dtq("enqueue", "add", "1", "--args", "[2]")
+    assert r.code == 2 and "not both" in r.err
+
+
+def test_an_id_without_its_queue_is_looked_up_or_says_the_form(dtq: Any, client: Client) -> None:
+    h = client.enqueue("add", [1, 2])
+    tid = h.id.split(":", 1)[1]
+    r = dtq("task", tid, "--json")
+    assert r.code == 0 and r.json()["id"] == h.id, r.err
+    r = dtq("task", "nosuchtid")
+    assert r.code == 1 and "expected <queue>:<tid>" in r.err, r.err
+    client.enqueue("add", [1], queue="other")  # a second known queue: not holding the tid
+    assert dtq("task", tid, "--json").json()["id"] == h.id
+    r = dtq("cancel", tid, "--json")
+    assert r.code == 0 and r.json()["id"] == h.id, r.err
+
+
+def test_task_of_a_workflow_shows_no_attempt_or_retries(dtq: Any, client: Client) -> None:
+    from dtq import chain, sig
+
+    h = client.enqueue_workflow(chain(sig("add", args=[1, 2]), sig("add", args=[3])))
+    r = dtq("task", h.id)
+    assert r.code == 0 and "steps:" in r.out, r.err
+    assert "attempt:" not in r.out and "retries left" not in r.out, r.out
+    r = dtq("task", h.id.split(":", 1)[1])  # a workflow id without its queue, too
+    assert r.code == 0 and "steps:" in r.out, r.err

@@ -79,6 +79,14 @@ def _expires(value: str | None) -> float | datetime | None:
     return when
 
 
+def _json_or_text(value: str) -> Any:
+    """A positional VALUE of `dtq enqueue`: its JSON value when it parses, else the string."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
 def _json_arg(value: str | None, what: str) -> Any:
     if value is None:
         return None
@@ -90,6 +98,7 @@ def _json_arg(value: str | None, what: str) -> Any:
 
 @cli.command(epilog=EPILOG)
 @click.argument("name")
+@click.argument("values", nargs=-1)
 @click.option("--args", "args_json", help="Positional arguments as a JSON list, e.g. '[1, \"a\"]'.")
 @click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
 @click.option("--queue", "-q", help="Queue (default: 'default').")
@@ -113,6 +122,7 @@ def _json_arg(value: str | None, what: str) -> Any:
 @json_option
 def enqueue(
     name: str,
+    values: tuple[str, ...],
     args_json: str | None,
     kwargs_json: str | None,
     queue: str | None,
@@ -128,8 +138,10 @@ def enqueue(
     partition_key: str | None,
     as_json: bool,
 ) -> None:
-    """Enqueue task NAME. Retry budget, timeout and expiry left out come from the task's
-    declaration in the worker (``@app.task``).
+    """Enqueue task NAME with positional arguments VALUES (each read as JSON when it is JSON,
+    else as a string: `dtq enqueue add 1 2`, `dtq enqueue greet ada`), or --args. Retry
+    budget, timeout and expiry left out come from the task's declaration in the worker
+    (``@app.task``).
 
     Warns (on stderr) when no live worker of the queue declares NAME: such a task waits, and
     fails on the worker that takes it.
@@ -137,6 +149,10 @@ def enqueue(
     args = _json_arg(args_json, "--args")
     if args is not None and not isinstance(args, list):
         raise click.BadParameter("must be a JSON list, e.g. '[1, \"a\"]'", param_hint="--args")
+    if values:
+        if args is not None:
+            raise click.UsageError("give the arguments as VALUES or as --args, not both")
+        args = [_json_or_text(v) for v in values]
     kwargs = _json_arg(kwargs_json, "--kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
@@ -165,18 +181,30 @@ def enqueue(
                                             + ("" if h.created else " (existing)")))  # fmt: skip
 
 
+# What `dtq task` leaves out for a workflow: its steps have these, the workflow does not.
+FLOW_OMITS = frozenset(("priority", "attempt", "failures", "retries_left", "timeout", "requeues",
+                        "worker_id", "defaults"))  # fmt: skip
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("task_id")
 @click.option("--history/--no-history", default=True, help="Show the task's lifecycle events.")
 @json_option
 def task(task_id: str, history: bool, as_json: bool) -> None:
     """Show one task: arguments, status, attempts, result or error, history."""
-    d = _run(lambda a: a.get_task(task_id, history=history))
+
+    async def go(a: Admin) -> dict[str, Any]:
+        return await a.get_task(await a.resolve_id(task_id), history=history)
+
+    d = _run(go)
+    flow = d.get("tree") is not None  # a workflow: no attempt, retries or timeout of its own
 
     def human() -> None:
         for k in ("id", "name", "queue", "status", "priority", "attempt", "failures",
                   "retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id",
                   "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
+            if flow and k in FLOW_OMITS:
+                continue
             if k == "retries_left":
                 _echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
             elif d.get(k) not in (None, ""):
@@ -281,7 +309,7 @@ def cancel(
         return
 
     async def go(a: Admin) -> list[dict[str, Any]]:
-        return [await a.cancel(t, reason=why) for t in task_ids]
+        return [await a.cancel(await a.resolve_id(t), reason=why) for t in task_ids]
 
     results = _run(go)
 
@@ -301,8 +329,12 @@ def cancel(
 @json_option
 def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
     """Run a failed, cancelled or expired task again (same id, history kept)."""
-    d = _run(lambda a: a.retry(task_id, max_retries=max_retries))
-    _emit(d, as_json, lambda: _echo(f"{task_id}: queued"))
+
+    async def go(a: Admin) -> dict[str, Any]:
+        return await a.retry(await a.resolve_id(task_id), max_retries=max_retries)
+
+    d = _run(go)
+    _emit(d, as_json, lambda: _echo(f"{d.get('id', task_id)}: queued"))
 
 
 # --- queues ----------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def split_task_id(task_id: str) -> tuple[str, str]:
     The queue is the physical one: ``q~i`` for a task of partition i > 0 (``q:<tid>~i``)."""
     m = _TASK_ID_RE.fullmatch(task_id) if isinstance(task_id, str) else None
     if m is None:
-        raise BadTaskId(f"not a dtq task id: {task_id!r}")
+        raise BadTaskId(f"not a dtq task id: {task_id!r} (expected <queue>:<tid>)")
     if m.group(3):
         return m.group(1) + m.group(3), m.group(2)
     return m.group(1), m.group(2)

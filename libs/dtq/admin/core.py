@@ -14,8 +14,8 @@ from dtq import scripts as sc
 from dtq.admin.common import check_queue_name
 from dtq.client import AsyncClient
 from dtq.connection import async_redis, is_cluster
-from dtq.errors import InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
-from dtq.keys import Keys, QueueKeys
+from dtq.errors import BadTaskId, InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
+from dtq.keys import Keys, QueueKeys, is_flow_id, split_task_id
 from dtq.partitions import expand, is_physical, logical
 from dtq.scripts import dlq_requeue_call
 from dtq.settings import Settings, load_settings
@@ -115,6 +115,29 @@ class AdminCore:
         if not await self._queue_exists(name):
             raise UnknownQueue(f"no queue named {name!r}")
         return self.keys.queue(name)
+
+    async def resolve_id(self, task_id: str) -> str:
+        """``task_id`` when it is a task or workflow id; for a bare ``<tid>`` (an id given
+        without its queue), ``<queue>:<tid>`` of the one known queue holding that task. Else
+        :class:`BadTaskId` saying the expected form (and the queues, when several hold it)."""
+        try:
+            split_task_id(task_id)
+            return task_id
+        except BadTaskId:
+            if ":" in task_id or not task_id or not task_id.isprintable():
+                raise BadTaskId(
+                    f"not a dtq task id: {task_id!r} (expected <queue>:<tid>)"
+                ) from None
+        queues = [q for q in await self.physical_names() if "~" not in q]
+        pipe = self._r.pipeline(transaction=False)
+        for q in queues:
+            qk = self.keys.queue(q)
+            pipe.exists(qk.flow(task_id) if is_flow_id(f"q:{task_id}") else qk.task_base + task_id)
+        found = [q for q, n in zip(queues, await pipe.execute(), strict=True) if n]
+        if len(found) == 1:
+            return f"{found[0]}:{task_id}"
+        where = f"; queues {', '.join(found)} each hold one" if found else ""
+        raise BadTaskId(f"not a dtq task id: {task_id!r} (expected <queue>:<tid>{where})")
 
     if TYPE_CHECKING:
         # The registry counts the queues known workers consume (dtq.admin.workers).
