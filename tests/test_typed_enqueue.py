@@ -4,7 +4,9 @@ the handle typed by the task's result (``TaskHandle[dict]``), the task's default
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
 from mypy import api as mypy_api
 
@@ -125,3 +127,29 @@ async def test_enqueue_through_a_task_uses_the_clients_redis_and_the_tasks_defau
     async with running_worker(app, worker_settings), AsyncClient(settings=settings) as c:
         h2 = await c.enqueue(send_email, to="q@r.s", subject="typed")
         assert await c.result(h2, timeout=20) == {"sent": "q@r.s", "subject": "typed"}
+
+
+async def test_arguments_that_cannot_bind_raise_typeerror_and_store_nothing(
+    settings: Settings, r: redis.Redis
+) -> None:
+    app = App(settings=settings)
+
+    @app.task(queue="bind")
+    async def send_email(to: str, subject: str) -> None: ...
+
+    qk = Keys(settings.key_prefix).queue("bind")
+    calls: list[Any] = [
+        lambda c: c.enqueue(send_email, "a@b.c"),  # a missing argument
+        lambda c: c.enqueue(send_email, "a", "b", "c"),  # one too many
+        lambda c: c.enqueue(send_email, "a", subject="s", cc="x"),  # an unknown keyword
+        lambda c: c.enqueue(send_email.options(delay=5), to="a"),
+    ]
+    with Client(settings=settings) as client:
+        for call in calls:
+            with pytest.raises(TypeError, match=r"task '.*send_email'"):
+                call(client)
+    async with AsyncClient(settings=settings) as ac:
+        with pytest.raises(TypeError, match="missing a required argument: 'subject'"):
+            await ac.enqueue(send_email, "a@b.c")
+    assert not [k for k in r.scan_iter(match=f"{qk.task_base}*")]
+    assert sum(r.xlen(s) for s in qk.streams) == 0 and r.zcard(qk.sched) == 0

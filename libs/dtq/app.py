@@ -70,6 +70,10 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.arg_types = codec.arg_types(self.fn)
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(self.fn)
+        except (TypeError, ValueError):  # no signature to check (a builtin)
+            self._signature = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
@@ -132,11 +136,13 @@ class Task(Generic[P, R]):
         self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
     ) -> TaskHandle[R]:
         """Enqueue with per-call options (delay, priority, idempotency key, ...)."""
+        self.check_call(args, kwargs)
         return self.app.client().enqueue(self.name, list(args), kwargs, **options.as_kwargs())
 
     async def aenqueue_with(
         self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
     ) -> TaskHandle[R]:
+        self.check_call(args, kwargs)
         return await self.app.async_client().enqueue(
             self.name, list(args), kwargs, **options.as_kwargs()
         )
@@ -149,8 +155,21 @@ class Task(Generic[P, R]):
             return value  # type: ignore[no-any-return]
         return codec.convert(value, tp)  # type: ignore[no-any-return]
 
+    def check_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``TypeError`` when ``args`` and ``kwargs`` cannot bind to the function's signature."""
+        if self._signature is not None:
+            try:
+                self._signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"task {self.name!r}: {exc}") from None
+
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The enqueue fields of a call of this task (its name, arguments and call options)."""
+        """The enqueue fields of a call of this task (its name, arguments and call options).
+
+        Arguments that cannot bind to the function's signature raise ``TypeError`` here, as a
+        call of the function would, before anything is stored (else the task would be stored,
+        run, retried and failed with that same error)."""
+        self.check_call(args, kwargs)
         fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
         if self.call_options is not None:
             fields.update((k, v) for k, v in self.call_options.as_kwargs().items() if v is not None)
