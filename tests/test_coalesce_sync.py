@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from dtq import Client, RedisUnavailable, Settings
+from dtq import BatchInterrupted, Client, DtqError, RedisUnavailable, Settings
 from dtq.coalesce import SyncCoalescer
 from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
@@ -306,3 +306,107 @@ def test_a_call_made_inside_a_send_goes_out_on_its_own() -> None:
     calls.go_on.set()
     assert first.result(10) == 10 and waiter.result(10) == 20
     assert nested == [70, 80, 1002] and calls.batches == [[2]] and co._waiting == {}
+
+
+def _interrupt_inside(name: str) -> None:
+    """Raise KeyboardInterrupt in the main thread once it runs inside a function called
+    ``name`` (SIGALRM's handler runs in the main thread and sees the frame it interrupted;
+    elsewhere it only sets the alarm again)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        f = frame
+        while f is not None:
+            if f.f_code.co_name == name:
+                raise KeyboardInterrupt
+            f = f.f_back
+        signal.setitimer(signal.ITIMER_REAL, 0.02)
+
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.02)
+
+
+def test_a_batch_interrupted_in_its_sending_thread_is_sent_again_for_the_others(
+    fresh_redis: RedisServer, prefix: str
+) -> None:
+    """The main thread sends a batch (it waited first) and gets a KeyboardInterrupt while the
+    batch is in flight on a paused server: the other thread of the batch gets its own task's
+    handle, its task made once, never the main thread's KeyboardInterrupt (which it got
+    before). The main thread's own enqueue may or may not have been made (at most once)."""
+    s = make_settings(fresh_redis.url, prefix)
+    r = fresh_redis.client()
+    old = signal.getsignal(signal.SIGALRM)
+    with Client(settings=s) as c:
+        c.enqueue("job", args=[0])
+        co = c._coalesced
+        assert co is not None
+        release = threading.Event()
+        # A call of the queue in flight (a stand-in: it must end while the server stays paused).
+        first = _thread(co.call, "default", None, lambda: release.wait(10))
+        wait_until(lambda: _busy(c))
+
+        def other() -> Any:
+            wait_until(lambda: _waiting(c) == 1)  # after the main thread's: it sends the batch
+            return c.enqueue("job", args=[2])
+
+        def hold_the_batch() -> None:
+            wait_until(lambda: _waiting(c) == 2)
+            fresh_redis.pause()
+            release.set()
+
+        later = _thread(other)
+        held = _thread(hold_the_batch)
+        try:
+            _interrupt_inside("_enqueue_batch")
+            with pytest.raises(KeyboardInterrupt):
+                c.enqueue("job", args=[1])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            held.exception(10)
+            fresh_redis.resume()
+        assert first.result(10) is True
+        err = later.exception(30)
+        assert err is None, repr(err)
+        h = later.result(0)
+        assert h.created
+        made = _stream_args(r, s)
+        assert made.count(2) == 1 and made.count(1) <= 1, made
+        assert c.get(h.id).status == "queued"
+        assert not _busy(c)
+    r.close()
+
+
+def test_other_threads_of_an_interrupted_batch_get_a_dtq_error() -> None:
+    """The coalescer itself cannot know whether an interrupted batch reached Redis: the other
+    callers of the batch get ``BatchInterrupted`` (a ``DtqError``), never the sending thread's
+    KeyboardInterrupt; the sender gets its own."""
+    calls = _Calls()
+    co: SyncCoalescer[str, int, int] = SyncCoalescer(calls.many)
+    old = signal.getsignal(signal.SIGALRM)
+    try:
+        first = _thread(co.call, "q", 1, lambda: calls.one(1))
+        assert calls.in_flight.wait(10)
+
+        def other() -> int:
+            wait_until(lambda: len(co._waiting.get("q") or ()) == 1)
+            return co.call("q", 3, lambda: calls.one(3))
+
+        def interrupted_send(key: str, items: Sequence[int]) -> list[int]:
+            raise KeyboardInterrupt
+
+        co._send_many = interrupted_send
+        later = _thread(other)
+        threading.Thread(
+            target=lambda: (wait_until(lambda: len(co._waiting["q"]) == 2), calls.go_on.set()),
+            daemon=True,
+        ).start()
+        with pytest.raises(KeyboardInterrupt):
+            co.call("q", 2, lambda: calls.one(2))
+        assert first.result(10) == 10
+        err = later.exception(10)
+        assert isinstance(err, BatchInterrupted), repr(err)
+        assert isinstance(err, DtqError) and "interrupted" in str(err)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert co._waiting == {}

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dtq.context import TaskContext, current_task
     from dtq.errors import (
         BadTaskId,
+        BatchInterrupted,
         ConfigError,
         Conflict,
         DtqError,
@@ -46,6 +47,7 @@ __all__ = [
     "App",
     "AsyncClient",
     "BadTaskId",
+    "BatchInterrupted",
     "Client",
     "ConfigError",
     "Conflict",
@@ -86,6 +88,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(
         (
             "BadTaskId",
+            "BatchInterrupted",
             "ConfigError",
             "Conflict",
             "DtqError",

@@ -13,7 +13,9 @@ the others' (docs/performance.md, "Single enqueues from many coroutines").
 
 A waiter cancelled before its batch is sent is left out of it (its item is never sent); one
 cancelled after is not told what became of its item, as for any call cancelled in flight. A
-batch that fails raises its error in each of its waiters.
+batch that fails raises its error in each of its waiters; a batch whose sending thread is
+interrupted (KeyboardInterrupt) raises that in the sender alone and
+:class:`dtq.BatchInterrupted` in the others (whether it reached Redis is unknown).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from dtq import forkreset
+from dtq.errors import BatchInterrupted
 
 K = TypeVar("K")
 I = TypeVar("I")  # noqa: E741
@@ -198,8 +201,12 @@ class SyncCoalescer(Generic[K, I, O]):
             for p, o in zip(batch, out, strict=True):
                 p.result = o
         except BaseException as exc:  # (each caller raises it, this one too)
+            # An interrupt of this thread (KeyboardInterrupt, SystemExit) is its own: the
+            # others learn that their batch went out or not, unknown which.
+            other = exc if isinstance(exc, Exception) else _interrupted(exc)
             for p in batch:
-                p.error = exc
+                p.error = other
+            batch[0].error = exc  # (this thread's place: it was the oldest waiter)
         finally:
             _SENDER.on = False
             self._next(key)
@@ -210,6 +217,13 @@ class SyncCoalescer(Generic[K, I, O]):
         """In a forked child: the calls in flight stayed in the parent (their threads did)."""
         self._lock = threading.Lock()
         self._waiting = {}
+
+
+def _interrupted(exc: BaseException) -> BatchInterrupted:
+    return BatchInterrupted(
+        f"the thread sending this call's batch was interrupted ({type(exc).__name__}) while "
+        "it was in flight: whether the batch reached Redis is unknown"
+    )
 
 
 _SENDER = threading.local()  # .on: this thread is sending a call or a batch (see _SENDING)

@@ -56,6 +56,13 @@ class RedisUnavailable(DtqError, ConnectionError):
     """Redis could not be reached (refused, reset, timed out); nothing was changed."""
 
 
+class BatchInterrupted(DtqError):
+    """The thread sending the batch this call's item went out in was interrupted (a
+    ``KeyboardInterrupt`` or ``SystemExit`` there) while the batch was in flight: whether the
+    batch reached Redis is unknown. ``Client.enqueue`` answers it by sending its task again
+    alone (the same task id: made once either way)."""
+
+
 def unreachable(exc: BaseException) -> str:
     """``Redis unreachable: <why>`` for a redis-py error, some of which say nothing (a full
     pool's ``MaxConnectionsError``): then its kind."""

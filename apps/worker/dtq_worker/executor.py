@@ -352,17 +352,26 @@ class Executor:
         set_current(context())
         writer = hooks.start()  # a sync task reports from its thread: the writer must exist
         cv = contextvars.copy_context()
-        fut = asyncio.get_running_loop().run_in_executor(
-            self.pool, lambda: cv.run(task.fn, *args, **kwargs)
-        )
+        # The pool's future is the body's start gate: a thread starts the body only if it can
+        # mark the future running, and cancel() succeeds only while it is not (both under the
+        # future's lock). An attempt that ends while its body waits for a thread cancels it
+        # there and then, so that body never starts (docs/faults.md, hung sync tasks).
+        gate = self.pool.submit(cv.run, task.fn, *args, **kwargs)
+        fut = asyncio.wrap_future(gate, loop=loop)
         try:
             return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
         except TimeoutError:
+            if gate.cancel():
+                raise TaskTimeout(
+                    f"timed out after {timeout}s (sync task: no pool thread came free, "
+                    "its body never started)"
+                ) from None
             # A thread cannot be killed: it runs on, its result discarded (see docs).
             _detach(self, fut)
             raise TaskTimeout(
                 f"timed out after {timeout}s (sync task: its thread was left to finish)"
             ) from None
         except asyncio.CancelledError:
-            _detach(self, fut)
+            if not gate.cancel():  # (cancelled: its body never starts)
+                _detach(self, fut)
             raise
