@@ -192,3 +192,27 @@ def test_worker_processes_start_a_cross_queue_first_step_once_when_the_home_come
     assert not r.exists(b_key)  # not created again
     starts = [x.split("|")[0] for x in r.lrange(f"{settings.key_prefix}:test:fstarts", 0, -1)]
     assert sorted(starts) == sorted([a_id, b_id])  # each step's attempt 1 started once
+
+
+def test_a_put_moved_between_a_cancels_step_cancel_and_its_tombstone_is_cancelled(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    """cancel(flow) found b missing on its queue, then a mover put b there before the
+    cancel's tombstone: the tombstone finds the record, so the cancel cancels b as a task."""
+    run = sc.SyncScripts(r).run
+    h = client.enqueue_workflow(chain(sig("a"), sig("b", queue="other")))
+    [a] = claim(r, settings, "default")
+    complete(r, settings, "default", a, 1)
+    [(_, put)] = outbox(r, settings, "default")
+    steps = client._cancel_steps(h.id, "stop")  # the cancel's calls, sent one by one here
+    call = next(steps)  # flow_cancel.lua
+    call = steps.send(run(call))  # cancel.lua of b: missing
+    reply = run(call)
+    assert sc.parse_cancel(reply).outcome is sc.CancelOutcome.MISSING
+    assert sc.parse_created(move_put(r, settings, put)) is sc.Created.CREATED  # the mover
+    call = steps.send(reply)  # flow_tomb.lua
+    assert call.script == "flow_tomb"
+    with pytest.raises(StopIteration):
+        while True:
+            call = steps.send(run(call))
+    assert claim(r, settings, "other") == []  # b was cancelled, not left to run
