@@ -389,7 +389,9 @@ class _Base:
             for step in fc.steps:
                 res = sc.parse_cancel((yield self._cancel_call(step, reason)))
                 if res.outcome is sc.CancelOutcome.MISSING:  # on its way to its queue: never runs
-                    yield self._tomb_call(step, reason)
+                    tomb = sc.parse_created((yield self._tomb_call(step, reason)))
+                    if tomb is sc.Created.EXISTED:  # put there meanwhile: cancel it as a task
+                        yield self._cancel_call(step, reason)
             return fc.before in (sc.FlowStatus.RUNNING, sc.FlowStatus.FAILED)
         res = sc.parse_cancel((yield self._cancel_call(task_id, reason)))
         if res.outcome == "missing":

@@ -93,6 +93,7 @@ def split_task_id(task_id: str) -> tuple[str, str]:
 
 _TASK_PART = "t:"  # a task record: P:{P:q}:t:<tid>
 _FLOW_PART = "f:"  # a workflow's state: P:{P:q}:f:<ftid>
+_FLOW_PUT_PART = "fput:"  # a workflow step's put delivered: P:{P:q}:fput:<tid>
 
 
 def glob_escape(s: str) -> str:
@@ -207,6 +208,12 @@ class QueueKeys:
 
     def flow(self, ftid: str) -> str:
         return f"{self.base}:{_FLOW_PART}{ftid}"
+
+    def flow_put(self, tid: str) -> str:
+        """String: a workflow step's "put" was delivered to this queue (or its flow cancelled
+        first): a later move of the same put creates nothing. Without a TTL until the put's
+        outbox entry is acknowledged (dtq_worker.flowmover), then DTQ_RESULT_TTL_S."""
+        return f"{self.base}:{_FLOW_PUT_PART}{tid}"
 
     @property
     def flowq(self) -> str:
@@ -379,6 +386,10 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
         KeyDoc(qk.flowq, "stream + group `movers`",
                "workflow handovers to another slot (`note`: a step ended; `put`: a step "
                "released), moved by workers"),
+        KeyDoc(qk.flow_put("<tid>"), "string",
+               "a workflow step's `put` was delivered here (or its flow cancelled first): "
+               "moving it again creates nothing; no TTL until the put's outbox entry is "
+               "acknowledged, then `DTQ_RESULT_TTL_S`"),
         KeyDoc(k.schema, "string",
                "layout version (dtq.schema): `1`, `1>2` (moving), `2`; a worker refuses a "
                "version it does not know (exit 2)"),

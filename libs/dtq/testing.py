@@ -326,6 +326,9 @@ class TestQueue:
                     if call is not None:
                         self._scripts.run(call)
                     self.redis.xdel(self.keys.queue(q).flowq, eid)
+                    marker = wf.put_marker(self.keys, fields)
+                    if marker is not None:
+                        self.redis.expire(marker, self.settings.result_ttl_s)
                     moved = True
 
     def _claim_one(self, include_delayed: bool) -> tuple[str, sc.Claimed] | None:

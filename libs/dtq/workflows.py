@@ -281,6 +281,16 @@ def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> 
     return None
 
 
+def put_marker(keys: Keys, fields: Mapping[str, str]) -> str | None:
+    """The put marker (``P:{q}:fput:<tid>``) of a ``put`` outbox entry, else None: the mover
+    gives it a TTL once the entry is acknowledged (no move of the entry can come after, but
+    one from a mover frozen since it read the entry)."""
+    if fields.get("k") != "put":
+        return None
+    spec = json.loads(fields["spec"])
+    return keys.queue(spec[0]).flow_put(spec[1])
+
+
 def parse_flow_key(prefix: str, flow_field: str) -> tuple[str, str, str]:
     """(home queue, ftid, step index) of a step record's ``flow`` field."""
     fkey, _, step = flow_field.rpartition("|")

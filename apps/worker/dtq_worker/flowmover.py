@@ -7,7 +7,9 @@ as the outcome; this loop moves it on, for every queue the worker consumes:
 
 * ``note`` (a step ended): ``flow_apply.lua`` at the flow's home; counted once per step.
 * ``put`` (a step released, or a flow's first step on another queue): ``flow_put.lua`` on the
-  step's queue; creates its record only if none exists (its tid was fixed at the enqueue).
+  step's queue; creates its record only if neither it nor the step's put marker exists (its
+  tid was fixed at the enqueue). The marker has no TTL until the entry is acknowledged: the
+  record expires after DTQ_RESULT_TTL_S, the entry may be moved again later than that.
 
 Both are idempotent by (flow, step), so an entry moved twice (a mover that died between the
 move and its acknowledgement: another worker claims the entry after the visibility timeout)
@@ -140,6 +142,11 @@ class FlowMover:
                 log.warning("workflow handover %s %s not moved: %s", stream, eid, exc)
                 continue  # left pending: taken over again later
             await self._done(stream, eid)
+            marker = wf.put_marker(self.env.keys, fields)
+            if marker is not None:
+                # After the XDEL (another slot, so another call): while the entry exists, a
+                # move of it may come at any time later and must find the marker.
+                await self.env.redis.expire(marker, self.env.settings.result_ttl_s)
             self.moved += 1
 
     async def _done(self, stream: str, eid: str) -> None:

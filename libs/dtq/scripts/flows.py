@@ -4,6 +4,7 @@ flow_cancel.lua and flow_tomb.lua. dtq.workflows plans a flow; these send it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -68,10 +69,10 @@ def parse_flow_enqueue(raw: list[Any]) -> FlowEnqueued:
 
 
 def flow_put_call(qk: QueueKeys, spec: str, args: str, events_maxlen: int) -> Call:
-    """flow_put.lua: create a released step on its own queue (idempotent)."""
-    return Call(
-        "flow_put", [*qk.streams, qk.sched, qk.events, qk.task_base], [events_maxlen, spec, args]
-    )
+    """flow_put.lua: create a released step on its own queue (idempotent: its put marker,
+    :meth:`QueueKeys.flow_put`, outlives the step's record)."""
+    keys = [*qk.streams, qk.sched, qk.events, qk.task_base, qk.flow_put(json.loads(spec)[1])]
+    return Call("flow_put", keys, [events_maxlen, spec, args])
 
 
 def parse_created(raw: Any) -> Created:
@@ -111,5 +112,6 @@ def parse_flow_cancel(raw: list[Any]) -> FlowCancelled:
 
 
 def flow_tomb_call(qk: QueueKeys, tid: str, reason: str, ttl: int) -> Call:
-    """flow_tomb.lua: a cancelled flow's step not created yet is written cancelled."""
-    return Call("flow_tomb", [qk.task(tid)], [reason, ttl])
+    """flow_tomb.lua: a cancelled flow's step not created yet is written cancelled (and its
+    put marker set, so a put moved after the record expired creates nothing)."""
+    return Call("flow_tomb", [qk.task(tid), qk.flow_put(tid)], [reason, ttl])
