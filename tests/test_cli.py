@@ -148,8 +148,8 @@ def test_retry_cancel_workers_schedules(dtq: Any, client: Client) -> None:
     assert r.code == 0
     assert [d["task_id"] for d in r.json()["scheduled_tasks"]] == [later.id]
     assert "delayed" in dtq("schedules").out
-    r = dtq("workers")
-    assert r.code == 0 and "(none)" in r.out
+    r = dtq("workers")  # no live worker: exit 1 (dtq workers as a liveness check)
+    assert r.code == 1 and "(none)" in r.out and "no live worker" in r.err
     assert dtq("workers", "--json").json() == []
 
 
@@ -227,3 +227,19 @@ def test_task_of_a_workflow_shows_no_attempt_or_retries(dtq: Any, client: Client
     assert "attempt:" not in r.out and "retries left" not in r.out, r.out
     r = dtq("task", h.id.split(":", 1)[1])  # a workflow id without its queue, too
     assert r.code == 0 and "steps:" in r.out, r.err
+
+
+def test_workers_show_the_task_names_each_can_run(
+    dtq: Any, settings: Settings, spawn_worker: Any
+) -> None:
+    from tests.conftest import wait_until
+
+    w = spawn_worker("tests.apps.logging_app:app", settings, "--worker-id", "wnames")
+    wait_until(lambda: dtq("workers").code == 0, timeout=30)
+    rows = dtq("workers", "--json").json()
+    assert [(x["worker_id"], x["tasks"]) for x in rows] == [
+        ("wnames", ["boom", "boom_once", "chatty", "sync_chatty"])
+    ]
+    r = dtq("workers")
+    assert r.code == 0 and "boom,boom_once,chatty,sync_chatty" in r.out
+    w.kill()

@@ -412,20 +412,23 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
 @cli.command(epilog=EPILOG)
 @json_option
 def workers(as_json: bool) -> None:
-    """List workers with heartbeat age; stale past 3 heartbeat intervals."""
+    """List workers with heartbeat age (stale past 3 heartbeat intervals) and the task names
+    each can run. Exits 1 when no worker is live."""
     infos = _run(lambda a: a.list_workers())
 
     def human() -> None:
         rows = [
             (w.worker_id, "live" if w.live else "STALE", w.status, _age(w.heartbeat_age_s),
              f"{w.active_tasks}/{w.concurrency or '?'}", ",".join(w.queues), w.hostname,
-             w.pid or "", w.tasks_processed, w.tasks_failed)
+             w.pid or "", w.tasks_processed, w.tasks_failed, _clip(",".join(w.tasks), 50))
             for w in infos
         ]  # fmt: skip
         _table(rows, ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host",
-                      "pid", "done", "failed"])  # fmt: skip
+                      "pid", "done", "failed", "tasks"])  # fmt: skip
 
     _emit([w.to_dict() for w in infos], as_json, human)
+    if not any(w.live for w in infos):
+        raise Failed("no live worker")
 
 
 @cli.command(epilog=EPILOG)

@@ -48,3 +48,13 @@ async def declared_by_workers(r: Any, keys: Keys, queue: str, name: str) -> bool
         if name in json.loads(tasks):
             return True
     return False if known else None
+
+
+def task_names(raw: str | None) -> list[str]:
+    """A worker's published task names (its heartbeat's ``tasks`` field); [] when absent or
+    not a JSON list of names."""
+    try:
+        names = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return sorted(n for n in names if isinstance(n, str)) if isinstance(names, list) else []

@@ -218,6 +218,7 @@ class Worker(Open):
     active_tasks: int
     concurrency: int | None
     queues: list[str]
+    tasks: list[str] = Field(description="the task names the worker can run")
 
 
 class WorkerList(BaseModel):

@@ -85,6 +85,8 @@ class WorkerInfo:
     tasks_failed: int = 0
     tasks_retried: int = 0
     started_at: str | None = None
+    tasks: list[str] = field(default_factory=list)
+    """The task names the worker can run (its app's registry, published with its heartbeat)."""
 
     @property
     def stale(self) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 from dtq.admin.core import AdminCore
 from dtq.admin.views import WorkerInfo, iso
 from dtq.partitions import logical
+from dtq.worker_tasks import TASKS_FIELD, task_names
 
 
 class WorkerOps(AdminCore):
@@ -51,6 +52,7 @@ class WorkerOps(AdminCore):
                     queues=list(
                         dict.fromkeys(logical(q) for q in h.get("queues", "").split(",") if q)
                     ),
+                    tasks=task_names(h.get(TASKS_FIELD)),
                     active_tasks=int(h.get("active_tasks") or 0),
                     concurrency=int(h["concurrency"]) if h.get("concurrency") else None,
                     tasks_processed=int(h.get("tasks_processed") or 0),
