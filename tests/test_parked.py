@@ -242,6 +242,20 @@ def test_the_cancel_of_a_task_owed_no_place_releases_nothing(
     assert [x.tid for x in nxt.runs] == [c2]
 
 
+def test_a_purge_stopped_after_a_released_task_leaves_the_next_parked_one_moving(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """purge.lua works in batches; one that ended the released B and was not called again (the
+    operator's CLI interrupted) passed B's place on: C is in the stream, not stranded."""
+    c, (b, c2, d) = setup_parked(r, run, qk, 3)
+    end_run(run, qk, c)
+    res = parse_purge(run(purge_call(qk, 1, 100)))
+    assert res.queued == 1 and res.more and not r.exists(qk.task(b))
+    assert in_stream(r, qk, c2), "the purged released task stranded C"
+    nxt = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
+    assert [x.tid for x in nxt.runs] == [c2] and r.lrange(held_key(qk), 0, -1) == [d]
+
+
 @pytest.mark.parametrize("end", ["cancel", "expire"])
 async def test_a_released_task_ended_while_paused_does_not_strand_the_next(
     settings: Settings, r: redis.Redis, spawn_worker: Any, end: str
