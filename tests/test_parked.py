@@ -178,6 +178,7 @@ def cancel(run: Any, qk: QueueKeys, tid: str) -> sc.CancelResult:
     return sc.parse_cancel(run(call))
 
 
+@pytest.mark.cluster
 def test_a_released_task_cancelled_before_its_claim_passes_its_place_on(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
@@ -242,6 +243,7 @@ def test_the_cancel_of_a_task_owed_no_place_releases_nothing(
     assert [x.tid for x in nxt.runs] == [c2]
 
 
+@pytest.mark.cluster
 def test_a_purge_stopped_after_a_released_task_leaves_the_next_parked_one_moving(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
@@ -249,7 +251,7 @@ def test_a_purge_stopped_after_a_released_task_leaves_the_next_parked_one_moving
     operator's CLI interrupted) passed B's place on: C is in the stream, not stranded."""
     c, (b, c2, d) = setup_parked(r, run, qk, 3)
     end_run(run, qk, c)
-    res = parse_purge(run(purge_call(qk, 1, 100)))
+    res = parse_purge(run(purge_call(qk, 1, 100, nonce=sc.new_nonce())))  # as Admin sends it
     assert res.queued == 1 and res.more and not r.exists(qk.task(b))
     assert in_stream(r, qk, c2), "the purged released task stranded C"
     nxt = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
