@@ -75,7 +75,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       if n >= lc then
         drop_entry(KEYS[i], group, eid)
-        redis.call('HDEL', rk, 'eid')
+        redis.call('HDEL', rk, 'eid', 'lown')  -- the run that took the place releases next
         redis.call('RPUSH', lb .. ':held', tid)
         redis.call('SADD', lim_base .. '~parked', lk)  -- purge.lua finds held lists by it
         emit(KEYS[12], maxlen, 'held', tid, r[4] or '0', worker, 'concurrency ' .. lk)
@@ -144,12 +144,12 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- each absent field, and a plain task has 10 of them absent.
   local FIELD = {status = 1, eid = 2, exp = 3, attempt = 4, name = 5, args = 6, kwargs = 7,
     maxr = 8, timeout = 9, retries = 10, intr = 11, enq = 12, prio = 13, idem = 14, lk = 15,
-    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20, error = 21, flow = 22}
+    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20, error = 21, flow = 22, lown = 23}
   local function read_record(rk)
     local raw = redis.call('HGETALL', rk)
-    -- 22 places made at once (no rehash as they fill); every one starts nil.
+    -- 23 places made at once (no rehash as they fill); every one starts nil.
     local r = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-      nil, nil, nil, nil, nil, nil}
+      nil, nil, nil, nil, nil, nil, nil}
     for j = 1, #raw, 2 do
       local k = FIELD[raw[j]]
       if k then r[k] = raw[j + 1] end
@@ -173,6 +173,10 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         finish(rk, 'expired', now, ttl, done_prefix .. tid, KEYS[15])
         emit(KEYS[12], maxlen, 'expired', tid, r[4] or '0', worker, '')
         expired = expired + 1
+        if r[23] then  -- released for a place it will not take: the next parked task gets it
+          redis.call('HDEL', rk, 'lown')
+          limit_pass_on(lim_base, base, KEYS, r[15], r[16])
+        end
         local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
         if fl then
           flow_lib().note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
@@ -189,6 +193,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
       redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'started', nows, unpack(fill))
+      if r[23] then redis.call('HDEL', rk, 'lown') end  -- the place is taken: owed no more
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end

@@ -133,8 +133,10 @@ end
 -- many as the limit has room for: lc of the first live one minus the runs holding a place),
 -- looking at no more than budget parked ids. Dead ids (cancelled, purged, record gone) are
 -- dropped; a task whose expiry passed while parked goes back too, for the claim to end it
--- "expired", without counting. Returns released, more (1 when the budget ran out before n were
--- released and ids are left) and the number of ids looked at.
+-- "expired", without counting. A released live task is owed the place it was released for
+-- (field lown, until its run starts or it is parked again: see limit_pass_on). Returns
+-- released, more (1 when the budget ran out before n were released and ids are left) and the
+-- number of ids looked at.
 local function limit_unpark(lim_base, lk, base, streams, n, budget)
   local held = lim_base .. lk .. ':held'
   local released, looked, now = 0, 0, nil
@@ -166,8 +168,12 @@ local function limit_unpark(lim_base, lk, base, streams, n, budget)
         end
       end
       local eid = redis.call('XADD', streams[stream_index(p[3])], '*', 't', ptid)
-      redis.call('HSET', prk, 'eid', eid)
-      if live then released = released + 1 end
+      if live then
+        redis.call('HSET', prk, 'eid', eid, 'lown', '1')
+        released = released + 1
+      else
+        redis.call('HSET', prk, 'eid', eid)
+      end
     end
   end
   if redis.call('EXISTS', held) == 0 then redis.call('SREM', lim_base .. '~parked', lk) end
@@ -186,4 +192,14 @@ local function limit_release(lim_base, base, streams, rk, tid)
     local _, more = limit_unpark(lim_base, lk, base, streams, 1, 200)
     if more == 1 then redis.call('SADD', lim_base .. '~owed', lk) end
   end
+end
+
+-- A released task (field lown) ended without starting (cancelled, or expired at its claim):
+-- the place it was owed goes to the next parked task of key lk, while the limit (lc) has room,
+-- with limit_release's budget. The caller deletes lown with the status change.
+local function limit_pass_on(lim_base, base, streams, lk, lc)
+  local c = tonumber(lc or '0')
+  if not lk or c <= 0 or redis.call('ZCARD', lim_base .. lk .. ':run') >= c then return end
+  local _, more = limit_unpark(lim_base, lk, base, streams, 1, 200)
+  if more == 1 then redis.call('SADD', lim_base .. '~owed', lk) end
 end

@@ -10,6 +10,8 @@
 -- KEYS[15]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- KEYS[16..17] P:{q}:f:, P:{q}:flowq (optional, with KEYS[15]): a workflow step that ends
 --              cancelled here cancels its flow in this same call (flow_note in _flow.lua)
+-- KEYS[18]     P:{q}:lim: (optional, with KEYS[15]): a task released from behind a concurrency
+--              limit and cancelled before its run passes its place on (limit_pass_on)
 -- ARGV[1]      tid, ARGV[2] events maxlen, ARGV[3] record TTL (s), ARGV[4] done channel,
 -- ARGV[5]      cancel hint channel, ARGV[6] reason,
 -- ARGV[7]      how long the reply is kept for a re-send (ms; with KEYS[15])
@@ -27,7 +29,8 @@ if again then return again end
 local function cancel()
   local tid, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local rk = KEYS[13]
-  local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel', 'flow')
+  local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel', 'flow',
+    'lown', 'lk', 'lc')
   local status = r[1]
   if not status then return {'missing', ''} end
   local now = now_ms()
@@ -47,11 +50,12 @@ local function cancel()
     return {'unchanged', status}
   end
   redis.call('HSET', rk, 'error', ARGV[6])
-  redis.call('HDEL', rk, 'eid', 'due')
+  redis.call('HDEL', rk, 'eid', 'due', 'lown')
   finish(rk, 'cancelled', now, ttl, ARGV[4], KEYS[14])
   emit(KEYS[12], maxlen, 'cancelled', tid, r[4] or '0', '', ARGV[6])
+  local base = string.sub(rk, 1, #rk - #tid)
+  if r[8] and KEYS[18] then limit_pass_on(KEYS[18], base, KEYS, r[9], r[10]) end
   if r[7] and KEYS[17] then
-    local base = string.sub(rk, 1, #rk - #tid)
     flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
       fbase = KEYS[16], flowq = KEYS[17], maxlen = maxlen, ttl = ttl,
       done_prefix = string.sub(KEYS[16], 1, -3) .. 'done:'},

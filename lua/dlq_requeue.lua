@@ -4,8 +4,9 @@
 -- The task gets a new stream entry and status 'queued'; `retries` and `intr` start again at 0
 -- (a fresh failure budget), `attempt` keeps counting (it is the fencing token and must never go
 -- back), `requeues` counts these requeues, and the last error stays until the next outcome.
--- The record and its idempotency key stop expiring. A task that is not in an allowed state
--- (already requeued by a concurrent call, running, succeeded) is left unchanged.
+-- The record and its idempotency key stop expiring, and the task's expiry deadline (exp) is
+-- dropped: a requeue by hand runs the task however late it is. A task that is not in an
+-- allowed state (already requeued by a concurrent call, running, succeeded) is left unchanged.
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:dlq
@@ -44,15 +45,17 @@ for i = 1, n do
   else
     local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
     redis.call('HSET', rk, 'status', 'queued', 'eid', eid, 'retries', 0, 'intr', 0)
+    -- A requeue by hand means "run it": the task's expiry deadline is dropped, and a
+    -- never-claimed task's first claim takes none from its declaration ("e" out of dflt).
+    local dflt = r[6] and (string.gsub(r[6], 'e', ''))
     if new_maxr ~= '' then
       redis.call('HSET', rk, 'maxr', new_maxr)
       -- Given now, it overrides the declaration a never-claimed task's first claim would apply.
-      if r[6] then redis.call('HSET', rk, 'dflt', (string.gsub(r[6], 'm', ''))) end
+      if dflt then dflt = (string.gsub(dflt, 'm', '')) end
     end
+    if dflt and dflt ~= r[6] then redis.call('HSET', rk, 'dflt', dflt) end
     redis.call('HINCRBY', rk, 'requeues', 1)
-    redis.call('HDEL', rk, 'finished', 'result', 'due', 'cancel', 'started')
-    -- An expired task retried by hand gets a chance to run: its deadline is dropped.
-    if r[1] == 'expired' then redis.call('HDEL', rk, 'exp') end
+    redis.call('HDEL', rk, 'finished', 'result', 'due', 'cancel', 'started', 'exp')
     redis.call('PERSIST', rk)
     if r[5] and r[5] ~= '' then
       local ik = idem_base .. r[5]

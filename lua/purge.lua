@@ -48,7 +48,7 @@ end
 
 local function forget(tid)
   local rk = base .. tid
-  local r = redis.call('HMGET', rk, 'idem', 'flow')
+  local r = redis.call('HMGET', rk, 'idem', 'flow', 'lown', 'lk', 'lc')
   local idem = r[1]
   if idem and idem ~= '' and redis.call('GET', idem_base .. idem) == tid then
     redis.call('DEL', idem_base .. idem)
@@ -56,6 +56,9 @@ local function forget(tid)
   redis.call('DEL', rk)
   redis.call('PUBLISH', done_prefix .. tid, 'purged')
   if r[2] then flow_purged(r[2]) end
+  -- A released task's place goes on (to the stream, which a later batch purges too): a purge
+  -- stopped between batches strands no parked task.
+  if r[3] then limit_pass_on(KEYS[15], base, KEYS, r[4], r[5]) end
 end
 
 -- The first id no consumer of the group has been given: '-' when the group does not exist.

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 
-from dtq import AsyncClient
+from dtq import AsyncClient, TaskFailed
 from dtq import scripts as sc
-from dtq.admin import parse_purge, purge_call
+from dtq.admin import Admin, parse_purge, purge_call
 from dtq.keys import Keys, QueueKeys, new_tid
 from dtq.settings import Settings
 from tests.apps.limited import app as limited_app
@@ -167,3 +168,132 @@ async def test_a_worker_releases_parked_tasks_behind_many_dead_ids(
             for h in hs:
                 assert await c.result(h.id, timeout=30) == "d"
     assert r.llen(held) == 0 and not r.exists(f"{qk.lim_base}~owed")
+
+
+def cancel(run: Any, qk: QueueKeys, tid: str) -> sc.CancelResult:
+    """cancel.lua as the SDK, CLI and API send it (with a nonce: the call's full keys)."""
+    call = sc.cancel_call(
+        qk, tid, events_maxlen=100, ttl_s=60, hint_channel="h", reason="stop", nonce=sc.new_nonce()
+    )
+    return sc.parse_cancel(run(call))
+
+
+@pytest.mark.cluster
+def test_a_released_task_cancelled_before_its_claim_passes_its_place_on(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The run's end released B into the stream (the queue paused, say); B is cancelled before
+    any claim: C, parked behind it, goes to the stream now, not at the next retention pass."""
+    c, (b, c2, d) = setup_parked(r, run, qk, 3)
+    end_run(run, qk, c)
+    assert in_stream(r, qk, b) and r.lrange(held_key(qk), 0, -1) == [c2, d]
+    assert cancel(run, qk, b).outcome == "cancelled"
+    assert in_stream(r, qk, c2), "the cancelled released task stranded the next parked one"
+    assert r.lrange(held_key(qk), 0, -1) == [d]
+    nxt = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
+    assert [x.tid for x in nxt.runs] == [c2] and nxt.held == 0
+
+
+def test_a_released_task_expired_at_its_claim_passes_its_place_on(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    c, (b, c2, d) = setup_parked(r, run, qk, 3)
+    end_run(run, qk, c)
+    # B's expiry passes after its release, before any claim reads it.
+    r.hset(qk.task(b), "exp", "1")
+    nxt = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
+    assert nxt.expired == 1 and r.hget(qk.task(b), "status") == "expired"
+    # The claim that ended B released C and started it in the same call.
+    assert [x.tid for x in nxt.runs] == [c2], "the expired released task stranded C"
+    assert r.lrange(held_key(qk), 0, -1) == [d]
+
+
+def test_a_released_task_throttled_then_cancelled_passes_its_place_on(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Concurrency 1 and a rate of 1 a minute: B, released by A's end, is throttled into the
+    schedule by the rate (it still owes the limit's place); cancelled there, C moves on."""
+    create_groups(r, qk)
+    tasks = [limited(limit=f"1|1|60000|{LK}") for _ in range(3)]
+    a, b, c2 = (t.tid for t in tasks)
+    sc.parse_enqueue(run(sc.enqueue_call(qk, tasks, 100)))
+    batch = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 3, 100, 60)))
+    assert [x.tid for x in batch.runs] == [a] and batch.held == 2
+    end_run(run, qk, batch.runs[0])
+    batch = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 3, 100, 60)))
+    assert batch.runs == [] and r.hget(qk.task(b), "status") == "scheduled"
+    assert r.lrange(held_key(qk), 0, -1) == [c2]
+    assert cancel(run, qk, b).outcome == "cancelled"
+    assert in_stream(r, qk, c2), "the cancelled throttled task stranded C"
+
+
+def test_the_cancel_of_a_task_owed_no_place_releases_nothing(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Only a released task hands a place on: cancelling a task that merely waits in the stream
+    (never parked) or one still parked leaves the parked order as it is."""
+    c, (b, c2) = setup_parked(r, run, qk, 2)
+    fresh = limited()
+    sc.parse_enqueue(run(sc.enqueue_call(qk, [fresh], 100)))
+    assert cancel(run, qk, fresh.tid).outcome == "cancelled"
+    assert cancel(run, qk, b).outcome == "cancelled"
+    assert r.lrange(held_key(qk), 0, -1) == [b, c2] and not in_stream(r, qk, c2)
+    end_run(run, qk, c)
+    nxt = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
+    assert [x.tid for x in nxt.runs] == [c2]
+
+
+@pytest.mark.cluster
+def test_a_purge_stopped_after_a_released_task_leaves_the_next_parked_one_moving(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """purge.lua works in batches; one that ended the released B and was not called again (the
+    operator's CLI interrupted) passed B's place on: C is in the stream, not stranded."""
+    c, (b, c2, d) = setup_parked(r, run, qk, 3)
+    end_run(run, qk, c)
+    res = parse_purge(run(purge_call(qk, 1, 100, nonce=sc.new_nonce())))  # as Admin sends it
+    assert res.queued == 1 and res.more and not r.exists(qk.task(b))
+    assert in_stream(r, qk, c2), "the purged released task stranded C"
+    nxt = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 5, 100, 60)))
+    assert [x.tid for x in nxt.runs] == [c2] and r.lrange(held_key(qk), 0, -1) == [d]
+
+
+@pytest.mark.parametrize("end", ["cancel", "expire"])
+async def test_a_released_task_ended_while_paused_does_not_strand_the_next(
+    settings: Settings, r: redis.Redis, spawn_worker: Any, end: str
+) -> None:
+    """End to end, a dtq-worker process: A runs, B and C are parked; the queue is paused while A
+    ends (B is released into the stream), B is cancelled or its expiry passes, the queue is
+    resumed: C runs. Retention, which would sweep the key, is kept out of the way."""
+    qk = Keys(settings.key_prefix).queue("default")
+    held = f"{qk.lim_base}t:held"
+    kw = {"tenant": "t"}
+    async with AsyncClient(settings=settings, app=limited_app) as c, Admin(settings) as adm:
+        ha = await c.enqueue("gated_job", kwargs={**kw, "gate": "a"})
+        hb = await c.enqueue("gated_job", kwargs=kw)
+        hc = await c.enqueue("gated_job", kwargs=kw)
+        b, c2 = (h.id.split(":", 1)[1] for h in (hb, hc))
+        spawn_worker("tests.apps.limited:app", settings, DTQ_RETENTION_INTERVAL_S="3600")
+
+        async def a_runs_b_c_parked() -> bool:
+            return bool(r.lrange(held, 0, -1) == [b, c2]) and (
+                (await c.get(ha.id)).status == "running"
+            )
+
+        await until(a_runs_b_c_parked)
+        assert await adm.pause("default")
+        r.set(f"{settings.key_prefix}:test:gate:a", "1")
+        assert await c.result(ha.id, timeout=30) == "t"
+        # A's end released B into the stream; the pause keeps it there.
+        assert r.hget(qk.task(b), "eid") and r.lrange(held, 0, -1) == [c2]
+        if end == "cancel":
+            assert await c.cancel(hb.id)
+        else:
+            r.hset(qk.task(b), "exp", "1")  # its deadline passes before any claim reads it
+        assert await adm.resume("default")
+        assert await c.result(hc.id, timeout=20) == "t", "C was stranded"
+        if end == "expire":
+            with pytest.raises(TaskFailed) as exc:
+                await c.result(hb.id, timeout=20)
+            assert exc.value.status == "expired"
+    assert not r.exists(held) and not r.exists(f"{qk.lim_base}t:run")

@@ -48,6 +48,7 @@ class Field(StrEnum):
     LIMIT_CONCURRENCY = "lc"
     LIMIT_RATE_COUNT = "lrn"
     LIMIT_RATE_WINDOW = "lrw"
+    LIMIT_OWED = "lown"
 
 
 MEANING: Final[dict[Field, str]] = {
@@ -88,6 +89,8 @@ MEANING: Final[dict[Field, str]] = {
     Field.LIMIT_CONCURRENCY: "runs of the limit key allowed at once (0: no cap)",
     Field.LIMIT_RATE_COUNT: "starts of the limit key allowed per window (0: no rate)",
     Field.LIMIT_RATE_WINDOW: "the rate window (ms)",
+    Field.LIMIT_OWED: "1 while a task released from behind its concurrency limit has not "
+    "started: ended first, it passes the place on to the next parked task",
 }
 
 

@@ -71,3 +71,17 @@ async def nop() -> None:
 @app.task(name="nop_fail", max_retries=0)
 async def nop_fail() -> None:
     raise RuntimeError("fails on purpose")
+
+
+@app.task(name="gated_job", limit=Limit(key=lambda tenant, **_: tenant, concurrency=1))
+async def gated_job(tenant: str, gate: str = "") -> str:
+    """Concurrency 1 per tenant; with a gate, runs until <prefix>:test:gate:<gate> exists
+    (at most 60 s, then fails)."""
+    if gate:
+        key = f"{app.settings.key_prefix}:test:gate:{gate}"
+        deadline = time.monotonic() + 60
+        while not _r().exists(key):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {gate} never opened")
+            await asyncio.sleep(0.02)
+    return tenant

@@ -44,7 +44,7 @@ def cancel_call(
     keys = [*qk.streams, qk.sched, qk.events, qk.task(tid), qk.idem_base]
     args: list[Any] = [tid, events_maxlen, ttl_s, qk.done_channel(tid), hint_channel, reason]
     if nonce is not None:
-        keys += [qk.reply(nonce), qk.flow_base, qk.flowq]
+        keys += [qk.reply(nonce), qk.flow_base, qk.flowq, qk.lim_base]
         args.append(REPLY_TTL_MS)
     return Call("cancel", keys, args)
 
