@@ -19,31 +19,42 @@
 -- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
 -- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
 --              fails (cancels) its flow in this same call (flow_note in _flow.lua)
+-- KEYS[20]     P:{q}:decl:seen  (task name -> ms a live worker last declared it)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
 -- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
--- ARGV[9]      1: the runs' bodies started (count an interruption); 0: they never did
--- ARGV[10..]   per run, 3 fields: tid, eid, attempt
--- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a
---              re-send, the status the record has now
+-- ARGV[9]      1: the runs' bodies started (count an interruption); 0: they never did;
+--              u: their task names are unknown to this worker (see above)
+-- ARGV[10]     the declaration grace (ms) when ARGV[9] is 'u'
+-- ARGV[11..]   per run, 3 fields: tid, eid, attempt
+-- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale' |
+--              'unknown'; for a re-send, the status the record has now
 -- include: _flow
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local max_intr, delay, n = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local interrupted = ARGV[9] == '1'
+local unknown, grace = ARGV[9] == 'u', tonumber(ARGV[10])
 local base = KEYS[15]
 local now = now_ms()
 local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS[16],
   maxlen = maxlen, ttl = ttl, done_prefix = done_prefix, now = now, worker = worker}
 local out = {}
 for i = 0, n - 1 do
-  local o = 10 + i * 3
+  local o = 11 + i * 3
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
-    'intr', 'cancel', 'flow')
-  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+    'intr', 'cancel', 'flow', 'name')
+  local live = true
+  if unknown and not r[8] then
+    local seen = tonumber(redis.call('HGET', KEYS[20], r[10] or '') or '')
+    live = seen ~= nil and now - seen <= grace
+  end
+  if not live and r[1] == 'running' and r[2] == attempt and r[3] == worker then
+    out[#out + 1] = 'unknown'
+  elseif r[1] == 'running' and r[2] == attempt and r[3] == worker then
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
@@ -55,6 +66,12 @@ for i = 0, n - 1 do
     if r[8] then
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[8],
         interrupted and 'interrupted by worker shutdown' or 'not started')
+    elseif unknown then
+      redis.call('HSET', rk, 'status', 'scheduled', 'due', now + delay)
+      redis.call('HDEL', rk, 'eid')
+      redis.call('ZADD', KEYS[11], now + delay, tid)
+      emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker, 'task name unknown here')
+      out[#out + 1] = 'scheduled'
     elseif intr <= max_intr then
       local neid = redis.call('XADD', s, '*', 't', tid)
       redis.call('HSET', rk, 'status', 'queued', 'eid', neid)

@@ -21,6 +21,8 @@
 -- KEYS[20]     P:{q}:flowq (the workflow outbox, docs/workflows.md): empty when it has no
 --              entry and nothing pending; its movers' consumers do not count (a stopped
 --              worker's stay in its group)
+-- KEYS[21]     P:{q}:decl:seen, KEYS[22] P:{q}:schedules:seen (the workers' declaration
+--              stamps: as KEYS[19], a worker consuming the queue again writes them again)
 -- ARGV[1]      consumer group, ARGV[2] 1 = delete the empty keys when it holds nothing
 -- Returns      1 when the queue holds nothing, else 0
 

@@ -3,7 +3,9 @@ when due and after the code's schedules are synced again; enabling it fires from
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +14,7 @@ import redis.asyncio as aredis
 from dtq import App, Client, Settings
 from dtq import scripts as sc
 from dtq.keys import Keys
-from dtq.schedules import Schedule, ScheduleRunner, add_schedule, periodic
+from dtq.schedules import Schedule, ScheduleRunner, add_schedule, list_schedules, periodic
 from dtq_api.app import create_app
 
 
@@ -78,3 +80,32 @@ async def test_runtime_schedule_disabled_stays_listed_by_the_sdk(settings: Setti
 
             [info] = list_schedules(c)
             assert info.next_fire_at is None and info.enabled is False
+
+
+def test_cli_schedules_remove(settings: Settings, capsys: Any, monkeypatch: Any) -> None:
+    """`dtq schedules remove NAME`: the explicit removal of a schedule (exit 1 when none)."""
+    from dtq.cli import main
+
+    monkeypatch.setenv("DTQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("DTQ_KEY_PREFIX", settings.key_prefix)
+
+    def dtq(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main(list(argv))
+        out, err = capsys.readouterr()
+        return int(exc.value.code or 0), out, err
+
+    with Client(settings=settings) as c:
+        add_schedule(c, Schedule(name="nightly", task="add", every=86400, queue="q1"))
+        add_schedule(c, Schedule(name="hourly", task="add", every=3600))
+        code, out, _ = dtq("schedules", "remove", "nightly", "--queue", "q1")
+        assert code == 0 and "schedule nightly of queue q1 removed" in out
+        code, out, err = dtq("schedules", "remove", "nightly", "--queue", "q1", "--json")
+        assert code == 1 and json.loads(out)["removed"] is False and "no schedule" in err
+        code, out, _ = dtq("schedules", "remove", "nightly", "--queue", "q1")
+        assert code == 1 and "removed" not in out
+        code, out, _ = dtq("schedules", "--json")
+        assert code == 0 and [s["name"] for s in json.loads(out)["schedules"]] == ["hourly"]
+        assert dtq("schedules", "remove", "hourly")[0] == 0
+        assert list_schedules(c) == []

@@ -284,9 +284,14 @@ async def test_code_schedules_sync_keep_next_fire_and_prune(
         await runner2.tick("default")
         assert r.zscore(qk.schedules_next, "five") == stored + 123
         await ar2.aclose()
-        # New code without the declaration: the code schedule goes, the runtime one stays.
+        # New code without the declaration: the code schedule goes once no live worker declared
+        # it for the grace (none stamps it here: the grace counts from the first sync that
+        # finds it); the runtime one stays.
         runner3, ar3 = runner_for(App(), settings)
-        await runner3.tick("default")
+        now = await runner3.now_ms()
+        await runner3.sync("default", now)
+        assert set(r.hkeys(qk.schedules)) == {"rt", "five"}  # type: ignore[arg-type]
+        await runner3.sync("default", now + int(settings.declaration_grace_s * 1000) + 1)
         await ar3.aclose()
         assert set(r.hkeys(qk.schedules)) == {"rt"}  # type: ignore[arg-type]
     finally:

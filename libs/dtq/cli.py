@@ -431,11 +431,15 @@ def workers(as_json: bool) -> None:
         raise Failed("no live worker")
 
 
-@cli.command(epilog=EPILOG)
+@cli.group(epilog=EPILOG, invoke_without_command=True)
 @click.option("--queue", "-q", help="Only this queue's delayed tasks.")
 @json_option
-def schedules(queue: str | None, as_json: bool) -> None:
-    """List periodic schedules with their next fire times, and delayed tasks and retries."""
+@click.pass_context
+def schedules(ctx: click.Context, queue: str | None, as_json: bool) -> None:
+    """List periodic schedules with their next fire times, and delayed tasks and retries
+    (`dtq schedules remove NAME` removes one)."""
+    if ctx.invoked_subcommand is not None:
+        return
 
     async def go(a: Admin) -> tuple[list[dict[str, Any]], list[Any]]:
         return await a.list_schedules(queue), await a.list_scheduled(queue)
@@ -457,6 +461,21 @@ def schedules(queue: str | None, as_json: bool) -> None:
 
     _emit({"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}, as_json,
           human)  # fmt: skip
+
+
+@schedules.command("remove", epilog=EPILOG)
+@click.argument("name")
+@click.option("--queue", "-q", default="default", show_default=True, help="The schedule's queue.")
+@json_option
+def schedules_remove(name: str, queue: str, as_json: bool) -> None:
+    """Remove periodic schedule NAME (exit 1 when there is none). One still declared in the
+    code of a live worker is stored again by it."""
+    removed = _run(lambda a: a.remove_schedule(queue, name))
+    if as_json or removed:
+        _emit({"name": name, "queue": queue, "removed": removed}, as_json,
+              lambda: _echo(f"schedule {name} of queue {queue} removed"))  # fmt: skip
+    if not removed:
+        raise Failed(f"no schedule {name!r} in queue {queue!r}")
 
 
 # --- dev, bench ------------------------------------------------------------------------------

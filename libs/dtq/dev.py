@@ -1,7 +1,12 @@
 """``dtq dev``: the whole system on one machine with no setup.
 
 Starts a private ``redis-server`` on a free port when one is installed, or an in-process
-fakeredis server otherwise (saying so); with ``DTQ_REDIS_URL`` set it uses that Redis instead.
+fakeredis server otherwise (saying so). ``DTQ_REDIS_URL`` is not read (the quick start exports
+it for the user's own work, which the demo must not touch); ``--redis-url`` runs it on that
+Redis instead, under the key prefix :data:`DEV_PREFIX` of its own, so it never sees, runs or
+removes the tasks, queues and schedules of another prefix. None of the user's ``DTQ_*``
+settings reach the demo's processes but the few tuning ones in :data:`PASSED`.
+
 Then it starts a worker process running the example tasks shipped in :mod:`dtq.examples` and,
 when the ``api`` extra is installed, ``dtq-api`` with the dashboard; enqueues a mix of work, shows
 what happened to each task, and stops everything it started (``--keep`` keeps it all running).
@@ -28,7 +33,13 @@ import redis
 from dtq.client import Client
 from dtq.errors import DtqError
 from dtq.models import TaskHandle, TaskStatus
-from dtq.settings import load_settings
+from dtq.settings import Settings, load_settings
+
+# The key prefix of the demo on a Redis given with --redis-url (the private one uses dtq's).
+DEV_PREFIX = "dtq-dev"
+# The user's DTQ_ settings the demo's processes keep (how they log, how fast they retry).
+PASSED = ("DTQ_LOG_LEVEL", "DTQ_LOG_FORMAT", "DTQ_RETRY_BACKOFF_S", "DTQ_HEARTBEAT_INTERVAL_S",
+          "DTQ_VISIBILITY_TIMEOUT_S")  # fmt: skip
 
 
 def _free_port() -> int:
@@ -50,14 +61,17 @@ def _wait_ping(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
 
 
 @contextmanager
-def redis_for_dev(say: Any) -> Iterator[str]:
-    """Yield a Redis URL: DTQ_REDIS_URL, a private redis-server, or a fakeredis server."""
-    if os.environ.get("DTQ_REDIS_URL"):
-        url = os.environ["DTQ_REDIS_URL"]
-        say(f"using DTQ_REDIS_URL={url}")
-        _wait_ping(url)
-        yield url
+def redis_for_dev(say: Any, given: str | None = None) -> Iterator[str]:
+    """Yield a Redis URL: ``given`` (--redis-url), a private redis-server, or a fakeredis
+    server. DTQ_REDIS_URL is never used."""
+    if given:
+        say(f"using the Redis at {given} (--redis-url), under the key prefix {DEV_PREFIX!r}")
+        _wait_ping(given)
+        yield given
         return
+    if os.environ.get("DTQ_REDIS_URL"):
+        say("DTQ_REDIS_URL is not used: the demo runs on a Redis of its own (--redis-url runs "
+            "it on another, under a key prefix of its own)")  # fmt: skip
     port = _free_port()
     url = f"redis://127.0.0.1:{port}/0"
     exe = shutil.which("redis-server")
@@ -154,18 +168,40 @@ def _start_api(env: dict[str, str], port: int | None, say: Any) -> subprocess.Po
     return None
 
 
-def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) -> int:
+def dev_env(url: str, prefix: str) -> dict[str, str]:
+    """The environment of the demo's processes: the user's without their DTQ_ settings (but
+    :data:`PASSED`), with the demo's Redis and key prefix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_") or k in PASSED}
+    return {
+        "DTQ_RETRY_BACKOFF_S": "0.5", "DTQ_HEARTBEAT_INTERVAL_S": "1",
+        "DTQ_VISIBILITY_TIMEOUT_S": "10",
+        **env, "DTQ_REDIS_URL": url, "DTQ_KEY_PREFIX": prefix,
+    }  # fmt: skip
+
+
+def _settings_in(env: dict[str, str]) -> Settings:
+    """Settings read from ``env`` instead of this process's environment."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return load_settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run(
+    keep: bool = False,
+    timeout: float = 60.0,
+    api_port: int | None = None,
+    redis_url: str | None = None,
+) -> int:
     def say(msg: str) -> None:
         print(f"dtq dev: {msg}", flush=True)
 
-    with redis_for_dev(say) as url:
-        env = {
-            **os.environ,
-            "DTQ_REDIS_URL": url,
-            "DTQ_RETRY_BACKOFF_S": os.environ.get("DTQ_RETRY_BACKOFF_S", "0.5"),
-            "DTQ_HEARTBEAT_INTERVAL_S": os.environ.get("DTQ_HEARTBEAT_INTERVAL_S", "1"),
-            "DTQ_VISIBILITY_TIMEOUT_S": os.environ.get("DTQ_VISIBILITY_TIMEOUT_S", "10"),
-        }
+    with redis_for_dev(say, redis_url) as url:
+        env = dev_env(url, DEV_PREFIX if redis_url else "dtq")
         worker = subprocess.Popen(
             [sys.executable, "-m", "dtq_worker", "dtq.examples:app", "--concurrency", "8"],
             env=env,
@@ -173,8 +209,7 @@ def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) 
         say(f"started a worker (pid {worker.pid}) running dtq.examples")
         api = _start_api(env, api_port, say)
         try:
-            settings = load_settings(redis_url=url)
-            with Client(settings=settings) as c:
+            with Client(settings=_settings_in(env)) as c:
                 handles = _mix(c)
                 say(f"enqueued {len(handles)} tasks; waiting for them to finish")
                 deadline = time.monotonic() + timeout
@@ -184,7 +219,10 @@ def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) 
                 print(_table(c, handles), flush=True)
                 ok = all(c.get(h.id).status.terminal for _, h in handles)
                 if keep:
-                    say(f"Redis at {url}; worker running. Ctrl-C to stop.")
+                    say(
+                        f"Redis at {url} (key prefix {env['DTQ_KEY_PREFIX']}); worker running. "
+                        "Ctrl-C to stop."
+                    )
                     try:
                         while worker.poll() is None:
                             time.sleep(0.5)
@@ -204,7 +242,7 @@ def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) 
                     worker.wait(30)
                 except subprocess.TimeoutExpired:
                     worker.kill()
-            say("stopped the worker" + ("" if os.environ.get("DTQ_REDIS_URL") else " and Redis"))
+            say("stopped the worker" + ("" if redis_url else " and Redis"))
 
 
 @click.command(
@@ -215,9 +253,14 @@ def run(keep: bool = False, timeout: float = 60.0, api_port: int | None = None) 
 @click.option("--keep", is_flag=True, help="keep Redis and the worker running")
 @click.option("--timeout", type=float, default=60.0, help="seconds to wait for the tasks")
 @click.option("--api-port", type=int, help="port of dtq-api (default: a free port)")
-def cli(keep: bool, timeout: float, api_port: int | None) -> None:
+@click.option(
+    "--redis-url",
+    help=f"run on this Redis, under the key prefix {DEV_PREFIX!r} (default: a private Redis; "
+    "DTQ_REDIS_URL is not used)",
+)
+def cli(keep: bool, timeout: float, api_port: int | None, redis_url: str | None) -> None:
     try:
-        sys.exit(run(keep=keep, timeout=timeout, api_port=api_port))
+        sys.exit(run(keep=keep, timeout=timeout, api_port=api_port, redis_url=redis_url))
     except DtqError as exc:
         print(f"dtq dev: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -230,6 +230,20 @@ class QueueKeys:
         Not work: purge leaves it; retention drops it with a queue it forgets."""
         return f"{self.base}:decl"
 
+    @property
+    def decl_seen(self) -> str:
+        """Hash: task name -> when a live worker consuming this queue last declared it (ms,
+        Redis clock; refreshed by every heartbeat). A worker that does not know a task's name
+        hands it back while this is within DTQ_DECLARATION_GRACE_S (lua/requeue.lua)."""
+        return f"{self.base}:decl:seen"
+
+    @property
+    def schedules_seen(self) -> str:
+        """Hash: code schedule name -> when a live worker last declared it (ms, Redis clock;
+        refreshed by every heartbeat). The leader keeps a code schedule while this is within
+        DTQ_DECLARATION_GRACE_S (dtq.schedules.runner)."""
+        return f"{self.base}:schedules:seen"
+
     def all_fixed(self) -> list[str]:
         """Every key of the queue that is not per task: what purge and retention must know."""
         return [*self.streams, self.sched, self.dlq, self.stats, self.paused, self.events]
@@ -378,6 +392,13 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
         KeyDoc(qk.decl, "hash",
                "task name → `max_retries\\|timeout_s\\|expires_ms` declared by workers "
                "(see [Declared defaults](#declared-defaults))"),
+        KeyDoc(qk.decl_seen, "hash",
+               "task name → when a live worker consuming the queue last declared it (ms); a "
+               "worker that does not know a name hands its tasks back while this is within "
+               "`DTQ_DECLARATION_GRACE_S`"),
+        KeyDoc(qk.schedules_seen, "hash",
+               "code schedule name → when a live worker last declared it (ms); the leader "
+               "removes a code schedule nobody declared for `DTQ_DECLARATION_GRACE_S`"),
         KeyDoc(qk.reply("<nonce>"), "string",
                "a state-changing SDK call's reply, kept a minute for its re-send"),
         KeyDoc(qk.flow("<ftid>"), "hash",

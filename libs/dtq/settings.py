@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     """Cap on the retry delay."""
     max_interruptions: int = Field(3, ge=0)
     """Shutdown hand-backs per task that spend no attempt; later ones count as failures."""
+    declaration_grace_s: float = Field(300.0, gt=0)
+    """Rolling deploys: while a live worker consuming a queue declared a task name within this
+    many seconds, a worker that does not know the name hands its tasks back (spending nothing)
+    instead of failing them; and the scheduler leader removes a code schedule only once no live
+    worker declared it for this long (docs/operations.md, "Rolling deploys")."""
     result_ttl_s: int = Field(86_400, gt=0)
     """How long finished task records and their results are kept (seconds)."""
     dlq_ttl_s: int = Field(7 * 86_400, gt=0)

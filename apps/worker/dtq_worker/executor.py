@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.executor")
+# A task whose name this worker does not know, handed back while a live worker declares it
+# (a rolling deploy), is due again this much later: this worker does not claim it again at once.
+UNKNOWN_HANDBACK_MS = 1000
+
+
+class UnknownName(Fail):
+    """The claimed task's name is not registered on this worker."""
 
 
 def _extra(run: Run, worker_id: str) -> dict[str, Any]:
@@ -209,6 +216,8 @@ class Executor:
                     await self._notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
         except Exception as exc:  # Retry, Fail, a timeout, any error (dtq.retrypolicy)
+            if isinstance(exc, UnknownName) and await self._hand_back_unknown(run):
+                return
             item = failure_item(c, exc, env.settings)
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
@@ -236,6 +245,30 @@ class Executor:
         if self.mw is not None:
             v = "lost" if verdict is None else "retried" if verdict == "scheduled" else verdict
             await self._notify(run, v, item)
+
+    async def _hand_back_unknown(self, run: Run) -> bool:
+        """Hand a task whose name this worker does not know back (requeue.lua, spending
+        nothing, due in :data:`UNKNOWN_HANDBACK_MS`) while a live worker consuming its queue
+        declared the name within DTQ_DECLARATION_GRACE_S; False when none did (it fails)."""
+        env, c, s = self.env, run.claimed, self.env.settings
+        call = sc.requeue_call(
+            env.keys.queue(c.queue), env.worker_id, [run.ref], events_maxlen=s.events_maxlen,
+            ttl_s=max(s.result_ttl_s, s.dlq_ttl_s), max_interruptions=s.max_interruptions,
+            retry_delay_ms=UNKNOWN_HANDBACK_MS,
+            unknown_grace_ms=int(s.declaration_grace_s * 1000),
+        )  # fmt: skip
+        run.writing = True
+        self.slots.release(run)
+        [verdict] = sc.parse_verdicts(await env.scripts.run(call))
+        if verdict is sc.Verdict.UNKNOWN:
+            return False
+        run.answered = True
+        log.info("handed back %s %s attempt %d: task name unknown here, declared by a live "
+                 "worker (%s)", c.name, run.task_id, c.attempt, verdict,
+                 extra=_extra(run, env.worker_id))  # fmt: skip
+        if self.mw is not None:
+            await self._notify(run, "interrupted", None)
+        return True
 
     def _context(self, run: Run, progress: _Hooks | None, deadline: float | None) -> TaskContext:
         c = run.claimed
@@ -304,7 +337,7 @@ class Executor:
         env, c = self.env, run.claimed
         task = self.tasks.get(c.name)
         if task is None:
-            raise Fail(f"unknown task {c.name!r}: not registered on worker {env.worker_id}")
+            raise UnknownName(f"unknown task {c.name!r}: not registered on worker {env.worker_id}")
         try:
             args = json.loads(c.args) if c.args != "[]" else []
             kwargs = json.loads(c.kwargs) if c.kwargs else {}

@@ -9,7 +9,7 @@ import random
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dtq import schema
@@ -54,8 +54,11 @@ class Heartbeat:
         request_cancel: Callable[[str | None, str], None],
         stop_run: Callable[[Run, StopReason], None],
         self_stop: Callable[[], None],
+        schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """``tasks``: the app's tasks by name (their names are published); ``counters``: the
+        """``tasks``: the app's tasks by name (their names are published, and declared with
+        every beat on each queue consumed, as ``schedules``, queue -> the names of the code
+        schedules of that queue, are: see :meth:`_declare`); ``counters``: the
         outcomes so far (published); ``on_beat()``: after every beat Redis
         took (the recovery's periodic check); ``request_cancel(queue, tid)``: a touch found a
         run's cancel flag; ``stop_run(run, reason)``: a touch found a run's claim lost;
@@ -64,6 +67,7 @@ class Heartbeat:
         self.slots = slots
         self.tasks = tasks
         self.counters = counters
+        self.schedules = schedules or {}
         self._on_beat = on_beat
         self._request_cancel = request_cancel
         self._stop_run = stop_run
@@ -227,6 +231,7 @@ class Heartbeat:
             for q, q_runs in by_queue.items():
                 refs = [r.ref for r in q_runs]
                 await env.scripts.run(sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe)
+            self._declare(pipe, now_ms)
             # A cluster pipeline refuses TIME (no key to route it by): sent after it.
             cluster = is_cluster(env.redis)
             if not cluster:
@@ -235,6 +240,20 @@ class Heartbeat:
         if cluster:
             replies.append(await env.redis.time())
         return replies
+
+    def _declare(self, pipe: Any, now_ms: int) -> None:
+        """Stamp, per queue consumed, the task names and code schedules this worker declares
+        with the time of this beat: a worker that does not know a name hands its tasks back,
+        and the scheduler leader keeps a schedule, while a stamp is within
+        DTQ_DECLARATION_GRACE_S (rolling deploys; docs/operations.md)."""
+        env = self.env
+        for q in env.queues:
+            qk = env.keys.queue(q)
+            if self.tasks:
+                pipe.hset(qk.decl_seen, mapping=dict.fromkeys(self.tasks, now_ms))
+            names = self.schedules.get(q)
+            if names:
+                pipe.hset(qk.schedules_seen, mapping=dict.fromkeys(names, now_ms))
 
     def _took(
         self,
@@ -253,7 +272,7 @@ class Heartbeat:
         self.last_ok = time.monotonic()
         self.env.healthy.set()
         self.set_clock(replies[-1])
-        touches = [sc.parse_touch(raw) for raw in replies[3:-1]]
+        touches = [sc.parse_touch(raw) for raw in replies[3 : 3 + len(by_queue)]]
         lost = {(q, tid) for q, t in zip(by_queue, touches, strict=True) for tid in t.lost}
         for q_runs in by_queue.values():
             for r in q_runs:

@@ -53,6 +53,8 @@ class Scheduler:
         soonest: int | None = None
         for queue in env.queues:
             if not await self.leads(queue):
+                # Its own code schedules are stored whoever leads (another version may).
+                await self.periodic.store_if_due(queue)
                 continue
             while True:
                 res = await self.promote(queue)

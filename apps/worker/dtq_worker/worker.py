@@ -121,6 +121,7 @@ class Worker:
             request_cancel=self.request_cancel,
             stop_run=self.stop_run,
             self_stop=self.self_stop,
+            schedules=self.scheduler.periodic.names_by_queue(self.queues),
         )
         self.flows = FlowMover(env)  # workflow handovers between slots (flowmover.py)
         self.scripts.on_reply_lost = self.recovery.reply_lost

@@ -33,6 +33,13 @@ class ScheduleOps(AdminCore):
         changed, info = await schedules.aset_enabled(self.client, name, queue, enabled)
         return {**info.to_dict(), "changed": changed}
 
+    async def remove_schedule(self, queue: str, name: str) -> bool:
+        """Remove one schedule; whether it existed."""
+        from dtq import schedules
+
+        check_queue_name(queue)
+        return await schedules.aremove_schedule(self.client, name, queue)
+
     async def run_schedule(self, queue: str, name: str) -> dict[str, Any]:
         """Enqueue one schedule's task now; the new task's fields."""
         from dtq import schedules

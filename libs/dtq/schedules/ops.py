@@ -142,8 +142,8 @@ def _remove_steps(keys: Keys, name: str, queue: str) -> Steps[bool]:
 def remove_schedule(client: Client, name: str, queue: str = "default") -> bool:
     """Delete a schedule; True if it existed. Tasks it already enqueued are not touched.
 
-    A schedule declared in code comes back when a worker running that code leads the queue:
-    remove it from the code instead.
+    A schedule declared in code comes back while a worker running that code consumes the queue
+    (it stores its schedules every 30 s): remove it from the code instead.
     """
     return client._drive(_remove_steps(client.keys, name, queue))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,13 @@ if TYPE_CHECKING:
     from dtq.app import App
 
 log = logging.getLogger("dtq.schedules")
+
+
+def _is_code(spec: str) -> bool:
+    try:
+        return bool(json.loads(spec).get("source") == "code")
+    except (ValueError, AttributeError):
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +57,12 @@ def fire_call(
 class ScheduleRunner:
     """Fires the due schedules of a queue; called from the scheduler leader's tick.
 
-    Also keeps the code-declared schedules of ``app`` in step with Redis: new or changed ones
-    are stored, ones the code no longer declares are removed (runtime ones are never touched).
+    Also keeps the code-declared schedules in step with Redis: every worker stores its own new
+    or changed ones (:meth:`store_if_due`, so a new version's schedule is there whichever
+    version leads); the leader removes a code schedule only once no live worker has declared it
+    for DTQ_DECLARATION_GRACE_S (workers stamp ``P:{q}:schedules:seen`` with every heartbeat),
+    so during a rolling deploy each version's schedules keep firing. Runtime ones are never
+    touched.
     """
 
     SYNC_EVERY_S = 30.0
@@ -65,30 +77,65 @@ class ScheduleRunner:
         self.settings = settings
         self.app = app
         self._next_sync: dict[str, float] = {}
+        self._next_store: dict[str, float] = {}
+        self._kept: set[tuple[str, str]] = set()  # (queue, name) logged as kept for another
+        # A short grace is checked as often (tests; a deploy that wants removals soon).
+        self._sync_every_s = min(self.SYNC_EVERY_S, max(0.5, settings.declaration_grace_s / 2))
 
     async def now_ms(self) -> int:
         return server_ms(await self.redis.time())
 
-    async def sync(self, queue: str, now: int) -> None:
+    def names_by_queue(self, queues: Iterable[str]) -> dict[str, list[str]]:
+        """The names of the code schedules this app declares on each of ``queues``."""
+        mine = declared(self.app)
+        return {q: [s.name for s in mine if s.queue == q] for q in queues}
+
+    async def store(self, queue: str, now: int) -> dict[str, Schedule]:
+        """Store this app's code schedules of ``queue`` that are new or changed; returns them."""
         qk = self.keys.queue(queue)
         mine = {s.name: s for s in declared(self.app) if s.queue == queue}
         for s in mine.values():
             stored_now = await self.scripts.run(put_call(qk, s, s.next_after(now)))
             if sc.parse_schedule_put(stored_now) is sc.Stored.CHANGED:
                 log.info("schedule %s of queue %s stored from code", s.name, queue)
+        return mine
+
+    async def store_if_due(self, queue: str) -> None:
+        """:meth:`store`, every :data:`SYNC_EVERY_S` (a worker that does not lead ``queue``)."""
+        if not any(s.queue == queue for s in declared(self.app)):
+            return
+        if time.monotonic() >= self._next_store.get(queue, 0.0):
+            await self.store(queue, await self.now_ms())
+            self._next_store[queue] = time.monotonic() + self.SYNC_EVERY_S
+
+    async def sync(self, queue: str, now: int) -> None:
+        qk = self.keys.queue(queue)
+        mine = await self.store(queue, now)
         stored: dict[str, str] = await self.redis.hgetall(qk.schedules)  # type: ignore[misc,assignment]
+        seen: dict[str, str] = await self.redis.hgetall(qk.schedules_seen)  # type: ignore[misc,assignment]
+        grace_ms = int(self.settings.declaration_grace_s * 1000)
         for name, spec in stored.items():
-            if name in mine:
+            if name in mine or not _is_code(spec):
                 continue
             try:
-                is_code = json.loads(spec).get("source") == "code"
-            except ValueError:
-                is_code = False
-            if is_code:
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    forget(pipe, qk, name)
-                    await pipe.execute()
-                log.info("schedule %s of queue %s removed: no longer declared in code", name, queue)
+                last = int(seen[name])
+            except (KeyError, ValueError):
+                # Declared by no worker that stamps: its grace counts from now.
+                await self.redis.hsetnx(qk.schedules_seen, name, now)  # type: ignore[misc]
+                continue
+            if now - last <= grace_ms:
+                if (queue, name) not in self._kept:
+                    self._kept.add((queue, name))
+                    log.info("schedule %s of queue %s kept: declared by a live worker", name,
+                             queue)  # fmt: skip
+                continue
+            async with self.redis.pipeline(transaction=True) as pipe:
+                forget(pipe, qk, name)
+                pipe.hdel(qk.schedules_seen, name)
+                await pipe.execute()
+            self._kept.discard((queue, name))
+            log.info("schedule %s of queue %s removed: no live worker declared it for %gs",
+                     name, queue, self.settings.declaration_grace_s)  # fmt: skip
 
     async def tick_if_due(self, queue: str, next_fire_ms: int | None, now_ms: int) -> int | None:
         """:meth:`tick` when a schedule is due at ``now_ms`` (the server's time) by
@@ -106,7 +153,7 @@ class ScheduleRunner:
         now = await self.now_ms()
         if time.monotonic() >= self._next_sync.get(queue, 0.0):
             await self.sync(queue, now)
-            self._next_sync[queue] = time.monotonic() + self.SYNC_EVERY_S
+            self._next_sync[queue] = time.monotonic() + self._sync_every_s
         due: Any = await self.redis.zrange(
             qk.schedules_next, "-inf", now, byscore=True, offset=0, num=self.BATCH, withscores=True
         )

@@ -40,6 +40,9 @@ class Verdict(StrEnum):
     EXPIRED = "expired"
     STALE = "stale"
     """The run no longer holds the task (its fence failed): nothing was written."""
+    UNKNOWN = "unknown"
+    """requeue.lua's for a name the worker does not know and no live worker declared within
+    the grace: nothing was written (the worker fails it)."""
 
 
 def parse_verdicts(raw: list[Any]) -> list[Verdict]:
@@ -240,12 +243,17 @@ def requeue_call(
     max_interruptions: int,
     retry_delay_ms: int,
     started: bool = True,
+    unknown_grace_ms: int | None = None,
 ) -> Call:
     """Hand ``runs`` back; ``started=False`` for runs whose body never began (no interruption
-    is counted for them)."""
+    is counted for them). ``unknown_grace_ms``: runs of a task name this worker does not know,
+    handed back (due in ``retry_delay_ms``) only while a live worker declared the name within
+    that grace; otherwise answered 'unknown' and left as they are."""
+    mode = 1 if started else 0
     args: list[Any] = [
         GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions,
-        retry_delay_ms, len(runs), 1 if started else 0,
+        retry_delay_ms, len(runs), mode if unknown_grace_ms is None else "u",
+        unknown_grace_ms or 0,
     ]  # fmt: skip
     for r in runs:
         args += [r.tid, r.eid, r.attempt]
@@ -253,7 +261,7 @@ def requeue_call(
         "requeue",
         [
             *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base, qk.flow_base, qk.flowq,
+            qk.lim_base, qk.flow_base, qk.flowq, qk.decl_seen,
         ],
         args,
     )  # fmt: skip
