@@ -1,5 +1,5 @@
 """What an idle worker sends per queue (tools/idle_cost.py measures it; docs/performance.md,
-"Idle workers with many queues"): its scheduler renews each queue's lock every 2.5 s, not
+"Idle workers and many queues"): its scheduler renews each queue's lock every 2.5 s, not
 every tick, and sweeps owed limit releases and reads periodic schedules only when promote.lua
 says there is something to do. Counted with INFO commandstats on a server of the test's own."""
 

@@ -1,5 +1,5 @@
 """What idle workers cost: CPU of the workers and of Redis, and the commands Redis runs, while
-every queue is empty (docs/performance.md, "Idle workers with many queues").
+every queue is empty (docs/performance.md, "Idle workers and many queues").
 
     .venv/bin/python -m tools.idle_cost [--queues 50] [--workers 1] [--seconds 20] [ROOT ...]
 

@@ -1,5 +1,5 @@
 """Redis time per task of the hot-path scripts of two or more checkouts, compared in short turns
-(docs/performance.md, "Fourth session"). On a shared machine the CPU time of one run moves by
+(docs/performance.md, "Profiling"). On a shared machine the CPU time of one run moves by
 10-20% with the neighbours' load; here every checkout gets its own redis-server and its own
 process sending its own scripts, and they take turns in blocks of a few hundred tasks (in a
 random order each turn), so all of them meet the same bursts of load and the ratios hold
