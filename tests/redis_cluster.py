@@ -9,6 +9,7 @@ restarting a replica, and moving a slot.
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import redis
@@ -21,8 +22,15 @@ NODE_TIMEOUT_MS = 1000  # how long a master must be unreachable before its repli
 
 
 class RedisClusterFixture:
-    def __init__(self, masters: int = 3, replicas: int = 1) -> None:
+    def __init__(
+        self, masters: int = 3, replicas: int = 1, replica_migration: bool = False
+    ) -> None:
+        """``replica_migration``: Redis's default, under which a master left without slots (or
+        a replica whose master lost its last one) becomes a replica of the node that took
+        them; off here, so an emptied master stays a master (``cluster-allow-replica-migration
+        no``)."""
         self.masters, self.replicas = masters, replicas
+        self.replica_migration = replica_migration
         self.nodes: list[RedisServer] = []
 
     @property
@@ -36,7 +44,8 @@ class RedisClusterFixture:
                 extra_args=[
                     *node_args(NODE_TIMEOUT_MS),
                     "--cluster-require-full-coverage", "no",
-                    "--cluster-allow-replica-migration", "no",
+                    "--cluster-allow-replica-migration",
+                    "yes" if self.replica_migration else "no",
                 ],
             )  # fmt: skip
             self.nodes.append(node.start())
@@ -153,6 +162,21 @@ class RedisClusterFixture:
         """Start a killed node again: it comes back as a replica of its successor."""
         node.start()
         self.wait_ok()
+
+    def node_id(self, node: RedisServer) -> str:
+        with node.client() as c:
+            return str(c.execute_command("CLUSTER", "MYID"))
+
+    def rebalance(self, weights: dict[RedisServer, int], timeout: float = 300.0) -> str:
+        """``redis-cli --cluster rebalance`` with these nodes' weights (0 moves every slot off
+        a master); its output. AssertionError when it fails."""
+        args = ["redis-cli", "--cluster", "rebalance", f"127.0.0.1:{self.nodes[0].port}"]
+        for node, weight in weights.items():
+            args += ["--cluster-weight", f"{self.node_id(node)}={weight}"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, f"redis-cli --cluster rebalance failed: {out[-2000:]}"
+        return out
 
     def cleanup(self) -> None:
         for n in self.nodes:

@@ -15,8 +15,10 @@ import pytest
 
 from dtq import Client, TaskStatus
 from dtq.keys import Keys
+from tests.apt_tools import ensure_apt
 from tests.conftest import body_starts, make_settings, wait_until
 from tests.redis_cluster import RedisClusterFixture
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 APP = "tests.apps.basic:app"
@@ -137,3 +139,90 @@ def test_a_master_fails_over_under_load_and_the_workers_carry_on(
         rc.close()
         if victim is not None:
             redis_cluster.rejoin(victim)
+
+
+def keys_of(node: RedisServer) -> list[str]:
+    """Every key ``node`` itself holds (asked of it directly: SCAN is keyless)."""
+    with node.client() as c:
+        return sorted(c.scan_iter(count=1000))
+
+
+@pytest.mark.parametrize("replica_migration", [False, True], ids=["kept", "redis-default"])
+def test_a_master_emptied_by_a_rebalance_under_load_keeps_no_key(
+    prefix: str, spawn_worker: Any, replica_migration: bool
+) -> None:
+    """``redis-cli --cluster rebalance`` moves every slot off one master (weight 0) while two
+    workers run six queues and a client enqueues: every task ends, each started once, and no
+    key stays behind on the emptied master. Each key leaves with its slot (MIGRATE deletes it
+    at the source), and nothing writes there once it served a slot no more: dtq's writes
+    follow MOVED and ASK, and its scripts wait a migrating slot out (dtq.scripts.runner).
+
+    ``kept``: the emptied master stays a master (``cluster-allow-replica-migration no``) and
+    holds no key. ``redis-default``: Redis may make it a replica of the node that took its last
+    slot (it did in every run here), and it then holds a copy of that node's keys, no other:
+    a replica's, not keys left behind (docs/operations.md, "Redis Cluster and Sentinel").
+
+    A private cluster: the session's keeps its three masters."""
+    ensure_apt("redis-cli", "redis-tools")
+    cluster = RedisClusterFixture(replica_migration=replica_migration).start()
+    keys = Keys(prefix)
+    queues = [f"q{i}" for i in range(6)]
+    s = make_settings(cluster.url, prefix, worker_concurrency=8)
+    rc = cluster.client()
+    try:
+        with Client(settings=s) as c:
+            workers = [spawn_worker(APP, s, "--worker-id", f"w{i}", "--queues", ",".join(queues))
+                       for i in range(2)]  # fmt: skip
+            batch = [{"name": "record", "args": [str(j)], "queue": q}
+                     for q in queues for j in range(100)]  # fmt: skip
+            ids = [h.id for h in c.enqueue_many(batch)]
+            wait_until(lambda: len(body_starts(rc, prefix)) > 50, timeout=60)
+            victim = cluster.master_of(keys.queue(queues[0]).streams[0])
+            assert keys_of(victim), "the master to empty holds no dtq key: nothing to move"
+            began = len(body_starts(rc, prefix))
+            feeder = threading.Thread(
+                target=lambda: ids.extend(h.id for h in c.enqueue_many(batch))
+            )
+            feeder.start()
+            cluster.rebalance({victim: 0})
+            feeder.join(120)
+            assert not feeder.is_alive()
+            during = len(body_starts(rc, prefix)) - began
+            assert during > 0 and began < len(ids) // 2, "the rebalance did not overlap the work"
+            with victim.client() as v:
+                role = v.info("replication")["role"]
+                mine = [ln for ln in v.execute_command("CLUSTER", "NODES").splitlines()
+                        if "myself" in ln]  # fmt: skip
+            assert len(mine[0].split()) == 8, f"the emptied node still serves slots: {mine}"
+            assert role == "master" or replica_migration, "the emptied master became a replica"
+            if role == "master":
+                assert keys_of(victim) == [], "keys left behind at once"
+            wait_until(lambda: all(x == "succeeded" for x in statuses(c, ids)), timeout=180,
+                       interval=0.5)  # fmt: skip
+            starts = body_starts(rc, prefix)
+            twice = [
+                p for p, k in collections.Counter((t, a) for t, a, _ in starts).items() if k > 1
+            ]
+            assert not twice, f"started twice: {twice[:5]}"
+            assert {t for t, _, _ in starts} == set(ids)  # none lost
+            for w in workers:
+                w.signal(signal.SIGTERM)
+            assert [w.wait(60) for w in workers] == [0, 0]
+        if role == "master":
+            left = keys_of(victim)
+            assert left == [], f"the emptied master keeps {len(left)} keys: {left[:10]}"
+        else:
+            with victim.client() as v:
+                wait_until(lambda: v.info("replication")["master_link_status"] == "up", 60)
+                port = int(v.info("replication")["master_port"])
+            owner = next(n for n in cluster.nodes if n.port == port)
+            theirs = keys_of(owner)
+            with owner.client() as o:  # its replicas have every write it took
+                n = int(o.info("replication")["connected_slaves"])
+                assert o.execute_command("WAIT", n, 10000) == n
+            left = keys_of(victim)
+            assert left and not set(left) - set(theirs), "the replica holds keys its master lacks"
+        print(f"the emptied node: a {role}, {len(left)} keys")
+    finally:
+        rc.close()
+        cluster.cleanup()
