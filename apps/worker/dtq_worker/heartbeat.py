@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dtq import schema
+from dtq import eviction, schema
 from dtq import scripts as sc
 from dtq.connection import is_cluster
 from dtq.errors import ConfigError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.heartbeat")
+EVICTING_REMIND_S = 60.0  # the error is logged again this often while Redis evicts
 # Heartbeat statuses of a worker on its way out (Heartbeat.status, the farewell's last beat).
 STOPPING = ("draining", "stopped")
 
@@ -86,6 +87,7 @@ class Heartbeat:
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
         self.schema_move = SchemaMove(env)
+        self._evicting_logged = 0.0  # when the last "Redis evicts" error was logged (monotonic)
         env.metrics.heartbeat_age.set_function(self.age)
 
     def age(self) -> float:
@@ -106,6 +108,7 @@ class Heartbeat:
                 failing_since = None
                 self._on_beat()
                 await self._move_schema()
+                await self._watch_eviction()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
@@ -128,6 +131,29 @@ class Heartbeat:
             if not is_transient(exc):
                 raise
             log.debug("schema move: %s", exc)
+
+    async def _watch_eviction(self) -> None:
+        """Re-read Redis's maxmemory-policy (dtq.eviction): under ``allkeys-*`` Redis may evict
+        waiting tasks, so claims stop (``env.evicting``: the poll loop and the outcome writes'
+        refills read it) and /readyz fails until the policy is fixed; runs in flight finish."""
+        env = self.env
+        try:
+            policy = await eviction.eviction_policy(env.redis)
+        except Exception as exc:  # the next beat reads it again
+            if not is_transient(exc):
+                raise
+            return
+        now = time.monotonic()
+        if eviction.refusal(policy):
+            if env.evicting is None or now - self._evicting_logged >= EVICTING_REMIND_S:
+                log.error("%s: this worker stopped claiming until it is (runs in flight finish)",
+                          eviction.refusal(policy))  # fmt: skip
+                self._evicting_logged = now
+            env.evicting = policy
+        elif env.evicting is not None:
+            log.warning("Redis maxmemory-policy is %s now (was %s): claiming again",
+                        policy, env.evicting)  # fmt: skip
+            env.evicting = None
 
     def owner(self) -> str:
         return f"{socket.gethostname()}:{self.pid}"

@@ -443,6 +443,8 @@ class Worker:
             return "starting"
         if not self.healthy.is_set():
             return "redis unreachable"
+        if self.env.evicting is not None:  # (Heartbeat._watch_eviction)
+            return f"redis maxmemory-policy is {self.env.evicting}: not claiming"
         if self.heartbeat.age() > self.settings.effective_heartbeat_ttl_s:
             return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
         return "ok"
