@@ -116,6 +116,23 @@ async def test_many_calls_at_once_wait_for_a_connection(
     assert {i.id for i in infos} == {h.id}
 
 
+async def test_clients_refuse_an_evicting_primary(
+    sentinel_setup: tuple[RedisServer, RedisServer, Sentinel], prefix: str
+) -> None:
+    """Found through Sentinel, the primary's maxmemory-policy is checked as one server's is."""
+    from dtq.errors import EvictingRedis
+
+    primary, _, sentinel = sentinel_setup
+    primary.client().config_set("maxmemory-policy", "allkeys-lru")
+    settings = make_settings(f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster/0", prefix)
+    with Client(settings=settings) as c, pytest.raises(EvictingRedis, match="allkeys-lru"):
+        c.enqueue("add", [1, 2])
+    async with AsyncClient(settings=settings) as ac:
+        with pytest.raises(EvictingRedis, match="allkeys-lru"):
+            await ac.enqueue("add", [1, 2])
+    assert primary.client().dbsize() == 0
+
+
 def test_a_blocking_client_waits_for_a_connection(
     sentinel_setup: tuple[RedisServer, RedisServer, Sentinel],
 ) -> None:

@@ -405,3 +405,46 @@ def test_redis_lost_for_good_ends_the_pool_with_exit_1(
     out = w.output()
     assert "giving up" in out
     assert "restarting in" in out
+
+
+@pytest.mark.slow
+def test_a_pool_restarted_after_its_parent_was_killed_waits_for_the_old_processes(
+    redis_server: RedisServer, prefix: str, spawn_worker: Any
+) -> None:
+    """The parent SIGKILLed while its processes run tasks: they drain under their ids
+    (PR_SET_PDEATHSIG). The same command started again waits for them instead of refusing the
+    ids as a configuration error (it exited 2), then takes new tasks; no attempt starts twice."""
+    settings = pool_settings(redis_server, prefix, drain_timeout_s=60)
+    w, _ = start_pool(spawn_worker, settings, "pr", DTQ_DRAIN_TIMEOUT_S="60")
+    old = list(children(w.proc.pid).values())
+    r = redis_server.client()
+    gate = f"{prefix}:test:gate"
+    with Client(settings=settings) as c:
+        olds = [c.enqueue("record_until", [f"old{i}", gate]) for i in range(4)]
+        wait_until(lambda: len(body_starts(r, prefix)) == 4, timeout=60)
+        w.kill()
+        w2 = spawn_worker(APP, settings, "--processes", "2", "--worker-id", "pr",
+                          "--concurrency", "2", DTQ_DRAIN_TIMEOUT_S="60")  # fmt: skip
+        # Each new process finds its id held by the old one, still running its task: it waits.
+        try:
+            wait_until(lambda: w2.output().count("waiting up to") == 2 or w2.proc.poll()
+                       is not None, timeout=60)  # fmt: skip
+        except AssertionError:
+            raise AssertionError(w.output() + "\n-----\n" + w2.output()) from None
+        assert w2.proc.poll() is None, w2.output()
+        r.set(gate, 1)  # the old runs end; their processes finish the drain and go
+        assert [c.result(h.id, timeout=60) for h in olds] == [f"old{i}" for i in range(4)]
+        wait_until(lambda: all(_gone(k) for k in old), timeout=60)
+        news = [c.enqueue("record", [f"new{i}"]) for i in range(4)]
+        assert [c.result(h.id, timeout=60) for h in news] == [f"new{i}" for i in range(4)]
+    starts = body_starts(r, prefix)
+    assert sorted((t, a) for t, a, _ in starts) == sorted((h.id, 1) for h in olds + news)
+    assert {wid for t, _, wid in starts if t in {h.id for h in news}} <= {"pr-0", "pr-1"}
+    wait_until(lambda: w2.output().count("is free now: starting") == 2, timeout=60)
+    # The old processes drained: the kernel's repeated parent-death signal (one per thread of
+    # the dead parent) did not count as a second SIGTERM, which skips the drain.
+    assert w.output().count("SIGTERM: draining") == 2, w.output()
+    assert "skipping the drain" not in w.output(), w.output()
+    assert w2.proc.poll() is None, w2.output()
+    w2.signal(signal.SIGTERM)
+    assert w2.wait(60) == 0, w2.output()

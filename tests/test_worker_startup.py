@@ -148,3 +148,53 @@ async def _until(pred: Any, timeout: float = 20.0) -> None:
     while not pred():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+def _stopping_holder(r: redis.Redis, settings: Settings, wid: str) -> str:
+    """The heartbeat hash of a live worker of another host that is draining under ``wid``."""
+    key = f"{settings.key_prefix}:worker:{wid}"
+    r.hset(key, mapping={"owner": "elsewhere:4242", "status": "draining"})
+    r.pexpire(key, 120_000)
+    return key
+
+
+def test_a_worker_id_held_by_a_stopping_worker_past_the_wait_exits_4(
+    settings: Settings, r: redis.Redis, spawn_worker: Any
+) -> None:
+    """Waited for (drain + hard exit + heartbeat TTL of this worker's settings), then a
+    non-configuration exit: a restart may find the id free."""
+    key = _stopping_holder(r, settings, "held")
+    w = spawn_worker("tests.apps.lifecycle:app", settings, "--worker-id", "held",
+                     DTQ_DRAIN_TIMEOUT_S="0.5", DTQ_HARD_EXIT_S="0.5")  # fmt: skip
+    assert w.wait(60) == 4, w.output()
+    out = w.output()
+    assert "is held by pid 4242 on elsewhere (draining): waiting up to 2s" in out, out
+    assert "worker id 'held' is still held by pid 4242 on elsewhere" in out, out
+    assert r.hget(key, "owner") == "elsewhere:4242"
+
+
+def test_a_worker_stopped_while_it_waits_for_its_id_exits_0_and_leaves_the_holder(
+    settings: Settings, r: redis.Redis, spawn_worker: Any
+) -> None:
+    key = _stopping_holder(r, settings, "held2")
+    w = spawn_worker("tests.apps.lifecycle:app", settings, "--worker-id", "held2",
+                     DTQ_DRAIN_TIMEOUT_S="60")  # fmt: skip
+    wait_until(lambda: "waiting up to" in w.output(), timeout=60)
+    w.signal(signal.SIGTERM)
+    assert w.wait(30) == 0, w.output()
+    assert r.hget(key, "owner") == "elsewhere:4242"  # its farewell did not delete the hash
+    assert r.hget(key, "status") == "draining"
+
+
+def test_a_worker_waiting_for_its_id_starts_once_the_holder_is_gone(
+    settings: Settings, r: redis.Redis, spawn_worker: Any
+) -> None:
+    key = _stopping_holder(r, settings, "held3")
+    w = spawn_worker("tests.apps.lifecycle:app", settings, "--worker-id", "held3",
+                     DTQ_DRAIN_TIMEOUT_S="60")  # fmt: skip
+    wait_until(lambda: "waiting up to" in w.output(), timeout=60)
+    r.delete(key)  # the holder's farewell
+    wait_until(lambda: r.hget(key, "pid") == str(w.proc.pid), timeout=30)
+    assert "worker id 'held3' is free now: starting" in w.output()
+    w.signal(signal.SIGTERM)
+    assert w.wait(30) == 0, w.output()

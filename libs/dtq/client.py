@@ -90,6 +90,7 @@ class AsyncClient(_Base):
                 self.settings.redis_url,
                 retries=self.settings.client_retries,
                 wait_for_connection=True,  # (its coroutines may make any number of calls)
+                check_eviction=True,  # (dtq.eviction: once per connection)
                 decode_responses=True,
             ),
             fast_lane=self.settings.fast_lane,
@@ -365,6 +366,7 @@ class Client(_Base):
                 self.settings.redis_url,
                 retries=self.settings.client_retries,
                 wait_for_connection=True,  # (its threads may make any number of calls)
+                check_eviction=True,  # (dtq.eviction: once per connection)
                 decode_responses=True,
             )
         )

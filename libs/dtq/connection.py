@@ -35,6 +35,8 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
+from dtq.errors import EvictingRedis
+from dtq.eviction import check_pool, checking
 from dtq.inflight import AsyncInFlight, SyncInFlight, no_cap
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -140,6 +142,8 @@ SLOT_WAIT_S = 10.0
 
 
 def _as_connection_error(exc: redis.RedisClusterException) -> Exception:
+    if isinstance(exc.__cause__, EvictingRedis):  # every node refused: say why, as one server does
+        return exc.__cause__
     if _UNREACHABLE in str(exc):
         return redis.ConnectionError(str(exc))
     return exc
@@ -310,7 +314,12 @@ def _with_retries(kwargs: dict[str, Any], retries: int, retry_class: Any) -> dic
 
 
 def sync_redis(
-    url: str, *, retries: int = 0, wait_for_connection: bool = False, **kwargs: Any
+    url: str,
+    *,
+    retries: int = 0,
+    wait_for_connection: bool = False,
+    check_eviction: bool = False,
+    **kwargs: Any,
 ) -> redis.Redis:
     """A blocking client for ``url`` (any form dtq accepts).
 
@@ -318,10 +327,14 @@ def sync_redis(
     times at most (jittered backoff). Only for clients whose every call is safe to re-send
     (the SDK's, see docs/faults.md); the worker keeps 0 and handles its own failures.
     ``wait_for_connection``: as for :func:`async_redis`, for threads.
+    ``check_eviction``: as for :func:`async_redis`.
     """
     kwargs = _with_retries(kwargs, retries, Retry)
     if is_cluster_url(url):
         c = parse_cluster_url(url)
+        if check_eviction:
+            base = redis.SSLConnection if c.ssl else redis.Connection
+            kwargs = {**kwargs, "connection_class": checking(base)}
         nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
         cluster = _SyncCluster(
             startup_nodes=nodes, wait_for_connection=wait_for_connection,
@@ -336,17 +349,25 @@ def sync_redis(
         client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
-        return client
-    if not wait_for_connection:
-        return redis.Redis.from_url(url, **kwargs)
-    pool = redis.BlockingConnectionPool.from_url(
-        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
-    )
-    return redis.Redis.from_pool(pool)  # type: ignore[no-untyped-call]
+    elif not wait_for_connection:
+        client = redis.Redis.from_url(url, **kwargs)
+    else:
+        pool = redis.BlockingConnectionPool.from_url(
+            url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
+        )
+        client = redis.Redis.from_pool(pool)  # type: ignore[no-untyped-call]
+    if check_eviction:
+        check_pool(client.connection_pool)
+    return client
 
 
 def async_redis(
-    url: str, *, retries: int = 0, wait_for_connection: bool = False, **kwargs: Any
+    url: str,
+    *,
+    retries: int = 0,
+    wait_for_connection: bool = False,
+    check_eviction: bool = False,
+    **kwargs: Any,
 ) -> aredis.Redis:
     """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis.
 
@@ -355,6 +376,9 @@ def async_redis(
     as redis-py's pool does ("Too many connections"): for an application's client, whose
     coroutines may make any number of calls at once (not the worker's, whose calls are
     bounded).
+
+    ``check_eviction``: each new connection reads the server's ``maxmemory-policy`` (once) and
+    raises :class:`dtq.errors.EvictingRedis` under ``allkeys-*`` (dtq.eviction): the SDK's.
     """
     kwargs = _with_retries(kwargs, retries, AsyncRetry)
     if is_cluster_url(url):
@@ -364,6 +388,11 @@ def async_redis(
             startup_nodes=anodes, wait_for_connection=wait_for_connection,
             **_cluster_kwargs(c, kwargs),
         )  # fmt: skip
+        if check_eviction:  # nothing is connected yet; later nodes are made from these kwargs
+            checked = checking(acl.connection_kwargs["connection_class"])
+            acl.connection_kwargs["connection_class"] = checked
+            for node in acl.startup_nodes:
+                node.connection_class = checked
         return cast(aredis.Redis, acl)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
@@ -373,13 +402,16 @@ def async_redis(
         aclient: aredis.Redis = sentinel.master_for(
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
-        return aclient
-    if not wait_for_connection:
-        return aredis.Redis.from_url(url, **kwargs)
-    pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
-    )
-    return aredis.Redis.from_pool(pool)
+    elif not wait_for_connection:
+        aclient = aredis.Redis.from_url(url, **kwargs)
+    else:
+        pool = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
+        )
+        aclient = aredis.Redis.from_pool(pool)
+    if check_eviction:
+        check_pool(aclient.connection_pool)
+    return aclient
 
 
 def display_url(url: str) -> str:

@@ -11,6 +11,11 @@ class ConfigError(DtqError):
     """A setting is missing or invalid; the message names the setting and why."""
 
 
+class EvictingRedis(ConfigError):
+    """Redis's ``maxmemory-policy`` may evict waiting tasks (``allkeys-*``): dtq does not write
+    there. The message names the policy and the fix (``noeviction``)."""
+
+
 class SerializationError(DtqError, ValueError):
     """Arguments or a result are not JSON, or exceed the configured size limit."""
 

@@ -6,13 +6,23 @@ then finds a stream entry without its record, absorbs it as a duplicate, and the
 without an error. Under ``volatile-*`` only keys with a TTL go (finished records, idempotency
 keys, rate logs): results disappear early but no waiting task is lost. ``noeviction`` (Redis's
 default) makes writes fail with ``OOM`` instead, which dtq retries (docs/faults.md).
+
+The SDK's connections check the policy once each, as they connect (:func:`checking`): a
+``Client``/``AsyncClient`` raises :class:`dtq.errors.EvictingRedis` instead of writing into such
+a Redis, with no extra round trip per call. The worker refuses it at start and re-reads it with
+its heartbeat (it stops claiming while Redis evicts).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, TypeVar
 
 import redis.exceptions as redis_exceptions
+
+from dtq.errors import EvictingRedis
+
+C = TypeVar("C", bound=type)
 
 EVICTS_WORK = "allkeys-"
 OOM_TEXT = "command not allowed when used memory"  # the OOM reply, with or without its code
@@ -71,3 +81,85 @@ def out_of_memory_message(exc: BaseException) -> str:
     """One line for a user whose write Redis refused for memory."""
     text = str(exc).split(". script:")[0]
     return f"Redis is out of memory (maxmemory reached), nothing was written: {text}"
+
+
+# --- the SDK's check, once per connection ------------------------------------------------------
+
+# What a fresh connection asks, in order, and how each reply says the policy: CONFIG GET, else
+# INFO memory (CONFIG renamed or disabled, as on many managed services).
+_CONFIG = ("CONFIG", "GET", "maxmemory-policy")
+_INFO = ("INFO", "memory")
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _from_config(reply: Any) -> str | None:
+    """``[name, value]`` (RESP2) or ``{name: value}`` (RESP3)."""
+    values = list(reply.values()) if isinstance(reply, dict) else list(reply or [])[1:2]
+    return _text(values[0]) if values and values[0] else None
+
+
+def _from_info(reply: Any) -> str | None:
+    for line in _text(reply).splitlines():
+        name, _, value = line.partition(":")
+        if name == "maxmemory_policy":
+            return value.strip() or None
+    return None
+
+
+def _refuse(policy: str | None) -> None:
+    why = refusal(policy)
+    if why:
+        raise EvictingRedis(why)
+
+
+class _SyncCheck:
+    """Connection mixin (blocking): after AUTH and SELECT, read the policy; refuse allkeys-*."""
+
+    def on_connect_check_health(self, check_health: bool = True) -> None:
+        super().on_connect_check_health(check_health)  # type: ignore[misc]
+        conn: Any = self
+        for args, parse in ((_CONFIG, _from_config), (_INFO, _from_info)):
+            try:
+                conn.send_command(*args, check_health=False)
+                policy = parse(conn.read_response())
+            except redis_exceptions.ResponseError:  # refused or renamed: the next one may tell
+                continue
+            if policy:
+                _refuse(policy)
+                return
+
+
+class _AsyncCheck:
+    """The same for asyncio connections."""
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        await super().on_connect_check_health(check_health)  # type: ignore[misc]
+        conn: Any = self
+        for args, parse in ((_CONFIG, _from_config), (_INFO, _from_info)):
+            try:
+                await conn.send_command(*args, check_health=False)
+                policy = parse(await conn.read_response())
+            except redis_exceptions.ResponseError:
+                continue
+            if policy:
+                _refuse(policy)
+                return
+
+
+def checking(connection_class: C) -> C:
+    """``connection_class`` with the policy check on connect (sync or asyncio, by its
+    ``connect``); unchanged when it checks already."""
+    if issubclass(connection_class, _SyncCheck | _AsyncCheck):
+        return connection_class
+    connect = getattr(connection_class, "connect", None)
+    mixin = _AsyncCheck if inspect.iscoroutinefunction(connect) else _SyncCheck
+    name = f"EvictionChecked{connection_class.__name__}"
+    return type(name, (mixin, connection_class), {})  # type: ignore[return-value]
+
+
+def check_pool(pool: Any) -> None:
+    """Make ``pool``'s new connections check the policy (one server, or Sentinel's primary)."""
+    pool.connection_class = checking(pool.connection_class)

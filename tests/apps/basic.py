@@ -155,3 +155,12 @@ async def progress_steps(steps: int) -> int:
         ctx.progress(i + 1, steps, f"step {i + 1}")
         await asyncio.sleep(0.2)
     return steps
+
+
+@app.task(name="record_until")
+async def record_until(tag: str, key: str) -> str:
+    """Records its start, then runs until ``key`` exists in Redis (a gate the test opens)."""
+    record_start(tag)
+    while not _r().exists(key):
+        await asyncio.sleep(0.05)
+    return tag

@@ -81,6 +81,10 @@ class Consumer:
                 woke = None
                 await env.wait_or_stop(env.healthy.wait(), 1.0)
                 continue
+            if env.evicting is not None:  # Redis may evict what it would claim: wait for the fix
+                woke = None
+                await env.sleep(min(env.settings.heartbeat_interval_s, 1.0))
+                continue
             if self.slots.unheld <= 0:
                 woke = None
                 await self.wait_slot(1.0)  # the drain's start wakes it too

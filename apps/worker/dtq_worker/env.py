@@ -52,6 +52,9 @@ class WorkerEnv:
         self.stop_event = asyncio.Event()  # shutdown began
         self.finished_event = asyncio.Event()  # shutdown is over (the heartbeat's last beat)
         self.self_stopping = False  # stopping because Redis stayed away (exit 1, no drain)
+        # Redis's maxmemory-policy while it may evict waiting tasks (allkeys-*), as the
+        # heartbeat last read it: no claims meanwhile (Heartbeat._watch_eviction).
+        self.evicting: str | None = None
         # The runs' progress writes in flight at once (dtq.progress): hundreds of runs
         # reporting together would take every connection of the client's pool (100).
         self.progress_writes = asyncio.Semaphore(PROGRESS_WRITES_AT_ONCE)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dtq import schema
+from dtq import eviction, schema
 from dtq import scripts as sc
 from dtq.connection import is_cluster
 from dtq.errors import ConfigError
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.heartbeat")
+EVICTING_REMIND_S = 60.0  # the error is logged again this often while Redis evicts
+# Heartbeat statuses of a worker on its way out (Heartbeat.status, the farewell's last beat).
+STOPPING = ("draining", "stopped")
+
+
+class IdStillHeld(Exception):
+    """The worker id stayed held by a live, stopping worker past the wait (exit code 4)."""
 
 
 def _dead_here(host: str, pid: str) -> bool:
@@ -84,6 +91,7 @@ class Heartbeat:
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
         self.schema_move = SchemaMove(env)
+        self._evicting_logged = 0.0  # when the last "Redis evicts" error was logged (monotonic)
         env.metrics.heartbeat_age.set_function(self.age)
 
     def age(self) -> float:
@@ -104,6 +112,7 @@ class Heartbeat:
                 failing_since = None
                 self._on_beat()
                 await self._move_schema()
+                await self._watch_eviction()
             elif failing_since is None:
                 failing_since = began
             if failing_since is not None and (
@@ -127,36 +136,103 @@ class Heartbeat:
                 raise
             log.debug("schema move: %s", exc)
 
+    async def _watch_eviction(self) -> None:
+        """Re-read Redis's maxmemory-policy (dtq.eviction): under ``allkeys-*`` Redis may evict
+        waiting tasks, so claims stop (``env.evicting``: the poll loop and the outcome writes'
+        refills read it) and /readyz fails until the policy is fixed; runs in flight finish."""
+        env = self.env
+        try:
+            policy = await eviction.eviction_policy(env.redis)
+        except Exception as exc:  # the next beat reads it again
+            if not is_transient(exc):
+                raise
+            return
+        now = time.monotonic()
+        if eviction.refusal(policy):
+            if env.evicting is None or now - self._evicting_logged >= EVICTING_REMIND_S:
+                log.error("%s: this worker stopped claiming until it is (runs in flight finish)",
+                          eviction.refusal(policy))  # fmt: skip
+                self._evicting_logged = now
+            env.evicting = policy
+        elif env.evicting is not None:
+            log.warning("Redis maxmemory-policy is %s now (was %s): claiming again",
+                        policy, env.evicting)  # fmt: skip
+            env.evicting = None
+
     def owner(self) -> str:
         return f"{socket.gethostname()}:{self.pid}"
 
-    async def claim_id(self) -> None:
-        """Refuse to start under a worker id a live worker of another process holds.
+    async def claim_id(self) -> bool:
+        """Start under this worker id once no live worker of another process holds it; False
+        when this worker was stopped while it waited (it holds nothing then).
 
         Two processes with one id would share a consumer name, a heartbeat and the scheduler
         lock token (both would lead). The heartbeat hash lives while its worker beats (its TTL
         is 3 intervals), so a live one is there; HSETNX of the ``owner`` field makes the check
         and the claim one step, so of two workers started at once one is refused.
+
+        A live holder that is stopping (its heartbeat says ``draining``: the earlier self of a
+        restarted worker, a --processes child whose parent was killed) is waited for, up to
+        :meth:`claim_wait_s`; past it :class:`IdStillHeld` (exit 4). One that still beats as a
+        running worker a heartbeat TTL into the wait is a second worker given this id:
+        ConfigError (exit 2).
         """
+        env = self.env
+        s = env.settings
+        began = time.monotonic()
+        waiting = False
+        while True:
+            held = await self._try_claim()
+            if held is None:
+                if waiting:
+                    log.info("worker id %r is free now: starting", env.worker_id)
+                return True
+            host, pid, status = held
+            waited = time.monotonic() - began
+            if status not in STOPPING and waited >= s.effective_heartbeat_ttl_s:
+                raise ConfigError(
+                    f"worker id {env.worker_id!r} is in use by a live worker (pid {pid} on "
+                    f"{host}): give each worker its own --worker-id / DTQ_WORKER_ID"
+                )
+            if waited >= self.claim_wait_s():
+                raise IdStillHeld(
+                    f"worker id {env.worker_id!r} is still held by pid {pid} on {host} "
+                    f"({status or 'starting'}) after {waited:.0f}s: exiting (code 4)"
+                )
+            if not waiting:
+                log.warning("worker id %r is held by pid %s on %s (%s): waiting up to %.0fs "
+                            "for it to stop", env.worker_id, pid, host, status or "starting",
+                            self.claim_wait_s())  # fmt: skip
+                waiting = True
+            await env.sleep(min(s.heartbeat_interval_s, 1.0))
+            if env.stopping:
+                return False
+
+    def claim_wait_s(self) -> float:
+        """How long a start waits for a stopping holder of its id: its drain and hard exit (as
+        this worker's settings say), then one heartbeat TTL for its hash to expire."""
+        s = self.env.settings
+        return s.drain_timeout_s + s.hard_exit_s + s.effective_heartbeat_ttl_s
+
+    async def _try_claim(self) -> tuple[str, str, str | None] | None:
+        """Claim the id (None), or the live holder's host, pid and heartbeat status."""
         env = self.env
         key = env.keys.worker(env.worker_id)
         me = self.owner()
         async with env.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(key, "owner", me)
-            pipe.hget(key, "owner")
+            pipe.hmget(key, "owner", "status")
             pipe.pttl(key)
             pipe.hset(key, schema.WORKER_FIELD, schema.CURRENT)  # (see schema_move.py)
-            _, holder, ttl, _ = await pipe.execute()
+            _, (holder, status), ttl, _ = await pipe.execute()
         if holder != me:
             host, _, pid = (holder or "").rpartition(":")
             if ttl > 0 and not _dead_here(host, pid):
-                raise ConfigError(
-                    f"worker id {env.worker_id!r} is in use by a live worker (pid {pid} on "
-                    f"{host}): give each worker its own --worker-id / DTQ_WORKER_ID"
-                )
+                return host, pid, status
             await env.redis.hset(key, "owner", me)  # its holder is gone: take it over
         if ttl < 0 or holder != me:  # it expires like a heartbeat unless beats follow
             await env.redis.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
+        return None
 
     def set_clock(self, reply: tuple[int, int]) -> None:
         """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""

@@ -2,7 +2,7 @@
 
 Exit codes: 0 after a graceful stop, 1 when Redis stayed unreachable past the heartbeat TTL
 (unfinished tasks handed back first where Redis answered), 2 for bad configuration or an
-unimportable APP.
+unimportable APP, 4 when the worker id stayed held by a stopping worker past the wait.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from dtq.app import App, load_app
 from dtq.errors import ConfigError, DtqError
 from dtq.settings import load_settings
 from dtq_worker import poolchild
-from dtq_worker.worker import EXIT_CONFIG, EXIT_REDIS_LOST, Worker
+from dtq_worker.heartbeat import IdStillHeld
+from dtq_worker.worker import EXIT_CONFIG, EXIT_ID_HELD, EXIT_REDIS_LOST, Worker
 
 log = logging.getLogger("dtq.worker")
 
@@ -53,7 +54,7 @@ def _remember_signal(sig: int, _frame: object) -> None:
     help="Run a dtq worker. Settings come from DTQ_* variables; flags override them.\n\n"
     "APP: module:attribute naming a dtq.App (or DTQ_APP).",
     epilog="Exit codes: 0 graceful stop, 1 Redis unreachable past the heartbeat TTL, "
-    "2 bad configuration or unimportable APP.",
+    "2 bad configuration or unimportable APP, 4 worker id still held by a stopping worker.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.argument("app", required=False)
@@ -174,6 +175,9 @@ def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
     except DtqError as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except IdStillHeld as exc:
+        print(f"dtq-worker: {exc}", file=sys.stderr)
+        return EXIT_ID_HELD
     except Exception as exc:
         from dtq_worker.faults import is_transient
 

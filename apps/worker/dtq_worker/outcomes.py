@@ -108,6 +108,7 @@ class OutcomeWriter:
             and not env.stopping
             and not self.poll.waiting
             and env.healthy.is_set()
+            and env.evicting is None
             and not self.recovery.active(queue)
         )
 

@@ -20,7 +20,8 @@ a second here) once per start, which only matters for restarts.
   eviction policy) is not restarted: a restart cannot mend it. The others drain; exit 2.
 - Signals: the first SIGTERM/SIGINT is sent on to every child (each drains); a second one is
   sent on too (each skips its drain). Children run in their own session, so a terminal's ^C
-  reaches them once, through the parent. A child gets SIGTERM should the parent die (Linux).
+  reaches them once, through the parent. A child gets one SIGTERM should the parent die (Linux,
+  poolchild.py); the same command started again waits for such children to drain (their ids).
 - Exit code after a stop: 2 if a child exited 2, 1 if a child exited otherwise than cleanly
   (1 for Redis loss, or killed), else 0.
 """

@@ -5,8 +5,12 @@ Two things, both driven by variables the parent sets (underscored: not settings)
 - ``_DTQ_POOL_PORT_FILE``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on a private
   loopback port the kernel picks, and write that port to this file, for the parent to read and
   aggregate. A child never binds DTQ_METRICS_PORT: the parent serves it.
-- ``_DTQ_POOL_PARENT``: the parent's pid. The child asks the kernel for a SIGTERM should the
+- ``_DTQ_POOL_PARENT``: the parent's pid. The child asks the kernel for a signal should the
   parent die (Linux), so a SIGKILLed parent does not leave orphans running tasks: they drain.
+  Not SIGTERM itself: the kernel sends it again as each thread of the dying parent exits (the
+  child is handed to the next live thread first), and a second SIGTERM skips the drain. A
+  real-time signal is asked for instead; its first arrival becomes one SIGTERM, later ones are
+  ignored.
 
 Imports nothing heavy: the worker's entry point imports it before the app.
 """
@@ -22,6 +26,7 @@ from pathlib import Path
 PORT_FILE_ENV = "_DTQ_POOL_PORT_FILE"
 PARENT_ENV = "_DTQ_POOL_PARENT"
 _PR_SET_PDEATHSIG = 1
+_PARENT_DIED_RT = 2  # the parent-death signal: SIGRTMIN + this (Linux)
 
 
 def port_file() -> str | None:
@@ -42,14 +47,21 @@ def read_port(path: Path) -> int | None:
         return None
 
 
+def _parent_died(sig: int, _frame: object) -> None:
+    signal.signal(sig, signal.SIG_IGN)  # repeated as each of the parent's threads exits
+    os.kill(os.getpid(), signal.SIGTERM)  # one stop: the worker drains
+
+
 def follow_parent() -> None:
-    """In a pool child: get SIGTERM when the parent dies (Linux only; elsewhere a no-op)."""
+    """In a pool child: one SIGTERM when the parent dies (Linux only; elsewhere a no-op)."""
     parent = os.environ.get(PARENT_ENV)
     if not parent or not sys.platform.startswith("linux"):
         return
+    died = signal.SIGRTMIN + _PARENT_DIED_RT
+    signal.signal(died, _parent_died)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(_PR_SET_PDEATHSIG, died)
     except (OSError, AttributeError):  # pragma: no cover - no prctl: the child stays on its own
         return
     if os.getppid() != int(parent):  # the parent died before the request took effect

@@ -53,6 +53,8 @@ EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
 # The hard-exit deadline passed in a worker run inside another program (owns_process not
 # called: the tests' in-process workers): its host ends with a failure, never with 0.
 EXIT_HARD_IN_PROCESS = 3
+# The worker id stayed held by a live worker that was stopping, past the wait (Heartbeat.claim_id).
+EXIT_ID_HELD = 4
 
 
 # How long a starting worker retries a Redis that never answered (see prepare).
@@ -237,8 +239,9 @@ class Worker:
 
     # --- start -----------------------------------------------------------------------------
 
-    async def prepare(self) -> None:
-        """Check the schema version and create the streams and group; retry while unreachable."""
+    async def prepare(self) -> bool:
+        """Check the schema version and create the streams and group; retry while unreachable.
+        False when stopped while waiting for the worker id (Heartbeat.claim_id)."""
         backoff = Backoff(log, "startup")
         began = time.monotonic()
         # A Redis that never answered (nothing listening, a wrong DTQ_REDIS_URL: what a first
@@ -260,14 +263,15 @@ class Worker:
                         f"this dtq knows {', '.join(map(repr, schema.KNOWN))}"
                     )
                 await self.check_eviction()
-                await self.heartbeat.claim_id()
+                if not await self.heartbeat.claim_id():
+                    return False
                 await self.ensure_groups()
                 await partitions.aregister(
                     self.redis, self.keys, self.settings.queue_partitions, self.queues
                 )
                 sec, usec = await self.redis.time()
                 self.recovery.since_ms = sec * 1000 + usec // 1000
-                return
+                return True
             except (SchemaMismatch, ConfigError):
                 raise
             except Exception as exc:
@@ -388,10 +392,15 @@ class Worker:
             return await self._serve()
         finally:
             self._stop_http()  # an in-process worker must free its port when it ends
+            timer = getattr(self, "_hard_timer", None)
+            if timer is not None:
+                timer.cancel()  # stopped in time; an in-process worker must not end its host later
 
     async def _serve(self) -> int:
         s = self.settings
-        await self.prepare()
+        if not await self.prepare():  # stopped while it waited for its id: it holds nothing
+            await self._close()
+            return EXIT_OK
         self.prepared = True
         self.healthy.set()
         if s.effective_heartbeat_ttl_s >= s.visibility_timeout_s:
@@ -427,9 +436,6 @@ class Worker:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._close()
-        timer = getattr(self, "_hard_timer", None)
-        if timer is not None:
-            timer.cancel()  # stopped in time; an in-process worker must not end its host later
         return code
 
     def readiness(self) -> str:
@@ -440,6 +446,8 @@ class Worker:
             return "starting"
         if not self.healthy.is_set():
             return "redis unreachable"
+        if self.env.evicting is not None:  # (Heartbeat._watch_eviction)
+            return f"redis maxmemory-policy is {self.env.evicting}: not claiming"
         if self.heartbeat.age() > self.settings.effective_heartbeat_ttl_s:
             return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
         return "ok"
