@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from dtq import BatchInterrupted, Client, DtqError, RedisUnavailable, Settings
-from dtq.coalesce import SyncCoalescer
+from dtq.coalesce import SyncCoalescer, _interrupted
 from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
 from tests.test_coalesce import _evalsha_calls, _stream_args
@@ -376,10 +376,11 @@ def test_a_batch_interrupted_in_its_sending_thread_is_sent_again_for_the_others(
     r.close()
 
 
-def test_other_threads_of_an_interrupted_batch_get_a_dtq_error() -> None:
-    """The coalescer itself cannot know whether an interrupted batch reached Redis: the other
-    callers of the batch get ``BatchInterrupted`` (a ``DtqError``), never the sending thread's
-    KeyboardInterrupt; the sender gets its own."""
+def test_other_threads_of_an_interrupted_batch_send_their_item_again_alone() -> None:
+    """The coalescer cannot know whether an interrupted batch reached Redis: the other callers
+    of the batch send their item again alone (``send_one``, safe to repeat), never getting the
+    sending thread's KeyboardInterrupt; the sender gets its own. What they are told meanwhile
+    is a ``BatchInterrupted`` (a ``DtqError``), set on their place."""
     calls = _Calls()
     co: SyncCoalescer[str, int, int] = SyncCoalescer(calls.many)
     old = signal.getsignal(signal.SIGALRM)
@@ -403,9 +404,10 @@ def test_other_threads_of_an_interrupted_batch_get_a_dtq_error() -> None:
         with pytest.raises(KeyboardInterrupt):
             co.call("q", 2, lambda: calls.one(2))
         assert first.result(10) == 10
-        err = later.exception(10)
-        assert isinstance(err, BatchInterrupted), repr(err)
-        assert isinstance(err, DtqError) and "interrupted" in str(err)
+        assert later.exception(10) is None and later.result(10) == 30  # sent again, alone
+        err = _interrupted(KeyboardInterrupt())
+        assert isinstance(err, BatchInterrupted) and isinstance(err, DtqError)
+        assert "interrupted" in str(err)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

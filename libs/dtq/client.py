@@ -51,7 +51,6 @@ from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.coalesce import Coalescer, SyncCoalescer
 from dtq.connection import async_redis, sync_redis
 from dtq.donewait import DoneWaits, SyncDoneWaits
-from dtq.errors import BatchInterrupted
 from dtq.keys import split_task_id
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
@@ -457,10 +456,8 @@ class Client(_Base):
         co = self._coalesced
         if co is None:
             return self._enqueue_one(q, task)
-        try:  # (another thread's enqueue of q in flight: this one goes in the batch after it)
-            return co.call(q, task, partial(self._enqueue_one, q, task))
-        except BatchInterrupted:  # ran or not: its id, made before, makes a re-send safe
-            return self._enqueue_one(q, task)
+        # Another thread's enqueue of q in flight: this one goes in the batch after it.
+        return co.call(q, task, partial(self._enqueue_one, q, task))
 
     def _enqueue_one(self, q: str, task: sc.NewTask) -> TaskHandle:
         call = self._single(q, task)

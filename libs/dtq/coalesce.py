@@ -131,7 +131,10 @@ class SyncCoalescer(Generic[K, I, O]):
     sent by its caller; the calls of that key made meanwhile wait, and when it returns the
     oldest of them sends them all as one ``send_many(key, items)`` from its own thread while
     the others wait for its answer (calls made meanwhile form the next batch, sent in turn by
-    their oldest). A batch that fails raises its error in each of its callers.
+    their oldest). A batch that fails raises its error in each of its callers; one whose
+    sending thread was interrupted (KeyboardInterrupt) is sent again by each of its other
+    callers alone, with ``send_one``, which must be safe to repeat (an enqueue's is: its id was
+    made before, and enqueue.lua answers a repeat with the task it made).
 
     ``c.call(key, item, send_one)``: ``send_one()``'s result when the key was idle, else the
     item's result from a batch.
@@ -168,6 +171,8 @@ class SyncCoalescer(Generic[K, I, O]):
             raise
         if place.batch is not None:
             self._send(key, place.batch)
+        if isinstance(place.error, BatchInterrupted):
+            return send_one()  # reached Redis or not: repeated alone (see above)
         if place.error is not None:
             raise place.error
         return place.result  # type: ignore[no-any-return]
