@@ -14,9 +14,8 @@ the others' (docs/performance.md, "Single enqueues from many coroutines").
 A waiter cancelled before its batch is sent is left out of it (its item is never sent); one
 cancelled after is not told what became of its item, as for any call cancelled in flight. A
 batch that fails raises its error in each of its waiters; a batch whose sending thread is
-interrupted (KeyboardInterrupt) raises that in the sender alone and
-:class:`dtq.BatchInterrupted` in the others (whether it reached Redis is unknown).
-"""
+interrupted (KeyboardInterrupt) raises that in the sender alone; each other thread of it sends
+its item again alone (the blocking coalescer: :class:`SyncCoalescer`)."""
 
 from __future__ import annotations
 
