@@ -207,6 +207,48 @@ async def test_cross_site_state_changes_are_refused(local: httpx.AsyncClient) ->
     assert (await local.get("/api/v1/queues", headers=evil)).status_code == 200
 
 
+async def test_reads_from_a_dns_rebound_page_are_refused(local: httpx.AsyncClient) -> None:
+    # A page of attacker.example whose name now resolves to 127.0.0.1 reads the API as its
+    # own origin: the browser sends Host: attacker.example, and no Origin on a same-origin GET.
+    t = (await local.post("/api/v1/tasks", json={"name": "add", "args": [1, 2]})).json()
+    rebound = {"Host": "attacker.example:8000"}
+    for path in (f"/api/v1/tasks/{t['id']}", "/api/v1/tasks", "/api/v1/events", "/metrics", "/"):
+        r = await local.get(path, headers=rebound)
+        assert r.status_code == 403, (path, r.status_code, r.text[:200])
+        assert r.json()["error"]["code"] == "forbidden", path
+        assert "attacker.example" in r.json()["error"]["message"]
+        assert "\n" not in r.text
+    r = await local.get("/api/v1/tasks", headers={"Host": "attacker.example"})
+    assert r.status_code == 403
+    # The server's own names, with or without a port, any case, IPv6 in brackets; and any
+    # IP literal (a probe's pod IP: a rebound page always names a host, never an address).
+    for host in ("127.0.0.1:8000", "localhost", "LocalHost:8000", "[::1]:8000", "[::1]",
+                 "10.1.2.3:8000", "[fd00::5]:8000"):  # fmt: skip
+        r = await local.get(f"/api/v1/tasks/{t['id']}", headers={"Host": host})
+        assert r.status_code == 200, (host, r.text)
+        assert (await local.get("/healthz", headers={"Host": host})).status_code == 200, host
+    # A name that only looks like an address is a name.
+    for host in ("127.0.0.1.attacker.example", "[::1].attacker.example", "1.2.3.4.nip.io:80"):
+        assert (await local.get("/api/v1/tasks", headers={"Host": host})).status_code == 403, host
+
+
+async def test_host_check_covers_reads_with_allowed_hosts_and_a_token(settings: Settings) -> None:
+    # Behind a proxy with a token: the names of DTQ_API_ALLOWED_HOSTS pass, others are refused
+    # on every method, before the token is looked at; probes by IP pass.
+    named = settings.model_copy(update={"api_allowed_hosts": ("dtq.example",), "api_token": "t"})
+    hdr = {"Authorization": "Bearer t"}
+    app = create_app(named, bind_host="127.0.0.1")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        r = await c.get("/api/v1/queues", headers={**hdr, "Host": "dtq.example"})
+        assert r.status_code == 200, r.text
+        r = await c.get("/api/v1/queues", headers={**hdr, "Host": "evil.example"})
+        assert r.status_code == 403, r.text
+        r = await c.get("/metrics", headers={"Host": "evil.example"})
+        assert r.status_code == 403, r.text
+        assert (await c.get("/readyz", headers={"Host": "10.0.0.7:8000"})).status_code == 200
+        assert (await c.get("/api/v1/queues", headers={"Host": "localhost"})).status_code == 401
+
+
 async def test_every_response_carries_security_headers(local: httpx.AsyncClient) -> None:
     for path in ("/", "/healthz", "/api/v1/queues", "/api/v1/nothing", "/static/app.js"):
         r = await local.get(path)

@@ -434,3 +434,96 @@ def test_cli_under_a_redis_refusing_writes_prints_one_line(
     finally:
         r.config_set("maxmemory", 0)
         r.close()
+
+
+# --- nesting depth: refused at enqueue, tolerated when already stored -------------------------
+
+
+def nested(depth: int) -> Any:
+    """A JSON value ``depth`` levels deep (lists and objects alternating)."""
+    v: Any = 1
+    for i in range(depth):
+        v = [v] if i % 2 else {"k": v}
+    return v
+
+
+def test_enqueue_refuses_arguments_and_metadata_nested_too_deep(
+    settings: Settings, r: redis.Redis, cli_env: Settings, monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:  # fmt: skip
+    from dtq.codec import MAX_DEPTH
+
+    with Client(settings=settings) as c:
+        c.enqueue("add", [nested(MAX_DEPTH - 1)])  # the args list is a level: 64 in all
+        c.enqueue("add", kwargs={"a": nested(MAX_DEPTH - 1)})
+        for kw in (
+            {"args": [nested(260)]},
+            {"args": [nested(MAX_DEPTH)]},
+            {"kwargs": {"a": nested(MAX_DEPTH)}},
+            {"metadata": {"m": nested(300)}},
+        ):
+            with pytest.raises(DtqError, match=f"nested deeper than {MAX_DEPTH}") as exc:
+                c.enqueue("add", **kw)
+            assert isinstance(exc.value, ValueError)
+        with pytest.raises(DtqError, match="nested deeper"):
+            c.enqueue_many([{"name": "add", "args": [nested(5000)]}])
+    assert len(r.keys(f"{settings.key_prefix}:*:t:*")) == 2
+    code, out, err = run_cli(
+        monkeypatch, capsys, "enqueue", "add", "--args", json.dumps([nested(300)])
+    )
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, (code, err)
+    assert "nested deeper" in err
+
+
+def test_api_refuses_deep_arguments_and_readers_survive_stored_ones(
+    settings: Settings, r: redis.Redis, cli_env: Settings, monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:  # fmt: skip
+    import asyncio
+
+    ids = asyncio.run(_deep_records_through_the_api(settings, r))
+    for tid in ids:
+        code, out, err = run_cli(monkeypatch, capsys, "task", tid, "--json")
+        assert code == 0 and "undecodable" in out, (code, err)
+    code, out, err = run_cli(monkeypatch, capsys, "tasks", "--json")
+    assert code == 0 and all(tid in out for tid in ids), (code, err)
+
+
+async def _deep_records_through_the_api(settings: Settings, r: redis.Redis) -> list[str]:
+    import httpx
+
+    from dtq_api.app import create_app
+
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        body = {"name": "add", "args": [nested(260)]}
+        p = await http.post("/api/v1/tasks", json=body)
+        assert p.status_code == 422, p.text
+        assert "nested deeper" in p.json()["error"]["message"] and "\n" not in p.text
+        assert (await http.get("/api/v1/tasks")).json()["items"] == []
+        # Records written by a raw script, past any decoder's limit or not: every reader
+        # answers, the value shown as undecodable.
+        ok = (await http.post("/api/v1/tasks", json={"name": "add", "args": [1]})).json()["id"]
+        qk = QueueKeys(settings.key_prefix, "default")
+        ids = []
+        async with AsyncClient(settings=settings) as c:
+            for depth in (260, 5000):
+                h = await c.enqueue("add", [1], metadata={"m": 1})
+                raw = "[" * depth + "]" * depth
+                meta = '{"m":' + raw + "}"
+                r.hset(qk.task(h.id.split(":", 1)[1]), mapping={"args": raw, "meta": meta})
+                ids.append(h.id)
+        listing = await http.get("/api/v1/tasks")
+        assert listing.status_code == 200, listing.text[:300]
+        got = {t["id"]: t for t in listing.json()["items"]}
+        assert set(got) == {ok, *ids}
+        assert got[ok]["args"] == [1]
+        for tid in ids:
+            assert got[tid]["args"] == [{"undecodable": "nested deeper than 64 levels"}]
+            one = await http.get(f"/api/v1/tasks/{tid}")
+            assert one.status_code == 200 and one.json()["metadata"] == got[tid]["metadata"]
+            assert "undecodable" in one.json()["metadata"], one.json()["metadata"]
+    return ids

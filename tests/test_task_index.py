@@ -155,3 +155,51 @@ async def test_newest_first_running_and_resume_span_nodes(backend: Any, prefix: 
         enq = [e.task_id for e in missed if e.type == "enqueued"]
         assert enq == [*ids[1:], long.id]
         await a.cancel(long.id)
+
+
+async def hgetalls(r: Any) -> int:
+    stats = await r.info("commandstats")
+    return int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+async def test_a_page_over_a_bulk_backlog_reads_a_bounded_number_of_records(
+    fresh_redis: Any, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each bulk enqueue's event entry holds up to 250 tids: a page is bounded in records
+    read (not stream entries), and its cursor resumes inside an entry, losing nothing."""
+    from dtq import task_index
+
+    settings = make_settings(fresh_redis.url, prefix)
+    app = create_app(settings)
+    async with (
+        Admin(settings) as a,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        ids: list[str] = []
+        for start in range(0, 3000, 1000):
+            items = [
+                {"name": "add" if i % 3 else "noop", "args": [i, 0]}
+                for i in range(start, start + 1000)
+            ]
+            ids += [h.id for h in await a.client.enqueue_many(items)]
+        entries = await a.redis.xlen(a.keys.queue("default").events)
+        assert entries <= 3000 // 100, entries  # bulk entries, many tids each
+        await a.redis.config_resetstat()
+        r = await http.get("/api/v1/tasks", params={"limit": 1})
+        assert r.status_code == 200 and [t["id"] for t in r.json()["items"]] == [ids[-1]]
+        assert await hgetalls(a.redis) <= task_index.FETCH_MIN, await hgetalls(a.redis)
+        # A filter matching nothing stops at the budget, with a cursor to go on from.
+        monkeypatch.setattr(task_index, "RECORD_BUDGET", 1000)
+        await a.redis.config_resetstat()
+        r = await http.get("/api/v1/tasks", params={"limit": 5, "name": "none"})
+        page = r.json()
+        assert page["items"] == [] and page["next_cursor"], page
+        assert await hgetalls(a.redis) <= 1000
+        # A cursor walk with a small budget (pages stop inside bulk entries) lists every
+        # "noop" task once, newest first.
+        monkeypatch.setattr(task_index, "RECORD_BUDGET", 317)
+        monkeypatch.setattr(task_index, "FETCH_MIN", 50)
+        listed = [t["id"] for t in await pages(http, limit=1000, name="noop")]
+        assert listed == [ids[i] for i in range(0, 3000, 3)][::-1]
+        listed = [t["id"] for t in await pages(http, limit=37)]
+        assert listed == ids[::-1]

@@ -94,6 +94,8 @@ def _json_arg(value: str | None, what: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint=what) from None
+    except RecursionError:
+        raise click.BadParameter("nested deeper than Python can read", param_hint=what) from None
 
 
 @cli.command(epilog=EPILOG)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import json
 import math
+import re
 import types
 import typing
 import weakref
@@ -52,14 +54,63 @@ _strict = json.JSONEncoder(
 )
 
 
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects in one encoded value (the args list is a level). Far
+past any real data's, well below what readers can take back: pydantic's JSON parser stops at
+200 levels and its encoder near 255 (an API answer), msgspec's and the stdlib's decoders at
+Python's recursion limit (about 1000)."""
+UNDECODABLE = f"nested deeper than {MAX_DEPTH} levels"
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def too_deep(raw: bytes | str) -> bool:
+    """Whether JSON text ``raw`` nests arrays and objects deeper than :data:`MAX_DEPTH`.
+
+    Counting brackets (two C-speed counts) settles almost every value; past that, strings are
+    cut out and the running depth of what is left is taken, still without a Python loop.
+    """
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= MAX_DEPTH:
+            return False
+        data = raw.encode(errors="surrogatepass")
+    elif raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    else:
+        data = raw
+    steps = _JSON_STRING.sub(b"", data).translate(_BRACKET_STEP, _NOT_BRACKET)
+    return max(itertools.accumulate(memoryview(steps).cast("b")), default=0) > MAX_DEPTH
+
+
+def loads_stored(raw: str) -> Any:
+    """A stored JSON value for a reader (a listing, ``get``, the CLI): one nested past
+    :data:`MAX_DEPTH` (written by a raw script or an older version) is shown as
+    ``{"undecodable": "nested deeper than 64 levels"}`` rather than failing the whole answer."""
+    if too_deep(raw):
+        return {"undecodable": UNDECODABLE}
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        return {"undecodable": UNDECODABLE}
+
+
 def dumps(value: Any, what: str) -> str:
-    """Encode ``value`` as compact JSON or raise SerializationError saying what was refused."""
+    """Encode ``value`` as compact JSON or raise SerializationError saying what was refused
+    (not JSON, not Unicode, or nested deeper than :data:`MAX_DEPTH`)."""
+    deep = SerializationError(
+        f"{what} nested deeper than {MAX_DEPTH} levels (arrays and objects inside one another)"
+    )
     try:
         raw = _encoder.encode(value)
     except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800"
         raise SerializationError(f"{what} is not valid Unicode text: {exc.reason}") from None
+    except RecursionError:
+        raise deep from None
     except _ENCODE_ERRORS as exc:
         raise SerializationError(f"{what} must be JSON-serializable: {exc}") from None
+    if too_deep(raw):
+        raise deep
     if b"null" in raw and not _finite(value):  # a None, or a NaN/infinity written as null
         try:
             _strict.encode(value)  # says which, in the stdlib's words

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -10,6 +9,7 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
+from dtq.codec import loads_stored
 from dtq.declared import fill as fill_declared
 from dtq.partitions import logical
 from dtq.record import Field, with_defaults
@@ -140,7 +140,8 @@ class TaskInfo:
         if rec.get(Field.LEFT_TO_DECLARATION):
             rec, defaults = fill_declared(rec, declared)
         rec = with_defaults(rec)  # the fields a record leaves out at their defaults
-        result = json.loads(rec[Field.RESULT]) if Field.RESULT in rec else None
+        result = loads_stored(rec[Field.RESULT]) if Field.RESULT in rec else None
+        args = loads_stored(rec.get(Field.ARGS, "[]"))
         return cls(
             id=task_id,
             name=rec.get(Field.NAME, ""),
@@ -151,8 +152,8 @@ class TaskInfo:
             retries=int(rec[Field.RETRIES]),
             max_retries=int(rec[Field.MAX_RETRIES]),
             interruptions=int(rec[Field.INTERRUPTIONS]),
-            args=json.loads(rec.get(Field.ARGS, "[]")),
-            kwargs=json.loads(rec[Field.KWARGS]) if rec.get(Field.KWARGS) else {},
+            args=args if isinstance(args, list) else [args],  # (undecodable: in a list)
+            kwargs=loads_stored(rec[Field.KWARGS]) if rec.get(Field.KWARGS) else {},
             result=result,
             error=rec.get(Field.ERROR),
             worker_id=rec.get(Field.WORKER),
@@ -164,8 +165,8 @@ class TaskInfo:
             expires_at=_ms_to_dt(rec.get(Field.EXPIRES)),
             idempotency_key=rec.get(Field.IDEMPOTENCY_KEY),
             cancel_requested=Field.CANCEL in rec,
-            metadata=json.loads(rec[Field.META]) if rec.get(Field.META) else {},
-            progress=json.loads(rec[Field.PROGRESS]) if rec.get(Field.PROGRESS) else None,
+            metadata=loads_stored(rec[Field.META]) if rec.get(Field.META) else {},
+            progress=loads_stored(rec[Field.PROGRESS]) if rec.get(Field.PROGRESS) else None,
             defaults=defaults,
             traceback=rec.get(Field.TRACEBACK),
             failures=int(rec[Field.RETRIES]),

@@ -131,8 +131,9 @@ class Settings(BaseSettings):
     """Most concurrent ``/api/v1/events`` streams per dtq-api process (503 with Retry-After
     past it). All streams share one Redis connection."""
     api_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
-    """Host names dtq-api answers state-changing requests for (comma separated), besides
-    loopback names when bound to loopback. Unset and bound beyond loopback: any Host."""
+    """Host names dtq-api answers for (comma separated), on every request, besides loopback
+    names when bound to loopback, the bound name and any IP address; another ``Host`` gets 403
+    (a DNS-rebound page). Unset and bound beyond loopback: any Host."""
     log_format: Literal["text", "json"] = "text"
     """``text`` for a terminal, ``json`` for log shippers."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

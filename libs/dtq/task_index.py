@@ -9,9 +9,10 @@ for the same order. The running tasks are the pending entries of the queues' con
 What that costs and bounds:
 
 * A page reads the event streams backwards in chunks (``XREVRANGE``), picks the ``enqueued``
-  events, and reads those records in one pipelined round trip per chunk; it stops after
-  ``INDEX_BUDGET`` stream entries with a cursor to continue from (a filter matching few tasks
-  answers a short page).
+  events, and reads those records newest first, in pipelined batches of what the page still
+  needs (at least ``FETCH_MIN``); it stops after ``INDEX_BUDGET`` stream entries or
+  ``RECORD_BUDGET`` records, whichever comes first, with a cursor to continue from (a filter
+  matching few tasks answers a short page). The cursor can point inside a bulk entry.
 * The index reaches back as far as the stream's cap (``DTQ_EVENTS_MAXLEN`` events per queue):
   an older task is not listed, but is still found by id (``GET /api/v1/tasks/{id}``).
   With ``DTQ_EVENTS_MAXLEN=0`` there is no index; :meth:`dtq.admin.Admin.list_tasks` (SCAN)
@@ -35,6 +36,10 @@ from dtq.record import Field
 
 INDEX_BUDGET = 20_000
 """Most event-stream entries one task page reads before answering with a cursor."""
+RECORD_BUDGET = 5000
+"""Most task records (HGETALL) one task page reads before answering with a cursor."""
+FETCH_MIN = 100
+"""Fewest records read per round trip (more when the page still needs more)."""
 CHUNK = 1000
 RUNNING_MAX = 200
 """Most running tasks listed on a first page."""
@@ -79,6 +84,31 @@ def _info(queue: str, tid: str, rec: dict[str, str]) -> TaskInfo | None:
         return None  # a record this version cannot read is left out, not a 500
 
 
+def _take(
+    q: str,
+    tid: str,
+    rec: dict[str, str],
+    status: str | None,
+    name: str | None,
+    seen: set[str],
+    items: list[dict[str, Any]],
+) -> bool:
+    """Add the task to ``items`` when it passes the filters; whether it was added."""
+    full_id = make_task_id(q, tid)
+    if full_id in seen:
+        return False  # enqueued again under the same id (a repeat kept its record)
+    if status is not None and rec.get(Field.STATUS) != status:
+        return False
+    if name is not None and rec.get(Field.NAME) != name:
+        return False
+    info = _info(q, tid, rec)
+    if info is None:
+        return False
+    seen.add(full_id)
+    items.append(info.to_dict())
+    return True
+
+
 async def newest(
     r: aredis.Redis,
     keys: Keys,
@@ -100,7 +130,7 @@ async def newest(
     ev = {q: keys.queue(q).events for q in queues}
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
-    read = 0
+    read = fetched = 0
     while read < INDEX_BUDGET:
         async with r.pipeline(transaction=False) as pipe:
             for q in queues:
@@ -125,32 +155,31 @@ async def newest(
                     if after is None or pos < after:
                         cands.append((pos, tid))
         cands.sort(reverse=True)
-        async with r.pipeline(transaction=False) as pipe:
-            for (_, _, q, _), tid in cands:
-                pipe.hgetall(keys.queue(q).task(tid))
-            recs: list[dict[str, str]] = await pipe.execute() if cands else []
-        for (pos, tid), rec in zip(cands, recs, strict=True):
-            q = pos[2]
-            full_id = make_task_id(q, tid)
-            if full_id in seen:
-                continue  # enqueued again under the same id (a repeat kept its record)
-            if status is not None and rec.get(Field.STATUS) != status:
-                continue
-            if name is not None and rec.get(Field.NAME) != name:
-                continue
-            info = _info(q, tid, rec)
-            if info is None:
-                continue
-            seen.add(full_id)
-            items.append(info.to_dict())
-            if len(items) >= limit:
-                return items, make_cursor(pos), read
+        # Records are read in batches, newest first, only as far as the page needs them
+        # (a bulk entry holds up to 250 tids: reading all of a round's ran to 250 000).
+        done = 0
+        while done < len(cands):
+            if fetched >= RECORD_BUDGET:  # resume after the last one read, mid-entry or not
+                return items, make_cursor(cands[done - 1][0]), read
+            n = min(max(limit - len(items), FETCH_MIN), RECORD_BUDGET - fetched)
+            batch = cands[done : done + n]
+            done += len(batch)
+            fetched += len(batch)
+            async with r.pipeline(transaction=False) as pipe:
+                for (_, _, q, _), tid in batch:
+                    pipe.hgetall(keys.queue(q).task(tid))
+                recs: list[dict[str, str]] = await pipe.execute()
+            for (pos, tid), rec in zip(batch, recs, strict=True):
+                if _take(pos[2], tid, rec, status, name, seen, items) and len(items) >= limit:
+                    return items, make_cursor(pos), read
         if cut is None:
             return items, None, read
         # Everything at or above the cut is listed: go on below it (the queue name sorts
         # after "" so a (ms, seq, "") position excludes the cut's own id in every queue).
         after = (cut[0], cut[1], "", 0)
         upper = f"{cut[0]}-{cut[1]}"
+        if fetched >= RECORD_BUDGET:
+            break
     assert after is not None
     return items, make_cursor(after), read
 

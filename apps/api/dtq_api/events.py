@@ -156,23 +156,32 @@ def _frames(events: list[Event]) -> Iterator[tuple[Event, bytes]]:
         yield e, _frame(e, last)
 
 
-async def sse(
-    sub: Subscription, ping_s: float, backlog: list[Event] | None = None, truncated: bool = False
-) -> AsyncIterator[bytes]:
+Backlog = AsyncIterator[tuple[list[Event], bool]]
+"""A resumed stream's missed events in pages, each with whether more were left out
+(:meth:`dtq.admin.Admin.resume_pages`)."""
+
+
+async def sse(sub: Subscription, ping_s: float, backlog: Backlog | None = None
+              ) -> AsyncIterator[bytes]:  # fmt: skip
     """The bytes of one stream: a greeting, events, a comment every ``ping_s`` when idle.
 
-    ``backlog`` (a resumed stream's missed events, read after ``sub`` subscribed) goes first;
-    live events it already holds are then skipped, per stream, so none repeats.
+    ``backlog`` (a resumed stream's missed events, read after ``sub`` subscribed) goes first,
+    page by page; live events it already holds are then skipped, per stream, so none repeats.
     """
     last: dict[str, tuple[int, int]] = {}
     try:
         await sub.ready(ping_s)
         yield b": connected\n\n"
-        if truncated:
-            yield _error("too many missed events; some are left out")
-        for e, frame in _frames(backlog or []):
-            last[e.stream] = max(last.get(e.stream, (0, 0)), _stream_pos(e.id))
-            yield frame
+        if backlog is not None:
+            try:
+                async for page, more in backlog:
+                    for e, frame in _frames(page):
+                        last[e.stream] = max(last.get(e.stream, (0, 0)), _stream_pos(e.id))
+                        yield frame
+                    if more:
+                        yield _error("too many missed events; some are left out")
+            except (RedisUnavailable, redis.RedisError, OSError) as exc:
+                yield _error(f"missed events not all read: {exc}")
         while True:
             if sub.closed and sub.queue.empty():
                 yield _error("client too slow; reconnect")

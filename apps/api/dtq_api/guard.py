@@ -2,21 +2,25 @@
 
 In order, for every HTTP request:
 
-1. ``/api/v1`` needs the bearer token when ``DTQ_API_TOKEN`` is set: checked on the headers
+1. Every request (any method, any path) must name in ``Host`` a host the server answers for:
+   loopback names when bound to loopback, the bound name, ``DTQ_API_ALLOWED_HOSTS``, or an IP
+   address (see :func:`host_allowed`); else 403. A page of a DNS name rebound to 127.0.0.1
+   is its own origin to the browser, which sends that name as ``Host``: it reads nothing.
+2. ``/api/v1`` needs the bearer token when ``DTQ_API_TOKEN`` is set: checked on the headers
    alone, so a request without it is answered 401 before a byte of its body is read.
-2. A state-changing request (POST, PUT, PATCH, DELETE) must come from the server's own origin:
-   its ``Host`` must be one the server answers for (loopback names when bound to loopback,
-   plus ``DTQ_API_ALLOWED_HOSTS``), and its ``Origin`` (or ``Referer`` when no ``Origin``)
-   must name that same host. Browsers send ``Origin`` on every cross-site POST, so a foreign
-   page's form or ``fetch`` gets 403; scripts and the SDK send neither and pass.
-3. The body is read here, counted while it arrives (chunked or not), and refused with 413 as
+3. A state-changing request (POST, PUT, PATCH, DELETE) must come from the server's own origin:
+   its ``Origin`` (or ``Referer`` when no ``Origin``) must name the request's ``Host``.
+   Browsers send ``Origin`` on every cross-site POST, so a foreign page's form or ``fetch``
+   gets 403; scripts and the SDK send neither and pass.
+4. The body is read here, counted while it arrives (chunked or not), and refused with 413 as
    soon as it passes the cap, without reading the rest. The route then gets the buffered body.
-4. Every response carries the security headers below.
+5. Every response carries the security headers below.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -44,22 +48,53 @@ def is_loopback(host: str) -> bool:
 
 
 def allowed_hosts(bind_host: str | None, extra: Iterable[str]) -> frozenset[str] | None:
-    """Host names state-changing requests may name; None means any (nothing to check against).
+    """Host names requests may name; None means any (nothing to check against).
 
-    Bound to loopback, only loopback names (a DNS-rebound name is refused). Bound beyond it,
-    the names in ``extra`` when given, else any: the server cannot know its public names.
+    Bound to loopback, loopback names (a DNS-rebound name is refused). Bound beyond it, the
+    names in ``extra`` when given, else any: the server cannot know its public names. The
+    bound name itself counts when it is one (not ``0.0.0.0`` or ``::``).
     """
     names = {h.lower().strip("[]") for h in extra}
+    if bind_host is not None and bind_host.strip("[]") not in ("", "0.0.0.0", "::"):
+        names.add(bind_host.lower().strip("[]"))
     if bind_host is not None and is_loopback(bind_host):
         return frozenset(LOOPBACK_HOSTS | names)
     return frozenset(names) if names else None
 
 
-def _hostname(netloc: str) -> str:
-    """``host[:port]`` to the host name, IPv6 brackets removed."""
+def host_allowed(hosts: frozenset[str] | None, netloc: str) -> bool:
+    """Whether a request's ``Host`` (``name[:port]``, ``[v6][:port]``) is one ``hosts`` allows.
+
+    An IP address always is: DNS rebinding needs a name the attacker controls (the browser
+    sends the page's name as ``Host``), and a probe or scraper sends the pod's address. The
+    port is not compared: a rebound page has the server's port already.
+    """
+    if hosts is None:
+        return True
+    name = _hostname(netloc)
+    if name is None:
+        return False
+    if name in hosts:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _hostname(netloc: str) -> str | None:
+    """``host[:port]`` to the host name, IPv6 brackets removed; None when malformed."""
+    netloc = netloc.lower()
     if netloc.startswith("["):
-        return netloc[1 : netloc.find("]")].lower() if "]" in netloc else netloc.lower()
-    return netloc.rpartition(":")[0].lower() if ":" in netloc else netloc.lower()
+        name, close, port = netloc[1:].partition("]")
+        if not close or (port and not (port[0] == ":" and port[1:].isdigit())):
+            return None
+        return name
+    name, colon, port = netloc.partition(":")
+    if colon and not port.isdigit():
+        return None  # a second colon (an IPv6 address without brackets) or a bad port
+    return name or None
 
 
 def _origin_netloc(value: str) -> str | None:
@@ -119,6 +154,11 @@ class Guard:
         headers: dict[bytes, bytes] = {}
         for k, v in scope.get("headers", ()):
             headers.setdefault(k.lower(), v)
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not host_allowed(self.hosts, host):
+            await refuse(403, "forbidden", f"Host {host[:100]!r} is not one this server "
+                         "answers for (DTQ_API_ALLOWED_HOSTS)")  # fmt: skip
+            return
         api_path = path == "/api/v1" or path.startswith("/api/v1/")
         if self.token and api_path and not self._token_ok(headers.get(b"authorization", b"")):
             await refuse(401, "unauthorized", "missing or wrong bearer token",
@@ -147,8 +187,6 @@ class Guard:
 
     def _cross_site(self, headers: dict[bytes, bytes]) -> str | None:
         host = headers.get(b"host", b"").decode("latin-1").lower()
-        if self.hosts is not None and _hostname(host) not in self.hosts:
-            return f"Host {host!r} is not one this server answers for (DTQ_API_ALLOWED_HOSTS)"
         raw = headers.get(b"origin") or headers.get(b"referer")
         if raw is None:
             return None  # not sent by a browser page

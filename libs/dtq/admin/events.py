@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 from dtq.admin.common import id_ms
@@ -17,6 +17,8 @@ from dtq.partitions import expand
 
 # How long close() waits for the cluster's per-stream reads to end (dtq/aiotasks.py).
 STRAY_READ_WAIT_S = 1.0
+RESUME_PAGE = 100
+"""Entries of one event stream a resumed stream (Last-Event-ID) reads at a time."""
 
 
 def _take_outcome(task: asyncio.Task[Any]) -> None:
@@ -153,35 +155,74 @@ class EventOps(AdminCore):
             await cancel_until_done(reads, STRAY_READ_WAIT_S)
 
     async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
-        """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
-        oldest first, at most ``limit``; the flag says whether more were left out.
+        """Events of every stream after stream id ``last_id``, oldest first, at most ``limit``;
+        the flag says whether more were left out (see :meth:`resume_pages`)."""
+        out: list[Event] = []
+        left_out = False
+        async for page, more in self.resume_pages(last_id, limit):
+            out += page
+            left_out = more
+        return out, left_out
 
-        One ``XRANGE`` per stream, pipelined (a cluster splits it by slot). Stream ids are per
-        stream, so events of another stream in the same millisecond as ``last_id`` may be
-        missed or repeated; later ones are all there.
+    async def resume_pages(  # long: one merge loop, its state local
+        self, last_id: str, limit: int = 5000
+    ) -> AsyncIterator[tuple[list[Event], bool]]:
+        """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
+        oldest first, at most ``limit``, in pages; with each page, whether more were left out
+        (true on the last page only).
+
+        Each stream is read ``RESUME_PAGE`` entries at a time (``XRANGE``), when the merge has
+        used up what was read of it, and an entry's events are made only when it is sent: a
+        resume reads about what it sends, however long the backlog. The loop gets a turn
+        after each page. The cut falls between entries, never inside one: a client resumes
+        after a whole entry (the SSE id of its last event). Stream ids are per stream, so events
+        of another stream in the same millisecond as ``last_id`` may be missed or repeated;
+        later ones are all there.
         """
-        keys = self._event_keys(await self.physical_names())
-        async with self._r.pipeline(transaction=False) as pipe:
-            for k in keys:
-                pipe.xrange(k, min="(" + last_id, max="+", count=limit)
-            chunks: list[list[tuple[str, dict[str, str]]]] = await pipe.execute()
-        out = [
-            e
-            for k, chunk in zip(keys, chunks, strict=True)
-            for eid, f in chunk
-            for e in events_from(keys[k], eid, f)
-        ]
-        out.sort(key=lambda e: (e.ts_ms, e.id))  # (stable: an entry's events stay together)
-        cut = limit
-        if len(out) > limit:
-            # Cut between entries, not inside one: a client resumes after a whole entry (the
-            # SSE id of its last event), so an entry cut short would lose its other events.
-            while cut > 0 and (out[cut - 1].stream, out[cut - 1].id) == (
-                out[cut].stream,
-                out[cut].id,
-            ):
-                cut -= 1
-        return out[:cut], len(out) > limit or any(len(c) >= limit for c in chunks)
+        keys = list(self._event_keys(await self.physical_names()).items())
+        bufs: list[list[tuple[str, dict[str, str]]]] = [[] for _ in keys]
+        at = ["(" + last_id] * len(keys)
+        ended = [False] * len(keys)
+        heads = [0] * len(keys)
+        sent = 0
+        page: list[Event] = []
+
+        async def fill(idx: list[int]) -> None:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for i in idx:
+                    pipe.xrange(keys[i][0], min=at[i], max="+", count=RESUME_PAGE)
+                for i, chunk in zip(idx, await pipe.execute(), strict=True):
+                    bufs[i], heads[i] = chunk, 0
+                    ended[i] = len(chunk) < RESUME_PAGE
+                    if chunk:
+                        at[i] = "(" + chunk[-1][0]
+
+        await fill(list(range(len(keys))))
+        while True:
+            best = -1
+            best_key = (0, 0)
+            for i, buf in enumerate(bufs):
+                if heads[i] < len(buf):
+                    ms, _, seq = buf[heads[i]][0].partition("-")
+                    k = (int(ms), int(seq or 0))
+                    if best < 0 or k < best_key:
+                        best, best_key = i, k
+            if best < 0:
+                yield page, False
+                return
+            eid, f = bufs[best][heads[best]]
+            evs = events_from(keys[best][1], eid, f)
+            if sent + len(evs) > limit:
+                yield page, True
+                return
+            heads[best] += 1
+            sent += len(evs)
+            page += evs
+            if heads[best] == len(bufs[best]) and not ended[best]:
+                yield page, False
+                page = []
+                await fill([best])
+                await asyncio.sleep(0)  # the loop's turn (a page read may not give one)
 
     async def throughput(self, *, window_s: int = 600, bucket_s: int = 10) -> dict[str, Any]:
         """Finished runs per time bucket over the last ``window_s`` seconds, from the events.

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from dtq.admin import Event
 from dtq_api import schemas as s
 from dtq_api.deps import A, get_admin, get_hub
 from dtq_api.errors import ApiError
@@ -64,8 +63,8 @@ async def events(
 
     Each message's ``id`` is the event's stream id. A client reconnecting with
     ``Last-Event-ID`` (browsers' EventSource does so by itself) first gets the events it
-    missed (up to 5000; an ``error`` message says when more were left out), then the live
-    ones.
+    missed (up to 5000, read in pages while they are sent; an ``error`` message says when
+    more were left out), then the live ones.
 
     Each message's data is one event as JSON (``type``, ``task_id``, ``queue``,
     ``attempt``, ``worker``, ``detail``, ``ts``); a comment line keeps idle streams open.
@@ -78,18 +77,13 @@ async def events(
         raise ApiError(
             503, "too_many_streams", str(exc), {"Retry-After": str(STREAM_RETRY_S)}
         ) from None
-    backlog: list[Event] = []
-    truncated = False
+    # Read while sent, after subscribing: what happens meanwhile is in both, and sent once.
+    backlog = None
     if last_event_id is not None:
-        try:  # after subscribing: what happens meanwhile is in both, and sent once
-            admin = get_admin(request.app)
-            backlog, truncated = await admin.events_after(last_event_id, RESUME_MAX)
-        except BaseException:
-            sub.close()
-            raise
+        backlog = get_admin(request.app).resume_pages(last_event_id, RESUME_MAX)
     return StreamResponse(
         sub.close,
-        sse(sub, SSE_PING_S, backlog, truncated),
+        sse(sub, SSE_PING_S, backlog),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
