@@ -188,7 +188,7 @@ class DtqModel(RuleBasedStateMachine):
         """enqueue of tasks under a fleet limit, no delay (its own rule: limits need several)."""
         self.enqueue(n, 0, expires, "", lk, maxr, 5, fault)
 
-    @rule(w=st.sampled_from(WORKERS), count=st.integers(1, 3), fault=faults)
+    @rule(w=st.sampled_from(WORKERS), count=st.sampled_from([3, 2, 1]), fault=faults)
     def claim(self, w: str, count: int, fault: Fault) -> None:
         if self.recovery_owed[w]:
             return  # no claim of the queue is sent while its recovery is pending
@@ -213,7 +213,9 @@ class DtqModel(RuleBasedStateMachine):
         self.recovery_owed[w] = False
         self.launch(w, sc.parse_claim(Q, raw))
 
-    @rule(pick=st.integers(0, 7), both=st.booleans(), refill=st.integers(0, 1), fault=faults)
+    @rule(
+        pick=st.integers(0, 7), both=st.booleans(), refill=st.sampled_from([0, 0, 1]), fault=faults
+    )
     @precondition(lambda self: any(self.held.values()))
     def complete(self, pick: int, both: bool, refill: int, fault: Fault) -> None:
         """The outcome of the pick-th held run (``both``: of all its worker's runs)."""
@@ -467,6 +469,8 @@ class DtqModel(RuleBasedStateMachine):
                 self._check_can_run(s, tid, rec)
             if status == "expired":
                 self._check_expired(tid, rec)
+            elif "exp" in rec and status not in TERMINAL and self.tasks[tid].deadline is None:
+                raise Violation(f"task {tid} was retried by hand but keeps its deadline {rec}")
         self._check_places(s)
 
     def _check_terminal(self, s: Snapshot, tid: str, rec: dict[str, str]) -> None:

@@ -32,7 +32,7 @@ def model_settings() -> settings:
     )  # fmt: skip
     if examples:
         return settings(max_examples=examples, derandomize=False, **common)  # type: ignore[arg-type]
-    return settings(max_examples=150, derandomize=True, **common)  # type: ignore[arg-type]
+    return settings(max_examples=300, derandomize=True, **common)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
