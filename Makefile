@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= build/demo-venv
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: install lint test test-fast test-lanes-off test-oldest demo bench chaos chaos-long clean docker-test docker-clean
+.PHONY: install lint test test-fast test-lanes-off test-oldest demo bench chaos chaos-long model clean docker-test docker-clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,14 @@ chaos: install
 
 chaos-long: install
 	$(BIN)/python -m tests.chaos.run --minutes 15
+
+# The model test (tests/model/) for as long as asked: MODEL_EXAMPLES randomized sequences of up
+# to MODEL_STEPS steps (MODEL_SEED: a fixed seed). `make test` runs its bounded CI profile.
+MODEL_EXAMPLES ?= 2000
+MODEL_STEPS ?= 60
+model: install
+	DTQ_MODEL_EXAMPLES=$(MODEL_EXAMPLES) DTQ_MODEL_STEPS=$(MODEL_STEPS) DTQ_MODEL_SEED=$(MODEL_SEED) \
+		$(BIN)/pytest -q -p no:cacheprovider -o timeout=0 tests/model/test_state_machine.py
 
 # Builds the image and the compose stack with a private dockerd and runs them (root, Debian;
 # installs docker.io, docker-compose, debootstrap, prometheus if missing). tests/docker_stack.py.
