@@ -31,17 +31,6 @@ from tests.model.harness import (
     snapshot,
 )
 
-# --- Known bugs: each switch keeps the model away from the one step that triggers a bug that
-# is not fixed on this code yet, so the suite stays green; the invariant that finds it stays
-# on. Set it to False once the fix is in (docs/design.md, "Invariants the model checks").
-KNOWN_BUG_1 = True
-"""A task released from a limit's parked list that then ends without running (cancelled while
-queued, or expired at its claim) does not release the next parked one. While True: no cancel of
-a queued task that has a limit key and a stream entry, and no expiry on limited tasks."""
-KNOWN_BUG_4 = True
-"""``dtq retry`` of a failed or cancelled task that had ``expires=`` keeps its deadline, so the
-next claim may end it ``expired`` without running. While True: no retry of such a task."""
-
 Q = "mq"
 WORKERS = ("w1", "w2")
 LIMITS = {"k1": 1, "k2": 2}  # limit key -> concurrency
@@ -151,8 +140,6 @@ class DtqModel(RuleBasedStateMachine):
         self, n: int, delay: int, expires: int, idem: str, lk: str, maxr: int, prio: int,
         fault: Fault,
     ) -> None:  # fmt: skip
-        if KNOWN_BUG_1 and lk:
-            expires = 0
         new = [
             sc.NewTask(
                 tid=new_tid(),
@@ -276,8 +263,6 @@ class DtqModel(RuleBasedStateMachine):
         if tid is None:
             return
         rec = self.record(tid)
-        if KNOWN_BUG_1 and rec.get("status") == "queued" and rec.get("lk") and rec.get("eid"):
-            return
         call = sc.cancel_call(
             self.qk, tid, events_maxlen=MAXLEN, ttl_s=TTL_S, hint_channel="m:cancel",
             reason="stop", nonce=sc.new_nonce(),
@@ -373,8 +358,6 @@ class DtqModel(RuleBasedStateMachine):
         if tid is None:
             return
         rec = self.record(tid)
-        if KNOWN_BUG_4 and rec.get("exp") and rec.get("status") in ("failed", "cancelled"):
-            return
         allowed = RETRYABLE if retry else ("failed",)
         call = sc.dlq_requeue_call(
             self.qk, [tid], events_maxlen=MAXLEN, max_retries=maxr, allowed=allowed,
