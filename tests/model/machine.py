@@ -262,7 +262,6 @@ class DtqModel(RuleBasedStateMachine):
         tid = self.pick_task(pick, WAITING)
         if tid is None:
             return
-        rec = self.record(tid)
         call = sc.cancel_call(
             self.qk, tid, events_maxlen=MAXLEN, ttl_s=TTL_S, hint_channel="m:cancel",
             reason="stop", nonce=sc.new_nonce(),
@@ -357,7 +356,6 @@ class DtqModel(RuleBasedStateMachine):
         tid = self.pick_task(pick, ENDED_BADLY)
         if tid is None:
             return
-        rec = self.record(tid)
         allowed = RETRYABLE if retry else ("failed",)
         call = sc.dlq_requeue_call(
             self.qk, [tid], events_maxlen=MAXLEN, max_retries=maxr, allowed=allowed,
