@@ -84,7 +84,7 @@ class RedisServer:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True)
 
-    def restart_loading(self, keys: int = 20_000) -> None:
+    def restart_loading(self, keys: int = 100_000) -> None:
         """Restart the server (its data saved first, with ``keys`` more of ballast) so that it
         loads for as long as the test likes: every command but a few (``CLIENT``, ``CONFIG``,
         ``INFO``) is answered ``LOADING`` until :meth:`finish_loading` (1 ms per key, so at

@@ -34,8 +34,8 @@ def aof_redis() -> Iterator[RedisServer]:
 
 
 def _settings(server: RedisServer, prefix: str) -> Settings:
-    # Heartbeat TTL 3 x 4 s: the worker rides out the outage with its run.
-    return make_settings(server.url, prefix, heartbeat_interval_s=4.0, visibility_timeout_s=30)
+    # Heartbeat TTL 3 x 6 s: the worker rides out the outage with its run.
+    return make_settings(server.url, prefix, heartbeat_interval_s=6.0, visibility_timeout_s=60)
 
 
 def _subscribed(server: RedisServer, prefix: str, tid: str) -> bool:
