@@ -37,7 +37,9 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
+    def start(self, loaded: bool = True) -> RedisServer:
+        """Start the server; return once it serves commands (``loaded`` False: once it answers
+        at all, ``LOADING`` included, while it still loads its data)."""
         args = [
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
@@ -51,6 +53,10 @@ class RedisServer:
             try:
                 redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
                 return self
+            except redis.BusyLoadingError:
+                if not loaded:
+                    return self
+                time.sleep(0.02)
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"redis-server on {self.port} did not start") from None
@@ -77,6 +83,38 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True)
+
+    def restart_loading(self, keys: int = 100_000) -> None:
+        """Restart the server (its data saved first, with ``keys`` more of ballast) so that it
+        loads for as long as the test likes: every command but a few (``CLIENT``, ``CONFIG``,
+        ``INFO``) is answered ``LOADING`` until :meth:`finish_loading` (1 ms per key, so at
+        most ``keys`` ms)."""
+        r = self.client()
+        r.mset({f"ballast:{i}": "x" for i in range(keys)})
+        r.save()
+        r.close()
+        self.stop()
+        held = ["--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]
+        self.extra_args += held
+        try:
+            self.start(loaded=False)
+        finally:
+            del self.extra_args[-len(held) :]
+
+    def finish_loading(self) -> None:
+        """End a load held by :meth:`restart_loading` now; return once commands are served."""
+        r = self.client()
+        r.config_set("key-load-delay", 0)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        r.close()
 
     def cleanup(self) -> None:
         self.stop()

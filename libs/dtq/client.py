@@ -38,6 +38,7 @@ from dtq.clientbase import (
     P,
     Pipelined,
     R,
+    ResultWait,
     Steps,
     T,
     TaskScan,
@@ -51,7 +52,7 @@ from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.coalesce import Coalescer, SyncCoalescer
 from dtq.connection import async_redis, sync_redis
 from dtq.donewait import DoneWaits, SyncDoneWaits
-from dtq.keys import split_task_id
+from dtq.errors import RedisUnavailable
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
 from dtq.requests import TaskDefaults
@@ -312,26 +313,24 @@ class AsyncClient(_Base):
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
         Given a handle typed by its task's result, mypy knows the result's type.
         """
-        typed = not isinstance(task_id, str)  # a handle: its result decoded by return type
-        if not isinstance(task_id, str):
-            task_id = task_id.id
-        queue, tid = split_task_id(task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        channel = self.keys.queue(queue).done_channel(tid)
-        woken = await self._io(lambda: self._done.add(channel))  # (one subscription for all)
+        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
         try:
             while True:
-                woken.clear()  # (an announcement from here on is not missed: read after it)
-                info = await self.get(task_id)
+                try:
+                    if woken is None:  # (one subscription for all waits)
+                        woken = await self._io(lambda: self._done.add(wait.channel))
+                    woken.clear()  # (an announcement from here on is not missed: read after it)
+                    info = await self.get(wait.task_id)
+                except RedisUnavailable as exc:  # Redis away: read again until the deadline
+                    await asyncio.sleep(wait.pause(exc))
+                    continue
                 if info.status.terminal:
-                    return self._typed_outcome(info) if typed else self._outcome(info)
-                remaining = 5.0 if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"task {task_id} still {info.status.value}")
+                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
+                    await asyncio.wait_for(woken.wait(), wait.left(info))
         finally:
-            await self._done.remove(channel, woken)
+            if woken is not None:
+                await self._done.remove(wait.channel, woken)
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task: True when it was cancelled or a running task was asked to stop.
@@ -565,25 +564,23 @@ class Client(_Base):
 
     def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
-        typed = not isinstance(task_id, str)  # a handle: its result decoded by return type
-        if not isinstance(task_id, str):
-            task_id = task_id.id
-        queue, tid = split_task_id(task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        channel = self.keys.queue(queue).done_channel(tid)
-        woken = self._io(lambda: self._done.add(channel))  # (one subscription for all)
+        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
         try:
             while True:
-                woken.clear()  # (an announcement from here on is not missed: read after it)
-                info = self.get(task_id)
+                try:
+                    if woken is None:  # (one subscription for all waits)
+                        woken = self._io(lambda: self._done.add(wait.channel))
+                    woken.clear()  # (an announcement from here on is not missed: read after it)
+                    info = self.get(wait.task_id)
+                except RedisUnavailable as exc:  # Redis away: read again until the deadline
+                    time.sleep(wait.pause(exc))
+                    continue
                 if info.status.terminal:
-                    return self._typed_outcome(info) if typed else self._outcome(info)
-                remaining = 5.0 if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"task {task_id} still {info.status.value}")
-                woken.wait(min(remaining, 5.0))
+                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
+                woken.wait(wait.left(info))
         finally:
-            self._done.remove(channel, woken)
+            if woken is not None:
+                self._done.remove(wait.channel, woken)
 
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""

@@ -110,6 +110,42 @@ def _resend_delay(attempt: int) -> float:
     return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
 
 
+class ResultWait:
+    """One ``result()`` wait (Client and AsyncClient): the task, its announcement channel, its
+    deadline, and its pauses while Redis is away: a read that meets an outage (a restart, a
+    failover) is made again with backoff until the wait's own deadline, as the worker rides
+    the outage out (docs/faults.md, "A result() wait during an outage")."""
+
+    def __init__(self, keys: Keys, task: str | TaskHandle[Any], timeout: float | None) -> None:
+        self.typed = not isinstance(task, str)  # a handle: its result decoded by return type
+        self.task_id = task if isinstance(task, str) else task.id
+        queue, tid = split_task_id(self.task_id)
+        self.channel = keys.queue(queue).done_channel(tid)
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self._failures = 0
+
+    def left(self, info: TaskInfo) -> float:
+        """How long to wait for the announcement now (at most 5 s: then the record is read
+        again); raises TimeoutError once the deadline has passed."""
+        self._failures = 0
+        remaining = 5.0 if self.deadline is None else self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"task {self.task_id} still {info.status.value}")
+        return min(remaining, 5.0)
+
+    def pause(self, exc: RedisUnavailable) -> float:
+        """The pause before reading again while Redis is away (never past the deadline);
+        raises ``exc`` once the deadline has passed, or at once when Redis refused the
+        credentials (waiting does not change them)."""
+        now = time.monotonic()
+        refused = isinstance(exc.__context__, redis.exceptions.AuthenticationError)
+        if refused or (self.deadline is not None and now >= self.deadline):
+            raise exc
+        delay = RETRY_BASE_S + _resend_delay(self._failures)
+        self._failures += 1
+        return delay if self.deadline is None else min(delay, self.deadline - now)
+
+
 class _Base:
     def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
         if settings is None:

@@ -70,7 +70,10 @@ class BatchInterrupted(DtqError):
 
 def unreachable(exc: BaseException) -> str:
     """``Redis unreachable: <why>`` for a redis-py error, some of which say nothing (a full
-    pool's ``MaxConnectionsError``): then its kind."""
+    pool's ``MaxConnectionsError``): then its kind. Redis refusing the credentials (``NOAUTH``,
+    ``WRONGPASS``: redis-py's ``AuthenticationError``) says so, and where they come from."""
+    if any(c.__name__ == "AuthenticationError" for c in type(exc).__mro__):
+        return f"Redis refused the credentials of DTQ_REDIS_URL (user, password): {describe(exc)}"
     return f"Redis unreachable: {describe(exc)}"
 
 

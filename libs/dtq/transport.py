@@ -450,6 +450,11 @@ def _read(conn: Any) -> Any:
     guarantees is kept: a timeout or a socket error drops the connection and raises redis-py's
     TimeoutError / ConnectionError, an error reply raises. Other parsers and sockets go the
     usual way.
+
+    Every error reply raises, whatever its class: redis-py makes ``LOADING`` (Redis loading
+    its data after a restart), ``NOAUTH`` / ``WRONGPASS`` and ``max number of clients`` into
+    ``ConnectionError`` subclasses, not ``ResponseError`` ones; returned, such an error was
+    taken for the script's reply (a chord enqueue refused while Redis loaded counted as done).
     """
     parser = conn._parser
     reader = getattr(parser, "_reader", None)
@@ -473,7 +478,7 @@ def _read(conn: Any) -> Any:
     except BaseException:
         conn.disconnect()
         raise
-    if isinstance(reply, ResponseError):
+    if isinstance(reply, Exception):  # an error reply, of any kind (see below)
         raise reply
     return reply
 

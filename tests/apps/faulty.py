@@ -139,3 +139,14 @@ async def slow_then_quick(seconds: float, journal_path: str = "") -> dict[str, A
         raise
     journal(journal_path, "finish")
     return {"attempt": ctx.attempt, "worker": ctx.worker_id}
+
+
+@app.task(name="until_file", max_retries=3)
+async def until_file(path: str, journal_path: str = "") -> int:
+    """Runs until the file ``path`` exists (a test's release that needs no Redis); returns the
+    attempt."""
+    journal(journal_path, "start")
+    while not os.path.exists(path):
+        await asyncio.sleep(0.01)
+    journal(journal_path, "finish")
+    return current_task().attempt
