@@ -35,6 +35,7 @@ from dtq.clientbase import (
     BULK_PART,
     CANCEL_REASON,
     REGISTER_EVERY_S,
+    Hooked,
     P,
     Pipelined,
     R,
@@ -51,8 +52,7 @@ from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.coalesce import Coalescer, SyncCoalescer
 from dtq.connection import async_redis, sync_redis
 from dtq.donewait import DoneWaits, SyncDoneWaits
-from dtq.errors import BatchInterrupted
-from dtq.keys import split_task_id
+from dtq.errors import BatchInterrupted, RedisUnavailable
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
 from dtq.requests import TaskDefaults
@@ -157,9 +157,12 @@ class AsyncClient(_Base):
         by mypy against the function, the handle typed by its result, the task's declared
         defaults applied, options via ``send_email.options(delay=5)``.
         """
-        if isinstance(name, Task):
+        if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
             return await self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
-        return await self._enqueue(name, *args, **kwargs)
+        h = await self._enqueue(name, *args, **kwargs)
+        if due := self._undeclared(((h, name),)):  # once per DECLARED_EVERY_S, not per task
+            await self._warn_undeclared(due)
+        return h
 
     async def _enqueue(
         self,
@@ -210,15 +213,17 @@ class AsyncClient(_Base):
         are sent, or a bad item raises before anything is sent. A connection lost in
         mid-stream raises :class:`dtq.RedisUnavailable`; parts Redis already ran stay enqueued.
         """
-        mw = self._mw()
-        if mw is None:
-            by_queue, n = self._group(items)
-        else:
-            reqs = self._requests(items)
-            for req in reqs:
-                await before_enqueue_async(mw, req)
-            by_queue, n = self._group_requests(reqs)
-        return await self._send(by_queue, n)
+        by_queue, n = await self._drive(self._grouped_steps(items))
+        hs = await self._send(by_queue, n)
+        if due := self._undeclared(self._named(by_queue, hs)):
+            await self._warn_undeclared(due)
+        return hs
+
+    async def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
+        """Warn once about each name of ``due`` no live worker declares (see _Base). A Redis
+        that cannot answer skips the check until the next period: the enqueue went through."""
+        with contextlib.suppress(RedisUnavailable):
+            self._warn(await self._drive(self._declared_steps(due)))
 
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
@@ -266,11 +271,7 @@ class AsyncClient(_Base):
         """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
         is validated and encoded first (after ``before_enqueue`` middleware saw each step).
         The handle's ``id`` is the workflow's id."""
-        mw, reqs = self._mw(), None
-        if mw is not None:
-            reqs = self._step_requests(flow)
-            for req in reqs:
-                await before_enqueue_async(mw, req)
+        reqs = await self._drive(self._flow_request_steps(flow))
         p, call, away = self._flow_plan(flow, reqs)
         return self._flow_handle(p, await self._drive(self._workflow_steps(p, call, away)))
 
@@ -286,6 +287,8 @@ class AsyncClient(_Base):
     async def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
             return await self._scripts.run(step)
+        if isinstance(step, Hooked):
+            return await before_enqueue_async(step.hooks, step.req)
         if isinstance(step, TaskScan):
             return await ascan_tasks(self.redis, step.qk, step.cursor, step.count)
         if isinstance(step, Pipelined):
@@ -312,12 +315,7 @@ class AsyncClient(_Base):
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
         Given a handle typed by its task's result, mypy knows the result's type.
         """
-        typed = not isinstance(task_id, str)  # a handle: its result decoded by return type
-        if not isinstance(task_id, str):
-            task_id = task_id.id
-        queue, tid = split_task_id(task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        channel = self.keys.queue(queue).done_channel(tid)
+        typed, task_id, channel, deadline = self._awaited(task_id, timeout)
         woken = await self._io(lambda: self._done.add(channel))  # (one subscription for all)
         try:
             while True:
@@ -325,11 +323,9 @@ class AsyncClient(_Base):
                 info = await self.get(task_id)
                 if info.status.terminal:
                     return self._typed_outcome(info) if typed else self._outcome(info)
-                remaining = 5.0 if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"task {task_id} still {info.status.value}")
+                wait = self._wait_left(info, deadline)  # (raises TimeoutError past it)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
+                    await asyncio.wait_for(woken.wait(), wait)
         finally:
             await self._done.remove(channel, woken)
 
@@ -429,9 +425,12 @@ class Client(_Base):
         by mypy against the function, the handle typed by its result, the task's declared
         defaults applied, options via ``send_email.options(delay=5)``.
         """
-        if isinstance(name, Task):
+        if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
             return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
-        return self._enqueue(name, *args, **kwargs)
+        h = self._enqueue(name, *args, **kwargs)
+        if due := self._undeclared(((h, name),)):  # once per DECLARED_EVERY_S, not per task
+            self._warn_undeclared(due)
+        return h
 
     def _enqueue(
         self,
@@ -474,15 +473,16 @@ class Client(_Base):
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""
-        mw = self._mw()
-        if mw is None:
-            by_queue, n = self._group(items)
-        else:
-            reqs = self._requests(items)
-            for req in reqs:
-                before_enqueue_sync(mw, req)
-            by_queue, n = self._group_requests(reqs)
-        return self._send(by_queue, n)
+        by_queue, n = self._drive(self._grouped_steps(items))
+        hs = self._send(by_queue, n)
+        if due := self._undeclared(self._named(by_queue, hs)):
+            self._warn_undeclared(due)
+        return hs
+
+    def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
+        """See :meth:`AsyncClient._warn_undeclared`."""
+        with contextlib.suppress(RedisUnavailable):
+            self._warn(self._drive(self._declared_steps(due)))
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
         out: list[TaskHandle | None] = [None] * n
@@ -524,11 +524,7 @@ class Client(_Base):
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
-        mw, reqs = self._mw(), None
-        if mw is not None:
-            reqs = self._step_requests(flow)
-            for req in reqs:
-                before_enqueue_sync(mw, req)
+        reqs = self._drive(self._flow_request_steps(flow))
         p, call, away = self._flow_plan(flow, reqs)
         return self._flow_handle(p, self._drive(self._workflow_steps(p, call, away)))
 
@@ -544,6 +540,8 @@ class Client(_Base):
     def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
             return self._scripts.run(step)
+        if isinstance(step, Hooked):
+            return before_enqueue_sync(step.hooks, step.req)
         if isinstance(step, TaskScan):
             return scan_tasks(self.redis, step.qk, step.cursor, step.count)
         if isinstance(step, Pipelined):
@@ -566,12 +564,7 @@ class Client(_Base):
 
     def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
-        typed = not isinstance(task_id, str)  # a handle: its result decoded by return type
-        if not isinstance(task_id, str):
-            task_id = task_id.id
-        queue, tid = split_task_id(task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        channel = self.keys.queue(queue).done_channel(tid)
+        typed, task_id, channel, deadline = self._awaited(task_id, timeout)
         woken = self._io(lambda: self._done.add(channel))  # (one subscription for all)
         try:
             while True:
@@ -579,10 +572,8 @@ class Client(_Base):
                 info = self.get(task_id)
                 if info.status.terminal:
                     return self._typed_outcome(info) if typed else self._outcome(info)
-                remaining = 5.0 if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"task {task_id} still {info.status.value}")
-                woken.wait(min(remaining, 5.0))
+                wait = self._wait_left(info, deadline)  # (raises TimeoutError past it)
+                woken.wait(wait)
         finally:
             self._done.remove(channel, woken)
 
