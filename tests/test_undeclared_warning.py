@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import redis
 
 from dtq import App, AsyncClient, Client, Settings, UndeclaredTaskWarning
 from dtq.connection import async_redis
@@ -67,10 +68,25 @@ def test_no_worker_warns_once_for_two_enqueues_of_one_name(settings: Settings) -
     assert msgs == [NO_CONSUMER]
 
 
-def test_the_warning_is_a_user_warning_pytest_sees(settings: Settings) -> None:
-    with Client(settings=settings) as c, pytest.warns(UndeclaredTaskWarning, match=NO_CONSUMER):
+def test_the_warning_is_a_user_warning_pytest_sees_at_the_callers_line(
+    settings: Settings,
+) -> None:
+    with (
+        Client(settings=settings) as c,
+        pytest.warns(UndeclaredTaskWarning, match=NO_CONSUMER) as w,
+    ):
         c.enqueue("warn.nosuch")
+        c.enqueue_many([{"name": "warn.other"}])
     assert issubclass(UndeclaredTaskWarning, UserWarning)
+    assert [x.filename for x in w] == [__file__, __file__]  # (stacklevel: the enqueue's caller)
+
+
+async def test_the_async_warning_points_at_the_callers_line(settings: Settings) -> None:
+    async with AsyncClient(settings=settings) as c:
+        with pytest.warns(UndeclaredTaskWarning, match=NO_CONSUMER) as w:
+            await c.enqueue("warn.nosuch")
+            await c.enqueue_many([{"name": "warn.other"}])
+    assert [x.filename for x in w] == [__file__, __file__]
 
 
 @pytest.mark.cluster
@@ -171,3 +187,13 @@ def test_the_check_is_one_read_per_client_queue_and_name_not_one_per_task(
         assert stats["cmdstat_hgetall"]["calls"] == 1
     finally:
         r.close()
+
+
+def test_a_check_redis_cannot_answer_leaves_the_enqueue_alone(
+    settings: Settings, r: redis.Redis
+) -> None:
+    r.set(QueueKeys(settings.key_prefix, "default").decl_seen, "not a hash")  # WRONGTYPE
+    with Client(settings=settings) as c, undeclared() as msgs:
+        h = c.enqueue("warn.nosuch")
+        assert c.get(h.id).status == "queued"
+    assert msgs == []

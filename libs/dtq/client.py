@@ -222,7 +222,7 @@ class AsyncClient(_Base):
     async def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
         """Warn once about each name of ``due`` no live worker declares (see _Base). A Redis
         that cannot answer skips the check until the next period: the enqueue went through."""
-        with contextlib.suppress(RedisUnavailable):
+        with contextlib.suppress(RedisUnavailable, redis.RedisError):
             self._warn(await self._drive(self._declared_steps(due)))
 
     async def _send(
@@ -481,7 +481,7 @@ class Client(_Base):
 
     def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
         """See :meth:`AsyncClient._warn_undeclared`."""
-        with contextlib.suppress(RedisUnavailable):
+        with contextlib.suppress(RedisUnavailable, redis.RedisError):
             self._warn(self._drive(self._declared_steps(due)))
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:

@@ -507,8 +507,10 @@ class _Base:
         elif self._redis_clock_ms is None:
             self._redis_clock_ms = _ms((yield lambda r: r.time())) - mono_ms
         oldest = mono_ms + self._redis_clock_ms - self.settings.declaration_grace_s * 1000
-        live = {k: {_str(n) for n, ms in seen.items() if int(ms) >= oldest}
-                for k, seen in zip(keys, replies, strict=False)}  # fmt: skip
+        live = {
+            k: {_str(n) for n, ms in seen.items() if int(ms) >= oldest}
+            for k, seen in zip(keys, replies, strict=False)  # (TIME, if there, is left over)
+        }
         out = []
         for (q, name), p in due.items():
             names = live[self.keys.queue(p).decl_seen]
