@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,14 @@ from dtq.cli_common import (
 )
 from dtq.cli_dlq import dlq
 from dtq.client import CANCEL_REASON
-from dtq.errors import ConfigError, DtqError, InvalidRequest, RedisUnavailable, UnknownTask
-from dtq.worker_tasks import declared_by_workers
+from dtq.errors import (
+    ConfigError,
+    DtqError,
+    InvalidRequest,
+    RedisUnavailable,
+    UndeclaredTaskWarning,
+    UnknownTask,
+)
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,21 +170,20 @@ def enqueue(
         raise click.BadParameter("must be a JSON object", param_hint="--metadata")
     expiry = _expires(expires)
 
-    async def go(a: Admin) -> tuple[Any, bool | None]:
-        h = await a.client.enqueue(
-            name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
-            max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
-            expires=expiry, metadata=metadata, unique=unique, partition_key=partition_key,
-        )  # fmt: skip
-        return h, await declared_by_workers(a.redis, a.keys, h.queue, name)
+    async def go(a: Admin) -> tuple[Any, list[str]]:
+        # The client's own check (UndeclaredTaskWarning), said on stderr as a line of ours.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UndeclaredTaskWarning)
+            h = await a.client.enqueue(
+                name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
+                max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
+                expires=expiry, metadata=metadata, unique=unique, partition_key=partition_key,
+            )  # fmt: skip
+        return h, [str(w.message) for w in caught if w.category is UndeclaredTaskWarning]
 
-    h, known = _run(go)
-    if known is False:
-        _echo(f"warning: no live worker of queue {h.queue!r} declares task {name!r}: it "
-                   "waits, and fails on the worker that takes it", err=True)  # fmt: skip
-    elif known is None:
-        _echo(f"warning: no live worker consumes queue {h.queue!r}: the task waits for "
-                   "one", err=True)  # fmt: skip
+    h, undeclared = _run(go)
+    for text in undeclared:
+        _echo(f"warning: {text}", err=True)
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
     _emit(data, as_json, lambda: _echo(f"{h.id} {h.status.value}"
                                             + ("" if h.created else " (existing)")))  # fmt: skip

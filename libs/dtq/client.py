@@ -10,13 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import (
-    Awaitable,
-    Callable,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, overload
@@ -35,6 +29,7 @@ from dtq.clientbase import (
     BULK_PART,
     CANCEL_REASON,
     REGISTER_EVERY_S,
+    Hooked,
     P,
     Pipelined,
     R,
@@ -158,9 +153,12 @@ class AsyncClient(_Base):
         by mypy against the function, the handle typed by its result, the task's declared
         defaults applied, options via ``send_email.options(delay=5)``.
         """
-        if isinstance(name, Task):
+        if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
             return await self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
-        return await self._enqueue(name, *args, **kwargs)
+        h = await self._enqueue(name, *args, **kwargs)
+        if due := self._undeclared(((h, name),)):  # once per DECLARED_EVERY_S, not per task
+            await self._warn_undeclared(due)
+        return h
 
     async def _enqueue(
         self,
@@ -211,15 +209,17 @@ class AsyncClient(_Base):
         are sent, or a bad item raises before anything is sent. A connection lost in
         mid-stream raises :class:`dtq.RedisUnavailable`; parts Redis already ran stay enqueued.
         """
-        mw = self._mw()
-        if mw is None:
-            by_queue, n = self._group(items)
-        else:
-            reqs = self._requests(items)
-            for req in reqs:
-                await before_enqueue_async(mw, req)
-            by_queue, n = self._group_requests(reqs)
-        return await self._send(by_queue, n)
+        by_queue, n = await self._drive(self._grouped_steps(items))
+        hs = await self._send(by_queue, n)
+        if due := self._undeclared(self._named(by_queue, hs)):
+            await self._warn_undeclared(due)
+        return hs
+
+    async def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
+        """Warn once about each name of ``due`` no live worker declares (see _Base). A Redis
+        that cannot answer skips the check until the next period: the enqueue went through."""
+        with contextlib.suppress(RedisUnavailable, redis.RedisError):
+            self._warn(await self._drive(self._declared_steps(due)))
 
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
@@ -267,11 +267,7 @@ class AsyncClient(_Base):
         """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
         is validated and encoded first (after ``before_enqueue`` middleware saw each step).
         The handle's ``id`` is the workflow's id."""
-        mw, reqs = self._mw(), None
-        if mw is not None:
-            reqs = self._step_requests(flow)
-            for req in reqs:
-                await before_enqueue_async(mw, req)
+        reqs = await self._drive(self._flow_request_steps(flow))
         p, call, away = self._flow_plan(flow, reqs)
         return self._flow_handle(p, await self._drive(self._workflow_steps(p, call, away)))
 
@@ -287,6 +283,8 @@ class AsyncClient(_Base):
     async def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
             return await self._scripts.run(step)
+        if isinstance(step, Hooked):
+            return await before_enqueue_async(step.hooks, step.req)
         if isinstance(step, TaskScan):
             return await ascan_tasks(self.redis, step.qk, step.cursor, step.count)
         if isinstance(step, Pipelined):
@@ -429,9 +427,12 @@ class Client(_Base):
         by mypy against the function, the handle typed by its result, the task's declared
         defaults applied, options via ``send_email.options(delay=5)``.
         """
-        if isinstance(name, Task):
+        if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
             return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
-        return self._enqueue(name, *args, **kwargs)
+        h = self._enqueue(name, *args, **kwargs)
+        if due := self._undeclared(((h, name),)):  # once per DECLARED_EVERY_S, not per task
+            self._warn_undeclared(due)
+        return h
 
     def _enqueue(
         self,
@@ -472,15 +473,16 @@ class Client(_Base):
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
         """Enqueue many tasks; see :meth:`AsyncClient.enqueue_many`."""
-        mw = self._mw()
-        if mw is None:
-            by_queue, n = self._group(items)
-        else:
-            reqs = self._requests(items)
-            for req in reqs:
-                before_enqueue_sync(mw, req)
-            by_queue, n = self._group_requests(reqs)
-        return self._send(by_queue, n)
+        by_queue, n = self._drive(self._grouped_steps(items))
+        hs = self._send(by_queue, n)
+        if due := self._undeclared(self._named(by_queue, hs)):
+            self._warn_undeclared(due)
+        return hs
+
+    def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
+        """See :meth:`AsyncClient._warn_undeclared`."""
+        with contextlib.suppress(RedisUnavailable, redis.RedisError):
+            self._warn(self._drive(self._declared_steps(due)))
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
         out: list[TaskHandle | None] = [None] * n
@@ -522,11 +524,7 @@ class Client(_Base):
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
-        mw, reqs = self._mw(), None
-        if mw is not None:
-            reqs = self._step_requests(flow)
-            for req in reqs:
-                before_enqueue_sync(mw, req)
+        reqs = self._drive(self._flow_request_steps(flow))
         p, call, away = self._flow_plan(flow, reqs)
         return self._flow_handle(p, self._drive(self._workflow_steps(p, call, away)))
 
@@ -542,6 +540,8 @@ class Client(_Base):
     def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
             return self._scripts.run(step)
+        if isinstance(step, Hooked):
+            return before_enqueue_sync(step.hooks, step.req)
         if isinstance(step, TaskScan):
             return scan_tasks(self.redis, step.qk, step.cursor, step.count)
         if isinstance(step, Pipelined):

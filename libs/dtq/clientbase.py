@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import time
+import warnings
 from collections.abc import (
     Generator,
     Iterable,
+    Iterator,
     Mapping,
 )
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -20,13 +23,14 @@ import redis
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App
-from dtq.connection import RETRY_BASE_S, RETRY_CAP_S
+from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
 from dtq.declared import pending as pending_declared
 from dtq.errors import (
     InvalidRequest,
     RedisUnavailable,
     SerializationError,
     TaskFailed,
+    UndeclaredTaskWarning,
     UnknownTask,
     unreachable,
 )
@@ -64,6 +68,14 @@ class Pipelined:
     calls: list[sc.Call]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hooked:
+    """A step: ``before_enqueue`` middleware sees (and may change) one request; no reply."""
+
+    hooks: Hooks
+    req: EnqueueRequest
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 _STATUS = {s.value: s for s in TaskStatus}
@@ -82,6 +94,8 @@ def _bulk_parts(n: int) -> list[tuple[int, int]]:
 CANCEL_REASON = "cancelled by request"
 # How long a client trusts its own registration of a queue in P:queues (see _Base).
 REGISTER_EVERY_S = 60.0
+# How long a client trusts its answer to "does a live worker declare this name?" (see _Base).
+DECLARED_EVERY_S = 300.0
 
 
 def cancel_channel(keys: Keys) -> str:
@@ -103,6 +117,15 @@ def _refused(exc: Exception) -> RedisUnavailable:
     if is_oom(exc):
         return RedisUnavailable(out_of_memory_message(exc))
     return RedisUnavailable(f"Redis refused the write: {exc}")
+
+
+def _ms(time_reply: Any) -> float:
+    """Milliseconds of a TIME reply (seconds, microseconds)."""
+    return int(time_reply[0]) * 1000 + int(time_reply[1]) / 1000
+
+
+def _str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _resend_delay(attempt: int) -> float:
@@ -163,6 +186,10 @@ class _Base:
         # Whether records may leave out their defaults (dtq.schema): read with each
         # registration; until the first, full records (valid at any schema).
         self._compact = False
+        # (logical queue, task name) enqueued by name -> until when the answer to "does a live
+        # worker declare it?" holds (inf once warned: once per client); see _declared_steps.
+        self._declared: dict[tuple[str, str], float] = {}
+        self._redis_clock_ms: float | None = None  # Redis TIME - monotonic (a cluster's reads)
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
@@ -387,10 +414,10 @@ class _Base:
         return sc.flow_tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
 
     # --- requests shared by both clients: generators of their I/O steps ----------------------
-    # Each yields a step (a script call, a TaskScan, Pipelined script calls, or a function of
-    # the Redis client whose value, awaited on an AsyncClient, is the reply) and is sent the
-    # step's reply; each client's ``_drive`` does the I/O. So a request is written once and the
-    # twins differ only in I/O.
+    # Each yields a step (a script call, a TaskScan, Pipelined script calls, a Hooked request for
+    # the before_enqueue middleware, or a function of the Redis client whose value, awaited on
+    # an AsyncClient, is the reply) and is sent the step's reply; each client's ``_drive`` does
+    # the I/O. So a request is written once and the twins differ only in I/O.
 
     def _get_steps(self, task_id: str) -> Steps[TaskInfo]:
         if is_flow_id(task_id):
@@ -434,6 +461,30 @@ class _Base:
             raise UnknownTask(f"no task {task_id}")
         return res.outcome in ("cancelled", "requested")
 
+    def _grouped_steps(
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> Steps[tuple[dict[str, list[tuple[int, sc.NewTask]]], int]]:
+        """enqueue_many's tasks by queue, and their count: each request seen by the
+        ``before_enqueue`` middleware first, if there is any."""
+        mw = self._mw()
+        if mw is None:
+            return self._group(items)
+        reqs = self._requests(items)
+        for req in reqs:
+            yield Hooked(mw, req)
+        return self._group_requests(reqs)
+
+    def _flow_request_steps(self, flow: wf.Flow) -> Steps[list[EnqueueRequest] | None]:
+        """A workflow's step requests, each seen by the ``before_enqueue`` middleware (None
+        without middleware: the steps are built from the flow itself)."""
+        mw = self._mw()
+        if mw is None:
+            return None
+        reqs = self._step_requests(flow)
+        for req in reqs:
+            yield Hooked(mw, req)
+        return reqs
+
     def _workflow_steps(self, p: wf.Plan, call: sc.Call, away: list[tuple[str, str]]) -> Steps[Any]:
         new = self._unregistered({s.queue for s in p.steps})
         if new:
@@ -443,6 +494,77 @@ class _Base:
         for c in self._put_calls(away):  # noqa: UP028 (yield from a list cannot take replies)
             yield c
         return raw
+
+    def _undeclared(self, done: Iterable[tuple[TaskHandle, str]]) -> dict[tuple[str, str], str]:
+        """Of ``done`` (handles of tasks enqueued by name, and their names), the (queue, name)
+        pairs to check now, each with the physical queue whose stamps tell: one per pair and
+        client every DECLARED_EVERY_S, claimed here so concurrent enqueues check it once."""
+        if not self.settings.client_warn_undeclared:
+            return {}
+        due: dict[tuple[str, str], str] = {}
+        now = time.monotonic()
+        for h, name in done:
+            pair = (h.queue, name)
+            until = self._declared.get(pair)
+            if until is None or until < now:
+                self._declared[pair] = now + DECLARED_EVERY_S
+                due[pair] = split_task_id(h.id)[0]  # (a partition's stamps: its own)
+        return due
+
+    @staticmethod
+    def _named(
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]], hs: list[TaskHandle]
+    ) -> Iterator[tuple[TaskHandle, str]]:
+        """Each task of a bulk enqueue's handle and name (for _undeclared)."""
+        for tasks in by_queue.values():
+            for i, task in tasks:
+                yield hs[i], task.name
+
+    def _declared_steps(self, due: dict[tuple[str, str], str]) -> Steps[list[str]]:
+        """The warnings (texts) for the (queue, name) pairs of ``due`` that no live worker
+        declares: one read of the queues' ``decl:seen`` stamps (with TIME on one server; a
+        cluster's pipeline cannot carry TIME, so it is read once per client and kept as an
+        offset). A stamp counts within DTQ_DECLARATION_GRACE_S, the grace in which a worker
+        that does not know the name hands its task back rather than failing it."""
+        keys = sorted({self.keys.queue(p).decl_seen for p in due.values()})
+
+        def read(r: Any) -> Any:
+            pipe = r.pipeline(transaction=False)
+            for k in keys:
+                pipe.hgetall(k)
+            if not is_cluster(r):
+                pipe.time()
+            return pipe.execute()
+
+        replies = yield read
+        mono_ms = time.monotonic() * 1000
+        if len(replies) > len(keys):
+            self._redis_clock_ms = _ms(replies[-1]) - mono_ms
+        elif self._redis_clock_ms is None:
+            self._redis_clock_ms = _ms((yield lambda r: r.time())) - mono_ms
+        oldest = mono_ms + self._redis_clock_ms - self.settings.declaration_grace_s * 1000
+        live = {
+            k: {_str(n) for n, ms in seen.items() if int(ms) >= oldest}
+            for k, seen in zip(keys, replies, strict=False)  # (TIME, if there, is left over)
+        }
+        out = []
+        for (q, name), p in due.items():
+            names = live[self.keys.queue(p).decl_seen]
+            if name in names:
+                continue
+            self._declared[(q, name)] = math.inf  # warned: never again by this client
+            out.append(
+                f"no live worker of queue {q!r} declares task {name!r}: it waits, and fails on "
+                "the worker that takes it"
+                if names
+                else f"no live worker consumes queue {q!r}: the task waits for one"
+            )
+        return out
+
+    @staticmethod
+    def _warn(texts: list[str]) -> None:
+        for text in texts:  # (stacklevel: the caller of enqueue, through _warn_undeclared)
+            warnings.warn(text, UndeclaredTaskWarning, stacklevel=4)
 
     @staticmethod
     def _outcome(info: TaskInfo) -> Any:

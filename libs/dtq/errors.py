@@ -108,3 +108,10 @@ class Conflict(DtqError):
     def __init__(self, message: str, status: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class UndeclaredTaskWarning(UserWarning):
+    """Issued (:mod:`warnings`) by a client's first enqueue BY NAME of a task no live worker of
+    the queue declares, or to a queue no live worker consumes: such a task waits, and fails
+    on the worker that takes it. Once per client, queue and name; a warning, not an error (a
+    worker may simply start later). Off with ``DTQ_CLIENT_WARN_UNDECLARED=0``."""

@@ -234,7 +234,8 @@ class QueueKeys:
     def decl_seen(self) -> str:
         """Hash: task name -> when a live worker consuming this queue last declared it (ms,
         Redis clock; refreshed by every heartbeat). A worker that does not know a task's name
-        hands it back while this is within DTQ_DECLARATION_GRACE_S (lua/requeue.lua)."""
+        hands it back while this is within DTQ_DECLARATION_GRACE_S (lua/requeue.lua); a client
+        enqueueing by name reads it to warn about a name no live worker declares (clientbase)."""
         return f"{self.base}:decl:seen"
 
     @property
@@ -395,7 +396,7 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
         KeyDoc(qk.decl_seen, "hash",
                "task name → when a live worker consuming the queue last declared it (ms); a "
                "worker that does not know a name hands its tasks back while this is within "
-               "`DTQ_DECLARATION_GRACE_S`"),
+               "`DTQ_DECLARATION_GRACE_S`; clients read it for `UndeclaredTaskWarning`"),
         KeyDoc(qk.schedules_seen, "hash",
                "code schedule name → when a live worker last declared it (ms); the leader "
                "removes a code schedule nobody declared for `DTQ_DECLARATION_GRACE_S`"),

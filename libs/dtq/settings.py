@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     threads (Client) make while one is in flight as one bulk call when it returns (the first
     goes out at once): many concurrent enqueues cost Redis a few calls, not one each. 0 sends
     every enqueue on its own."""
+    client_warn_undeclared: bool = True
+    """A client's first enqueue by name of each queue and task name checks (one read, again at
+    most every 5 minutes) that a live worker declared the name within DTQ_DECLARATION_GRACE_S,
+    and issues ``dtq.UndeclaredTaskWarning`` once if none did, as ``dtq enqueue`` warns. 0 skips
+    the check."""
     fast_lane: bool = True
     """Send script calls on dtq's fast lane (a kept connection written to directly, skipping
     redis-py's per-call layers, so less client CPU per call; dtq/transport.py). It is used only

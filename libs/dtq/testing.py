@@ -99,6 +99,7 @@ class TestQueue:
             "key_prefix": "dtq-test",
             "retry_backoff_s": 0.0,
             "retry_backoff_max_s": 0.0,
+            "client_warn_undeclared": False,  # (no worker: the TestQueue runs the tasks itself)
         }
         base.update(settings)
         self.settings = Settings(**base)
