@@ -24,7 +24,9 @@ from dtq.keys import QueueKeys
 log = logging.getLogger("dtq.progress")
 T = TypeVar("T")
 MAX_MESSAGE = 1000
-FLUSH_TIMEOUT_S = 2.0
+# The last report's wait before the outcome write: it may queue behind the worker's other runs'
+# writes (16 in flight at once), seconds on a loaded host with hundreds of runs reporting.
+FLUSH_TIMEOUT_S = 10.0
 
 
 class RunHooks(Protocol):
