@@ -7,11 +7,12 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tools import key_table
-from tools.settings_table import README, rewrite
+from tools.settings_table import PAGE, START, rewrite
 
 
-def test_readme_settings_table_is_current() -> None:
-    text = README.read_text()
+def test_configuration_settings_table_is_current() -> None:
+    text = PAGE.read_text()
+    assert START in text
     assert rewrite(text) == text, "run: .venv/bin/python tools/settings_table.py"
 
 
@@ -28,3 +29,28 @@ def test_every_lua_script_has_a_header() -> None:
         if path.name != "_common.lua":
             text = path.read_text()
             assert "Returns" in text or "returns" in text.split("\n\n")[0], path.name
+
+
+def _nav_pages(nav: object) -> list[str]:
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [p for item in nav for p in _nav_pages(item)]
+    if isinstance(nav, dict):
+        return [p for value in nav.values() for p in _nav_pages(value)]
+    return []
+
+
+def test_every_docs_page_is_in_the_site_nav() -> None:
+    """A page added to docs/ and forgotten in mkdocs.yml's nav would be built but unreachable."""
+    import yaml
+
+    config = yaml.safe_load(Path(ROOT, "mkdocs.yml").read_text())
+    in_nav = _nav_pages(config["nav"])
+    docs = Path(ROOT, "docs")
+    pages = sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*.md"))
+    assert pages, "no pages found"
+    missing = [p for p in pages if p not in in_nav]
+    assert not missing, f"add to mkdocs.yml's nav: {missing}"
+    # index.md is the README (docs/hooks/dtq_docs.py); every other nav entry is a file.
+    assert [p for p in in_nav if p not in pages] == ["index.md"]
