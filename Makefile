@@ -67,9 +67,13 @@ test-oldest: $(OLDEST_STAMP)
 	DTQ_FAST_LANE=0 $(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(LANE_TESTS)
 
 # Runs until Ctrl-C (dtq dev --keep). Uses the developer venv when `make install` made one.
+# API_PORT=N fixes the dashboard's port (a free one otherwise). The recipe's shell traps SIGINT
+# so that Ctrl-C ends dtq dev (exit 0) and not the shell with it ("make: *** Interrupt").
+DEMO_ARGS = $(if $(API_PORT),--api-port $(API_PORT))
 demo:
-	@if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep; \
-	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep; fi
+	@trap 'true' INT; \
+	if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep $(DEMO_ARGS); \
+	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep $(DEMO_ARGS); fi
 
 # The suite runs from the checkout (bench/dtq_bench); it is not in the wheel.
 bench: install
