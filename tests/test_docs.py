@@ -3,7 +3,11 @@ script has its header."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 from tools import key_table
@@ -54,3 +58,32 @@ def test_every_docs_page_is_in_the_site_nav() -> None:
     assert not missing, f"add to mkdocs.yml's nav: {missing}"
     # index.md is the README (docs/hooks/dtq_docs.py); every other nav entry is a file.
     assert [p for p in in_nav if p not in pages] == ["index.md"]
+
+
+@pytest.mark.slow
+def test_the_site_builds_strict_with_the_generated_pages(tmp_path: Path) -> None:
+    """`make docs`: mkdocs build --strict (a broken link or reference fails it), offline."""
+    pytest.importorskip("mkdocs", reason="the `docs` extra: make docs installs it")
+    from dtq.settings import Settings
+
+    site = tmp_path / "site"
+    p = subprocess.run(
+        [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+
+    def page(name: str) -> str:
+        return (
+            (site / name / "index.html").read_text() if name else (site / "index.html").read_text()
+        )
+
+    assert "Quick start" in page("")  # the README
+    config = page("configuration")
+    assert all(f"DTQ_{name.upper()}" in config for name in Settings.model_fields)
+    assert "/api/v1/tasks/{task_id}" in page("reference/http-api")
+    assert (site / "reference" / "openapi.json").is_file()
+    assert "--concurrency" in page("reference/cli") and "--api-port" in page("reference/cli")
+    assert 'id="dtq.Client.enqueue"' in page("reference/sdk")
+    pages = [f.read_text() for f in site.rglob("*.html")]
+    assert not [t for t in pages if "fonts.googleapis.com" in t or "cdn.jsdelivr" in t]
