@@ -6,8 +6,10 @@ STAMP := $(VENV)/.installed
 # The demo needs dtq and its API only, not the developer toolchain (mypy, playwright, ...).
 DEMO_VENV ?= build/demo-venv
 DEMO_STAMP := $(DEMO_VENV)/.installed
+# The documentation site's tools (the `docs` extra) go into the developer venv.
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install lint test test-fast test-lanes-off test-oldest demo bench chaos chaos-ci chaos-long model clean docker-test docker-clean
+.PHONY: install lint docs test test-fast test-lanes-off test-oldest demo bench chaos chaos-ci chaos-long model clean docker-test docker-clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,14 +22,24 @@ $(DEMO_STAMP): pyproject.toml
 	$(DEMO_VENV)/bin/pip install -q -e ".[api,testing]"
 	touch $(DEMO_STAMP)
 
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install -q -e ".[api,dev,otel,docs]"
+	touch $(DOCS_STAMP)
+
 install: $(STAMP)
 	@echo "dtq is installed in $(VENV): run 'source $(VENV)/bin/activate' to put dtq, dtq-worker and dtq-api on your PATH (or call $(BIN)/dtq ...)"
 
 lint: install
-	$(BIN)/ruff check libs apps tests docs/examples bench/dtq_bench tools
-	$(BIN)/ruff format --check libs apps tests docs/examples bench/dtq_bench tools
+	$(BIN)/ruff check libs apps tests docs/examples docs/hooks bench/dtq_bench tools
+	$(BIN)/ruff format --check libs apps tests docs/examples docs/hooks bench/dtq_bench tools
 	$(BIN)/mypy
 	$(BIN)/mypy docs/examples
+	$(BIN)/mypy docs/hooks
+
+# The documentation site (mkdocs.yml) into build/site; --strict: a broken link, a missing page
+# or reference, a docstring MkDocs cannot read fails the build. Offline: no fonts, no CDN.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 test: install
 	$(BIN)/pytest -q -p no:cacheprovider
@@ -55,9 +67,13 @@ test-oldest: $(OLDEST_STAMP)
 	DTQ_FAST_LANE=0 $(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(LANE_TESTS)
 
 # Runs until Ctrl-C (dtq dev --keep). Uses the developer venv when `make install` made one.
+# API_PORT=N fixes the dashboard's port (a free one otherwise). The recipe's shell traps SIGINT
+# so that Ctrl-C ends dtq dev (exit 0) and not the shell with it ("make: *** Interrupt").
+DEMO_ARGS = $(if $(API_PORT),--api-port $(API_PORT))
 demo:
-	@if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep; \
-	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep; fi
+	@trap 'true' INT; \
+	if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep $(DEMO_ARGS); \
+	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep $(DEMO_ARGS); fi
 
 # The suite runs from the checkout (bench/dtq_bench); it is not in the wheel.
 bench: install

@@ -98,3 +98,60 @@ def test_dev_on_a_given_redis_touches_only_what_it_made(fresh_redis: Any) -> Non
     assert "flaky: fails twice, retries  succeeded  3" in p.stdout
     assert p.stdout.count("  succeeded  ") == 13
     assert _users_data(fresh_redis.url) == before, p.stdout
+
+
+def test_make_demo_says_how_to_reach_it_and_ends_on_ctrl_c() -> None:
+    """`make demo API_PORT=N`: the dashboard on N, the line that points `dtq` at the demo's Redis
+    and each task's id printed, and Ctrl-C (SIGINT to the terminal's process group) ends it
+    with no make error."""
+    import contextlib
+    import queue
+    import re
+    import signal
+    import threading
+    import time
+    import urllib.request
+
+    from tests.redis_server import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "demo", f"API_PORT={port}"], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()], daemon=True)
+    reader.start()
+    seen: list[str] = []
+    deadline = time.monotonic() + 240
+    try:
+        while not any("Ctrl-C to stop" in x for x in seen):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(seen)
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1))
+        out = "".join(seen)
+        assert f"dashboard and API on http://127.0.0.1:{port}/" in out, out
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).close()
+        [url] = re.findall(r"^\s*export DTQ_REDIS_URL=(\S+)$", out, re.M)
+        assert f"dtq --redis-url {url} queues" in out, out
+        ids = re.findall(r"\b(default:[0-9a-f]{28})\b", out)
+        assert len(set(ids)) == 14, out
+        dtq = str(Path(sys.executable).parent / "dtq")
+        for argv in (["queues"], ["task", ids[-1]]):
+            p = subprocess.run([dtq, "--redis-url", url, *argv], capture_output=True, text=True,
+                               env=env, timeout=60)  # fmt: skip
+            assert p.returncode == 0, p.stdout + p.stderr
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    reader.join(30)  # the pipe's end: every line is in the queue
+    assert not reader.is_alive()
+    while not lines.empty():
+        seen.append(lines.get())
+    out = "".join(seen)
+    assert "stopped the worker and Redis" in out, out
+    assert "make: ***" not in out and "KeyboardInterrupt" not in out, out

@@ -48,6 +48,8 @@ async def test_example_app_enqueues_with_the_lifespan_client(
                 await asyncio.sleep(0.02)
             assert body == {"status": "succeeded", "result": "report for 2026-11-30", "error": None}
             assert (await web.get("/tasks/default:" + "0" * 28)).status_code == 404
+            bad = await web.get("/tasks/not-a-task-id")  # a malformed id: the client's mistake
+            assert bad.status_code == 404, bad.text
             assert getattr(ex.api.state, STATE_KEY) is client  # one client for every request
         assert not hasattr(ex.api.state, STATE_KEY)  # closed and removed at shutdown
     assert closed == [client]

@@ -1,7 +1,8 @@
-"""Render the README's configuration table from dtq.settings.Settings (its fields and docstrings).
+"""Render the configuration table from dtq.settings.Settings (its fields and docstrings).
 
-`python tools/settings_table.py` rewrites the table between the markers in README.md;
-tests/test_docs.py fails when the README is out of date.
+`python tools/settings_table.py` rewrites the table between the markers in
+docs/configuration.md; tests/test_docs.py fails when that page is out of date, and the
+documentation site renders the table from the code when it is built (docs/hooks/dtq_docs.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from dtq.settings import Settings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 START, END = "<!-- settings-table:start -->", "<!-- settings-table:end -->"
 
 
@@ -65,4 +66,4 @@ def rewrite(text: str) -> str:
 
 
 if __name__ == "__main__":
-    README.write_text(rewrite(README.read_text()))
+    PAGE.write_text(rewrite(PAGE.read_text()))

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from dtq import App, UnknownTask
+from dtq import App, BadTaskId, UnknownTask
 from dtq.contrib.fastapi import DtqClient, dtq_lifespan
 
 tasks = App()  # settings from DTQ_* environment variables
@@ -34,6 +34,6 @@ async def start_report(day: str, dtq: DtqClient) -> dict[str, str]:
 async def task_status(task_id: str, dtq: DtqClient) -> dict[str, Any]:
     try:
         info = await dtq.get(task_id)
-    except UnknownTask:
+    except (UnknownTask, BadTaskId):  # BadTaskId: not of the form <queue>:<tid>
         raise HTTPException(404, "no such task") from None
     return {"status": info.status.value, "result": info.result, "error": info.error}

@@ -129,15 +129,27 @@ def _mix(c: Client) -> list[tuple[str, TaskHandle]]:
 
 
 def _table(c: Client, handles: list[tuple[str, TaskHandle]]) -> str:
-    rows = [("task", "status", "attempts", "result / error")]
+    rows = [("task", "status", "attempts", "id", "result / error")]
     for label, h in handles:
         info = c.get(h.id)
         detail = repr(info.result) if info.status == TaskStatus.SUCCEEDED else (info.error or "")
-        rows.append((label, info.status.value, str(info.attempt), detail[:60]))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rows.append((label, info.status.value, str(info.attempt), h.id, detail[:60]))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _reach(url: str, prefix: str, api: bool) -> str:
+    """How to look at the running demo from another terminal."""
+    pre = "" if prefix == "dtq" else f"    export DTQ_KEY_PREFIX={prefix}\n"
+    flags = f"--redis-url {url}" + ("" if prefix == "dtq" else f" --prefix {prefix}")
+    return (
+        f"Redis at {url}; worker running{' and the dashboard' if api else ''}. From another "
+        f"terminal, point dtq at it:\n    export DTQ_REDIS_URL={url}\n{pre}"
+        f"    dtq queues      # or: dtq {flags} queues\n"
+        "    dtq task <id>   # an id from the table above\nCtrl-C to stop."
+    )
 
 
 def _start_api(env: dict[str, str], port: int | None, say: Any) -> subprocess.Popen[bytes] | None:
@@ -219,10 +231,7 @@ def run(
                 print(_table(c, handles), flush=True)
                 ok = all(c.get(h.id).status.terminal for _, h in handles)
                 if keep:
-                    say(
-                        f"Redis at {url} (key prefix {env['DTQ_KEY_PREFIX']}); worker running. "
-                        "Ctrl-C to stop."
-                    )
+                    say(_reach(url, env["DTQ_KEY_PREFIX"], api is not None))
                     try:
                         while worker.poll() is None:
                             time.sleep(0.5)

@@ -1,6 +1,6 @@
 """Settings, read from ``DTQ_*`` environment variables and validated once at start.
 
-Each field documents itself; the README's configuration table is generated from the same names.
+Each field documents itself; docs/configuration.md's table is generated from the same names.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     redis_url: str = "redis://localhost:6379/0"
     """Where Redis is: ``redis://``, ``rediss://`` (TLS), ``unix://``,
     ``redis+sentinel://host:port[,host:port]/service[/db]`` or
-    ``redis+cluster://host:port[,host:port]`` (see the README)."""
+    ``redis+cluster://host:port[,host:port]`` (docs/configuration.md)."""
     key_prefix: str = "dtq"
     """Namespace of every key; two prefixes on one Redis never see each other."""
     queues: Annotated[tuple[str, ...], NoDecode] = ("default",)
@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     client_retries: int = Field(3, ge=0, le=10)
     """How often an SDK, CLI or API call is re-sent after a connection blip (reset, refused,
     timed out), with a jittered backoff from 50 ms up to 1 s; 0 raises at once. Only calls
-    that are safe to re-send are (see the README, "Connection blips")."""
+    that are safe to re-send are (docs/client.md, "Connection blips")."""
     client_coalesce: bool = True
     """A client sends the single enqueues of one queue that its coroutines (AsyncClient) or
     threads (Client) make while one is in flight as one bulk call when it returns (the first
