@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from dtq import Client
@@ -198,3 +199,52 @@ def test_a_worker_waiting_for_its_id_starts_once_the_holder_is_gone(
     assert "worker id 'held3' is free now: starting" in w.output()
     w.signal(signal.SIGTERM)
     assert w.wait(30) == 0, w.output()
+
+
+def test_app_forms_a_path_a_module_alone_and_what_they_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtq.app import App, load_app
+    from dtq.errors import ConfigError
+
+    (tmp_path / "one_app.py").write_text("from dtq import App\n\napp = App()\n")
+    (tmp_path / "two_apps.py").write_text("from dtq import App\n\na = App()\nb = App()\n")
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("NAME = 'helped'\n")
+    (pkg / "tasks.py").write_text(
+        "from dtq import App\n\nfrom .helpers import NAME\n\napp = App()\napp.name = NAME\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert isinstance(load_app("one_app.py:app"), App)
+    assert isinstance(load_app("one_app"), App)  # the module's only App
+    assert isinstance(load_app("one_app.py"), App)
+    assert getattr(load_app("proj/tasks.py:app"), "name", None) == "helped"  # relative import
+    with pytest.raises(ConfigError, match=r"names no dtq.App.*it holds a, b"):
+        load_app("two_apps")
+    with pytest.raises(ConfigError, match=r"no file 'nope\.py'"):
+        load_app("nope.py:app")
+
+
+def test_a_worker_starts_from_a_files_path(tmp_path: Path, settings: Settings) -> None:
+    (tmp_path / "pathtasks.py").write_text("from dtq import App\n\napp = App()\n")
+    env = worker_env(settings, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "dtq_worker", "pathtasks.py:app"], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if " started: " in line:
+                break
+        else:
+            raise AssertionError("the worker ended without starting")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)

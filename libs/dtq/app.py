@@ -368,12 +368,16 @@ class App:
 
 
 def load_app(spec: str) -> App:
-    """Import ``module:attribute`` naming a :class:`dtq.App`."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"APP must be 'module:attribute', got {spec!r}")
+    """The :class:`dtq.App` that ``spec`` names: ``module:attribute``, a file's path in place of
+    the module (``tasks.py:app``, ``src/proj/tasks.py:app``), or the module or path alone when
+    it holds exactly one App (else the error names the Apps it holds)."""
+    module_name, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    if not module_name or (sep and not attr):
+        raise ConfigError(f"APP must be 'module:attribute' (or a file's path), got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if module_name.endswith(".py") or os.sep in module_name:
+        module_name = _module_of_path(module_name)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -382,14 +386,39 @@ def load_app(spec: str) -> App:
             f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
             + (f" (at {where})" if where else "")
         ) from None
+    apps = sorted(k for k, v in vars(module).items() if isinstance(v, App))
+    if not attr:
+        if len(apps) == 1:
+            return getattr(module, apps[0])  # type: ignore[no-any-return]
+        found = f"it holds {', '.join(apps)}" if apps else "it holds none"
+        raise ConfigError(f"APP {spec!r} names no dtq.App: give 'module:attribute' ({found})")
     if not hasattr(module, attr):
-        apps = sorted(k for k, v in vars(module).items() if isinstance(v, App))
         hint = f"; dtq.App objects in it: {', '.join(apps)}" if apps else ""
         raise ConfigError(f"module {module_name!r} has no attribute {attr!r}{hint}")
     app = getattr(module, attr)
     if not isinstance(app, App):
         raise ConfigError(f"{spec!r} is not a dtq.App (found {type(app).__name__})")
     return app
+
+
+def _module_of_path(path: str) -> str:
+    """The module name of a ``.py`` file's path: dotted from the working directory when every
+    folder on the way is a package (relative imports keep working), else its bare name, with
+    its folder put on ``sys.path``."""
+    file = os.path.abspath(path if path.endswith(".py") else path + ".py")
+    if not os.path.isfile(file):
+        raise ConfigError(f"APP: no file {path!r}")
+    rel = os.path.relpath(file, os.getcwd())
+    parts = rel[:-3].split(os.sep)
+    here = os.getcwd()
+    if not rel.startswith(".."):
+        dirs = [os.path.join(here, *parts[:i]) for i in range(1, len(parts))]
+        if all(os.path.isfile(os.path.join(d, "__init__.py")) for d in dirs):
+            return ".".join(parts)
+    folder = os.path.dirname(file)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return os.path.basename(file)[:-3]
 
 
 def _where(exc: BaseException) -> str | None:
