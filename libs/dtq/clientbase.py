@@ -127,6 +127,7 @@ class _Base:
         # Whether records may leave out their defaults (dtq.schema): read with each
         # registration; until the first, full records (valid at any schema).
         self._compact = False
+        self._hist_ttl_s = settings.stats_retention_h * 3600  # (dtq.stats; 0: none)
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
@@ -238,8 +239,9 @@ class _Base:
         if until is None or until < time.monotonic():
             return None
         return sc.enqueue_one_call(
-            self.keys.prefix, queue, task, self.settings.events_maxlen, full=not self._compact
-        )
+            self.keys.prefix, queue, task, self.settings.events_maxlen, full=not self._compact,
+            hist_ttl_s=self._hist_ttl_s,
+        )  # fmt: skip
 
     @staticmethod
     def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
@@ -272,8 +274,9 @@ class _Base:
 
     def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
         return sc.enqueue_call(
-            self.keys.queue(queue), tasks, self.settings.events_maxlen, full=not self._compact
-        )
+            self.keys.queue(queue), tasks, self.settings.events_maxlen, full=not self._compact,
+            hist_ttl_s=self._hist_ttl_s,
+        )  # fmt: skip
 
     def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
         queue, tid = split_task_id(task_id)

@@ -45,17 +45,25 @@ class Enqueued:
 
 
 def enqueue_call(
-    qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int, *, full: bool = False
+    qk: QueueKeys,
+    tasks: Sequence[NewTask],
+    events_maxlen: int,
+    *,
+    full: bool = False,
+    hist_ttl_s: int = 0,
 ) -> Call:
     """``full``: write every record field, defaults too (a keyspace at schema 1, whose older
-    workers read them: dtq.schema)."""
+    workers read them: dtq.schema). ``hist_ttl_s``: the history's retention (0: the tasks
+    made are not counted, dtq.stats)."""
     if len(tasks) == 1:
-        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen, full=full)
+        return enqueue_one_call(
+            qk.prefix, qk.queue, tasks[0], events_maxlen, full=full, hist_ttl_s=hist_ttl_s
+        )
     n = -len(tasks) if full else len(tasks)
-    args: list[Any] = [events_maxlen, n]
+    args: list[Any] = [events_maxlen, n, hist_ttl_s]
     for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
         if _has_options(t):
-            args = [events_maxlen, n]
+            args = [events_maxlen, n, hist_ttl_s]
             for t in tasks:
                 args += _task_args(t)
             break
@@ -66,7 +74,13 @@ def enqueue_call(
 
 
 def enqueue_one_call(
-    prefix: str, queue: str, t: NewTask, events_maxlen: int, *, full: bool = False
+    prefix: str,
+    queue: str,
+    t: NewTask,
+    events_maxlen: int,
+    *,
+    full: bool = False,
+    hist_ttl_s: int = 0,
 ) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
@@ -74,10 +88,10 @@ def enqueue_one_call(
     head, streams = _enqueue_keys(prefix, queue)
     n = -1 if full else 1
     if _has_options(t):
-        args = [events_maxlen, n, *_task_args(t)]
+        args = [events_maxlen, n, hist_ttl_s, *_task_args(t)]
     else:
         mr = t.maxr_arg() if t.unset else t.max_retries
-        args = [events_maxlen, n, t.tid, t.name, t.args, t.priority, mr]
+        args = [events_maxlen, n, hist_ttl_s, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head, streams[t.priority]], args)
 
 
@@ -104,7 +118,8 @@ def _task_args(t: NewTask) -> list[Any]:
 def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """enqueue.lua's fixed keys, and the stream of each band indexed by priority."""
     qk = QueueKeys(prefix, queue)
-    return (qk.sched, qk.events, qk.task_base, qk.idem_base), tuple(map(qk.stream, range(10)))
+    head = (qk.sched, qk.events, qk.task_base, qk.idem_base, qk.hist_base)
+    return head, tuple(map(qk.stream, range(10)))
 
 
 def parse_enqueue(raw: list[Any]) -> list[Enqueued]:
