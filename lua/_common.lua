@@ -61,7 +61,8 @@ end
 local DEF_MAXR, DEF_PRIO = '3', '5'
 
 -- History (dtq/stats.py): per-minute counters of a queue, one string per hour <hist_base><hour>,
--- HIST_SLOTS unsigned 32-bit counters per minute: slot 0 enqueued, 1 succeeded, 2 failed,
+-- HIST_SLOTS unsigned 32-bit counters per minute: slot 0 enqueued (not written here: enqueue.lua
+-- counts in a key per minute, P:{q}:he:<minute>, one INCR), 1 succeeded, 2 failed,
 -- 3 retried, 4 cancelled, 5.. the run-time buckets. hist_add adds counts[j] to slot slots[j]
 -- of the minute of now (ms) in ONE BITFIELD (a call counts all it did at once). The first count
 -- of a minute (the key may be new) sets the key's expiry: ttl (text, seconds) after its hour
@@ -69,6 +70,10 @@ local DEF_MAXR, DEF_PRIO = '3', '5'
 -- (Counters wrap past 2^32 - 1 in a minute: 71 million a second. Numbers concatenate as
 -- integers below 1e14, hours and offsets among them.)
 local HIST_SLOTS = 16
+-- A run-time bucket's text (dtq.stats.bucket_of, as the worker sends it) -> its slot: a table,
+-- not 5 + tonumber(b), which parses with strtod for every run.
+local HIST_BUCKET_SLOT = {['0'] = 5, ['1'] = 6, ['2'] = 7, ['3'] = 8, ['4'] = 9, ['5'] = 10,
+  ['6'] = 11, ['7'] = 12, ['8'] = 13, ['9'] = 14, ['10'] = 15}
 local function hist_add(hist_base, ttl, now, slots, counts)
   if ttl == nil or ttl == '' or ttl == '0' or #slots == 0 then return end
   local m = math.floor(now / 60000)
@@ -86,18 +91,6 @@ local function hist_add(hist_base, ttl, now, slots, counts)
       redis.call('EXPIREAT', key, (h + 1) * 3600 + tonumber(ttl))
       return
     end
-  end
-end
-
--- hist_add of one count to one slot (a single enqueue's: no table is made).
-local function hist_add1(hist_base, ttl, now, slot)
-  if ttl == '' or ttl == '0' then return end
-  local m = math.floor(now / 60000)
-  local h = math.floor(m / 60)
-  local key = hist_base .. h
-  if redis.call('BITFIELD', key, 'INCRBY', 'u32', '#' .. ((m - h * 60) * HIST_SLOTS + slot),
-      '1')[1] == 1 then
-    redis.call('EXPIREAT', key, (h + 1) * 3600 + tonumber(ttl))
   end
 end
 

@@ -171,11 +171,8 @@ for i = 0, n - 1 do
     if hist_ttl then
       local sl = SLOT[status]
       hist[sl] = (hist[sl] or 0) + 1
-      local b = ARGV[10 + n * 7 + i]
-      if b and b ~= '' then
-        sl = 5 + tonumber(b)
-        hist[sl] = (hist[sl] or 0) + 1
-      end
+      sl = HIST_BUCKET_SLOT[ARGV[10 + n * 7 + i] or '']  -- (nil: not timed)
+      if sl then hist[sl] = (hist[sl] or 0) + 1 end
     end
     out[i + 1] = 1
   elseif r[1] == status and r[2] == attempt and r[3] == worker then

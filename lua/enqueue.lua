@@ -4,7 +4,8 @@
 -- KEYS[2]      P:{q}:events
 -- KEYS[3]      P:{q}:t:      (task record key prefix; names the slot)
 -- KEYS[4]      P:{q}:idem:   (idempotency key prefix)
--- KEYS[5]      P:{q}:h:      (the history's hour keys: the tasks made are counted, dtq/stats.py)
+-- KEYS[5]      P:{q}:he:<minute>: the history's counter of the tasks enqueued in this minute
+--              (dtq/stats.py; the minute by the client's clock), or P:{q}:he: when ARGV[3] is 0
 -- KEYS[6..]    the priority streams P:{q}:p<band> of the bands this call's tasks go to (only
 --              those: a single enqueue names one stream, not ten; each is found by its band
 --              digit, the key's last character)
@@ -12,7 +13,7 @@
 -- ARGV[2]      n, the number of tasks; -n: the keyspace is at schema 1 (dtq/schema.py), so
 --              every record gets all its fields, as older workers read them (else a field at
 --              its default is left out: _common.lua, DEF_MAXR)
--- ARGV[3]      history TTL (s; '' or '0': no history)
+-- ARGV[3]      the counter's TTL (s), set when a call makes it; '0': not counted (history off)
 -- ARGV[4..]    per task, 13 fields: 5 always given: tid, name, args(JSON), priority(0-9),
 --              max_retries (a number; or "~<letters><number>" when the enqueue left some of
 --              max_retries/timeout/expires to the worker's declaration: the letters, of "mte",
@@ -44,7 +45,7 @@
 -- and a plain task's record is written by the one HSET below with nothing unpacked after it.
 
 local maxlen = events_maxlen(ARGV[1])
-local n = tonumber(ARGV[2])
+local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
 local full = n < 0  -- records with every field (a schema 1 keyspace)
 if full then n = -n end
 local F = 13  -- fields per task; 5 when no task of the call has options (see above)
@@ -99,15 +100,14 @@ for i = 0, n - 1 do
     local wk, wv  -- where the task waits: its stream entry's id, or its due time
     if delay > 0 then
       status = 'scheduled'
-      if not now then now, nows = now_ms() end
+      if not nows then now, nows = now_ms() elseif not now then now = tonumber(nows) end
       wk, wv = 'due', now + delay
       redis.call('ZADD', KEYS[1], wv, tid)
     else
       status = 'queued'
       wk, wv = 'eid', redis.call('XADD', streams and streams[prio] or stream, '*', 't', tid)
-      if not now then  -- the id's milliseconds (a plain find: cheaper than a pattern)
+      if not nows then  -- the id's milliseconds (a plain find: cheaper than a pattern)
         nows = string.sub(wv, 1, string.find(wv, '-', 1, true) - 1)
-        now = tonumber(nows)
       end
     end
     local h = NONE  -- the record's optional fields
@@ -123,7 +123,10 @@ for i = 0, n - 1 do
       local meta, lim, hdr = ARGV[o + 10], ARGV[o + 11], ARGV[o + 12]
       if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
       if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
-      if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
+      if expires > 0 then
+        now = now or tonumber(nows)
+        h[#h + 1] = 'exp'; h[#h + 1] = now + expires
+      end
       if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
       if hdr ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = hdr end
       if lim ~= '' then
@@ -161,7 +164,11 @@ for i = 0, n - 1 do
     made = made + 1
   end
   if n == 1 then
-    if made == 1 then hist_add1(KEYS[5], ARGV[3], now, 0) end
+    -- The history: one INCR, the cheapest counter Redis has (a BITFIELD into the hour's string
+    -- cost a single enqueue about twice as much: docs/operations.md, "History").
+    if made == 1 and ARGV[3] ~= '0' and redis.call('INCR', KEYS[5]) == 1 then
+      redis.call('EXPIRE', KEYS[5], ARGV[3])
+    end
     return {tid, status, created}
   end
   if not out then out = {} end
@@ -174,5 +181,7 @@ if batch then
     emit_batch(KEYS[2], maxlen, 'enqueued', batch[st][1], batch[st][2], '', st)
   end
 end
-if made > 0 then hist_add(KEYS[5], ARGV[3], now, {0}, {made}) end
+if made > 0 and ARGV[3] ~= '0' and redis.call('INCRBY', KEYS[5], made) == made then
+  redis.call('EXPIRE', KEYS[5], ARGV[3])
+end
 return out or {}

@@ -60,11 +60,8 @@ for i = 0, n - 1 do
     if hist_ttl then
       local sl = SLOT[out[#out]]
       hist[sl] = (hist[sl] or 0) + 1
-      local b = ARGV[8 + n * 6 + i]
-      if b and b ~= '' then
-        sl = 5 + tonumber(b)
-        hist[sl] = (hist[sl] or 0) + 1
-      end
+      sl = HIST_BUCKET_SLOT[ARGV[8 + n * 6 + i] or '']  -- (nil: not timed)
+      if sl then hist[sl] = (hist[sl] or 0) + 1 end
     end
     local tb = ARGV[7 + n * 5 + i]
     if tb == '' then

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from dtq import stats as st
 from dtq.admin import Admin
 from dtq.cli import main
 from dtq.keys import QueueKeys
+from dtq.scripts import enqueue as enqueue_script
 from tests.api_proc import ApiProc
 from tests.apps.basic import app
 from tests.conftest import make_settings, running_worker
@@ -87,16 +89,30 @@ def test_counts_survive_restarts_of_the_worker_and_the_api(
     assert "succeeded" in table.lower() and "p95" in table.lower()
 
 
-def test_each_hour_key_expires_after_the_retention(redis_server: Any, prefix: str) -> None:
-    s = make_settings(redis_server.url, prefix, stats_retention_h=2)
+def test_each_key_expires_after_the_retention(
+    redis_server: Any, prefix: str, spawn_worker: Any
+) -> None:
+    s = make_settings(redis_server.url, prefix, queues=(Q,), stats_retention_h=2)
     r = redis_server.client()
+    qk = QueueKeys(prefix, Q)
     with Client(settings=s) as c:
-        c.enqueue("add", [1, 2], queue=Q)
-        now_s = r.time()[0]
-    key = f"{QueueKeys(prefix, Q).hist_base}{now_s // 3600}"
-    ttl = r.ttl(key)
-    # kept until its last minute is 2 hours old: between 2 and 3 hours from now
-    assert 2 * 3600 - 60 < ttl <= 3 * 3600
+        t0 = int(time.time()) // 60
+        h = c.enqueue("add", [1, 2], queue=Q)
+        c.enqueue_many([{"name": "add", "args": [i, 2], "queue": Q} for i in range(3)])
+        t1 = int(time.time()) // 60
+        # the enqueues' counters: one key per minute (the client's), each kept 2 hours after it
+        minutes = [int(k.rsplit(":", 1)[1]) for k in r.keys(f"{qk.hist_enq_base}*")]
+        assert minutes and all(t0 <= m <= t1 for m in minutes)
+        assert sum(int(r.get(f"{qk.hist_enq_base}{m}")) for m in minutes) == 4
+        assert all(2 * 3600 < r.ttl(f"{qk.hist_enq_base}{m}") <= 2 * 3600 + 60 for m in minutes)
+        w = spawn_worker("tests.apps.basic:app", s, "--queues", Q, DTQ_STATS_RETENTION_H="2")
+        c.result(h.id, timeout=30)
+        w.kill()
+    now_s = r.time()[0]
+    hours = [f"{qk.hist_base}{t // 3600}" for t in (now_s, now_s - 60)]
+    key = next(k for k in hours if r.exists(k))  # (the outcome's hour: it may have just turned)
+    # the outcomes' hour key is kept until its last minute is 2 hours old
+    assert 2 * 3600 - 120 < r.ttl(key) <= 3 * 3600
     assert r.strlen(key) <= st.HOUR_BYTES
 
 
@@ -105,7 +121,41 @@ def test_no_history_is_kept_with_a_retention_of_zero(redis_server: Any, prefix: 
     r = redis_server.client()
     with Client(settings=s) as c:
         c.enqueue("add", [1, 2], queue=Q)
+        c.enqueue_many([{"name": "add", "args": [i, 2], "queue": Q} for i in range(3)])
     assert not r.keys(f"{QueueKeys(prefix, Q).hist_base}*")
+    assert not r.keys(f"{QueueKeys(prefix, Q).hist_enq_base}*")
+
+
+async def test_the_retention_pass_folds_closed_minutes_into_the_hour_strings(
+    redis_server: Any, prefix: str, monkeypatch: Any
+) -> None:
+    """enqueue.lua counts in a key per minute (one INCR); the retention pass moves a closed
+    minute's count into its hour string, and a read counts each task once before and after."""
+    s = make_settings(redis_server.url, prefix, queues=(Q,), retention_interval_s=3600)
+    r = redis_server.client()
+    qk = QueueKeys(prefix, Q)
+    past = int(r.time()[0]) // 60 - 3
+    with monkeypatch.context() as m:  # the client's clock three minutes back
+        m.setattr(enqueue_script, "time", SimpleNamespace(time=lambda: past * 60 + 1.5))
+        async with AsyncClient(settings=s) as c:
+            await c.enqueue("add", [1, 2], queue=Q)
+            await c.enqueue_many([{"name": "add", "args": [i, 2], "queue": Q} for i in range(3)])
+    now = int(time.time()) // 60
+    async with AsyncClient(settings=s) as c:
+        await c.enqueue("add", [1, 2], queue=Q)  # this minute's: not folded
+    assert r.get(f"{qk.hist_enq_base}{past}") == "4"
+    async with Admin(settings=s) as admin:
+        before = {b["minute"]: b["enqueued"] for b in await admin.stats(queue=Q, minutes=10)}
+        assert sum(before.values()) == 5 and before[st.iso_minute(past)] == 4
+        async with running_worker(app, s.model_copy(update={"queues": ("default",)})) as w:
+            await w.scheduler.retention.run_once()
+        assert not r.exists(f"{qk.hist_enq_base}{past}")
+        assert r.exists(f"{qk.hist_enq_base}{now}", f"{qk.hist_enq_base}{now + 1}") == 1
+        hour = f"{qk.hist_base}{past // 60}"
+        assert r.execute_command("BITFIELD", hour, "GET", "u32", f"#{past % 60 * st.SLOTS}") == [4]
+        assert 168 * 3600 - 3600 < r.ttl(hour) <= 169 * 3600
+        after = {b["minute"]: b["enqueued"] for b in await admin.stats(queue=Q, minutes=10)}
+        assert {m: n for m, n in after.items() if n} == {m: n for m, n in before.items() if n}
 
 
 @pytest.mark.cluster
@@ -164,11 +214,17 @@ def test_history_is_written_inside_the_scripts_with_no_call_of_its_own(
         finally:
             mon.terminate()
             mon.wait(10)
-    hist = QueueKeys(prefix, Q).hist_base
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if hist in ln]
+    qk = QueueKeys(prefix, Q)
+    lines = [
+        ln
+        for ln in log.read_text(errors="replace").splitlines()
+        if qk.hist_base in ln or qk.hist_enq_base in ln
+    ]
     in_lua = [ln for ln in lines if " lua] " in ln]
-    assert in_lua and any('"BITFIELD"' in ln for ln in in_lua)
-    outside = [ln for ln in lines if " lua] " not in ln and '"BITFIELD"' in ln.upper()]
+    assert any('"BITFIELD"' in ln for ln in in_lua)  # the outcomes'
+    assert any('"INCR"' in ln for ln in in_lua) and any('"INCRBY"' in ln for ln in in_lua)
+    writes = ('"BITFIELD"', '"INCR"', '"INCRBY"', '"EXPIRE"', '"EXPIREAT"')
+    outside = [ln for ln in lines if " lua] " not in ln and any(w in ln.upper() for w in writes)]
     assert outside == []
-    # the history keys are passed to the scripts as KEYS: the bits are written by them only
+    # the history keys are passed to the scripts as KEYS: they are written by them only
     assert all('"EVALSHA"' in ln or '"EVAL"' in ln for ln in lines if " lua] " not in ln)

@@ -18,10 +18,11 @@ class HistoryOps(AdminCore):
         None) over the last ``minutes`` minutes, in buckets of ``step`` minutes, oldest first:
         each has ``minute`` (ISO 8601, UTC, the bucket's first), the :data:`dtq.stats.COUNTERS`,
         ``runs`` (runs timed) and the run-time percentiles ``p50``, ``p95``, ``p99`` (seconds,
-        an upper bound; None without runs). Reads one ``MGET`` per physical queue."""
+        an upper bound; None without runs). Reads two ``MGET`` per physical queue (one more per
+        day of minutes past the first)."""
         if not (1 <= minutes <= stats.MAX_MINUTES and 1 <= step <= minutes):
             raise InvalidRequest(f"need 1 <= minutes <= {stats.MAX_MINUTES}, 1 <= step <= minutes")
         if queue is not None:
             check_queue_name(queue)
-        bases = [self.keys.queue(q).hist_base for q in await self._physical_of(queue)]
-        return await stats.read(self._r, bases, minutes, step)
+        qks = [self.keys.queue(q) for q in await self._physical_of(queue)]
+        return await stats.read(self._r, qks, minutes, step)
