@@ -22,6 +22,10 @@
 -- ARGV[9..]    per run, 7 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
 --              payload (the result JSON, or the cancel reason), priority and flags as the
 --              run's claim answered them (both empty when not known: see below)
+-- ARGV[9+7n]   optional: history TTL (s; '' or absent: no history, dtq/stats.py), then per
+--              run (in the same order) its run-time bucket ('': not counted); KEYS[22]
+--              P:{q}:h: (the history's hour keys) is given with them. The stored outcomes are
+--              counted in one BITFIELD (hist_add in _common.lua).
 -- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
 --              0 rejected (stale); when ARGV[7] > 0 one more
 --              element follows: claim.lua's reply
@@ -91,6 +95,9 @@ local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per
 -- status -> {tids, attempts} of the outcomes that are not workflow steps: one event entry per
 -- status, at the end (emit_batch in _common.lua)
 local ended = {}
+local hist_ttl = ARGV[9 + n * 7]
+local hist = {}  -- history slot -> count of this call's stored outcomes
+local SLOT = {succeeded = 1, cancelled = 4}
 for i = 0, n - 1 do
   local o = 9 + i * 7
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
@@ -161,6 +168,12 @@ for i = 0, n - 1 do
         fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
         done_prefix = done_prefix}, r[8], status, reason)
     end
+    if hist_ttl then
+      local sl = SLOT[status]
+      hist[sl] = (hist[sl] or 0) + 1
+      sl = HIST_BUCKET_SLOT[ARGV[10 + n * 7 + i] or '']  -- (nil: not timed)
+      if sl then hist[sl] = (hist[sl] or 0) + 1 end
+    end
     out[i + 1] = 1
   elseif r[1] == status and r[2] == attempt and r[3] == worker then
     out[i + 1] = 1  -- a replay (see above): only reached when the fence failed
@@ -174,6 +187,13 @@ for _, st in ipairs({'succeeded', 'cancelled'}) do  -- (a fixed order, not the t
   if e then emit_batch(KEYS[12], maxlen, st, e[1], e[2], worker) end
 end
 for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
+if hist_ttl then
+  local slots, counts = {}, {}
+  for sl = 1, HIST_SLOTS - 1 do  -- (in slot order, not the table's)
+    if hist[sl] then slots[#slots + 1] = sl; counts[#counts + 1] = hist[sl] end
+  end
+  hist_add(KEYS[22], hist_ttl, now, slots, counts)
+end
 if claim_count > 0 then
   out[n + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
     done_prefix, ARGV[8] == '1', now, nows)

@@ -4,14 +4,17 @@
 -- KEYS[2]      P:{q}:events
 -- KEYS[3]      P:{q}:t:      (task record key prefix; names the slot)
 -- KEYS[4]      P:{q}:idem:   (idempotency key prefix)
--- KEYS[5..]    the priority streams P:{q}:p<band> of the bands this call's tasks go to (only
+-- KEYS[5]      P:{q}:he:<minute>: the history's counter of the tasks enqueued in this minute
+--              (dtq/stats.py; the minute by the client's clock), or P:{q}:he: when ARGV[3] is 0
+-- KEYS[6..]    the priority streams P:{q}:p<band> of the bands this call's tasks go to (only
 --              those: a single enqueue names one stream, not ten; each is found by its band
 --              digit, the key's last character)
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks; -n: the keyspace is at schema 1 (dtq/schema.py), so
 --              every record gets all its fields, as older workers read them (else a field at
 --              its default is left out: _common.lua, DEF_MAXR)
--- ARGV[3..]    per task, 13 fields: 5 always given: tid, name, args(JSON), priority(0-9),
+-- ARGV[3]      the counter's TTL (s), set when a call makes it; '0': not counted (history off)
+-- ARGV[4..]    per task, 13 fields: 5 always given: tid, name, args(JSON), priority(0-9),
 --              max_retries (a number; or "~<letters><number>" when the enqueue left some of
 --              max_retries/timeout/expires to the worker's declaration: the letters, of "mte",
 --              are stored as the record's "dflt" (dtq/declared.py); the number is stored as
@@ -24,7 +27,7 @@
 --              object of strings set by middleware, e.g. a W3C traceparent, or ''; stored as
 --              field hdr and handed to the worker in the claim reply).
 --              When no task of the call has an option, each sends its 5 fields only (the
---              call has 2 + 5n arguments: a bulk enqueue of plain tasks sends 5 per task, not
+--              call has 3 + 5n arguments: a bulk enqueue of plain tasks sends 5 per task, not
 --              13, and a single one 7, not 15; each argument costs Redis a Lua string).
 --              Else the last task may stop after its 5 fields when its 8 options are empty.
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
@@ -42,28 +45,28 @@
 -- and a plain task's record is written by the one HSET below with nothing unpacked after it.
 
 local maxlen = events_maxlen(ARGV[1])
-local n = tonumber(ARGV[2])
+local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
 local full = n < 0  -- records with every field (a schema 1 keyspace)
 if full then n = -n end
 local F = 13  -- fields per task; 5 when no task of the call has options (see above)
-if #ARGV == 2 + 5 * n then F = 5 end
+if #ARGV == 3 + 5 * n then F = 5 end
 -- Before anything is written: every task's band has its stream among the keys.
-local stream, streams = KEYS[5], nil  -- the one band's stream; or band digit -> stream
+local stream, streams = KEYS[6], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
--- The keys but the slot guard (_common.lua's key count, inlined: every key from KEYS[5] on is a
+-- The keys but the slot guard (_common.lua's key count, inlined: every key from KEYS[6] on is a
 -- stream, which ends in its band digit; the guard ends in 'd').
 local nk = #KEYS
 if string.byte(KEYS[nk], -1) == 100 then nk = nk - 1 end
-if nk == 5 then
+if nk == 6 then
   local band = string.sub(stream, -1)
   for i = 0, n - 1 do
-    if ARGV[6 + i * F] ~= band then bad = ARGV[6 + i * F]; break end
+    if ARGV[7 + i * F] ~= band then bad = ARGV[7 + i * F]; break end
   end
 else
   streams = {}
-  for i = 5, nk do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
+  for i = 6, nk do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
   for i = 0, n - 1 do
-    if not streams[ARGV[6 + i * F]] then bad = ARGV[6 + i * F]; break end
+    if not streams[ARGV[7 + i * F]] then bad = ARGV[7 + i * F]; break end
   end
 end
 if bad or not stream then
@@ -76,8 +79,9 @@ local NONE = {}
 local batch = n > 1 and {queued = {{}, {}}, scheduled = {{}, {}}} or nil
 local now, nows = nil, nil  -- the call's time: number, and its text for the record
 local out = nil
+local made = 0  -- tasks this call created: counted in the history at the end
 for i = 0, n - 1 do
-  local o = 3 + i * F
+  local o = 4 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
   local opts = F == 13 and ARGV[o + 5] ~= nil  -- the 8 options were sent
   local delay, idem = 0, ''
@@ -96,15 +100,14 @@ for i = 0, n - 1 do
     local wk, wv  -- where the task waits: its stream entry's id, or its due time
     if delay > 0 then
       status = 'scheduled'
-      if not now then now, nows = now_ms() end
+      if not nows then now, nows = now_ms() elseif not now then now = tonumber(nows) end
       wk, wv = 'due', now + delay
       redis.call('ZADD', KEYS[1], wv, tid)
     else
       status = 'queued'
       wk, wv = 'eid', redis.call('XADD', streams and streams[prio] or stream, '*', 't', tid)
-      if not now then  -- the id's milliseconds (a plain find: cheaper than a pattern)
+      if not nows then  -- the id's milliseconds (a plain find: cheaper than a pattern)
         nows = string.sub(wv, 1, string.find(wv, '-', 1, true) - 1)
-        now = tonumber(nows)
       end
     end
     local h = NONE  -- the record's optional fields
@@ -120,7 +123,10 @@ for i = 0, n - 1 do
       local meta, lim, hdr = ARGV[o + 10], ARGV[o + 11], ARGV[o + 12]
       if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
       if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
-      if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = now + expires end
+      if expires > 0 then
+        now = now or tonumber(nows)
+        h[#h + 1] = 'exp'; h[#h + 1] = now + expires
+      end
       if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
       if hdr ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = hdr end
       if lim ~= '' then
@@ -155,8 +161,16 @@ for i = 0, n - 1 do
     else
       emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
     end
+    made = made + 1
   end
-  if n == 1 then return {tid, status, created} end
+  if n == 1 then
+    -- The history: one INCR, the cheapest counter Redis has (a BITFIELD into the hour's string
+    -- cost a single enqueue about twice as much: docs/operations.md, "History").
+    if made == 1 and ARGV[3] ~= '0' and redis.call('INCR', KEYS[5]) == 1 then
+      redis.call('EXPIRE', KEYS[5], ARGV[3])
+    end
+    return {tid, status, created}
+  end
   if not out then out = {} end
   out[i * 3 + 1] = tid  -- (placed by index: out[#out + 1] searches the table's length)
   out[i * 3 + 2] = status
@@ -166,5 +180,8 @@ if batch then
   for _, st in ipairs({'queued', 'scheduled'}) do
     emit_batch(KEYS[2], maxlen, 'enqueued', batch[st][1], batch[st][2], '', st)
   end
+end
+if made > 0 and ARGV[3] ~= '0' and redis.call('INCRBY', KEYS[5], made) == made then
+  redis.call('EXPIRE', KEYS[5], ARGV[3])
 end
 return out or {}

@@ -23,6 +23,9 @@
 --              retry delay ms (-1: no retry allowed, e.g. dtq.Fail or an unstorable result)
 -- ARGV[7+5n..] optional: per run (in the same order) the failure's traceback text, stored in
 --              the record's 'tb' field; '' removes a kept one. Absent: 'tb' is left as it is.
+-- ARGV[7+6n]   optional (after the tracebacks): history TTL (s; '' or absent: no history,
+--              dtq/stats.py), then per run its run-time bucket ('': not counted); KEYS[20]
+--              P:{q}:h: is given with them. Counted in one BITFIELD (hist_add, _common.lua).
 -- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
 --              the status the record has now ('scheduled', 'failed', 'cancelled', or what
 --              followed: 'queued', ...)
@@ -36,6 +39,9 @@ local now = now_ms()
 local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS[16],
   maxlen = maxlen, ttl = ttl, done_prefix = done_prefix, now = now, worker = worker}
 local out = {}
+local hist_ttl = ARGV[7 + n * 6]
+local hist = {}  -- history slot -> count of this call's stored outcomes
+local SLOT = {failed = 2, scheduled = 3, cancelled = 4}
 for i = 0, n - 1 do
   local o = 7 + i * 5
   local tid, eid, attempt, err = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
@@ -50,6 +56,12 @@ for i = 0, n - 1 do
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[7], err)
     else
       out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay >= 0, delay, err)
+    end
+    if hist_ttl then
+      local sl = SLOT[out[#out]]
+      hist[sl] = (hist[sl] or 0) + 1
+      sl = HIST_BUCKET_SLOT[ARGV[8 + n * 6 + i] or '']  -- (nil: not timed)
+      if sl then hist[sl] = (hist[sl] or 0) + 1 end
     end
     local tb = ARGV[7 + n * 5 + i]
     if tb == '' then
@@ -68,5 +80,12 @@ for i = 0, n - 1 do
     redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'
   end
+end
+if hist_ttl then
+  local slots, counts = {}, {}
+  for sl = 1, HIST_SLOTS - 1 do  -- (in slot order, not the table's)
+    if hist[sl] then slots[#slots + 1] = sl; counts[#counts + 1] = hist[sl] end
+  end
+  hist_add(KEYS[20], hist_ttl, now, slots, counts)
 end
 return out

@@ -116,6 +116,12 @@ def test_dashboard_click_through(settings: Settings, spawn_worker: Any, browser_
             assert page.inner_text("[data-testid=stat-live] .num") == "1"
             assert page.inner_text("[data-testid=stat-queued] .num") == "4"
             page.wait_for_selector("[data-testid=throughput-chart] svg polyline")
+            # The charts read the history (GET /api/v1/stats): its last hour, day or week.
+            page.wait_for_selector("[data-testid=runtime-chart] svg polyline")
+            page.click("[data-testid=chart-range] button[data-range=week]")
+            page.wait_for_selector("[data-testid=throughput-chart] h3:has-text('60 min')")
+            page.click("[data-testid=chart-range] button[data-range=hour]")
+            page.wait_for_selector("[data-testid=throughput-chart] h3:has-text('1 min')")
             page.wait_for_selector("#live.live")
             # Live update: a task enqueued now shows up through the event stream.
             fresh = c.enqueue("add", [100, 1])

@@ -89,9 +89,9 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     the record is the one the 13 fields make, and any option sends all 13."""
     plain, twin = task(args="[]"), task(args="[]")
     call = sc.enqueue_call(qk, [plain], 100)
-    assert call.args == [100, 1, plain.tid, "t", "[]", 5, 3]
+    assert call.args == [100, 1, 0, plain.tid, "t", "[]", 5, 3]
     assert sc.parse_enqueue(run(call)) == [sc.Enqueued(plain.tid, "queued", True)]
-    run(sc.Call("enqueue", call.keys, [100, 1, *sc.enqueue._task_args(twin)]))
+    run(sc.Call("enqueue", call.keys, [100, 1, 0, *sc.enqueue._task_args(twin)]))
     short, full = r.hgetall(qk.task(plain.tid)), r.hgetall(qk.task(twin.tid))
     assert short.pop("eid") != full.pop("eid")
     short.pop("enq"), full.pop("enq")
@@ -107,7 +107,7 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     for what, (kw, field) in options.items():
         t = task(**kw)
         c = sc.enqueue_call(qk, [t], 100)
-        assert len(c.args) == 2 + 13, what
+        assert len(c.args) == 3 + 13, what
         run(c)
         assert r.hget(qk.task(t.tid), field) is not None, what
     # In a batch, the last task may stop after its fixed fields too.
@@ -117,7 +117,7 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
         sc.Call(
             "enqueue",
             keys,
-            [100, 2, *sc.enqueue._task_args(first), *sc.enqueue._task_args(last)[:5]],
+            [100, 2, 0, *sc.enqueue._task_args(first), *sc.enqueue._task_args(last)[:5]],
         )
     )
     assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
@@ -131,10 +131,10 @@ def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     sends all 13 for every task, and each record gets only its own options."""
     plain = [task(prio=p, args="[]") for p in (9, 9, 0)]
     call = sc.enqueue_call(qk, plain, 100)
-    assert len(call.args) == 2 + 5 * 3
+    assert len(call.args) == 3 + 5 * 3
     assert [e.status for e in sc.parse_enqueue(run(call))] == ["queued"] * 3
     twin = task(prio=9, args="[]")
-    run(sc.Call("enqueue", call.keys, [100, 1, *sc.enqueue._task_args(twin)]))
+    run(sc.Call("enqueue", call.keys, [100, 1, 0, *sc.enqueue._task_args(twin)]))
     short, full = r.hgetall(qk.task(plain[0].tid)), r.hgetall(qk.task(twin.tid))
     for rec in (short, full):
         rec.pop("eid"), rec.pop("enq")
@@ -142,12 +142,12 @@ def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     # Left to the declaration (dtq.declared): still a fixed field, so still the short form.
     unset = task(unset="m")
     call = sc.enqueue_call(qk, [unset, task()], 100)
-    assert len(call.args) == 2 + 5 * 2
+    assert len(call.args) == 3 + 5 * 2
     run(call)
     assert r.hget(qk.task(unset.tid), "dflt") == "m"
     mixed = [task(), task(kwargs='{"a":1}'), task()]
     call = sc.enqueue_call(qk, mixed, 100)
-    assert len(call.args) == 2 + 13 * 3
+    assert len(call.args) == 3 + 13 * 3
     run(call)
     assert [r.hget(qk.task(t.tid), "kwargs") for t in mixed] == [None, '{"a":1}', None]
 

@@ -10,6 +10,9 @@ so two versions of the code compare on a busy host. Needs valgrind; takes about 
 timeout and expiry left to the worker's declaration, which is published first): the path of
 ``make bench``'s workloads, whose client enqueues ``"noop"`` by name.
 
+The history (dtq.stats) is written as at the default retention where the version has it;
+``--no-hist`` leaves it out (as ``DTQ_STATS_RETENTION_H=0``).
+
 ``--batch K``: the cycle's outcomes and claims per call (default 32; ``make bench``'s worker
 sends 16 at its concurrency 32).
 
@@ -25,6 +28,7 @@ Phases: bulk enqueue (parts of 500 plain tasks), single enqueue, and the worker'
 from __future__ import annotations
 
 import glob
+import inspect
 import os
 import re
 import shutil
@@ -43,6 +47,9 @@ from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
 from tests.redis_server import free_port
 
 EM, TTL, BATCH = 10_000, 3600, 32
+# The history (dtq.stats) as a client and worker at the default retention write it, where this
+# version has it (``--no-hist``: without, as DTQ_STATS_RETENTION_H=0).
+HIST = "hist_ttl_s" in inspect.signature(sc.enqueue_call).parameters
 
 
 def _task(unset: str = "") -> sc.NewTask:
@@ -83,7 +90,9 @@ def main() -> None:
         i = argv.index("--batch")
         batch = int(argv[i + 1])
         del argv[i : i + 2]
-    args = [a for a in argv if a not in ("--keep", "--by-name")]
+    global HIST
+    HIST = HIST and "--no-hist" not in argv
+    args = [a for a in argv if a not in ("--keep", "--by-name", "--no-hist")]
     keep = "--keep" in argv
     unset = declared.FIELDS if "--by-name" in argv else ""
     n = int(args[0]) if args else 2000
@@ -124,31 +133,37 @@ def main() -> None:
         for s in qk.streams:
             r.xgroup_create(s, GROUP, id="0", mkstream=True)
         run = sc.SyncScripts(r).run
+        hist: dict[str, Any] = {"hist_ttl_s": 168 * 3600} if HIST else {}
+
+        def done_hist(outs: list[Any]) -> dict[str, Any]:  # each run in the 1 ms bucket
+            return {"hist": sc.History(168 * 3600, [0] * len(outs))} if HIST else {}
+
         if unset:  # what a worker declares for a plain task
             r.hset(qk.decl, "noop", declared.encode(TaskDefaults()))
         # Loads the scripts outside the measure.
-        run(sc.enqueue_call(qk, [_task(unset), _task(unset)], EM))
+        run(sc.enqueue_call(qk, [_task(unset), _task(unset)], EM, **hist))
         done = _outcomes(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
-        run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1))
+        run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1, **done_hist(done)))
 
         def bulk() -> int:
             for i in range(0, n, 500):
-                run(sc.enqueue_call(qk, [_task(unset) for _ in range(min(500, n - i))], EM))
+                run(sc.enqueue_call(qk, [_task(unset) for _ in range(min(500, n - i))], EM, **hist))
             return n
 
         def single() -> int:
             for _ in range(n // 2):
-                run(sc.enqueue_call(qk, [_task(unset)], EM))
+                run(sc.enqueue_call(qk, [_task(unset)], EM, **hist))
             return n // 2
 
         def cycle() -> int:
             outs, count = _outcomes(run(sc.claim_call(qk, "w1", batch, EM, TTL))), 0
             while outs:
                 count += len(outs)
-                raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=batch))
+                raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=batch, **done_hist(outs)))
                 outs = _outcomes(raw[-1]) if raw and isinstance(raw[-1], list) else []
             return count
 
+        print(f"history: {'on' if HIST else 'off'}")
         print(f"bulk enqueue: {phase('bulk', bulk):,.0f} instructions per task")
         print(f"single enqueue: {phase('single', single):,.0f} instructions per task")
         print(f"claim + complete ({batch} per call): {phase('cycle', cycle):,.0f} per task")

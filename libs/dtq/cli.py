@@ -486,6 +486,34 @@ def schedules_remove(name: str, queue: str, as_json: bool) -> None:
         raise Failed(f"no schedule {name!r} in queue {queue!r}")
 
 
+@cli.command(epilog=EPILOG)
+@click.option("--queue", "-q", help="Only this queue (its partitions summed); default: all.")
+@click.option("--minutes", "-m", type=click.IntRange(1, None), default=60, show_default=True,
+              help="How far back, the current minute included.")  # fmt: skip
+@click.option("--step", type=click.IntRange(1, None), default=1, show_default=True,
+              help="Minutes per row (60: hourly).")  # fmt: skip
+@json_option
+def stats(queue: str | None, minutes: int, step: int, as_json: bool) -> None:
+    """Per-minute history: enqueued, succeeded, failed, retried, cancelled, run-time p50/p95/p99
+    (kept DTQ_STATS_RETENTION_H hours in Redis). The table leaves out idle minutes; --json
+    lists every one."""
+    rows = _run(lambda a: a.stats(queue=queue, minutes=minutes, step=min(step, minutes)))
+
+    def human() -> None:
+        def secs(v: float | None) -> str:
+            return "-" if v is None else f"<={v:g}s"
+
+        counts = ("enqueued", "succeeded", "failed", "retried", "cancelled")
+        busy = [b for b in rows if any(b[c] for c in counts)]
+        _table([(_short_time(b["minute"]), *(b[c] for c in counts), secs(b["p50"]),
+                 secs(b["p95"]), secs(b["p99"])) for b in busy],
+               ["minute", *counts, "p50", "p95", "p99"])  # fmt: skip
+        if not busy:
+            _echo(f"no activity in the last {minutes} minutes")
+
+    _emit(rows, as_json, human)
+
+
 # --- dev, bench ------------------------------------------------------------------------------
 
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}

@@ -190,6 +190,7 @@ class _Base:
         # worker declare it?" holds (inf once warned: once per client); see _declared_steps.
         self._declared: dict[tuple[str, str], float] = {}
         self._redis_clock_ms: float | None = None  # Redis TIME - monotonic (a cluster's reads)
+        self._hist_ttl_s = settings.stats_retention_h * 3600  # (dtq.stats; 0: none)
 
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
@@ -301,8 +302,9 @@ class _Base:
         if until is None or until < time.monotonic():
             return None
         return sc.enqueue_one_call(
-            self.keys.prefix, queue, task, self.settings.events_maxlen, full=not self._compact
-        )
+            self.keys.prefix, queue, task, self.settings.events_maxlen, full=not self._compact,
+            hist_ttl_s=self._hist_ttl_s,
+        )  # fmt: skip
 
     @staticmethod
     def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
@@ -335,8 +337,9 @@ class _Base:
 
     def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
         return sc.enqueue_call(
-            self.keys.queue(queue), tasks, self.settings.events_maxlen, full=not self._compact
-        )
+            self.keys.queue(queue), tasks, self.settings.events_maxlen, full=not self._compact,
+            hist_ttl_s=self._hist_ttl_s,
+        )  # fmt: skip
 
     def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
         queue, tid = split_task_id(task_id)

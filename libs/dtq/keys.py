@@ -153,6 +153,17 @@ class QueueKeys:
         return f"{self.base}:stats"
 
     @property
+    def hist_base(self) -> str:
+        """The prefix of the history's hour keys ``<hist_base><hour>`` (dtq.stats)."""
+        return f"{self.base}:h:"
+
+    @property
+    def hist_enq_base(self) -> str:
+        """The prefix of the history's per-minute enqueue counters ``<hist_enq_base><minute>``
+        (dtq.stats)."""
+        return f"{self.base}:he:"
+
+    @property
     def paused(self) -> str:
         return f"{self.base}:paused"
 
@@ -373,6 +384,10 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
         KeyDoc(qk.dlq, "zset", "tid → failure time (ms): the dead-letter queue"),
         KeyDoc(qk.idem("<key>"), "string", "idempotency key → tid"),
         KeyDoc(qk.stats, "hash", "counters: `absorbed` duplicates, `stale_writes` rejected, ..."),
+        KeyDoc(qk.hist_base + "<hour>", "string",
+               "history: per minute of the hour, 16 u32 counters (`dtq.stats`)"),
+        KeyDoc(qk.hist_enq_base + "<minute>", "string",
+               "history: tasks enqueued in that minute, an integer (`dtq.stats`)"),
         KeyDoc(qk.paused, "string", "exists while the queue is paused"),
         KeyDoc(qk.events, "stream", "capped lifecycle events (`DTQ_EVENTS_MAXLEN`)"),
         KeyDoc(qk.done_channel("<tid>"), "pub/sub channel",

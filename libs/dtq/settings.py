@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream, in entries (one entry holds the
     events of one claim, completion or bulk enqueue); 0 disables events."""
+    stats_retention_h: int = Field(168, ge=0, le=24 * 366)
+    """Hours of history kept: per-minute counts per queue (enqueued, succeeded, failed, retried,
+    cancelled, run-time percentiles) that ``GET /api/v1/stats``, ``dtq stats`` and the dashboard
+    read; about 100 KB per queue per day at most (docs/operations.md, "History"). 0 keeps
+    none."""
     dlq_max: int = Field(100_000, ge=0)
     """Most dead letters kept per queue (the oldest are pruned first); 0 means no cap."""
     retention_interval_s: float = Field(60.0, gt=0)

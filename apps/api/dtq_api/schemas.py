@@ -294,5 +294,18 @@ class Throughput(BaseModel):
     series: dict[str, list[int]]
 
 
+class StatsBucket(BaseModel):
+    minute: str
+    enqueued: int
+    succeeded: int
+    failed: int
+    retried: int
+    cancelled: int
+    runs: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
 class Health(BaseModel):
     status: str

@@ -19,6 +19,7 @@ from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
 from dtq.partitions import logical
 from dtq.progress import ProgressWriter
 from dtq.retrypolicy import TaskTimeout, failure_item, result_item
+from dtq.stats import bucket_of
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Hooked, Run, StopReason
 
@@ -234,7 +235,8 @@ class Executor:
         self.slots.release(run)
         try:
             verdict = await self.outcomes.write(
-                Outcome(c.queue, item), lambda: run.stop_reason is not StopReason.CLAIM_LOST
+                Outcome(c.queue, item, bucket=bucket_of(time.monotonic() - run.started_mono)),
+                lambda: run.stop_reason is not StopReason.CLAIM_LOST,
             )
         except BaseException:
             if self.mw is not None:  # every hooked run hears its end (spans are not left open)

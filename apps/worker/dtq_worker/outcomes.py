@@ -15,6 +15,7 @@ from dtq_worker.batcher import Batcher
 from dtq_worker.faults import Backoff, is_transient
 
 if TYPE_CHECKING:
+    from dtq.settings import Settings
     from dtq_worker.env import WorkerEnv
     from dtq_worker.recovery import Recovery
     from dtq_worker.slots import Slots
@@ -38,6 +39,7 @@ class Outcome:
     # The run's slot is reserved for the claim this outcome's write makes (see _can_refill): held
     # from the moment the body ended, so the poll loop does not take it meanwhile.
     held: bool = False
+    bucket: int | str = ""  # the run's run-time bucket for the history (dtq.stats.bucket_of)
 
 
 class OutcomeWriter:
@@ -139,12 +141,12 @@ class OutcomeWriter:
                         self.slots.unreserve(queue, held, wake=True)  # the poll loop takes them
                     call = sc.complete_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                        s.events_maxlen, s.result_ttl_s, claim, s.fair,
+                        s.events_maxlen, s.result_ttl_s, claim, s.fair, _hist(s, batch, idx),
                     )  # fmt: skip
                 else:
                     call = sc.fail_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                        s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s),
+                        s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s), _hist(s, batch, idx),
                     )  # fmt: skip
                 calls.append(call)
                 order.append((kind, idx))
@@ -180,3 +182,10 @@ class OutcomeWriter:
                 for i, v in zip(idx, sc.parse_verdicts(raw), strict=True):
                     verdicts[i] = v
         return verdicts
+
+
+def _hist(s: Settings, batch: Sequence[Outcome], idx: list[int]) -> sc.History | None:
+    """The history part of one outcome call (dtq.stats): counted in the same call."""
+    if not s.stats_retention_h:
+        return None
+    return sc.History(s.stats_retention_h * 3600, [batch[i].bucket for i in idx])

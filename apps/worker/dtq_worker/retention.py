@@ -11,6 +11,8 @@ loop, removes the rest:
   that hold no pending entries;
 - registered queue names (``P:queues``) whose queue held nothing on two passes in a row and that
   no live worker consumes;
+- the history's per-minute enqueue counters of the last hour but the current minute (and the
+  one before, for clocks a little apart), folded into their hour strings (dtq.stats);
 - via a SCAN cursor kept between passes: idempotency keys left without a TTL whose task is gone,
   finished records without a TTL, and concurrency-limit queues whose runs vanished.
 """
@@ -36,6 +38,7 @@ log = logging.getLogger("dtq.retention")
 DLQ_BATCH = 1000  # dead letters looked at per queue per pass
 SCAN_CALLS = 20  # SCAN calls per pass
 SCAN_COUNT = 1000
+HIST_FOLD_MINUTES = 60  # minutes of enqueue counters each pass folds (dtq.stats)
 _STREAM = re.compile(r"p[0-9]")
 
 
@@ -49,6 +52,7 @@ class RetentionReport:
     parked_released: int = 0
     queues_forgotten: int = 0
     queues_registered: int = 0
+    hist_folded: int = 0
     scan_done: bool = False
     queues: list[str] = field(default_factory=list)
 
@@ -95,6 +99,11 @@ class Retention:
             rep.dlq_removed += sc.parse_retention_dlq(await env.scripts.run(call)).removed
             if s.events_maxlen > 0:
                 await env.redis.xtrim(qk.events, maxlen=s.events_maxlen, approximate=True)
+            if s.stats_retention_h:
+                now_m = int(time.time()) // 60
+                minutes = range(now_m - HIST_FOLD_MINUTES - 1, now_m - 1)
+                call = sc.hist_fold_call(qk, minutes, s.stats_retention_h * 3600)
+                rep.hist_folded += int(await env.scripts.run(call))
         rep.workers_removed = await self.prune_workers()
         rep.consumers_removed = await self.prune_consumers(queues)
         rep.queues_forgotten = await self.forget_queues(queues)

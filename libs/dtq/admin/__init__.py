@@ -21,8 +21,8 @@ Costs worth knowing:
 
 The package splits :class:`Admin` by concern; each part is a mixin over :class:`AdminCore`
 (``core.py``: connection, script runner, queue registry): ``queues.py``, ``tasks.py``,
-``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``. ``views.py`` holds what they
-answer, ``common.py`` the bounds, errors and checks.
+``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``, ``history.py``. ``views.py``
+holds what they answer, ``common.py`` the bounds, errors and checks.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from dtq.admin.common import (
 from dtq.admin.core import AdminCore
 from dtq.admin.deadletters import DeadLetterOps
 from dtq.admin.events import EventOps
+from dtq.admin.history import HistoryOps
 from dtq.admin.queues import QueueOps
 from dtq.admin.schedules import ScheduleOps
 from dtq.admin.tasks import TaskOps
@@ -92,5 +93,5 @@ __all__ = [
 ]
 
 
-class Admin(QueueOps, TaskOps, DeadLetterOps, WorkerOps, ScheduleOps, EventOps):
+class Admin(QueueOps, TaskOps, DeadLetterOps, WorkerOps, ScheduleOps, EventOps, HistoryOps):
     """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""

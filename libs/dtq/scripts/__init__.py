@@ -16,7 +16,8 @@ list), so the sync client, the async client, the admin and the worker share them
 ``flows``                 flow_enqueue, flow_put, flow_apply, flow_cancel, flow_tomb
 ``schedules``             schedule_put, schedule_fire
 ``progress``              progress
-``retention``             retention_dlq, retention_consumers, retention_queue, retention_keys
+``retention``             retention_dlq, retention_consumers, retention_queue, retention_keys,
+                          retention_hist
 ``locks``                 lock, unlock, swap
 ``limits``                limit_sweep
 ========================  ==============================================================
@@ -81,6 +82,7 @@ from dtq.scripts.outcomes import (
     Claimed,
     ClaimSentinel,
     Failure,
+    History,
     RunRef,
     Success,
     Verdict,
@@ -114,6 +116,7 @@ from dtq.scripts.retention import (
     KeysSwept,
     QueueState,
     consumer_prune_call,
+    hist_fold_call,
     parse_consumer_prune,
     parse_queue_state,
     parse_retention_dlq,
@@ -205,6 +208,7 @@ __all__ = [
     "FlowCancelled",
     "FlowEnqueued",
     "FlowStatus",
+    "History",
     "KeysSwept",
     "Lock",
     "NewTask",
@@ -241,6 +245,7 @@ __all__ = [
     "flow_tomb_call",
     "helpers_for",
     "hiredis_packing",
+    "hist_fold_call",
     "limit_sweep_call",
     "lock_call",
     "new_nonce",

@@ -3,6 +3,7 @@ enqueue answered (:class:`Enqueued`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,40 +46,65 @@ class Enqueued:
 
 
 def enqueue_call(
-    qk: QueueKeys, tasks: Sequence[NewTask], events_maxlen: int, *, full: bool = False
+    qk: QueueKeys,
+    tasks: Sequence[NewTask],
+    events_maxlen: int,
+    *,
+    full: bool = False,
+    hist_ttl_s: int = 0,
 ) -> Call:
     """``full``: write every record field, defaults too (a keyspace at schema 1, whose older
-    workers read them: dtq.schema)."""
+    workers read them: dtq.schema). ``hist_ttl_s``: the history's retention (0: the tasks
+    made are not counted, dtq.stats; else in this minute's counter, by this process's clock)."""
     if len(tasks) == 1:
-        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen, full=full)
+        return enqueue_one_call(
+            qk.prefix, qk.queue, tasks[0], events_maxlen, full=full, hist_ttl_s=hist_ttl_s
+        )
     n = -len(tasks) if full else len(tasks)
-    args: list[Any] = [events_maxlen, n]
+    head, streams = _enqueue_keys(qk.prefix, qk.queue)
+    hk, ha = _hist(head[4], hist_ttl_s)
+    args: list[Any] = [events_maxlen, n, ha]
     for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
         if _has_options(t):
-            args = [events_maxlen, n]
+            args = [events_maxlen, n, ha]
             for t in tasks:
                 args += _task_args(t)
             break
         args += (t.tid, t.name, t.args, t.priority, t.maxr_arg() if t.unset else t.max_retries)
-    head, streams = _enqueue_keys(qk.prefix, qk.queue)
     # Only the bands used: enqueue.lua finds each stream by its last character.
-    return Call("enqueue", [*head, *(streams[p] for p in {t.priority for t in tasks})], args)
+    bands = (streams[p] for p in {t.priority for t in tasks})
+    return Call("enqueue", [*head[:4], hk, *bands], args)
 
 
 def enqueue_one_call(
-    prefix: str, queue: str, t: NewTask, events_maxlen: int, *, full: bool = False
+    prefix: str,
+    queue: str,
+    t: NewTask,
+    events_maxlen: int,
+    *,
+    full: bool = False,
+    hist_ttl_s: int = 0,
 ) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
     without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
     n = -1 if full else 1
+    hk, ha = _hist(head[4], hist_ttl_s)
     if _has_options(t):
-        args = [events_maxlen, n, *_task_args(t)]
+        args = [events_maxlen, n, ha, *_task_args(t)]
     else:
         mr = t.maxr_arg() if t.unset else t.max_retries
-        args = [events_maxlen, n, t.tid, t.name, t.args, t.priority, mr]
-    return Call("enqueue", [*head, streams[t.priority]], args)
+        args = [events_maxlen, n, ha, t.tid, t.name, t.args, t.priority, mr]
+    return Call("enqueue", [*head[:4], hk, streams[t.priority]], args)
+
+
+def _hist(base: str, ttl_s: int) -> tuple[str, int]:
+    """enqueue.lua's history key and argument: this minute's enqueue counter (this process's
+    clock) and its TTL, the retention and the minute; ``base`` and 0 count nothing."""
+    if not ttl_s:
+        return base, 0
+    return f"{base}{int(time.time()) // 60}", ttl_s + 60
 
 
 def _has_options(t: NewTask) -> bool:
@@ -104,7 +130,8 @@ def _task_args(t: NewTask) -> list[Any]:
 def _enqueue_keys(prefix: str, queue: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """enqueue.lua's fixed keys, and the stream of each band indexed by priority."""
     qk = QueueKeys(prefix, queue)
-    return (qk.sched, qk.events, qk.task_base, qk.idem_base), tuple(map(qk.stream, range(10)))
+    head = (qk.sched, qk.events, qk.task_base, qk.idem_base, qk.hist_enq_base)
+    return head, tuple(map(qk.stream, range(10)))
 
 
 def parse_enqueue(raw: list[Any]) -> list[Enqueued]:

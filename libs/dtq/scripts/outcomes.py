@@ -148,6 +148,15 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class History:
+    """What an outcome call adds to the history (dtq.stats): its retention, and per outcome
+    (in order) its run's run-time bucket (``dtq.stats.bucket_of``; "" when not counted)."""
+
+    ttl_s: int
+    buckets: Sequence[int | str]
+
+
+@dataclass(frozen=True, slots=True)
 class Success:
     tid: str
     eid: str
@@ -173,8 +182,10 @@ def complete_call(
     ttl_s: int,
     claim: int = 0,
     fair: bool = False,
+    hist: History | None = None,
 ) -> Call:
-    """Store ``outcomes``; then, when ``claim`` > 0, claim up to that many runs (as claim.lua)."""
+    """Store ``outcomes``; then, when ``claim`` > 0, claim up to that many runs (as claim.lua).
+    With ``hist``, the stored ones are counted in the history (dtq.stats)."""
     args: list[Any] = [
         GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes), claim,
         1 if fair else 0,
@@ -182,7 +193,11 @@ def complete_call(
     for o in outcomes:
         prio = o.priority if o.flags and o.priority >= 0 else ""
         args += [o.tid, o.eid, o.attempt, o.status, o.payload, prio, o.flags if prio != "" else ""]
-    return Call("complete", list(_claim_keys(qk)), args)
+    if hist is None:
+        return Call("complete", list(_claim_keys(qk)), args)
+    args.append(hist.ttl_s)
+    args += hist.buckets
+    return Call("complete", [*_claim_keys(qk), qk.hist_base], args)
 
 
 def parse_complete(raw: list[Any]) -> list[bool]:
@@ -208,20 +223,27 @@ class Failure:
 
 
 def fail_call(
-    qk: QueueKeys, worker_id: str, failures: Sequence[Failure], events_maxlen: int, ttl_s: int
+    qk: QueueKeys,
+    worker_id: str,
+    failures: Sequence[Failure],
+    events_maxlen: int,
+    ttl_s: int,
+    hist: History | None = None,
 ) -> Call:
+    """Store ``failures``; with ``hist``, the stored ones are counted in the history."""
     args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(failures)]
     for f in failures:
         args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
     args += [f.traceback for f in failures]  # the optional trailing block
-    return Call(
-        "fail",
-        [
-            *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base, qk.flow_base, qk.flowq,
-        ],
-        args,
-    )  # fmt: skip
+    keys = [
+        *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
+        qk.lim_base, qk.flow_base, qk.flowq,
+    ]  # fmt: skip
+    if hist is not None:  # the history block, after the tracebacks
+        args.append(hist.ttl_s)
+        args += hist.buckets
+        keys.append(qk.hist_base)
+    return Call("fail", keys, args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The retention pass's wrappers (the worker's dtq_worker.retention runs them):
-retention_dlq.lua, retention_consumers.lua, retention_queue.lua and retention_keys.lua."""
+retention_dlq.lua, retention_consumers.lua, retention_queue.lua, retention_keys.lua and
+retention_hist.lua."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from dtq.keys import GROUP, QueueKeys
 from dtq.scripts.runner import Call
+from dtq.stats import SLOTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +75,16 @@ def retention_keys_call(qk: QueueKeys, keys: Sequence[str], ttl_s: int) -> Call:
 
 def parse_retention_keys(raw: list[Any]) -> KeysSwept:
     return KeysSwept(int(raw[0]), int(raw[1]))
+
+
+def hist_fold_call(qk: QueueKeys, minutes: Sequence[int], ttl_s: int) -> Call:
+    """Fold the queue's enqueue counters of ``minutes`` (minutes since the epoch) into its hour
+    strings (lua/retention_hist.lua; dtq.stats), each hour string kept ``ttl_s`` after its hour
+    ends; the reply is the number folded."""
+    hours = sorted({m // 60 for m in minutes})
+    at = {h: len(minutes) + 1 + i for i, h in enumerate(hours)}  # KEYS index (1-based)
+    keys = [f"{qk.hist_enq_base}{m}" for m in minutes] + [f"{qk.hist_base}{h}" for h in hours]
+    args: list[Any] = [len(minutes), *(at[m // 60] for m in minutes)]
+    args += [f"#{m % 60 * SLOTS}" for m in minutes]
+    args += [(h + 1) * 3600 + ttl_s for h in hours]
+    return Call("retention_hist", keys, args)

@@ -3,7 +3,8 @@
 
 const state = {
   token: sessionStorage.getItem("dtq-token") || "",
-  tp: null,          // throughput buckets {start, bucket_s, buckets, series}
+  tp: null,          // throughput buckets {start, bucket_s, buckets, series}: the history's
+  range: "hour",     // the charts' span: a key of RANGES
   events: [],        // recent events, newest first
   sse: null,         // AbortController of the event stream
   refreshTimer: null,
@@ -252,6 +253,18 @@ function lineChart(series, colors, opts = {}) {
   return svg + "</svg>";
 }
 
+// The charts' spans: [minutes, minutes per bucket] of GET /api/v1/stats (the history kept in
+// Redis, so the charts survive restarts of the API, the workers and the browser).
+const RANGES = { hour: [60, 1], day: [1440, 15], week: [10080, 60] };
+
+async function loadHistory() {
+  const [minutes, step] = RANGES[state.range];
+  const rows = await api(`/stats?minutes=${minutes}&step=${step}`);
+  const series = {};
+  for (const k of ["succeeded", "failed", "retried", "enqueued", "p95"]) series[k] = rows.map((r) => r[k] ?? 0);
+  state.tp = { start: rows.length ? rows[0].minute : new Date().toISOString(), bucket_s: step * 60, buckets: rows.map((r) => r.minute), series };
+}
+
 function charts() {
   const tp = state.tp;
   if (!tp) return "";
@@ -261,13 +274,18 @@ function charts() {
     return total ? (bad[i] + retried[i]) / total : 0;
   });
   const per = (xs) => xs.map((v) => v / tp.bucket_s);
-  return `<div class="charts">
-    <div class="chart" data-testid="throughput-chart"><h3>Throughput (runs/s, ${tp.bucket_s}s buckets)</h3>
+  const range = Object.keys(RANGES).map((r) => `<button data-act="range" data-range="${r}" class="${r === state.range ? "primary" : ""}">last ${r}</button>`).join(" ");
+  return `<div class="range" data-testid="chart-range">${range}</div>
+  <div class="charts">
+    <div class="chart" data-testid="throughput-chart"><h3>Throughput (runs/s, ${tp.bucket_s / 60} min buckets)</h3>
       ${lineChart([per(ok), per(bad), per(retried)], ["#1a8f4c", "#c93434", "#b7791f"], { fmt: (v) => v.toFixed(1), times: tp.buckets, label: "throughput" })}
       <div class="legend"><span style="color:#1a8f4c">■ succeeded</span><span style="color:#c93434">■ failed</span><span style="color:#b7791f">■ retried</span></div></div>
     <div class="chart" data-testid="failure-chart"><h3>Failure rate (failed + retried / finished)</h3>
       ${lineChart([rate], ["#c93434"], { max: 1, fmt: (v) => (v * 100).toFixed(0) + "%", times: tp.buckets, label: "failure rate" })}
       <div class="legend"><span style="color:#c93434">■ failure rate</span></div></div>
+    <div class="chart" data-testid="runtime-chart"><h3>Run time p95 (s, at most)</h3>
+      ${lineChart([tp.series.p95], ["#3559b7"], { fmt: (v) => v.toPrecision(2), times: tp.buckets, label: "run time p95" })}
+      <div class="legend"><span style="color:#3559b7">■ p95</span></div></div>
   </div>`;
 }
 
@@ -310,7 +328,7 @@ const views = {
   async overview(quiet) {
     const [qs, ws, recent] = await Promise.all([api("/queues"), api("/workers"), api("/tasks?limit=200")]);
     remember(recent.items); remember(recent.running);
-    if (!state.tp || !quiet) state.tp = await api("/stats/throughput?window_s=900&bucket_s=15");
+    if (!state.tp || !quiet) await loadHistory();
     const sum = (k) => qs.items.reduce((a, q) => a + q[k], 0);
     const live = ws.items.filter((w) => w.live).length;
     const card = (n, l, id) => `<div class="card" data-testid="${id}"><div class="num">${n}</div><div class="lbl">${l}</div></div>`;
@@ -561,6 +579,7 @@ document.addEventListener("click", (ev) => {
       "run-schedule": () => act(`Ran ${srow.dataset.schedule} now`, () => api(sched + "/run", { method: "POST" })),
       "disable-schedule": () => act(`Disabled ${srow.dataset.schedule}`, () => api(sched + "/disable", { method: "POST" })),
       "enable-schedule": () => act(`Enabled ${srow.dataset.schedule}`, () => api(sched + "/enable", { method: "POST" })),
+      range: () => { state.range = btn.dataset.range; state.tp = null; render(); },
     };
     ev.preventDefault();
     if (handlers[act_]) handlers[act_]();
