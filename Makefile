@@ -29,7 +29,7 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 install: $(STAMP)
 	@echo "dtq is installed in $(VENV): run 'source $(VENV)/bin/activate' to put dtq, dtq-worker and dtq-api on your PATH (or call $(BIN)/dtq ...)"
 
-lint: install
+lint: install $(DOCS_STAMP)  # (mypy checks docs/hooks against mkdocs)
 	$(BIN)/ruff check libs apps tests docs/examples docs/hooks bench/dtq_bench tools
 	$(BIN)/ruff format --check libs apps tests docs/examples docs/hooks bench/dtq_bench tools
 	$(BIN)/mypy
