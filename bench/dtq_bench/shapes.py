@@ -53,10 +53,11 @@ def burn_down(srv: BenchRedis, n: int, n_pickup: int, log_level: str) -> Result:
     them from its start to the last completion; then pickup latency with the queue empty."""
     b = DtqBench(srv, log_level=log_level, timeout=max(600.0, n / 500))
     res = b.throughput(n)
+    # Before the pickup run, whose flush resets the stats (aof_rewrites).
     aof = aof_bytes(srv)
-    pick = b.pickup_latency(n_pickup)
     with srv.client() as c:
         persistence = c.info("persistence")
+    pick = b.pickup_latency(n_pickup)
     res |= {
         "aof": "everysec" if persistence.get("aof_enabled") else "off",
         "aof_bytes_per_task": round(aof / n, 1) if aof else None,
