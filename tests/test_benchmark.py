@@ -73,7 +73,7 @@ def test_quick_suite_runs_every_workload_and_writes_results(tmp_path: Path) -> N
     assert main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     med = data["medians"]
-    assert set(med) == {"A", "A2", "B", "C", "D", "E", "F", "G", "W"}
+    assert set(med) == {"A", "A2", "A100", "B", "C", "D", "E", "F", "G", "W"}
     assert med["A"]["dtq"]["tasks_per_s"] > 0
     assert med["A2"]["dtq"]["procs"] == 2
     assert med["B"]["dtq"]["single_per_s"] > 0 and med["B"]["dtq"]["bulk_per_s"] > 0

@@ -28,8 +28,24 @@ METRICS: list[tuple[str, str, str, bool]] = [
         "--processes 2, taskiq --workers 2, ...)",
         True,
     ),
-    ("B", "single_per_s", "enqueues/s one by one", True),
-    ("B", "bulk_per_s", "enqueues/s with the library's bulk call", True),
+    (
+        "A100",
+        "tasks_per_s",
+        "no-op tasks/s, 1 worker process, concurrency 100 (BullMQ's 'processing at "
+        "concurrency 100')",
+        True,
+    ),
+    ("A100", "steady_tasks_per_s", "the same, from the first completion", True),
+    (
+        "P",
+        "tasks_per_s",
+        "20,000 queued no-op tasks, 10 worker processes (each library's default concurrency; "
+        "rq worker-pool -n 10)",
+        True,
+    ),
+    ("P", "seconds", "the same: seconds from the workers' start to the last completion", False),
+    ("B", "single_per_s", "enqueues/s one by one (BullMQ's 'single add')", True),
+    ("B", "bulk_per_s", "enqueues/s with the library's bulk call (BullMQ's 'bulk add')", True),
     ("C", "p50_ms", "pickup latency p50 (ms)", False),
     ("C", "p95_ms", "pickup latency p95 (ms)", False),
     ("C", "p99_ms", "pickup latency p99 (ms)", False),
@@ -223,6 +239,35 @@ def _runs(v: Any) -> str:
     return "; ".join(", ".join(_fmt(x) for x in rep) for rep in reps)
 
 
+def _burn_down(m: dict[str, Rec]) -> list[str]:
+    """M: the burn-down rows (no persistence / AOF everysec) side by side."""
+    cols = (
+        ("tasks_per_s", "tasks/s"),
+        ("steady_tasks_per_s", "steady tasks/s"),
+        ("worker_cpu_us_per_task", "worker CPU µs/task"),
+        ("redis_cpu_us_per_task", "Redis CPU µs/task"),
+        ("p50_ms", "pickup p50 ms"),
+        ("p99_ms", "pickup p99 ms"),
+        ("aof_bytes_per_task", "AOF bytes/task"),
+    )
+    n = next((r.get("n") for r in m.values() if isinstance(r.get("n"), int | float)), None)
+    lines = [
+        f"## M: burn-down of {int(n or 0):,} queued no-op tasks, 1 worker process x 32 (dtq)",
+        "",
+        "Prefilled in bulk, timed from the worker's start to the last completion; then pickup "
+        "latency (C's tasks 5 ms apart) with the queue empty, on the same server.",
+        "",
+        "| redis-server | " + " | ".join(h for _, h in cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
+    for row, rec in m.items():
+        if rec.get("errors"):
+            lines.append(f"| {row} | error: {'; '.join(rec['errors'])[:120]} |")
+            continue
+        lines.append(f"| {row} | " + " | ".join(_fmt(rec.get(k)) for k, _ in cols) + " |")
+    return [*lines, ""]
+
+
 def markdown(data: Rec) -> str:
     med: dict[str, dict[str, Rec]] = data["medians"]
     meta = data["meta"]
@@ -266,7 +311,7 @@ def markdown(data: Rec) -> str:
             else:
                 val = "no such call" if metric == "bulk_per_s" else "-"
             setting = str(rec.get("setting", ""))[:70]
-            if isinstance(rec.get("n"), int | float) and w in ("A", "A2", "D"):
+            if isinstance(rec.get("n"), int | float) and w in ("A", "A2", "A100", "P", "D"):
                 setting += f" (n={int(rec['n']):,})"
             lines.append(f"| {lib} | {setting} | {val} | {rng_s} | {ratio} |")
         lines.append("")
@@ -289,6 +334,8 @@ def markdown(data: Rec) -> str:
                 f"{_runs(rec.get('runs_steady_tasks_per_s'))} |"
             )
         lines.append("")
+    if med.get("M"):
+        lines += _burn_down(med["M"])
     f = med.get("F", {}).get(DTQ)
     if f:
         lines += ["## F: resources (dtq)", "", "| measure | value |", "|---|---:|"]

@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq_bench import ceiling, flowcost, report
+from dtq_bench import ceiling, flowcost, report, shapes
 from dtq_bench.peers import LIBS, VARIANTS, Peers, repo_root
 from dtq_bench.scale import ROWS, ScaleBench
 from dtq_bench.server import BenchRedis
 from dtq_bench.workloads import DtqBench
 
-ALL = "ABCDEFGSW"
+ALL = "ABCDEFGSWMP"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dtq bench",
         description="Benchmark dtq against its peers on a private redis-server "
         "(workloads A-G, see docs/performance.md; S: scale, Redis CPU per task, worker "
-        "processes and cluster shards; W: workflow cost, docs/workflows.md).",
+        "processes and cluster shards; W: workflow cost, docs/workflows.md; M: burn-down of "
+        "1M queued tasks, with and without AOF; P: 20,000 tasks, 10 worker processes).",
     )
     p.add_argument(
         "--quick",
@@ -45,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="shrink every size (10x fewer tasks, backlogs 1k/10k, 1 repetition)",
     )
     p.add_argument("--reps", type=int, help="repetitions per measurement (default 3; 1 if --quick)")
-    p.add_argument("--workloads", default=ALL, help="which of A-G, S and W to run (default: all)")
+    p.add_argument(
+        "--workloads", default=ALL, help="which of A-G, S, W, M and P to run (default: all)"
+    )
     p.add_argument(
         "--peers",
         default="all",
@@ -75,11 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-g", type=int, help="G: tasks per ceiling loop (default 50000)")
     p.add_argument("--n-w", type=int, help="W: tasks per workflow-cost scenario (default 4000)")
     p.add_argument("--n-s", type=int, help="S: tasks per scale row (default 20000)")
+    p.add_argument("--n-m", type=int, help="M: tasks of the burn-down (default 1000000)")
+    p.add_argument("--n-p", type=int, help="P: tasks for 10 worker processes (default 20000)")
     p.add_argument(
         "--peer-n",
         default="rq:A=4000,rq:D=1000",
         help="smaller task counts for slow peers, LIB:WORKLOAD=N,... (default rq:A=4000,rq:D=1000:"
-        " rq runs about 200 tasks/s here, so 20,000 would take minutes per run); 'none' for none",
+        " rq runs about 200 tasks/s here, so 20,000 would take minutes per run; A's cap holds for"
+        " the rows run as A: A2, A100, P, unless given as rq:P=N); 'none' for none",
     )
     p.add_argument(
         "--log-level",
@@ -108,6 +114,8 @@ def _sizes(args: argparse.Namespace) -> dict[str, Any]:
         "G": pick(args.n_g, 50_000, 5_000),
         "W": pick(args.n_w, 4_000, 500),
         "S": pick(args.n_s, 20_000, 2_000),
+        "M": pick(args.n_m, 1_000_000, 100_000),
+        "P": pick(args.n_p, 20_000, 2_000),
         "reps": args.reps or (1 if q else 3),
     }
 
@@ -219,8 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta["peer_n"] = {f"{k[0]}:{k[1]}": v for k, v in caps.items()}
 
         def peer(w: str, lib: str, key: str | None = None, **opts: Any) -> None:
-            if (lib, w) in caps:
-                opts["n"] = min(int(opts.get("n") or caps[(lib, w)]), caps[(lib, w)])
+            # A cap by the row's own key (rq:P=...) before the workload's (rq:A=...).
+            cap = caps.get((lib, key or w), caps.get((lib, w)))
+            if cap is not None:
+                opts["n"] = min(int(opts.get("n") or cap), cap)
             srv.flush()
             row = f"{lib}:{opts['variant']}" if opts.get("variant") else lib
             record(key or w, row, peers.run(lib, w, srv.url, args.peer_timeout, **opts))
@@ -266,6 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     peer("A", lib, n=sz["A"], concurrency=32, procs=1)
                     peer("A", lib, key="A2", n=sz["A"], concurrency=32, procs=2)
                 variants("A", n=sz["A"], concurrency=32, procs=1)
+                # BullMQ's "processing at concurrency 100": one process at 100.
+                record("A100", "dtq", guard(lambda: b.throughput(sz["A"], concurrency=100)))
+                for lib in libs:
+                    if lib not in shapes.A100_SKIP:
+                        peer("A", lib, key="A100", n=sz["A"], concurrency=100, procs=1)
             if "B" in wanted:
                 record("B", "dtq", guard(lambda: b.enqueue_rate(sz["B"])))
                 for lib in libs:
@@ -286,6 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record("S", row, guard(lambda: scale.row(row, sz["S"])))  # noqa: B023
             elif "S" in wanted:
                 record("S", "cost", {"error": scale_error})
+            if "P" in wanted:
+                record("P", "dtq", guard(lambda: shapes.ten_workers(b, sz["P"])))
+                for lib in libs:
+                    procs, conc = shapes.PEER_P[lib]
+                    peer("A", lib, key="P", n=sz["P"], concurrency=conc, procs=procs)
+            if "M" in wanted:
+                for row, res in shapes.burn_down_rows(srv, sz["M"], sz["C"], args.log_level):
+                    record("M", row, res)
             if "W" in wanted:
                 srv.flush()
                 record("W", "dtq", guard(lambda: flowcost.flow_cost(srv.url, sz["W"])))
