@@ -36,7 +36,7 @@ from redis.sentinel import Sentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
 from dtq.errors import EvictingRedis
-from dtq.eviction import check_pool, checking
+from dtq.eviction import check_connection, check_pool, checking
 from dtq.inflight import AsyncInFlight, SyncInFlight, no_cap
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -332,9 +332,8 @@ def sync_redis(
     kwargs = _with_retries(kwargs, retries, Retry)
     if is_cluster_url(url):
         c = parse_cluster_url(url)
-        if check_eviction:
-            base = redis.SSLConnection if c.ssl else redis.Connection
-            kwargs = {**kwargs, "connection_class": checking(base)}
+        if check_eviction:  # (a connection class is not passed through by every redis-py 8)
+            kwargs = {**kwargs, "redis_connect_func": check_connection}
         nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
         cluster = _SyncCluster(
             startup_nodes=nodes, wait_for_connection=wait_for_connection,

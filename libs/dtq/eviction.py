@@ -115,21 +115,26 @@ def _refuse(policy: str | None) -> None:
         raise EvictingRedis(why)
 
 
+def check_connection(conn: Any) -> None:
+    """Read a new blocking connection's server policy (after AUTH and SELECT); refuse
+    allkeys-*. Also a sync Redis Cluster's ``redis_connect_func`` (called after its own)."""
+    for args, parse in ((_CONFIG, _from_config), (_INFO, _from_info)):
+        try:
+            conn.send_command(*args, check_health=False)
+            policy = parse(conn.read_response())
+        except redis_exceptions.ResponseError:  # refused or renamed: the next one may tell
+            continue
+        if policy:
+            _refuse(policy)
+            return
+
+
 class _SyncCheck:
     """Connection mixin (blocking): after AUTH and SELECT, read the policy; refuse allkeys-*."""
 
     def on_connect_check_health(self, check_health: bool = True) -> None:
         super().on_connect_check_health(check_health)  # type: ignore[misc]
-        conn: Any = self
-        for args, parse in ((_CONFIG, _from_config), (_INFO, _from_info)):
-            try:
-                conn.send_command(*args, check_health=False)
-                policy = parse(conn.read_response())
-            except redis_exceptions.ResponseError:  # refused or renamed: the next one may tell
-                continue
-            if policy:
-                _refuse(policy)
-                return
+        check_connection(self)
 
 
 class _AsyncCheck:
