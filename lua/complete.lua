@@ -187,13 +187,7 @@ for _, st in ipairs({'succeeded', 'cancelled'}) do  -- (a fixed order, not the t
   if e then emit_batch(KEYS[12], maxlen, st, e[1], e[2], worker) end
 end
 for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
-if hist_ttl then
-  local slots, counts = {}, {}
-  for sl = 1, HIST_SLOTS - 1 do  -- (in slot order, not the table's)
-    if hist[sl] then slots[#slots + 1] = sl; counts[#counts + 1] = hist[sl] end
-  end
-  hist_add(KEYS[22], hist_ttl, now, slots, counts)
-end
+if hist_ttl then hist_add(KEYS[22], hist_ttl, now, hist) end
 if claim_count > 0 then
   out[n + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
     done_prefix, ARGV[8] == '1', now, nows)

@@ -81,11 +81,5 @@ for i = 0, n - 1 do
     out[#out + 1] = 'stale'
   end
 end
-if hist_ttl then
-  local slots, counts = {}, {}
-  for sl = 1, HIST_SLOTS - 1 do  -- (in slot order, not the table's)
-    if hist[sl] then slots[#slots + 1] = sl; counts[#counts + 1] = hist[sl] end
-  end
-  hist_add(KEYS[20], hist_ttl, now, slots, counts)
-end
+if hist_ttl then hist_add(KEYS[20], hist_ttl, now, hist) end
 return out
