@@ -18,33 +18,20 @@ import redis
 from dtq import Client, Settings, chain, group, sig
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.keys import Keys, QueueKeys, split_task_id
+from dtq.keys import Keys, split_task_id
 from tests.apps.flows import app
-from tests.conftest import create_groups, running_worker, wait_until
-
-W = "w1"
+from tests.conftest import running_worker, wait_until
+from tests.test_workflow_scripts import (
+    claim,
+    complete,
+    qk_of,
+)
 
 
 @pytest.fixture
 def client(settings: Settings) -> Any:
     with Client(settings=settings) as c:
         yield c
-
-
-def qk_of(settings: Settings, queue: str) -> QueueKeys:
-    return Keys(settings.key_prefix).queue(queue)
-
-
-def claim(r: redis.Redis, settings: Settings, queue: str) -> list[sc.Claimed]:
-    qk = qk_of(settings, queue)
-    create_groups(r, qk)
-    return sc.parse_claim(queue, sc.SyncScripts(r).run(sc.claim_call(qk, W, 100, 100, 60))).runs
-
-
-def complete(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, result: Any) -> None:
-    qk = qk_of(settings, queue)
-    s = sc.Success(c.tid, c.eid, c.attempt, "succeeded", json.dumps(result))
-    assert sc.parse_complete(sc.SyncScripts(r).run(sc.complete_call(qk, W, [s], 100, 60)))[0]
 
 
 def outbox(r: redis.Redis, settings: Settings, queue: str) -> list[tuple[str, dict[str, str]]]:
@@ -87,10 +74,10 @@ def test_a_first_step_put_again_after_its_record_expired_does_not_start_again(
     [(_, put)] = outbox(r, settings, home)
     assert put["k"] == "put"
     [b] = claim(r, settings, "other")  # the client's own move created it
-    complete(r, settings, "other", b, 2)
+    assert complete(r, settings, "other", b, 2)
     move_notes(r, settings, "other")
     [a] = claim(r, settings, home)
-    complete(r, settings, home, a, 1)
+    assert complete(r, settings, home, a, 1)
     assert client.result(h.id, timeout=1) == [1, 2]
     expire_now(r, qk_of(settings, "other").task(b.tid), qk_of(settings, home).flow(ftid))
     assert sc.parse_created(move_put(r, settings, put)) is sc.Created.EXISTED
@@ -104,7 +91,7 @@ def test_a_retried_client_put_after_the_record_expired_creates_nothing(
     h = client.enqueue_workflow(group(sig("a"), sig("b", queue="other")))
     [(_, put)] = outbox(r, settings, split_task_id(h.id)[0])
     [b] = claim(r, settings, "other")
-    complete(r, settings, "other", b, 2)
+    assert complete(r, settings, "other", b, 2)
     expire_now(r, qk_of(settings, "other").task(b.tid))
     other = qk_of(settings, "other")
     again = sc.flow_put_call(other, put["spec"], put["args"], 100)
@@ -122,7 +109,7 @@ def test_a_cancelled_flows_put_moved_after_its_tombstone_expired_starts_nothing(
     h = client.enqueue_workflow(chain(sig("a"), sig("b", queue="other")))
     home, ftid = split_task_id(h.id)
     [a] = claim(r, settings, home)
-    complete(r, settings, home, a, 1)
+    assert complete(r, settings, home, a, 1)
     [(_, put)] = outbox(r, settings, home)
     assert put["k"] == "put"
     assert client.cancel(h.id) is True
@@ -147,13 +134,13 @@ async def test_a_put_whose_mover_died_before_its_xack_is_taken_over_after_the_tt
     c = Client(settings=s)
     h = c.enqueue_workflow(chain(sig("a"), sig("b", queue="other")))
     [a] = claim(r, s, "default")
-    complete(r, s, "default", a, 1)
+    assert complete(r, s, "default", a, 1)
     r.xgroup_create(home.flowq, "movers", id="0", mkstream=True)
     got: Any = r.xreadgroup("movers", "ghost", {home.flowq: ">"}, count=10)
     [(_, [(_, put)])] = got  # pending to "ghost", which moves it and dies before its XACK
     assert sc.parse_created(move_put(r, s, put)) is sc.Created.CREATED
     [b] = claim(r, s, "other")
-    complete(r, s, "other", b, 2)
+    assert complete(r, s, "other", b, 2)
     move_notes(r, s, "other")
     assert c.result(h.id, timeout=1) == 2
     c.close()
@@ -202,7 +189,7 @@ def test_a_put_moved_between_a_cancels_step_cancel_and_its_tombstone_is_cancelle
     run = sc.SyncScripts(r).run
     h = client.enqueue_workflow(chain(sig("a"), sig("b", queue="other")))
     [a] = claim(r, settings, "default")
-    complete(r, settings, "default", a, 1)
+    assert complete(r, settings, "default", a, 1)
     [(_, put)] = outbox(r, settings, "default")
     steps = client._cancel_steps(h.id, "stop")  # the cancel's calls, sent one by one here
     call = next(steps)  # flow_cancel.lua
