@@ -14,22 +14,23 @@
 --              every record gets all its fields, as older workers read them (else a field at
 --              its default is left out: _common.lua, DEF_MAXR)
 -- ARGV[3]      the counter's TTL (s), set when a call makes it; '0': not counted (history off)
--- ARGV[4..]    per task, 13 fields: 5 always given: tid, name, args(JSON), priority(0-9),
+-- ARGV[4..]    per task, 14 fields: 5 always given: tid, name, args(JSON), priority(0-9),
 --              max_retries (a number; or "~<letters><number>" when the enqueue left some of
 --              max_retries/timeout/expires to the worker's declaration: the letters, of "mte",
 --              are stored as the record's "dflt" (dtq/declared.py); the number is stored as
 --              maxr either way, dtq's default where "m" is among the letters, so a worker that
---              does not know "dflt" reads the record as before); then 8 options: kwargs(JSON or
+--              does not know "dflt" reads the record as before); then 9 options: kwargs(JSON or
 --              ''), timeout_s('' = none),
 --              delay_ms(0 = now), expires_ms(0 = never, relative to now), idempotency key
 --              ('' = none), meta(JSON or ''), limit ('' = none, else
 --              "concurrency|rate count|rate window ms|key", dtq/limits.py), headers (JSON
 --              object of strings set by middleware, e.g. a W3C traceparent, or ''; stored as
---              field hdr and handed to the worker in the claim reply).
+--              field hdr and handed to the worker in the claim reply), group ('' = none; its
+--              fair group, field grp: docs/groups.md).
 --              When no task of the call has an option, each sends its 5 fields only (the
 --              call has 3 + 5n arguments: a bulk enqueue of plain tasks sends 5 per task, not
---              13, and a single one 7, not 15; each argument costs Redis a Lua string).
---              Else the last task may stop after its 5 fields when its 8 options are empty.
+--              14, and a single one 7, not 16; each argument costs Redis a Lua string).
+--              Else the last task may stop after its 5 fields when its 9 options are empty.
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
 --              A task whose record exists already was made by this very call, sent before:
@@ -48,7 +49,7 @@ local maxlen = events_maxlen(ARGV[1])
 local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
 local full = n < 0  -- records with every field (a schema 1 keyspace)
 if full then n = -n end
-local F = 13  -- fields per task; 5 when no task of the call has options (see above)
+local F = 14  -- fields per task; 5 when no task of the call has options (see above)
 if #ARGV == 3 + 5 * n then F = 5 end
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[6], nil  -- the one band's stream; or band digit -> stream
@@ -83,7 +84,7 @@ local made = 0  -- tasks this call created: counted in the history at the end
 for i = 0, n - 1 do
   local o = 4 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
-  local opts = F == 13 and ARGV[o + 5] ~= nil  -- the 8 options were sent
+  local opts = F == 14 and ARGV[o + 5] ~= nil  -- the 9 options were sent
   local delay, idem = 0, ''
   if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
   local status, created = nil, 1
@@ -120,7 +121,7 @@ for i = 0, n - 1 do
     end
     if opts then
       local kwargs, timeout, expires = ARGV[o + 5], ARGV[o + 6], tonumber(ARGV[o + 8])
-      local meta, lim, hdr = ARGV[o + 10], ARGV[o + 11], ARGV[o + 12]
+      local meta, lim, hdr, grp = ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13]
       if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
       if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
       if expires > 0 then
@@ -129,6 +130,7 @@ for i = 0, n - 1 do
       end
       if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
       if hdr ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = hdr end
+      if grp and grp ~= '' then h[#h + 1] = 'grp'; h[#h + 1] = grp end
       if lim ~= '' then
         local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
         for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end

@@ -85,8 +85,8 @@ def test_enqueue_refuses_a_call_without_the_stream_of_a_tasks_band(
 def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
-    """A task without options is sent as 5 fields, not 13 (the single enqueue's hot path);
-    the record is the one the 13 fields make, and any option sends all 13."""
+    """A task without options is sent as 5 fields, not 14 (the single enqueue's hot path);
+    the record is the one the 14 fields make, and any option sends all 14."""
     plain, twin = task(args="[]"), task(args="[]")
     call = sc.enqueue_call(qk, [plain], 100)
     assert call.args == [100, 1, 0, plain.tid, "t", "[]", 5, 3]
@@ -96,18 +96,19 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     assert short.pop("eid") != full.pop("eid")
     short.pop("enq"), full.pop("enq")
     assert short == full and short["status"] == "queued" and "kwargs" not in short
-    # Each option alone: all 13 fields go, and the record carries the option.
+    # Each option alone: all 14 fields go, and the record carries the option.
     options = {
         "kwargs": ({"kwargs": '{"a":1}'}, "kwargs"), "timeout": ({"timeout": 2.5}, "timeout"),
         "delay": ({"delay_ms": 60_000}, "due"), "expires": ({"expires_ms": 9_000}, "exp"),
         "idem": ({"idem": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
         "limit": ({"limit": "1|0|0|lk"}, "lk"),
         "headers": ({"headers": '{"traceparent":"00-ab-cd-01"}'}, "hdr"),
+        "group": ({"group": "acme"}, "grp"),
     }  # fmt: skip
     for what, (kw, field) in options.items():
         t = task(**kw)
         c = sc.enqueue_call(qk, [t], 100)
-        assert len(c.args) == 3 + 13, what
+        assert len(c.args) == 3 + 14, what
         run(c)
         assert r.hget(qk.task(t.tid), field) is not None, what
     # In a batch, the last task may stop after its fixed fields too.
@@ -126,9 +127,9 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
 def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
-    """A batch in which no task has an option sends 5 fields per task, not 13 (the bulk
-    enqueue's hot path); its records are those the 13 fields make. One task with an option
-    sends all 13 for every task, and each record gets only its own options."""
+    """A batch in which no task has an option sends 5 fields per task, not 14 (the bulk
+    enqueue's hot path); its records are those the 14 fields make. One task with an option
+    sends all 14 for every task, and each record gets only its own options."""
     plain = [task(prio=p, args="[]") for p in (9, 9, 0)]
     call = sc.enqueue_call(qk, plain, 100)
     assert len(call.args) == 3 + 5 * 3
@@ -147,7 +148,7 @@ def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     assert r.hget(qk.task(unset.tid), "dflt") == "m"
     mixed = [task(), task(kwargs='{"a":1}'), task()]
     call = sc.enqueue_call(qk, mixed, 100)
-    assert len(call.args) == 3 + 13 * 3
+    assert len(call.args) == 3 + 14 * 3
     run(call)
     assert [r.hget(qk.task(t.tid), "kwargs") for t in mixed] == [None, '{"a":1}', None]
 

@@ -134,6 +134,34 @@ class QueueKeys:
         return glob_escape(self.task_base) + "*"
 
     @property
+    def group_base(self) -> str:
+        """Prefix of the fair-group keys (docs/groups.md): ``w:<band>:<group>`` (list of the
+        group's waiting tids in that band, behind its turn), ``tk`` (hash ``<band>:<group>`` ->
+        the tid whose stream entry is the group's turn in that band), ``run:<group>`` (zset of
+        its running tids -> attempt), ``idx`` (zset of active groups -> ms active since) and
+        ``paused`` (set of held groups). Ungrouped tasks are group ``""`` while a group is
+        active."""
+        return f"{self.base}:g:"
+
+    def group_waiting(self, band: int, group: str) -> str:
+        return f"{self.base}:g:w:{band}:{group}"
+
+    def group_running(self, group: str) -> str:
+        return f"{self.base}:g:run:{group}"
+
+    @property
+    def group_turns(self) -> str:
+        return f"{self.base}:g:tk"
+
+    @property
+    def group_index(self) -> str:
+        return f"{self.base}:g:idx"
+
+    @property
+    def group_paused(self) -> str:
+        return f"{self.base}:g:paused"
+
+    @property
     def sched(self) -> str:
         return f"{self.base}:sched"
 

@@ -32,6 +32,7 @@ class NewTask:
     limit: str = ""  # dtq.limits.Limit.encode(): "conc|count|window_ms|key", or ""
     unset: str = ""  # letters of what the enqueue left to the declaration (dtq.declared)
     headers: str = ""  # JSON object of strings from middleware (dtq.middleware), or ""
+    group: str = ""  # the task's fair group within its queue (docs/groups.md), or ""
 
     def maxr_arg(self) -> int | str:
         """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
@@ -108,19 +109,19 @@ def _hist(base: str, ttl_s: int) -> tuple[str, int]:
 
 
 def _has_options(t: NewTask) -> bool:
-    """Whether any of the 8 options of enqueue.lua's task fields is set."""
+    """Whether any of the 9 options of enqueue.lua's task fields is set."""
     return bool(
         t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
-        or t.meta or t.limit or t.headers
+        or t.meta or t.limit or t.headers or t.group
     )  # fmt: skip
 
 
 def _task_args(t: NewTask) -> list[Any]:
-    """enqueue.lua's 13 fields of one task: the 5 fixed ones, then the 8 options."""
+    """enqueue.lua's 14 fields of one task: the 5 fixed ones, then the 9 options."""
     return [
         t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.kwargs,
         "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
-        t.idempotency_key, t.meta, t.limit, t.headers,
+        t.idempotency_key, t.meta, t.limit, t.headers, t.group,
     ]  # fmt: skip
 
 
