@@ -15,12 +15,16 @@
 -- KEYS[20]     P:{q}:f:, KEYS[21] P:{q}:flowq: a workflow step found expired ends its flow
 --              (flow_note in _flow.lua; the including script includes _flow too)
 --
--- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair[, now, nows]) returns the
--- claim reply documented in claim.lua. now, nows: the call's time (now_ms()) when the caller read
+-- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair, gcap[, now, nows]) returns
+-- the claim reply documented in claim.lua. gcap: the queue's group cap (DTQ_GROUP_CONCURRENCY;
+-- 0: none). now, nows: the call's time (now_ms()) when the caller read
 -- it already (complete.lua: one TIME per call, not two); read here when not given.
 
-local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix, fair, now, nows)
+local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix, fair, gcap, now,
+    nows)
   local base = KEYS[14]
+  local gb = group_base(base)
+  local gmode = nil  -- whether the queue has active groups (read at the first task without one)
   local sched, lim_base = KEYS[16], KEYS[17]
   if not now then now, nows = now_ms() end
   if redis.call('EXISTS', KEYS[11]) == 1 then
@@ -144,17 +148,60 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- each absent field, and a plain task has 10 of them absent.
   local FIELD = {status = 1, eid = 2, exp = 3, attempt = 4, name = 5, args = 6, kwargs = 7,
     maxr = 8, timeout = 9, retries = 10, intr = 11, enq = 12, prio = 13, idem = 14, lk = 15,
-    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20, error = 21, flow = 22, lown = 23}
+    lc = 16, lrn = 17, lrw = 18, dflt = 19, hdr = 20, error = 21, flow = 22, lown = 23,
+    grp = 24}
   local function read_record(rk)
     local raw = redis.call('HGETALL', rk)
-    -- 23 places made at once (no rehash as they fill); every one starts nil.
+    -- 24 places made at once (no rehash as they fill); every one starts nil.
     local r = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-      nil, nil, nil, nil, nil, nil, nil}
+      nil, nil, nil, nil, nil, nil, nil, nil}
     for j = 1, #raw, 2 do
       local k = FIELD[raw[j]]
       if k then r[k] = raw[j + 1] end
     end
     return r
+  end
+
+  -- Fair groups (_common.lua): whether entry eid of band i (task tid of group grp, band prio)
+  -- may start now. It must be its group's turn: an entry that is not (another task holds the
+  -- turn: e.g. a task queued without a group before the queue's first group) waits in the
+  -- group's list; one whose group had no turn becomes it. A paused group, or one at its cap,
+  -- has its turn withheld ('~') and the task goes back to the head of its list (no attempt is
+  -- spent; the resume or the end of one of its runs gives the turn back). When it starts, the
+  -- group's next task gets its turn, at the stream's end.
+  local function group_take(i, eid, tid, rk, prio, grp, legacy)
+    local f = prio .. ':' .. grp
+    local tk = gb .. 'tk'
+    local turn = redis.call('HGET', tk, f)
+    if turn ~= tid then
+      if legacy then redis.call('HSET', rk, 'grp', '') end
+      redis.call('ZADD', gb .. 'idx', 'NX', now, grp)
+      if turn then
+        drop_entry(KEYS[i], group, eid)
+        redis.call('HDEL', rk, 'eid')
+        redis.call('RPUSH', gb .. 'w:' .. f, tid)
+        return false
+      end
+      redis.call('HSET', tk, f, tid)
+    end
+    if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 or
+        (gcap > 0 and group_full(gb, base, grp, gcap)) then
+      drop_entry(KEYS[i], group, eid)
+      redis.call('HDEL', rk, 'eid')
+      redis.call('LPUSH', gb .. 'w:' .. f, tid)
+      redis.call('HSET', tk, f, '~')
+      return false
+    end
+    group_issue(gb, KEYS, base, prio, grp)
+    return true
+  end
+
+  -- A task of group grp that held its turn (entry in band prio) ends before it starts.
+  local function group_left(tid, prio, grp)
+    if redis.call('HGET', gb .. 'tk', prio .. ':' .. grp) == tid then
+      group_issue(gb, KEYS, base, prio, grp)
+    end
+    group_maybe_idle(gb, grp)
   end
 
   -- Handle one delivered entry of band i; returns true when a run started.
@@ -165,6 +212,11 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local rk = base .. tid
     local r = read_record(rk)
     if r[1] == 'queued' and r[2] == eid then
+      local grp, legacy = r[24], false
+      if not grp then
+        if gmode == nil then gmode = redis.call('EXISTS', gb .. 'idx') == 1 end
+        if gmode then grp, legacy = '', true end
+      end
       local fill = NOFILL
       if r[19] and r[19] ~= '' then fill = fill_declared(r) end
       if r[3] and tonumber(r[3]) <= now then
@@ -177,12 +229,17 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           redis.call('HDEL', rk, 'lown')
           limit_pass_on(lim_base, base, KEYS, r[15], r[16])
         end
+        if grp then group_left(tid, r[13] or DEF_PRIO, grp) end
         local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
         if fl then
           flow_lib().note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
             fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl,
             done_prefix = done_prefix}, fl, 'expired', 'expired before it started')
         end
+        return false
+      end
+      if grp and not group_take(i, eid, tid, rk, r[13] or DEF_PRIO, grp, legacy) then
+        held = held + 1
         return false
       end
       if not admit(i, eid, tid, rk, r) then
@@ -194,6 +251,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'started', nows, unpack(fill))
       if r[23] then redis.call('HDEL', rk, 'lown') end  -- the place is taken: owed no more
+      if grp then redis.call('ZADD', gb .. 'run:' .. grp, attempt_s, tid) end
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
@@ -211,13 +269,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       out[o + 4] = r[5]
       out[o + 5] = r[6]
       out[o + 6] = r[7] or ''
-      -- Which of idem, lk, error, flow the record holds (none changes while this run holds
+      -- Which of idem, lk, error, flow, grp the record holds (none changes while this run holds
       -- the task): the worker gives them back with the outcome, so complete.lua's fence reads
       -- 3 fields, not 8 (each absent one costs HMGET a scan of the whole record).
       local flags = '-'
-      if r[14] or r[15] or r[21] or r[22] then
+      if r[14] or r[15] or r[21] or r[22] or grp then
         flags = (r[14] and 'i' or '') .. (r[15] and 'l' or '') .. (r[21] and 'e' or '') ..
-          (r[22] and 'f' or '')
+          (r[22] and 'f' or '') .. (grp and 'g' or '')
       end
       -- The six numbers and the flags in one value (one Lua concat): each value of the reply
       -- costs Redis about as much as that concat (docs/performance.md, "Events in batches").
@@ -235,6 +293,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     -- A duplicate (or an entry whose task is gone): acknowledged, never run.
     drop_entry(KEYS[i], group, eid)
+    if r[24] then group_left(tid, r[13] or DEF_PRIO, r[24]) end
     redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
     emit(KEYS[12], maxlen, 'absorbed', tid, r[4] or (r[1] and '0'), worker, eid)
     absorbed = absorbed + 1

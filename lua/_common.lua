@@ -161,6 +161,151 @@ local function end_cancelled(k, rk, tid, attempt, reason, detail)
   return 'cancelled'
 end
 
+-- Fair groups (docs/groups.md). Keys under <gb> = group_base(<record prefix>), in the queue's
+-- hash tag: per band (a priority digit) and group, at most ONE stream entry is the group's turn
+-- (hash <gb>tk, field "<band>:<group>" -> that task's tid; '~' while the turn is withheld by the
+-- group's pause or its cap); the group's other waiting tasks queue in list <gb>w:<band>:<group>.
+-- The claim that takes a turn appends the group's next task to the end of the stream, behind
+-- every other active group's turn: the stream is the band's round-robin of active groups, kept
+-- in Redis and advanced inside the claim, so every worker serves the same order and a claim's
+-- work does not grow with the number of groups. <gb>run:<group> (tid -> attempt) holds a group's
+-- running tasks, <gb>idx the active groups (waiting or running; score: ms active since),
+-- <gb>paused the held ones. While <gb>idx exists, a task without a group is group '' (its record
+-- field grp = ''); while it does not, such a task goes to its stream as ever, and a queue that
+-- never sees a group has no group key. An idle group (nothing waiting or running) leaves no key.
+local function group_base(tbase) return string.sub(tbase, 1, -3) .. 'g:' end
+
+-- Give group grp's next waiting task in band prio its turn (a stream entry at the end of the
+-- band's stream); ids of tasks that no longer wait (cancelled) are dropped. Without one, the
+-- turn field goes. Returns the task's tid, or nil.
+local function group_issue(gb, streams, tbase, prio, grp)
+  local f = prio .. ':' .. grp
+  local w = gb .. 'w:' .. f
+  while true do
+    local tid = redis.call('LPOP', w)
+    if not tid then break end
+    local rk = tbase .. tid
+    local st = redis.call('HMGET', rk, 'status', 'eid')
+    if st[1] == 'queued' and not st[2] then
+      redis.call('HSET', rk, 'eid', redis.call('XADD', streams[stream_index(prio)], '*', 't', tid))
+      redis.call('HSET', gb .. 'tk', f, tid)
+      return tid
+    end
+  end
+  redis.call('HDEL', gb .. 'tk', f)
+  return nil
+end
+
+-- The turn fields of group grp, bands 9..0 (HMGET: nil where none).
+local function group_turns(gb, grp)
+  return redis.call('HMGET', gb .. 'tk', '9:' .. grp, '8:' .. grp, '7:' .. grp, '6:' .. grp,
+    '5:' .. grp, '4:' .. grp, '3:' .. grp, '2:' .. grp, '1:' .. grp, '0:' .. grp)
+end
+
+-- Drop grp from the active groups when nothing of it waits or runs (turns: group_turns's).
+local function group_maybe_idle(gb, grp, turns)
+  if redis.call('EXISTS', gb .. 'run:' .. grp) == 1 then return end
+  turns = turns or group_turns(gb, grp)
+  for j = 1, 10 do
+    if turns[j] then return end
+  end
+  redis.call('ZREM', gb .. 'idx', grp)
+end
+
+-- Where a task that is to wait (queued) goes: returns its stream entry's id when it gets one
+-- (its group's turn; or no group while no group is active), else false (it waits in its group's
+-- list: the caller clears the record's eid); and the group to store as the record's grp when
+-- that changes ('' for an ungrouped task while groups are active), else nil.
+-- stream: the task's band's stream; prio: its band (a digit, nil for the default); grp: its
+-- record's grp (nil: none); gmode: whether groups are active (nil: not known yet).
+local function group_put(stream, tbase, tid, prio, grp, gmode)
+  prio = prio or DEF_PRIO
+  local gb = group_base(tbase)
+  local store = nil
+  if not grp or grp == '' then
+    if gmode == nil then gmode = redis.call('EXISTS', gb .. 'idx') == 1 end
+    if not gmode then
+      return redis.call('XADD', stream, '*', 't', tid), nil
+    end
+    if grp ~= '' then store = '' end
+    grp = ''
+  end
+  local f = prio .. ':' .. grp
+  redis.call('ZADD', gb .. 'idx', 'NX', now_ms(), grp)
+  if redis.call('HEXISTS', gb .. 'tk', f) == 1 then
+    redis.call('RPUSH', gb .. 'w:' .. f, tid)
+    return false, store
+  end
+  if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 then
+    redis.call('RPUSH', gb .. 'w:' .. f, tid)
+    redis.call('HSET', gb .. 'tk', f, '~')
+    return false, store
+  end
+  redis.call('HSET', gb .. 'tk', f, tid)
+  return redis.call('XADD', stream, '*', 't', tid), store
+end
+
+-- group_put for a task whose record rk exists: writes the record's eid (or clears it) and grp.
+-- Returns the entry id or false.
+local function group_requeue(streams, tbase, rk, tid, prio, grp)
+  local eid, store = group_put(streams[stream_index(prio)], tbase, tid, prio, grp)
+  if eid then
+    if store then redis.call('HSET', rk, 'eid', eid, 'grp', store)
+    else redis.call('HSET', rk, 'eid', eid) end
+  else
+    redis.call('HDEL', rk, 'eid')
+    if store then redis.call('HSET', rk, 'grp', store) end
+  end
+  return eid
+end
+
+-- A waiting task of group grp (band prio) leaves without starting (cancelled, expired, parked
+-- behind a limit, found a duplicate): if it held the group's turn, the turn passes on.
+local function group_pass(gb, streams, tbase, prio, grp, tid)
+  prio = prio or DEF_PRIO
+  local f = prio .. ':' .. grp
+  if redis.call('HGET', gb .. 'tk', f) == tid then
+    group_issue(gb, streams, tbase, prio, grp)
+  else
+    redis.call('LREM', gb .. 'w:' .. f, 1, tid)
+  end
+  group_maybe_idle(gb, grp)
+end
+
+-- A run of group grp ended or went back to waiting: it leaves the group's running set; a turn
+-- withheld by the cap goes out again (the highest band's: one run ended, one may start), unless
+-- the group is paused.
+local function group_end(gb, streams, tbase, grp, tid)
+  if redis.call('ZREM', gb .. 'run:' .. grp, tid) == 0 then return end
+  local turns = group_turns(gb, grp)
+  for j = 1, 10 do
+    if turns[j] == '~' then
+      if redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
+        turns[j] = group_issue(gb, streams, tbase, string.format('%d', 10 - j), grp)
+      end
+      break
+    end
+  end
+  group_maybe_idle(gb, grp, turns)
+end
+
+-- Whether group grp runs cap tasks or more (members whose record no longer runs that attempt,
+-- e.g. purged, are dropped first).
+local function group_full(gb, tbase, grp, cap)
+  local run = gb .. 'run:' .. grp
+  local n = redis.call('ZCARD', run)
+  if n < cap then return false end
+  local m = redis.call('ZRANGE', run, 0, -1, 'WITHSCORES')
+  for j = 1, #m, 2 do
+    local s = redis.call('HMGET', tbase .. m[j], 'status', 'attempt')
+    if s[1] ~= 'running' or tonumber(s[2] or '0') ~= tonumber(m[j + 1]) then
+      redis.call('ZREM', run, m[j])
+      n = n - 1
+    end
+  end
+  return n >= cap
+end
+
 -- Limits (dtq/limits.py). A running task with a limit key k holds a place in the zset
 -- <lim_base>k:run (tid -> attempt); tasks parked behind k's concurrency limit wait in the list
 -- <lim_base>k:held with status "queued" and no entry. Two sets of limit keys sit beside them
@@ -192,7 +337,7 @@ local function limit_unpark(lim_base, lk, base, streams, n, budget)
     end
     looked = looked + 1
     local prk = base .. ptid
-    local p = redis.call('HMGET', prk, 'status', 'eid', 'prio', 'exp', 'lc')
+    local p = redis.call('HMGET', prk, 'status', 'eid', 'prio', 'exp', 'lc', 'grp')
     if p[1] == 'queued' and not p[2] then
       local live = true
       if p[4] then
@@ -206,12 +351,10 @@ local function limit_unpark(lim_base, lk, base, streams, n, budget)
           return released, 0, looked
         end
       end
-      local eid = redis.call('XADD', streams[stream_index(p[3])], '*', 't', ptid)
+      group_requeue(streams, base, prk, ptid, p[3], p[6])
       if live then
-        redis.call('HSET', prk, 'eid', eid, 'lown', '1')
+        redis.call('HSET', prk, 'lown', '1')
         released = released + 1
-      else
-        redis.call('HSET', prk, 'eid', eid)
       end
     end
   end

@@ -54,7 +54,7 @@ local function flow_lib()
       status, wk, wv = 'scheduled', 'due', string.format('%d', now + delay)
       redis.call('ZADD', K.sched, wv, tid)
     else
-      wk, wv = 'eid', redis.call('XADD', K.streams[stream_index(prio)], '*', 't', tid)
+      wk, wv = 'status', 'queued'  -- its entry (or its group's list) once the record exists
     end
     local maxr, h = spec[7], {}
     if string.byte(maxr) == 126 then
@@ -71,6 +71,9 @@ local function flow_lib()
     redis.call('HSET', rk, 'name', spec[3], 'args', args, 'prio', prio, 'maxr', maxr,
       'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status, wk, wv,
       'flow', spec[12], unpack(h))
+    if status == 'queued' then
+      group_requeue(K.streams, K.tbase, rk, tid, prio, redis.call('HGET', rk, 'grp'))
+    end
     if K.maxlen > 0 then
       local flow_id = flow_public(spec[12])
       redis.call('XADD', K.events, 'MAXLEN', '~', string.format('%d', K.maxlen), '*',

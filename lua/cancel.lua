@@ -30,7 +30,7 @@ local function cancel()
   local tid, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local rk = KEYS[13]
   local r = redis.call('HMGET', rk, 'status', 'eid', 'prio', 'attempt', 'worker', 'cancel', 'flow',
-    'lown', 'lk', 'lc')
+    'lown', 'lk', 'lc', 'grp')
   local status = r[1]
   if not status then return {'missing', ''} end
   local now = now_ms()
@@ -55,6 +55,8 @@ local function cancel()
   emit(KEYS[12], maxlen, 'cancelled', tid, r[4] or '0', '', ARGV[6])
   local base = string.sub(rk, 1, #rk - #tid)
   if r[8] and KEYS[18] then limit_pass_on(KEYS[18], base, KEYS, r[9], r[10]) end
+  -- A queued task of a group: its turn passes on, or it leaves its group's list.
+  if r[11] and status == 'queued' then group_pass(group_base(base), KEYS, base, r[3], r[11], tid) end
   if r[7] and KEYS[17] then
     flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
       fbase = KEYS[16], flowq = KEYS[17], maxlen = maxlen, ttl = ttl,

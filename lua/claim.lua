@@ -26,15 +26,18 @@
 -- ARGV[6]      done channel prefix
 -- ARGV[7]      1 = fair mode: bands are picked by smooth weighted round-robin (band p weighs
 --              p+1, credits kept in KEYS[18] across calls and workers); 0 = strict priority
+-- ARGV[8]      the group cap: how many tasks of one group of this queue may run at once
+--              (DTQ_GROUP_CONCURRENCY; 0: no cap; fair groups: _common.lua, docs/groups.md)
 -- Returns      {now_ms, absorbed, expired, n, then 8 fields per started task:
 --               tid, eid, attempt, name, args, kwargs, numbers, idem, then held, more, then
 --               2 fields per started task that carries headers: its index among the n (from
 --               0), its headers (JSON)}
 --              numbers: "<max_retries> <timeout> <retries> <interruptions> <enqueued_ms>
 --              <priority> <flags>" separated by single spaces (timeout empty when none);
---              flags: letters of i, l, e, f when the record holds idem, lk, error, flow, a dash
---              for none (complete.lua takes them back)
---              held: entries parked by a limit (they spend no attempt); more: 1 when the
+--              flags: letters of i, l, e, f, g when the record holds idem, lk, error, flow,
+--              grp, a dash for none (complete.lua takes them back)
+--              held: entries parked by a limit or held by their group's pause or cap (they
+--              spend no attempt); more: 1 when the
 --              scan budget ran out with slots still free (the caller claims again at once).
 --              Headers (set by middleware at enqueue, e.g. a trace context) come after the
 --              tail so that a run without them costs the reply nothing.
@@ -56,4 +59,4 @@
 -- include: _claim
 
 return claim_entries(ARGV[1], ARGV[2], tonumber(ARGV[3]), events_maxlen(ARGV[4]),
-  tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1')
+  tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1', tonumber(ARGV[8] or '0'))

@@ -19,10 +19,11 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7]      claim count (0: claim nothing), ARGV[8] 1 = fair mode (see claim.lua)
--- ARGV[9..]    per run, 7 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
+-- ARGV[9]      the group cap (claim.lua's ARGV[8])
+-- ARGV[10..]   per run, 7 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
 --              payload (the result JSON, or the cancel reason), priority and flags as the
 --              run's claim answered them (both empty when not known: see below)
--- ARGV[9+7n]   optional: history TTL (s; '' or absent: no history, dtq/stats.py), then per
+-- ARGV[10+7n]  optional: history TTL (s; '' or absent: no history, dtq/stats.py), then per
 --              run (in the same order) its run-time bucket ('': not counted); KEYS[22]
 --              P:{q}:h: (the history's hour keys) is given with them. The stored outcomes are
 --              counted in one BITFIELD (hist_add in _common.lua).
@@ -95,11 +96,11 @@ local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per
 -- status -> {tids, attempts} of the outcomes that are not workflow steps: one event entry per
 -- status, at the end (emit_batch in _common.lua)
 local ended = {}
-local hist_ttl = ARGV[9 + n * 7]
+local hist_ttl = ARGV[10 + n * 7]
 local hist = {}  -- history slot -> count of this call's stored outcomes
 local SLOT = {succeeded = 1, cancelled = 4}
 for i = 0, n - 1 do
-  local o = 9 + i * 7
+  local o = 10 + i * 7
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local status, payload = ARGV[o + 3], ARGV[o + 4]
   local flags = ARGV[o + 6]
@@ -112,7 +113,7 @@ for i = 0, n - 1 do
   local r
   if flags == '' then
     r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
-      'flow')
+      'flow', 'grp')
   else
     r = redis.call('HMGET', rk, 'status', 'attempt', 'worker')
   end
@@ -124,12 +125,14 @@ for i = 0, n - 1 do
         r[6] = string.find(flags, 'l', 1, true)
         r[7] = string.find(flags, 'e', 1, true)
         if string.find(flags, 'f', 1, true) then r[8] = redis.call('HGET', rk, 'flow') end
+        if string.find(flags, 'g', 1, true) then r[9] = redis.call('HGET', rk, 'grp') end
       end
     end
     local si = stream_index(r[4])
     local ids = acks[si]
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
+    if r[9] then group_end(group_base(base), KEYS, base, r[9], tid) end
     local reason = payload  -- what the flow's join is told: the result, or the cancel reason
     if status == 'succeeded' then
       if r[7] then redis.call('HDEL', rk, 'error') end
@@ -171,7 +174,7 @@ for i = 0, n - 1 do
     if hist_ttl then
       local sl = SLOT[status]
       hist[sl] = (hist[sl] or 0) + 1
-      sl = HIST_BUCKET_SLOT[ARGV[10 + n * 7 + i] or '']  -- (nil: not timed)
+      sl = HIST_BUCKET_SLOT[ARGV[11 + n * 7 + i] or '']  -- (nil: not timed)
       if sl then hist[sl] = (hist[sl] or 0) + 1 end
     end
     out[i + 1] = 1
@@ -190,6 +193,6 @@ for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
 if hist_ttl then hist_add(KEYS[22], hist_ttl, now, hist) end
 if claim_count > 0 then
   out[n + 1] = claim_entries(group, worker, claim_count, maxlen, tonumber(ARGV[4]),
-    done_prefix, ARGV[8] == '1', now, nows)
+    done_prefix, ARGV[8] == '1', tonumber(ARGV[9]), now, nows)
 end
 return out

@@ -35,7 +35,7 @@ local out = {}
 for i = 1, n do
   local tid = ARGV[4 + i]
   local rk = base .. tid
-  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem', 'dflt')
+  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'maxr', 'idem', 'dflt', 'grp')
   if not r[1] then
     redis.call('ZREM', KEYS[11], tid)
     out[#out + 1] = 'missing'
@@ -43,8 +43,8 @@ for i = 1, n do
     if r[1] ~= 'failed' then redis.call('ZREM', KEYS[11], tid) end
     out[#out + 1] = r[1]
   else
-    local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
-    redis.call('HSET', rk, 'status', 'queued', 'eid', eid, 'retries', 0, 'intr', 0)
+    redis.call('HSET', rk, 'status', 'queued', 'retries', 0, 'intr', 0)
+    group_requeue(KEYS, base, rk, tid, r[2], r[7])  -- its stream, or its group's turn
     -- A requeue by hand means "run it": the task's expiry deadline is dropped, and a
     -- never-claimed task's first claim takes none from its declaration ("e" out of dflt).
     local dflt = r[6] and (string.gsub(r[6], 'e', ''))

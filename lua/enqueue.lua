@@ -81,6 +81,7 @@ local batch = n > 1 and {queued = {{}, {}}, scheduled = {{}, {}}} or nil
 local now, nows = nil, nil  -- the call's time: number, and its text for the record
 local out = nil
 local made = 0  -- tasks this call created: counted in the history at the end
+local gmode = nil  -- whether the queue has active groups (read once, at the first plain task)
 for i = 0, n - 1 do
   local o = 4 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
@@ -99,6 +100,7 @@ for i = 0, n - 1 do
   if not status then status = redis.call('HGET', rk, 'status') end  -- set: a re-send (above)
   if not status then
     local wk, wv  -- where the task waits: its stream entry's id, or its due time
+    local gstore = nil  -- grp to store: '' for a task without a group while groups are active
     if delay > 0 then
       status = 'scheduled'
       if not nows then now, nows = now_ms() elseif not now then now = tonumber(nows) end
@@ -106,9 +108,24 @@ for i = 0, n - 1 do
       redis.call('ZADD', KEYS[1], wv, tid)
     else
       status = 'queued'
-      wk, wv = 'eid', redis.call('XADD', streams and streams[prio] or stream, '*', 't', tid)
+      local sk = streams and streams[prio] or stream
+      local grp = opts and ARGV[o + 13] or ''
+      if grp == '' and gmode == nil then
+        gmode = redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
+      end
+      if grp ~= '' or gmode then  -- its group's turn, or its group's list (_common.lua)
+        local eid, store = group_put(sk, KEYS[3], tid, prio, grp ~= '' and grp or nil, gmode)
+        gstore = store
+        if eid then wk, wv = 'eid', eid else wk, wv = 'status', status end
+      else
+        wk, wv = 'eid', redis.call('XADD', sk, '*', 't', tid)
+      end
       if not nows then  -- the id's milliseconds (a plain find: cheaper than a pattern)
-        nows = string.sub(wv, 1, string.find(wv, '-', 1, true) - 1)
+        if wk == 'eid' then
+          nows = string.sub(wv, 1, string.find(wv, '-', 1, true) - 1)
+        else
+          now, nows = now_ms()
+        end
       end
     end
     local h = NONE  -- the record's optional fields
@@ -139,6 +156,10 @@ for i = 0, n - 1 do
         h[#h + 1] = 'idem'; h[#h + 1] = idem
         redis.call('SET', KEYS[4] .. idem, tid)
       end
+    end
+    if gstore then
+      if h == NONE then h = {} end
+      h[#h + 1] = 'grp'; h[#h + 1] = gstore
     end
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
     -- Fields at their defaults are left out (attempt, retries and intr are 0 here): a smaller

@@ -48,10 +48,11 @@ for i = 0, n - 1 do
   local delay = tonumber(ARGV[o + 4])
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
-    'cancel', 'flow')
+    'cancel', 'flow', 'grp')
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
+    if r[9] then group_end(group_base(base), KEYS, base, r[9], tid) end
     if r[7] then
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[7], err)
     else

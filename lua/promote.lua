@@ -22,12 +22,12 @@ local due = redis.call('ZRANGE', KEYS[11], '-inf', now, 'BYSCORE', 'LIMIT', 0, l
 local promoted, dropped = 0, 0
 for _, tid in ipairs(due) do
   local rk = base .. tid
-  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt')
+  local r = redis.call('HMGET', rk, 'status', 'prio', 'attempt', 'grp')
   redis.call('ZREM', KEYS[11], tid)
   if r[1] == 'scheduled' then
-    local eid = redis.call('XADD', KEYS[stream_index(r[2])], '*', 't', tid)
-    redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
+    redis.call('HSET', rk, 'status', 'queued')
     redis.call('HDEL', rk, 'due')
+    group_requeue(KEYS, base, rk, tid, r[2], r[4])  -- its stream, or its group's turn
     emit(KEYS[12], maxlen, 'promoted', tid, r[3] or '0', '', '')
     promoted = promoted + 1
   else

@@ -1,7 +1,8 @@
 -- purge.lua: remove up to LIMIT waiting tasks of one queue, with their records and idempotency
 -- keys: first the queued entries no worker has taken yet (those after the group's
 -- last-delivered id), then the scheduled tasks (delays and retries), then the tasks parked
--- behind a concurrency limit (the held lists named in <lim:>~parked). Running tasks, finished
+-- behind a concurrency limit (the held lists named in <lim:>~parked), then the tasks waiting in
+-- their fair group's list (the turn fields of <g:>tk name them, _common.lua). Running tasks, finished
 -- records and the dead-letter queue are never touched. Called repeatedly until it reports no
 -- more, so each call stays short however long the queue is.
 --
@@ -124,6 +125,34 @@ if seen < limit then
       seen = seen + 1
     end
     if redis.call('LLEN', held) == 0 then redis.call('SREM', index, lk) end
+  end
+end
+
+if seen < limit then
+  -- Tasks waiting in their group's list; a turn field left with no list and no live turn (its
+  -- entry was purged above) goes, and a group with nothing left leaves the active groups.
+  local gb = group_base(base)
+  local fields = redis.call('HRANDFIELD', gb .. 'tk', limit - seen)
+  for _, f in ipairs(fields or {}) do
+    if seen >= limit then break end
+    seen = seen + 1
+    local w = gb .. 'w:' .. f
+    local ids = redis.call('LPOP', w, math.max(1, limit - seen))
+    for _, tid in ipairs(ids or {}) do
+      local r = redis.call('HMGET', base .. tid, 'status', 'eid')
+      if r[1] == 'queued' and not r[2] then
+        forget(tid)
+        nq = nq + 1
+      end
+      seen = seen + 1
+    end
+    if redis.call('EXISTS', w) == 0 then
+      local t = redis.call('HGET', gb .. 'tk', f)
+      if t and (t == '~' or redis.call('HGET', base .. t, 'status') ~= 'queued') then
+        redis.call('HDEL', gb .. 'tk', f)
+      end
+      group_maybe_idle(gb, string.sub(f, 3))
+    end
   end
 end
 

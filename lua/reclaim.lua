@@ -61,10 +61,11 @@ while band <= 10 and steps < steps_max and left > 0 do
       local tid = fields[2]
       local rk = base .. tid
       local r = redis.call('HMGET', rk, 'status', 'eid', 'attempt', 'worker', 'retries', 'maxr',
-        'cancel', 'flow')
+        'cancel', 'flow', 'prio', 'grp')
       drop_entry(stream, group, eid)
       if r[1] == 'running' and r[2] == eid then
         limit_release(KEYS[16], base, KEYS, rk, tid)
+        if r[10] then group_end(group_base(base), KEYS, base, r[10], tid) end
         local err = 'worker lost: ' .. (r[4] or '?') .. ' stopped heartbeating during attempt '
           .. r[3]
         redis.call('HDEL', rk, 'worker')  -- the lost worker's touch then reports the loss
@@ -76,8 +77,8 @@ while band <= 10 and steps < steps_max and left > 0 do
           local retries = tonumber(r[5] or '0') + 1
           redis.call('HSET', rk, 'retries', retries, 'error', err)
           if retries <= tonumber(r[6] or DEF_MAXR) then
-            local neid = redis.call('XADD', stream, '*', 't', tid)
-            redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
+            redis.call('HSET', rk, 'status', 'queued')
+            group_requeue(KEYS, base, rk, tid, r[9], r[10])  -- its stream, or its group's turn
             emit(KEYS[12], maxlen, 'reclaimed', tid, r[3], worker, err)
             requeued = requeued + 1
           else

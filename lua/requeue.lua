@@ -46,7 +46,7 @@ for i = 0, n - 1 do
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
-    'intr', 'cancel', 'flow', 'name')
+    'intr', 'cancel', 'flow', 'name', 'grp')
   local live = true
   if unknown and not r[8] then
     local seen = tonumber(redis.call('HGET', KEYS[20], r[10] or '') or '')
@@ -58,6 +58,7 @@ for i = 0, n - 1 do
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
+    if r[11] then group_end(group_base(base), KEYS, base, r[11], tid) end
     local intr = tonumber(r[7] or '0')
     if interrupted and not r[8] then
       intr = intr + 1
@@ -73,8 +74,8 @@ for i = 0, n - 1 do
       emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker, 'task name unknown here')
       out[#out + 1] = 'scheduled'
     elseif intr <= max_intr then
-      local neid = redis.call('XADD', s, '*', 't', tid)
-      redis.call('HSET', rk, 'status', 'queued', 'eid', neid)
+      redis.call('HSET', rk, 'status', 'queued')
+      group_requeue(KEYS, base, rk, tid, r[4], r[11])  -- its stream, or its group's turn
       emit(KEYS[13], maxlen, 'requeued', tid, attempt, worker,
         interrupted and 'interrupted' or 'not started')
       out[#out + 1] = 'queued'

@@ -61,8 +61,8 @@ if lim and lim ~= '' then
   local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
   redis.call('HSET', rk, 'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw)
 end
-local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
-redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
+redis.call('HSET', rk, 'status', 'queued')
+group_requeue(KEYS, KEYS[12], rk, tid, prio, redis.call('HGET', rk, 'grp'))
 redis.call('HSET', KEYS[15], name, tid)
 emit(KEYS[11], maxlen, 'enqueued', tid, 0, '', 'queued')
 emit(KEYS[11], maxlen, 'schedule_fired', tid, 0, '', name .. ' ' .. ARGV[8])

@@ -103,7 +103,6 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
         "idem": ({"idem": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
         "limit": ({"limit": "1|0|0|lk"}, "lk"),
         "headers": ({"headers": '{"traceparent":"00-ab-cd-01"}'}, "hdr"),
-        "group": ({"group": "acme"}, "grp"),
     }  # fmt: skip
     for what, (kw, field) in options.items():
         t = task(**kw)

@@ -82,8 +82,8 @@ class Claimed:
     headers: str = ""
     """JSON object of strings set by middleware at enqueue (e.g. a W3C traceparent), or ""."""
     flags: str = ""
-    """Which of idem, lk, error, flow the record held when this run started (letters i, l, e,
-    f; "-" for none; "" unknown): given back with the outcome, it spares complete.lua reading
+    """Which of idem, lk, error, flow, grp the record held when this run started (letters i, l,
+    e, f, g; "-" for none; "" unknown): given back with the outcome, it spares complete.lua reading
     them (:class:`Success`)."""
 
 
@@ -106,11 +106,14 @@ def claim_call(
     events_maxlen: int,
     ttl_s: int,
     fair: bool = False,
+    group_cap: int = 0,
 ) -> Call:
+    """``group_cap``: how many tasks of one fair group of the queue may run at once (0: no
+    cap; DTQ_GROUP_CONCURRENCY)."""
     return Call(
         "claim",
         list(_claim_keys(qk)),
-        [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base, 1 if fair else 0],
+        [GROUP, worker_id, count, events_maxlen, ttl_s, qk.done_base, 1 if fair else 0, group_cap],
     )
 
 
@@ -183,12 +186,13 @@ def complete_call(
     claim: int = 0,
     fair: bool = False,
     hist: History | None = None,
+    group_cap: int = 0,
 ) -> Call:
     """Store ``outcomes``; then, when ``claim`` > 0, claim up to that many runs (as claim.lua).
     With ``hist``, the stored ones are counted in the history (dtq.stats)."""
     args: list[Any] = [
         GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes), claim,
-        1 if fair else 0,
+        1 if fair else 0, group_cap,
     ]  # fmt: skip
     for o in outcomes:
         prio = o.priority if o.flags and o.priority >= 0 else ""

@@ -1,0 +1,163 @@
+"""Fair groups in the Lua transitions (lua/_common.lua, _claim.lua): each active group of a band
+has one turn in the stream, so claims serve the groups in turn; caps and pauses withhold a
+group's turn; no group key outlives the group's last task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from dtq import scripts as sc
+from dtq.keys import QueueKeys, new_tid
+from tests.conftest import create_groups
+
+Q = "gq"
+
+@pytest.fixture
+def qk(prefix: str, r: redis.Redis) -> QueueKeys:
+    """The queue's keys, with its streams and consumer group made."""
+    k = QueueKeys(prefix, Q)
+    create_groups(r, k)
+    return k
+
+
+@pytest.fixture
+def run(r: redis.Redis) -> Any:
+    return sc.SyncScripts(r).run
+
+
+def task(group: str = "", prio: int = 5, **kw: Any) -> sc.NewTask:
+    base: dict[str, Any] = dict(
+        tid=new_tid(), name="t", args="[1]", kwargs="", priority=prio, max_retries=3,
+        timeout=None, delay_ms=0, expires_ms=0, idempotency_key="", meta="", group=group,
+    )  # fmt: skip
+    base.update(kw)
+    return sc.NewTask(**base)
+
+
+def enqueue(run: Any, qk: QueueKeys, *tasks: sc.NewTask) -> list[sc.Enqueued]:
+    return sc.parse_enqueue(run(sc.enqueue_call(qk, list(tasks), 100)))
+
+
+def claim(run: Any, qk: QueueKeys, count: int = 1, cap: int = 0, w: str = "w1") -> sc.ClaimBatch:
+    return sc.parse_claim(Q, run(sc.claim_call(qk, w, count, 100, 60, group_cap=cap)))
+
+
+def complete(run: Any, qk: QueueKeys, c: sc.Claimed, w: str = "w1") -> bool:
+    out = sc.complete_call(qk, w, [sc.Success.of(c, "succeeded", "null")], 100, 60)
+    return sc.parse_complete(run(out)) == [True]
+
+
+def group_keys(r: redis.Redis, qk: QueueKeys) -> list[str]:
+    return sorted(r.scan_iter(match=qk.group_base + "*"))
+
+
+def test_a_backlog_does_not_hold_another_group_behind_it(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    big = [task("big") for _ in range(50)]
+    enqueue(run, qk, *big)
+    small = [task("small") for _ in range(3)]
+    for t in small:
+        enqueue(run, qk, t)
+    # One entry per active group in the stream: the backlog waits in its group's list.
+    assert r.xlen(qk.stream(5)) == 2
+    assert r.llen(qk.group_waiting(5, "big")) == 49
+    order = []
+    for _ in range(8):
+        b = claim(run, qk)
+        assert len(b.runs) == 1
+        order.append(r.hget(qk.task(b.runs[0].tid), "grp"))
+    assert order == ["big", "small"] * 3 + ["big", "big"]
+
+
+def test_a_lone_group_runs_at_full_batch_size(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    ts = [task("solo") for _ in range(30)]
+    enqueue(run, qk, *ts)
+    b = claim(run, qk, count=10)
+    assert [c.tid for c in b.runs] == [t.tid for t in ts[:10]]
+    assert all("g" in c.flags for c in b.runs)
+    assert r.zcard(qk.group_running("solo")) == 10
+
+
+def test_tasks_without_a_group_are_one_group_while_groups_are_active(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    plain_before = [task() for _ in range(20)]  # queued before any group: in the stream
+    enqueue(run, qk, *plain_before)
+    assert not group_keys(r, qk)  # a queue without groups has no group key
+    enqueue(run, qk, task("acme"))
+    plain_after = [task() for _ in range(5)]
+    enqueue(run, qk, *plain_after)
+    assert r.hget(qk.task(plain_after[0].tid), "grp") == ""
+    got = []
+    for _ in range(4):
+        b = claim(run, qk)
+        got.append(r.hget(qk.task(b.runs[0].tid), "grp"))
+    # The earlier plain tasks join the '' group (its list) as the claim meets them: acme's one
+    # task starts within the first turn of the two groups, not after the twenty.
+    assert sorted(got[:2]) == ["", "acme"]
+    assert got[2:] == ["", ""]
+    assert r.hget(qk.task(plain_before[-1].tid), "grp") == ""
+
+
+def test_completing_every_task_leaves_no_group_key(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task(g) for g in ("a", "b", "a", "c")], task())
+    while True:
+        b = claim(run, qk, count=3)
+        if not b.runs:
+            break
+        for c in b.runs:
+            assert complete(run, qk, c)
+    assert group_keys(r, qk) == []
+
+
+def test_a_cap_withholds_the_turn_until_a_run_ends(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task("capped") for _ in range(5)], *[task("free") for _ in range(2)])
+    b = claim(run, qk, count=10, cap=2)
+    by = [r.hget(qk.task(c.tid), "grp") for c in b.runs]
+    assert by.count("capped") == 2 and by.count("free") == 2  # the cap is each group's
+    assert r.hget(qk.group_turns, "5:capped") == "~"
+    assert not claim(run, qk, count=10, cap=2).runs  # nothing more: no busy loop either
+    first = next(c for c in b.runs if r.hget(qk.task(c.tid), "grp") == "capped")
+    assert complete(run, qk, first)
+    b2 = claim(run, qk, count=10, cap=2)
+    assert len(b2.runs) == 1 and r.hget(qk.task(b2.runs[0].tid), "grp") == "capped"
+
+
+def test_a_paused_group_holds_only_itself(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    r.sadd(qk.group_paused, "held")
+    enqueue(run, qk, *[task("held") for _ in range(3)], *[task("other") for _ in range(3)])
+    b = claim(run, qk, count=10)
+    assert {r.hget(qk.task(c.tid), "grp") for c in b.runs} == {"other"}
+    assert len(b.runs) == 3
+    assert r.llen(qk.group_waiting(5, "held")) == 3
+
+
+def test_priorities_decide_before_turns(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task("a") for _ in range(3)])
+    urgent = task("b", prio=9)
+    enqueue(run, qk, urgent)
+    assert claim(run, qk).runs[0].tid == urgent.tid
+
+
+def test_a_group_is_an_option_of_the_enqueue_call(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    """A task with a group sends enqueue.lua's 14 fields; its record holds grp."""
+    t = task("acme")
+    call = sc.enqueue_call(qk, [t], 100)
+    assert len(call.args) == 3 + 14
+    run(call)
+    assert r.hget(qk.task(t.tid), "grp") == "acme"
+    assert r.hget(qk.group_turns, "5:acme") == t.tid
