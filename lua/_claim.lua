@@ -201,7 +201,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     if redis.call('HGET', gb .. 'tk', prio .. ':' .. grp) == tid then
       group_issue(gb, KEYS, base, prio, grp)
     end
-    group_maybe_idle(gb, grp)
+    group_settle(gb, KEYS, base, grp)
   end
 
   -- Handle one delivered entry of band i; returns true when a run started.
@@ -242,8 +242,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         held = held + 1
         return false
       end
-      if not admit(i, eid, tid, rk, r) then
+      if not admit(i, eid, tid, rk, r) then  -- (parked by a limit: out of its group till then)
         held = held + 1
+        if grp then group_settle(gb, KEYS, base, grp) end
         return false
       end
       local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: _common.lua)

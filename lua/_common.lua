@@ -202,10 +202,25 @@ local function group_turns(gb, grp)
     '5:' .. grp, '4:' .. grp, '3:' .. grp, '2:' .. grp, '1:' .. grp, '0:' .. grp)
 end
 
--- Drop grp from the active groups when nothing of it waits or runs (turns: group_turns's).
-local function group_maybe_idle(gb, grp, turns)
+-- After a task of group grp left its turn, its list or its running set: when nothing of the group
+-- runs and no turn of it is in a stream, a turn withheld by the cap goes out again (the highest
+-- band's; unless the group is paused): no run is left whose end would give it back. When
+-- nothing of it waits or runs, grp leaves the active groups. turns: group_turns's, or nil.
+local function group_settle(gb, streams, tbase, grp, turns)
   if redis.call('EXISTS', gb .. 'run:' .. grp) == 1 then return end
   turns = turns or group_turns(gb, grp)
+  local live = false
+  for j = 1, 10 do
+    if turns[j] and turns[j] ~= '~' then live = true end
+  end
+  if not live and redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
+    for j = 1, 10 do
+      if turns[j] == '~' then
+        turns[j] = group_issue(gb, streams, tbase, string.format('%d', 10 - j), grp)
+        if turns[j] then break end
+      end
+    end
+  end
   for j = 1, 10 do
     if turns[j] then return end
   end
@@ -264,12 +279,16 @@ end
 local function group_pass(gb, streams, tbase, prio, grp, tid)
   prio = prio or DEF_PRIO
   local f = prio .. ':' .. grp
-  if redis.call('HGET', gb .. 'tk', f) == tid then
+  local turn = redis.call('HGET', gb .. 'tk', f)
+  if turn == tid then
     group_issue(gb, streams, tbase, prio, grp)
   else
-    redis.call('LREM', gb .. 'w:' .. f, 1, tid)
+    local w = gb .. 'w:' .. f
+    redis.call('LREM', w, 1, tid)
+    -- A withheld turn with no task left behind it goes too.
+    if turn == '~' and redis.call('EXISTS', w) == 0 then redis.call('HDEL', gb .. 'tk', f) end
   end
-  group_maybe_idle(gb, grp)
+  group_settle(gb, streams, tbase, grp)
 end
 
 -- A run of group grp ended or went back to waiting: it leaves the group's running set; a turn
@@ -278,15 +297,15 @@ end
 local function group_end(gb, streams, tbase, grp, tid)
   if redis.call('ZREM', gb .. 'run:' .. grp, tid) == 0 then return end
   local turns = group_turns(gb, grp)
-  for j = 1, 10 do
-    if turns[j] == '~' then
-      if redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
+  if redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
+    for j = 1, 10 do
+      if turns[j] == '~' then
         turns[j] = group_issue(gb, streams, tbase, string.format('%d', 10 - j), grp)
+        if turns[j] then break end
       end
-      break
     end
   end
-  group_maybe_idle(gb, grp, turns)
+  group_settle(gb, streams, tbase, grp, turns)
 end
 
 -- Whether group grp runs cap tasks or more (members whose record no longer runs that attempt,

@@ -151,7 +151,7 @@ if seen < limit then
       if t and (t == '~' or redis.call('HGET', base .. t, 'status') ~= 'queued') then
         redis.call('HDEL', gb .. 'tk', f)
       end
-      group_maybe_idle(gb, string.sub(f, 3))
+      group_settle(gb, KEYS, base, string.sub(f, 3))
     end
   end
 end

@@ -51,7 +51,7 @@ for i = 1, 10 do
       if tid then
         r = redis.call('HMGET', base .. tid, 'status', 'eid', 'worker', 'started', 'attempt',
           'name', 'args', 'kwargs', 'maxr', 'timeout', 'retries', 'intr', 'enq', 'prio', 'idem',
-          'hdr', 'lk', 'error', 'flow')
+          'hdr', 'lk', 'error', 'flow', 'grp')
       end
       if r[1] == 'running' and r[2] == eid and r[3] == worker then
         if tonumber(r[4] or '0') >= since then
@@ -64,7 +64,7 @@ for i = 1, 10 do
           runs[o + 5] = r[7]
           runs[o + 6] = r[8] or ''
           local flags = (r[15] and 'i' or '') .. (r[17] and 'l' or '') ..
-            (r[18] and 'e' or '') .. (r[19] and 'f' or '')  -- as claim.lua's
+            (r[18] and 'e' or '') .. (r[19] and 'f' or '') .. (r[20] and 'g' or '')  -- as claim's
           runs[o + 7] = (r[9] or DEF_MAXR) .. ' ' .. (r[10] or '') .. ' ' .. (r[11] or '0') ..
             ' ' .. (r[12] or '0') .. ' ' .. (r[13] or '0') .. ' ' .. (r[14] or DEF_PRIO) .. ' ' ..
             (flags == '' and '-' or flags)

@@ -23,6 +23,8 @@
 --              worker's stay in its group)
 -- KEYS[21]     P:{q}:decl:seen, KEYS[22] P:{q}:schedules:seen (the workers' declaration
 --              stamps: as KEYS[19], a worker consuming the queue again writes them again)
+-- KEYS[23]     P:{q}:g:idx, KEYS[24] P:{q}:g:paused: an active fair group (waiting or running
+--              tasks) or a paused one (docs/groups.md) is something the queue holds
 -- ARGV[1]      consumer group, ARGV[2] 1 = delete the empty keys when it holds nothing
 -- Returns      1 when the queue holds nothing, else 0
 
@@ -39,6 +41,7 @@ for i = 1, 10 do
   end
 end
 if redis.call('EXISTS', KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]) > 0 then return 0 end
+if KEYS[23] and redis.call('EXISTS', KEYS[23], KEYS[24]) > 0 then return 0 end
 if KEYS[20] and redis.call('EXISTS', KEYS[20]) == 1 then
   if redis.call('XLEN', KEYS[20]) > 0 then return 0 end
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[20])) do

@@ -161,3 +161,128 @@ def test_a_group_is_an_option_of_the_enqueue_call(r: redis.Redis, run: Any, qk: 
     run(call)
     assert r.hget(qk.task(t.tid), "grp") == "acme"
     assert r.hget(qk.group_turns, "5:acme") == t.tid
+
+
+def hold(run: Any, qk: QueueKeys, group: str, pause: bool) -> int:
+    keys = [*qk.streams, qk.task_base, qk.group_base, qk.events]
+    return int(run(sc.Call("group_hold", keys, [group, "1" if pause else "0", 100])))
+
+
+def grp_of(r: redis.Redis, qk: QueueKeys, b: sc.ClaimBatch) -> list[str | None]:
+    return [r.hget(qk.task(c.tid), "grp") for c in b.runs]
+
+
+def test_pause_and_resume_one_group(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    enqueue(run, qk, *[task("a") for _ in range(3)], *[task("b") for _ in range(2)])
+    assert hold(run, qk, "a", True) == 1 and hold(run, qk, "a", True) == 0
+    b = claim(run, qk, count=10)
+    assert grp_of(r, qk, b) == ["b", "b"]
+    assert r.hget(qk.group_turns, "5:a") == "~" and r.llen(qk.group_waiting(5, "a")) == 3
+    enqueue(run, qk, task("a"))  # a paused group's new task waits in its list
+    assert r.llen(qk.group_waiting(5, "a")) == 4
+    assert hold(run, qk, "a", False) == 1 and hold(run, qk, "a", False) == 0
+    b = claim(run, qk, count=10)
+    assert grp_of(r, qk, b) == ["a"] * 4
+
+
+def test_a_failed_run_retries_through_its_group(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    enqueue(run, qk, task("a"), task("a"), task("b"))
+    c = claim(run, qk).runs[0]
+    assert r.hget(qk.task(c.tid), "grp") == "a"
+    f = sc.Failure(c.tid, c.eid, c.attempt, "boom", 0)  # retry now
+    assert run(sc.fail_call(qk, "w1", [f], 100, 60)) == ["scheduled"]
+    assert not r.exists(qk.group_running("a"))
+    run(sc.promote_call(qk, 100, 100))
+    # Back in its group: behind a's turn (a's second task) and b's.
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [c.tid]
+    order = [claim(run, qk).runs[0].tid for _ in range(3)]
+    assert order[2] == c.tid
+
+
+def test_a_lost_run_goes_back_to_its_group(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    import time
+
+    enqueue(run, qk, task("a"), task("a"))
+    c = claim(run, qk, w="dead").runs[0]
+    time.sleep(0.05)
+    run(sc.reclaim_call(qk, "w2", min_idle_ms=10, count=10, events_maxlen=0, ttl_s=60))
+    assert r.hget(qk.task(c.tid), "status") == "queued"
+    assert not r.exists(qk.group_running("a"))
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [c.tid]
+    assert [x.tid for x in claim(run, qk, count=5).runs][-1] == c.tid
+
+
+def test_a_handed_back_run_goes_back_to_its_group(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, task("a"))
+    c = claim(run, qk).runs[0]
+    call = sc.requeue_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)], events_maxlen=0,
+                           ttl_s=60, max_interruptions=3, retry_delay_ms=0, started=False)
+    assert run(call) == ["queued"]
+    assert r.hget(qk.group_turns, "5:a") == c.tid
+    assert claim(run, qk).runs[0].tid == c.tid
+
+
+def test_cancel_passes_the_turn_or_leaves_the_list(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    ts = [task("a") for _ in range(3)]
+    enqueue(run, qk, *ts)
+
+    def cancel(tid: str) -> None:
+        run(sc.cancel_call(qk, tid, events_maxlen=0, ttl_s=60, hint_channel="h", reason="x"))
+
+    cancel(ts[1].tid)  # in the list
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [ts[2].tid]
+    cancel(ts[0].tid)  # the turn: the next task gets it
+    assert r.hget(qk.group_turns, "5:a") == ts[2].tid
+    assert [c.tid for c in claim(run, qk, count=5).runs] == [ts[2].tid]
+    cancel(ts[2].tid)  # running: a request, the run ends it
+    assert group_keys(r, qk) == [qk.group_index, qk.group_running("a")]
+
+
+def test_expiry_at_the_claim_passes_the_turn(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    import time
+
+    old, nxt = task("a", expires_ms=1), task("a")
+    enqueue(run, qk, old, nxt)
+    time.sleep(0.01)
+    b = claim(run, qk)
+    assert b.expired == 1 and [c.tid for c in b.runs] == [nxt.tid]
+
+
+def test_purge_removes_listed_tasks_and_every_group_key(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task(f"g{i % 7}") for i in range(60)], *[task() for _ in range(5)])
+    hold(run, qk, "g3", True)
+    claim(run, qk, count=5)  # g3's turn may be withheld now
+    removed = 0
+    while True:
+        q, s, more = run(sc.purge_call(qk, 10, 0))
+        removed += q
+        if not more:
+            break
+    assert removed == 60  # the five running stay
+    left = set(group_keys(r, qk))
+    assert qk.group_turns not in left
+    assert not any(k.startswith(qk.group_base + "w:") for k in left)
+    running = {qk.group_running(g) for g in [f"g{i}" for i in range(7)] + [""]}
+    assert left <= {qk.group_index, qk.group_paused} | running
+
+
+def test_a_limited_task_parked_returns_to_its_group(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    ts = [task("a", limit="1|0|0|k") for _ in range(2)]
+    enqueue(run, qk, *ts)
+    first = claim(run, qk, count=5)
+    assert [c.tid for c in first.runs] == [ts[0].tid] and first.held == 1
+    assert r.hget(qk.task(ts[1].tid), "status") == "queued"
+    assert complete(run, qk, first.runs[0])  # frees the place: ts[1] goes back to group a
+    assert r.hget(qk.group_turns, "5:a") == ts[1].tid
+    second = claim(run, qk, count=5)
+    assert [c.tid for c in second.runs] == [ts[1].tid]
+    assert complete(run, qk, second.runs[0])
+    assert group_keys(r, qk) == []

@@ -34,6 +34,7 @@ from tests.model.harness import (
 Q = "mq"
 WORKERS = ("w1", "w2")
 LIMITS = {"k1": 1, "k2": 2}  # limit key -> concurrency
+GROUPS = ("a", "b")  # fair groups (docs/groups.md); "" is no group
 MAXLEN = 10_000
 TTL_S = 86_400
 MAX_INTERRUPTIONS = 1
@@ -75,6 +76,8 @@ class DtqModel(RuleBasedStateMachine):
         self.started: set[tuple[str, int]] = set()
         self.cancel_asked: set[str] = set()
         self.paused = False
+        self.gcap = 0  # DTQ_GROUP_CONCURRENCY of the queue (set by start)
+        self.held_groups: set[str] = set()
 
     # --- calls -----------------------------------------------------------------------------
 
@@ -122,9 +125,9 @@ class DtqModel(RuleBasedStateMachine):
 
     # --- rules -----------------------------------------------------------------------------
 
-    @initialize()
-    def start(self) -> None:
-        pass
+    @initialize(gcap=st.sampled_from([0, 1, 2]))
+    def start(self, gcap: int) -> None:
+        self.gcap = gcap
 
     @rule(
         n=st.integers(1, 3),
@@ -134,11 +137,12 @@ class DtqModel(RuleBasedStateMachine):
         lk=st.sampled_from(["", "k1", "k2"]),
         maxr=st.sampled_from([0, 1, 3]),
         prio=st.sampled_from([5, 9]),
+        grp=st.sampled_from(["", "", "a", "b"]),
         fault=faults,
     )
     def enqueue(
         self, n: int, delay: int, expires: int, idem: str, lk: str, maxr: int, prio: int,
-        fault: Fault,
+        grp: str, fault: Fault,
     ) -> None:  # fmt: skip
         new = [
             sc.NewTask(
@@ -154,6 +158,7 @@ class DtqModel(RuleBasedStateMachine):
                 idempotency_key=idem if i == 0 else "",
                 meta="",
                 limit=f"{LIMITS[lk]}|0|0|{lk}" if lk else "",
+                group=grp,
             )
             for i in range(n)
         ]
@@ -173,14 +178,15 @@ class DtqModel(RuleBasedStateMachine):
     )  # fmt: skip
     def enqueue_limited(self, n: int, lk: str, expires: int, maxr: int, fault: Fault) -> None:
         """enqueue of tasks under a fleet limit, no delay (its own rule: limits need several)."""
-        self.enqueue(n, 0, expires, "", lk, maxr, 5, fault)
+        self.enqueue(n, 0, expires, "", lk, maxr, 5, "a", fault)
 
     @rule(w=st.sampled_from(WORKERS), count=st.sampled_from([3, 2, 1]), fault=faults)
     def claim(self, w: str, count: int, fault: Fault) -> None:
         if self.recovery_owed[w]:
             return  # no claim of the queue is sent while its recovery is pending
         try:
-            raw = self.call(sc.claim_call(self.qk, w, count, MAXLEN, TTL_S), fault, False)
+            call = sc.claim_call(self.qk, w, count, MAXLEN, TTL_S, group_cap=self.gcap)
+            raw = self.call(call, fault, False)
         except ReplyLost:
             self.recovery_owed[w] = True  # AsyncScripts.on_reply_lost
             return
@@ -214,7 +220,7 @@ class DtqModel(RuleBasedStateMachine):
             sc.Success.of(c, "cancelled" if c.tid in self.cancel_asked else "succeeded", "1")
             for c in runs
         ]
-        call = sc.complete_call(self.qk, w, outs, MAXLEN, TTL_S, claim=refill)
+        call = sc.complete_call(self.qk, w, outs, MAXLEN, TTL_S, claim=refill, group_cap=self.gcap)
         try:  # the outcome writer re-sends; a refill's claim may have run: recovery
             if fault is Fault.LOST and refill:
                 self.recovery_owed[w] = True
@@ -351,6 +357,17 @@ class DtqModel(RuleBasedStateMachine):
             self.r.set(self.qk.paused, "1")
         self.paused = not self.paused
 
+    def hold_group(self, pick: int, fault: Fault) -> None:
+        """``dtq pause QUEUE --group G`` when G runs, its resume when it is paused."""
+        g = GROUPS[pick % len(GROUPS)]
+        keys = [*self.qk.streams, self.qk.task_base, self.qk.group_base, self.qk.events]
+        pause = g not in self.held_groups
+        try:
+            self.call(sc.Call("group_hold", keys, [g, "1" if pause else "0", MAXLEN]), fault, True)
+        except ErrorReply:
+            return
+        self.held_groups ^= {g}
+
     def dlq_requeue(self, pick: int, retry: bool, maxr: int | None, fault: Fault) -> None:
         """``dtq retry`` (failed, cancelled or expired) or ``dtq dlq requeue`` (failed)."""
         tid = self.pick_task(pick, ENDED_BADLY)
@@ -410,11 +427,15 @@ class DtqModel(RuleBasedStateMachine):
         self.reap(w, fault)
 
     @rule(
-        kind=st.sampled_from(["scheduler_tick", "advance_clock", "pause_or_resume", "retention"]),
+        kind=st.sampled_from(
+            ["scheduler_tick", "advance_clock", "pause_or_resume", "retention", "hold_group"]
+        ),
         ms=st.sampled_from([10_000, 1_000, 40_000]), fault=faults,
     )  # fmt: skip
     def housekeeping(self, kind: str, ms: int, fault: Fault) -> None:
-        if kind == "scheduler_tick":
+        if kind == "hold_group":
+            self.hold_group(ms, fault)
+        elif kind == "scheduler_tick":
             self.scheduler_tick(fault)
         elif kind == "advance_clock":
             self.advance_clock(ms)
@@ -453,6 +474,68 @@ class DtqModel(RuleBasedStateMachine):
             elif "exp" in rec and status not in TERMINAL and self.tasks[tid].deadline is None:
                 raise Violation(f"task {tid} was retried by hand but keeps its deadline {rec}")
         self._check_places(s)
+        self._check_groups(s)
+
+    def _group_list(self, rec: dict[str, str]) -> list[str]:
+        if "grp" not in rec:
+            return []
+        band = rec.get("prio", "5")
+        return self.r.lrange(self.qk.group_waiting(int(band), rec["grp"]), 0, -1)
+
+    def _check_groups(self, s: Snapshot) -> None:
+        """Fair groups (docs/groups.md): each waiting group has exactly one way forward per
+        band (a turn in the stream, or a turn withheld for a reason that will end), the running
+        sets are exact, the cap holds, and an idle group leaves no key."""
+        qk, r = self.qk, self.r
+        turns = r.hgetall(qk.group_turns)
+        active = set(r.zrange(qk.group_index, 0, -1))
+        paused = set(r.smembers(qk.group_paused))
+        running: dict[str, dict[str, int]] = {}
+        waiting: dict[str, int] = {}
+        for tid, rec in s.records.items():
+            g = rec.get("grp")
+            if g is None:
+                continue
+            if rec["status"] == "running":
+                running.setdefault(g, {})[tid] = int(rec.get("attempt", "0"))
+            elif rec["status"] == "queued" and ("eid" in rec or tid in self._group_list(rec)):
+                waiting[g] = waiting.get(g, 0) + 1  # (not one parked behind a limit)
+                if g and "eid" in rec and turns.get(f"{rec.get('prio', '5')}:{g}") != tid:
+                    raise Violation(f"task {tid} of group {g} has a stream entry but not the turn")
+        for g in set(running) | {m[len(qk.group_base) + 4 :] for m in r.scan_iter(match=qk.group_base + "run:*")}:
+            got = {k: int(v) for k, v in r.zrange(qk.group_running(g), 0, -1, withscores=True)}
+            if got != running.get(g, {}):
+                raise Violation(f"group {g!r} running set {got} != running tasks {running.get(g)}")
+            if self.gcap and len(got) > self.gcap:
+                raise Violation(f"group {g!r} runs {len(got)} tasks, over its cap {self.gcap}")
+        for field, tid in turns.items():
+            band, g = field.split(":", 1)
+            listed = r.llen(qk.group_waiting(int(band), g))
+            if tid == "~":
+                if not listed:
+                    raise Violation(f"group {g!r} band {band}: a withheld turn and no task")
+                live = any(
+                    t != "~" for f, t in turns.items() if f.split(":", 1)[1] == g
+                )
+                if g not in paused and not running.get(g) and not live:
+                    raise Violation(f"group {g!r} band {band}: turn withheld, nothing to give it back")
+                continue
+            rec = s.records.get(tid) or r.hgetall(qk.task(tid))
+            if rec.get("status") != "queued" or "eid" not in rec:
+                if g in active and listed:
+                    raise Violation(f"group {g!r} band {band}: its turn {tid} is {rec}")
+        for key in r.scan_iter(match=qk.group_base + "w:*"):
+            band, g = key[len(qk.group_base) + 2 :].split(":", 1)
+            if f"{band}:{g}" not in turns:
+                raise Violation(f"group {g!r} band {band} has waiting tasks and no turn")
+        for g in active:
+            if not waiting.get(g) and not running.get(g):
+                raise Violation(f"group {g!r} is active with nothing waiting or running")
+        # (Tasks without a group that were queued while no group was active wait in the stream
+        # as ever; the claim makes each the '' group's turn or puts it in its list.)
+        for g in (set(waiting) | set(running)) - {""}:
+            if g not in active:
+                raise Violation(f"group {g!r} has tasks but is not active ({active})")
 
     def _check_terminal(self, s: Snapshot, tid: str, rec: dict[str, str]) -> None:
         status = rec["status"]
@@ -481,6 +564,8 @@ class DtqModel(RuleBasedStateMachine):
                 raise Violation(f"queued task {tid} has no stream entry ({eid})")
             if entry in s.pending:
                 raise Violation(f"queued task {tid}'s entry {eid} is delivered already")
+        elif status == "queued" and tid in self._group_list(rec):
+            pass  # waiting in its group's list (the group invariants check the rest)
         elif status == "queued":
             lk = rec.get("lk", "")
             if tid not in s.held.get(lk, []):
@@ -494,13 +579,17 @@ class DtqModel(RuleBasedStateMachine):
 
     def _key_moves(self, s: Snapshot, lk: str, tid: str) -> bool:
         """Whether something will release a task parked behind ``lk``: a run holding a place
-        (its end releases one), an owed sweep, or another task of the key that will run."""
+        (its end releases one), an owed sweep, or another task of the key that will run (in a
+        stream, the schedule, or its fair group's list)."""
         if s.run_sets[lk] or lk in s.owed:
             return True
         return any(
             other != tid
             and rec.get("lk") == lk
-            and (rec["status"] == "scheduled" or (rec["status"] == "queued" and "eid" in rec))
+            and (
+                rec["status"] == "scheduled"
+                or (rec["status"] == "queued" and ("eid" in rec or other in self._group_list(rec)))
+            )
             for other, rec in s.records.items()
         )
 

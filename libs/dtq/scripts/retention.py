@@ -53,6 +53,7 @@ def queue_empty_call(qk: QueueKeys, drop: bool) -> Call:
     """Whether the queue holds nothing (lua/retention_queue.lua); with drop, its empty keys go."""
     keys = [*qk.streams, qk.sched, qk.dlq, qk.paused, qk.schedules, qk.lim_parked, qk.events]
     keys += [qk.stats, qk.fair, qk.decl, qk.flowq, qk.decl_seen, qk.schedules_seen]
+    keys += [qk.group_index, qk.group_paused]
     return Call("retention_queue", keys, [GROUP, 1 if drop else 0])
 
 
