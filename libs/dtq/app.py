@@ -47,6 +47,8 @@ class EnqueueOptions:
     metadata: Mapping[str, Any] | None = None
     unique: bool | None = None
     partition_key: str | None = None
+    group: str | None = None
+    """The task's fair group within its queue (docs/groups.md)."""
 
     def as_kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
