@@ -19,6 +19,7 @@
 -- ARGV[9..18]  the task: tid, name, args(JSON), kwargs(JSON or ''), priority, max_retries,
 --              timeout_s ('' = none), expires_ms (0 = never, relative to now), meta (JSON or ''),
 --              limit ('' = none, else "concurrency|rate count|rate window ms|key" as enqueue.lua)
+-- ARGV[19]     the task's fair group ('' or absent = none; field grp, docs/groups.md)
 -- Returns      {outcome, tid}: outcome 'fired' | 'overlap' (skipped, previous run active) |
 --              'missed' (skipped, past the grace period) | 'stale' (someone else moved it)
 
@@ -61,6 +62,7 @@ if lim and lim ~= '' then
   local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
   redis.call('HSET', rk, 'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw)
 end
+if ARGV[19] and ARGV[19] ~= '' then redis.call('HSET', rk, 'grp', ARGV[19]) end
 local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
 redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
 redis.call('HSET', KEYS[15], name, tid)
