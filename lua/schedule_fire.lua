@@ -57,12 +57,12 @@ if kwargs ~= '' then redis.call('HSET', rk, 'kwargs', kwargs) end
 if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
 if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
 if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
+if ARGV[19] and ARGV[19] ~= '' then redis.call('HSET', rk, 'grp', ARGV[19]) end
 local lim = ARGV[18]
 if lim and lim ~= '' then
   local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
   redis.call('HSET', rk, 'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw)
 end
-if ARGV[19] and ARGV[19] ~= '' then redis.call('HSET', rk, 'grp', ARGV[19]) end
 local eid = redis.call('XADD', KEYS[stream_index(prio)], '*', 't', tid)
 redis.call('HSET', rk, 'status', 'queued', 'eid', eid)
 redis.call('HSET', KEYS[15], name, tid)
