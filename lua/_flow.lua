@@ -41,8 +41,8 @@ local function flow_lib()
 
   -- Create the task record of a step from its spec (JSON array of strings: queue, tid, name,
   -- args, kwargs, prio, maxr (as enqueue.lua's field), timeout, delay_ms, expires_ms, meta,
-  -- flow field, task key prefix of its queue, middleware headers (JSON or '')) with its final
-  -- args. Nothing when it exists
+  -- flow field, task key prefix of its queue, middleware headers (JSON or ''), fair group ('' or
+  -- absent: none; field grp)) with its final args. Nothing when it exists
   -- already (a second move of the same handover). Returns 1 when it created it.
   local function flow_create_step(K, spec, args)
     local tid, prio = spec[2], spec[6]
@@ -68,6 +68,7 @@ local function flow_lib()
     if expires > 0 then h[#h + 1] = 'exp'; h[#h + 1] = string.format('%d', now + expires) end
     if spec[11] ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = spec[11] end
     if spec[14] and spec[14] ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = spec[14] end
+    if spec[15] and spec[15] ~= '' then h[#h + 1] = 'grp'; h[#h + 1] = spec[15] end
     redis.call('HSET', rk, 'name', spec[3], 'args', args, 'prio', prio, 'maxr', maxr,
       'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status, wk, wv,
       'flow', spec[12], unpack(h))

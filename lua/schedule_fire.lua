@@ -19,6 +19,7 @@
 -- ARGV[9..18]  the task: tid, name, args(JSON), kwargs(JSON or ''), priority, max_retries,
 --              timeout_s ('' = none), expires_ms (0 = never, relative to now), meta (JSON or ''),
 --              limit ('' = none, else "concurrency|rate count|rate window ms|key" as enqueue.lua)
+-- ARGV[19]     the task's fair group ('' or absent = none; field grp, docs/groups.md)
 -- Returns      {outcome, tid}: outcome 'fired' | 'overlap' (skipped, previous run active) |
 --              'missed' (skipped, past the grace period) | 'stale' (someone else moved it)
 
@@ -56,6 +57,7 @@ if kwargs ~= '' then redis.call('HSET', rk, 'kwargs', kwargs) end
 if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
 if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
 if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
+if ARGV[19] and ARGV[19] ~= '' then redis.call('HSET', rk, 'grp', ARGV[19]) end
 local lim = ARGV[18]
 if lim and lim ~= '' then
   local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')

@@ -47,6 +47,8 @@ class EnqueueOptions:
     metadata: Mapping[str, Any] | None = None
     unique: bool | None = None
     partition_key: str | None = None
+    group: str | None = None
+    """The task's fair group within its queue (docs/groups.md)."""
 
     def as_kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -331,6 +333,7 @@ class App:
         max_retries: int | None = None,
         timeout: float | None = None,
         expires: float | None = None,
+        group: str | None = None,
     ) -> Callable[[Any], Task[Any, Any]]:
         """Declare a periodic schedule (``cron=`` in ``tz``, or ``every=`` seconds) for a task.
 
@@ -342,7 +345,7 @@ class App:
         return periodic(
             self, cron=cron, every=every, tz=tz, name=name, queue=queue, args=args,
             kwargs=kwargs, overlap=overlap, grace=grace, priority=priority,
-            max_retries=max_retries, timeout=timeout, expires=expires,
+            max_retries=max_retries, timeout=timeout, expires=expires, group=group,
         )  # fmt: skip
 
     def defaults_for(self, name: str) -> TaskDefaults | None:

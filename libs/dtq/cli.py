@@ -128,6 +128,7 @@ def _json_arg(value: str | None, what: str) -> Any:
 )
 @click.option("--partition-key", help="Of a partitioned queue: tasks with one key go to one "
               "partition (DTQ_QUEUE_PARTITIONS).")  # fmt: skip
+@click.option("--group", help="The task's fair group within its queue (a tenant).")
 @json_option
 def enqueue(
     name: str,
@@ -145,6 +146,7 @@ def enqueue(
     metadata_json: str | None,
     unique: bool | None,
     partition_key: str | None,
+    group: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue task NAME with positional arguments VALUES (each read as JSON when it is JSON,
@@ -178,6 +180,7 @@ def enqueue(
                 name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
                 max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
                 expires=expiry, metadata=metadata, unique=unique, partition_key=partition_key,
+                group=group,
             )  # fmt: skip
         return h, [str(w.message) for w in caught if w.category is UndeclaredTaskWarning]
 
@@ -208,7 +211,7 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
     flow = d.get("tree") is not None  # a workflow: no attempt, retries or timeout of its own
 
     def human() -> None:
-        for k in ("id", "name", "queue", "status", "priority", "attempt", "failures",
+        for k in ("id", "name", "queue", "group", "status", "priority", "attempt", "failures",
                   "retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id",
                   "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
             if flow and k in FLOW_OMITS:

@@ -143,6 +143,7 @@ class AsyncClient(_Base):
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
         partition_key: str | None = None,
+        group: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
@@ -417,6 +418,7 @@ class Client(_Base):
         metadata: Mapping[str, Any] | None = None,
         unique: bool | None = None,
         partition_key: str | None = None,
+        group: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:

@@ -129,6 +129,8 @@ class TaskInfo:
     """A workflow's shape: nested ``{"chain"|"group"|"chord": [...]}`` of step indices."""
     flow: str | None = None
     """A workflow step's flow id (``<home queue>:wf...``); None for a task of no flow."""
+    group: str | None = None
+    """The task's fair group within its queue (docs/groups.md); None when it has none."""
 
     @classmethod
     def from_record(
@@ -172,6 +174,7 @@ class TaskInfo:
             failures=int(rec[Field.RETRIES]),
             retries_left=max(0, int(rec[Field.MAX_RETRIES]) - int(rec[Field.RETRIES])),
             flow=_flow_id(rec[Field.FLOW]) if Field.FLOW in rec else None,
+            group=rec.get(Field.GROUP) or None,
         )
 
     def to_dict(self) -> dict[str, Any]:

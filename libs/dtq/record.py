@@ -49,6 +49,7 @@ class Field(StrEnum):
     LIMIT_RATE_COUNT = "lrn"
     LIMIT_RATE_WINDOW = "lrw"
     LIMIT_OWED = "lown"
+    GROUP = "grp"
 
 
 MEANING: Final[dict[Field, str]] = {
@@ -91,6 +92,8 @@ MEANING: Final[dict[Field, str]] = {
     Field.LIMIT_RATE_WINDOW: "the rate window (ms)",
     Field.LIMIT_OWED: "1 while a task released from behind its concurrency limit has not "
     "started: ended first, it passes the place on to the next parked task",
+    Field.GROUP: "the task's fair group within its queue, as enqueued; absent when none ('' "
+    "for a task without a group stored while the queue had active groups)",
 }
 
 

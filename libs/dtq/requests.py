@@ -23,7 +23,7 @@ from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 ENQUEUE_FIELDS = frozenset(
     {
         "name", "args", "kwargs", "queue", "priority", "delay", "eta", "max_retries", "timeout",
-        "idempotency_key", "expires", "metadata", "unique", "partition_key",
+        "idempotency_key", "expires", "metadata", "unique", "partition_key", "group",
     }
 )  # fmt: skip
 
@@ -101,6 +101,7 @@ def build_task(
     unique: bool | None = None,
     headers: Mapping[str, str] | None = None,
     partition_key: str | None = None,
+    group: str | None = None,
 ) -> tuple[str, NewTask]:
     """Check one enqueue request; return its queue and the encoded task.
 
@@ -142,25 +143,14 @@ def build_task(
         idempotency_key = unique_key(name, a, kwargs)
     meta = _metadata(metadata) if metadata else ""
     lim = "" if d.limit is None else _limit_key(d.limit, name, args, kwargs)
+    grp = "" if group is None else _group(group)
     parts = settings.queue_partitions
     if parts or partition_key is not None:
-        q = _partition(q, parts.get(q, 1), partition_key, idempotency_key, lim)
+        q = _partition(q, parts.get(q, 1), partition_key, idempotency_key, lim, grp)
     return q, NewTask(
-        new_tid(),
-        name,
-        a,
-        k,
-        prio,
-        mr,
-        to,
-        delay_ms,
-        expires_ms,
-        idempotency_key or "",
-        meta,
-        lim,
-        unset,
-        headers=_headers(headers) if headers else "",
-    )
+        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
+        lim, unset, headers=_headers(headers) if headers else "", group=grp,
+    )  # fmt: skip
 
 
 # The steps of build_task, each called only when its check is needed.
@@ -236,15 +226,44 @@ def _limit_key(limit: Limit, name: str, args: Any, kwargs: Mapping[str, Any] | N
     return lim
 
 
-def _partition(q: str, n: int, key: object, idem: str | None, lim: str) -> str:
+def _partition(q: str, n: int, key: object, idem: str | None, lim: str, group: str = "") -> str:
     """The partition of queue ``q`` (``n`` partitions) a task goes to (dtq.partitions): by its
     partition key, else its idempotency key (so a duplicate meets the first), else its limit
-    (so one key's runs are counted in one place), else round the partitions."""
+    (so one key's runs are counted in one place), else its fair group (so a group's turns and
+    cap live in one partition), else round the partitions."""
     if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
         raise InvalidRequest("partition_key must be a string of 1 to 256 characters")
     if n <= 1:
         return q
-    return partitions.place(q, n, key if key is not None else idem or lim or None)
+    return partitions.place(q, n, key if key is not None else idem or lim or group or None)
+
+
+MAX_GROUP_CHARS = 128
+
+
+def _group(group: object) -> str:
+    """A given fair group as stored (``""``: none), or InvalidRequest saying what is wrong."""
+    if type(group) is str and len(group) <= MAX_GROUP_CHARS and group.isprintable():
+        return group  # the usual case: one test each (printable: no control character)
+    check_group(group)
+    return str(group)  # (a str subclass: plain, as hiredis packs it)
+
+
+def check_group(group: object) -> None:
+    """Refuse a fair group (docs/groups.md) that is not a string of 1 to 128 characters, or
+    holds control or line-separator characters (a group is shown in CLI rows and log lines;
+    the rule of task names and of the HTTP API's schema), or text that cannot be sent as UTF-8
+    (a lone surrogate). ``None`` and ``""`` mean no group."""
+    if group is None or group == "":
+        return
+    if not isinstance(group, str) or len(group) > MAX_GROUP_CHARS:
+        raise InvalidRequest(f"group must be a string of 1 to {MAX_GROUP_CHARS} characters")
+    if CONTROL_RE.search(group):
+        raise InvalidRequest(f"group {group!r} holds control characters")
+    try:
+        group.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"group {group!r} is not valid Unicode text") from None
 
 
 def check_task_name(name: str) -> None:

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     queue_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     """Per-queue caps on one worker's slots, e.g. ``bulk=4,critical=12`` (each 1 to
     DTQ_WORKER_CONCURRENCY), so a slow queue cannot take every slot."""
+    group_concurrency: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    """Per-queue caps on the running tasks of each fair group of that queue across all
+    workers, e.g. ``tenants=4,reports=1`` (each at least 1): a group at its cap is passed over
+    in its turn while the queue's other groups run (docs/groups.md). Unset: no cap."""
     queue_partitions: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     """Queues split into partitions, e.g. ``bulk=4`` (each 1 to 256): each partition has its own
     hash tag, so one queue spreads over a Redis Cluster's shards. Clients and workers must agree
@@ -204,7 +208,7 @@ class Settings(BaseSettings):
                              "control characters")  # fmt: skip
         return value
 
-    @field_validator("queue_concurrency", "queue_partitions", mode="before")
+    @field_validator("queue_concurrency", "queue_partitions", "group_concurrency", mode="before")
     @classmethod
     def _split_pairs(cls, value: object) -> object:
         """``bulk=4,other=2`` as a dict (the field's own validation checks names and numbers)."""
@@ -228,6 +232,16 @@ class Settings(BaseSettings):
                 raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
             if not 1 <= n <= partitions.MAX_PARTITIONS:
                 raise ValueError(f"{q}={n}: a count is 1 to {partitions.MAX_PARTITIONS}")
+        return value
+
+    @field_validator("group_concurrency")
+    @classmethod
+    def _check_group_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        for q, n in value.items():
+            if not QUEUE_NAME_RE.fullmatch(q):
+                raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+            if n < 1:
+                raise ValueError(f"{q}={n}: a group's cap is at least 1")
         return value
 
     @field_validator("redis_url")

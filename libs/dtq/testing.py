@@ -162,13 +162,17 @@ class TestQueue:
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         queue: str | None = None,
+        *,
+        group: str | None = None,
     ) -> list[TaskInfo]:
-        """Tasks enqueued so far matching name, exact args and/or exact kwargs."""
+        """Tasks enqueued so far matching name, exact args and/or exact kwargs (and the fair
+        group, when given: ``TaskInfo.group``)."""
         return [
             t
             for t in self.tasks(name, queue)
             if (args is None or t.args == list(args))
             and (kwargs is None or t.kwargs == dict(kwargs))
+            and (group is None or t.group == group)
         ]
 
     def assert_enqueued(
@@ -178,11 +182,14 @@ class TestQueue:
         kwargs: Mapping[str, Any] | None = None,
         *,
         queue: str | None = None,
+        group: str | None = None,
         count: int | None = None,
     ) -> list[TaskInfo]:
         """Assert that such a task was enqueued (``count`` times, if given); return them."""
-        found = self.enqueued(name, args, kwargs, queue)
-        want = f"{name}(args={args!r}, kwargs={kwargs!r})"
+        found = self.enqueued(name, args, kwargs, queue, group=group)
+        want = f"{name}(args={args!r}, kwargs={kwargs!r}" + (
+            f", group={group!r})" if group is not None else ")"
+        )
         if count is None and not found:
             seen = [f"{t.name}{tuple(t.args)}{t.kwargs or ''}" for t in self.tasks()]
             raise AssertionError(f"no task {want} was enqueued; enqueued: {seen}")

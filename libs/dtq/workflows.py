@@ -33,15 +33,15 @@ __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", 
 # step answer with the first flow's task, which belongs to another flow: refused.
 # A step's delay and expiry count from its release (when what it waits for succeeded).
 STEP_OPTIONS = frozenset(
-    {"queue", "priority", "delay", "max_retries", "timeout", "expires", "metadata"}
+    {"queue", "priority", "delay", "max_retries", "timeout", "expires", "metadata", "group"}
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Sig:
     """One step: a task name, its arguments and enqueue options (``queue``, ``priority``,
-    ``delay``, ``max_retries``, ``timeout``, ``expires``, ``metadata``; a delay or expiry
-    counts from the step's release)."""
+    ``delay``, ``max_retries``, ``timeout``, ``expires``, ``metadata``, ``group``; a delay or
+    expiry counts from the step's release)."""
 
     name: str
     args: tuple[Any, ...] = ()
@@ -236,7 +236,7 @@ def _spec(keys: Keys, p: Plan, i: int) -> str:
         s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.maxr_arg()),
         "" if t.timeout is None else repr(float(t.timeout)), str(t.delay_ms),
         str(t.expires_ms), t.meta, f"{keys.queue(p.home).flow(p.ftid)}|{i}", qk.task_base,
-        t.headers,
+        t.headers, t.group,
     ]  # fmt: skip
     return codec.dumps(fields, "workflow step")
 

@@ -85,6 +85,11 @@ class EnqueueRequest(BaseModel):
     metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
         None, max_length=10, description="Small flat metadata: at most 10 scalar entries."
     )
+    group: str | None = Field(
+        None, min_length=1, max_length=128, pattern=NO_CONTROL_RE,
+        description="The task's fair group within its queue (a tenant, a customer): the "
+        "workers serve a queue's active groups in turn. No control characters.",
+    )  # fmt: skip
 
     # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
     @field_validator("priority", "delay", "max_retries", "timeout", "expires", mode="before")
@@ -136,6 +141,7 @@ class Task(Open):  # type: ignore[no-redef]
     )
     tree: Any = Field(None, description='A workflow\'s shape: {"chain"|"group"|"chord": [...]}.')
     flow: str | None = Field(None, description="A workflow step's flow id.")
+    group: str | None = Field(None, description="The task's fair group; null when none.")
     defaults: Literal["declared", "default"] | None = Field(
         None,
         description="Before its first claim, for a task enqueued without knowing it: where the "

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dtq import codec
 from dtq.errors import InvalidRequest
-from dtq.requests import MAX_SPAN_S, check_task_name
+from dtq.requests import MAX_SPAN_S, check_group, check_task_name
 from dtq.schedules.cron import cron_next, from_ms, to_ms
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE
 
@@ -56,6 +56,8 @@ class Schedule:
     source: str = "runtime"
     """``code`` for ``@app.periodic`` declarations (kept in step with the code by the workers),
     ``runtime`` for :func:`add_schedule` (kept until removed)."""
+    group: str | None = None
+    """The fair group (docs/groups.md) of each task it fires; None: no group."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not 0 < len(self.name) <= 200:
@@ -100,6 +102,7 @@ class Schedule:
             raise InvalidRequest("expires must be positive")
         if self.source not in ("code", "runtime"):
             raise InvalidRequest("source must be 'code' or 'runtime'")
+        check_group(self.group)
         codec.dumps(list(self.args), "schedule args")
         codec.dumps(dict(self.kwargs), "schedule kwargs")
         codec.dumps(dict(self.metadata), "schedule metadata")
@@ -142,6 +145,8 @@ class Schedule:
         d["args"] = list(self.args)
         d["kwargs"] = dict(self.kwargs)
         d["metadata"] = dict(self.metadata)
+        if not self.group:  # (so a definition stored before groups existed reads unchanged)
+            del d["group"]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -180,6 +185,7 @@ class ScheduleInfo:
             "expires": s.expires,
             "metadata": dict(s.metadata),
             "source": s.source,
+            "group": s.group or None,
             "next_fire_at": self.next_fire_at.isoformat() if self.next_fire_at else None,
             "last_task_id": self.last_task_id,
             "enabled": self.enabled,
@@ -215,6 +221,7 @@ def periodic(
     timeout: float | None = None,
     expires: float | None = None,
     metadata: Mapping[str, Any] | None = None,
+    group: str | None = None,
 ) -> Callable[[Any], Task[Any, Any]]:
     """Decorator behind ``App.periodic``: registers the function as a task (unless it already is
     one) and declares its schedule. The schedule's name defaults to the task's name."""
@@ -244,6 +251,7 @@ def periodic(
             expires=expires,
             metadata=dict(metadata or {}),
             source="code",
+            group=group,
         )
         registry = _declared.setdefault(app, {})
         if (s.queue, s.name) in registry:

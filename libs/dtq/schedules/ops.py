@@ -195,6 +195,7 @@ async def arun_now(client: AsyncClient, name: str, queue: str) -> str:
     h = await client.enqueue(
         s.task, list(s.args), dict(s.kwargs) or None, queue=s.queue, priority=s.priority,
         max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
+        group=s.group,
     )  # fmt: skip
     return h.id
 

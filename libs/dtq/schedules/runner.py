@@ -205,6 +205,6 @@ class ScheduleRunner:
         _, task = build_task(
             self.settings, s.task, list(s.args), dict(s.kwargs) or None,
             defaults=defaults, queue=s.queue, priority=s.priority, max_retries=s.max_retries,
-            timeout=s.timeout, expires=s.expires, metadata=meta,
+            timeout=s.timeout, expires=s.expires, metadata=meta, group=s.group,
         )  # fmt: skip
         return task
