@@ -36,11 +36,11 @@ from dtq.cli_common import (
     _run,
     _short_time,
     _table,
-    _with_bar,
     _zoned_time,
     json_option,
 )
 from dtq.cli_dlq import dlq
+from dtq.cli_queues import groups, pause, purge, queues, resume
 from dtq.client import CANCEL_REASON
 from dtq.errors import (
     ConfigError,
@@ -63,7 +63,8 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str | None, as_json: 
     ctx.obj = {"redis_url": redis_url, "prefix": prefix}
 
 
-cli.add_command(dlq)
+for command in (dlq, queues, pause, resume, purge, groups):
+    cli.add_command(command)
 
 
 # --- tasks -----------------------------------------------------------------------------------
@@ -346,75 +347,6 @@ def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
 
     d = _run(go)
     _emit(d, as_json, lambda: _echo(f"{d.get('id', task_id)}: queued"))
-
-
-# --- queues ----------------------------------------------------------------------------------
-
-
-@cli.command(epilog=EPILOG)
-@click.argument("name", required=False)
-@json_option
-def queues(name: str | None, as_json: bool) -> None:
-    """List queues: waiting per priority, scheduled, running, dead letters, paused."""
-    infos = _run(lambda a: a.list_queues()) if name is None else [_run(lambda a: a.get_queue(name))]
-
-    def human() -> None:
-        rows = []
-        for q in infos:
-            bands = " ".join(f"p{p}:{n}" for p, n in q.depth.items() if n) or "-"
-            rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq,
-                         "yes" if q.paused else "no", _age(q.oldest_waiting_age_s)))  # fmt: skip
-        _table(rows, ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused",
-                      "oldest"])  # fmt: skip
-
-    data: Any = [q.to_dict() for q in infos]
-    _emit(data if name is None else data[0], as_json, human)
-
-
-@cli.command(epilog=EPILOG)
-@click.argument("queue")
-@json_option
-def pause(queue: str, as_json: bool) -> None:
-    """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish."""
-    changed = _run(lambda a: a.pause(queue))
-    _emit({"queue": queue, "paused": True, "changed": changed}, as_json,
-          lambda: _echo(f"{queue}: paused" + ("" if changed else " (already)")))  # fmt: skip
-
-
-@cli.command(epilog=EPILOG)
-@click.argument("queue")
-@json_option
-def resume(queue: str, as_json: bool) -> None:
-    """Resume QUEUE."""
-    changed = _run(lambda a: a.resume(queue))
-    note = "" if changed else " (was not paused)"
-    _emit({"queue": queue, "paused": False, "changed": changed}, as_json,
-          lambda: _echo(f"{queue}: resumed{note}"))  # fmt: skip
-
-
-@cli.command(epilog=EPILOG)
-@click.argument("queue")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-def purge(queue: str, yes: bool, as_json: bool) -> None:
-    """Delete every waiting (queued and scheduled) task of QUEUE. Running tasks finish."""
-    info = _run(lambda a: a.get_queue(queue))
-    if not yes:
-        click.confirm(
-            f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?",
-            abort=True,
-            err=True,
-        )
-
-    async def total(a: Admin) -> int:
-        q = await a.get_queue(queue)
-        return q.queued + q.scheduled
-
-    res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
-    _emit({"queue": queue, **res.to_dict()}, as_json,
-          lambda: _echo(f"{queue}: purged {res.done} tasks "
-                             f"({res.skipped['queued']} queued, "
-                             f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
 
 
 # --- workers, schedules ----------------------------------------------------------------------

@@ -48,6 +48,7 @@ from dtq.coalesce import Coalescer, SyncCoalescer
 from dtq.connection import async_redis, sync_redis
 from dtq.donewait import DoneWaits, SyncDoneWaits
 from dtq.errors import RedisUnavailable
+from dtq.groupops import AsyncGroups, SyncGroups
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
 from dtq.requests import TaskDefaults
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 
-class AsyncClient(_Base):
+class AsyncClient(AsyncGroups, _Base):
     """asyncio client. ``async with AsyncClient(url) as c: ...`` closes its connections."""
 
     def __init__(
@@ -345,7 +346,7 @@ class AsyncClient(_Base):
         return await self._io(lambda: acancel_many(self, queue, name, reason))
 
 
-class Client(_Base):
+class Client(SyncGroups, _Base):
     """Blocking client with the same methods as :class:`AsyncClient`."""
 
     def __init__(

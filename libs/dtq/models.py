@@ -1,8 +1,8 @@
-"""Task states and the read-only views of a task the SDK returns."""
+"""Task states and the read-only views of a task (and of a queue's fair groups) the SDK returns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic
@@ -208,3 +208,36 @@ class TaskHandle(Generic[R]):
     queue: str
     status: TaskStatus
     created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """One fair group of a queue (docs/groups.md), its partitions summed: what
+    ``client.groups(queue)`` lists."""
+
+    group: str
+    """The group's name; ``""`` for the queue's tasks enqueued without a group."""
+    waiting: int
+    """Tasks of the group waiting to start (queued, in every priority band)."""
+    running: int
+    """Tasks of the group a worker runs now."""
+    paused: bool
+    """Held by ``pause_group``: no task of the group starts until ``resume_group``."""
+    oldest_waiting_s: float | None
+    """How long the group's oldest waiting task has waited since its enqueue (seconds, by the
+    Redis clock); None when none waits."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPage:
+    """A page of :class:`GroupInfo` and the cursor of the next (None on the last page). Each
+    call does bounded work, so a page may hold fewer groups than asked for, even none, while
+    ``next_cursor`` is set."""
+
+    items: list[GroupInfo]
+    next_cursor: str | None
+    examined: int = 0
+    """Group names this page looked up (its cost: each is a few reads per partition)."""

@@ -10,6 +10,8 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 
 from dtq.admin import Admin
+from dtq.groupops import CURSOR_RE as GROUP_CURSOR_RE
+from dtq.groupops import MAX_GROUP_LEN
 from dtq.settings import Settings
 from dtq_api import schemas as s
 from dtq_api.errors import ApiError
@@ -29,10 +31,16 @@ TaskCursor = Annotated[
     str | None,
     Query(pattern=TASK_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
 ]
+# <i|p><partition>.<position>[.<skip>]: dtq.groupops
+GroupCursor = Annotated[
+    str | None,
+    Query(pattern=GROUP_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
+]
 TASK_ID_RE = s.TASK_ID_RE
 TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
 QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
 ScheduleName = Annotated[str, PathParam(min_length=1, max_length=200)]
+GroupName = Annotated[str, PathParam(min_length=1, max_length=MAX_GROUP_LEN)]
 
 
 def get_admin(app: FastAPI) -> Admin:

@@ -51,6 +51,12 @@ class Snapshot(Collector):
             "Age of the oldest waiting task (0 when none waits)",
             labels=["queue"],
         )
+        groups = GaugeMetricFamily(
+            "dtq_queue_active_groups",
+            "Fair groups with waiting or running tasks (a partitioned queue: summed over its "
+            "partitions)",
+            labels=["queue"],
+        )
         for q in self.queues:
             for p, n in q.depth.items():
                 depth.add_metric([q.name, str(p)], n)
@@ -59,7 +65,8 @@ class Snapshot(Collector):
             dlq.add_metric([q.name], q.dlq)
             paused.add_metric([q.name], 1 if q.paused else 0)
             oldest.add_metric([q.name], q.oldest_waiting_age_s or 0.0)
-        yield from (depth, sched, running, dlq, paused, oldest)
+            groups.add_metric([q.name], q.active_groups)
+        yield from (depth, sched, running, dlq, paused, oldest, groups)
         live = sum(1 for w in self.workers if w.live)
         yield GaugeMetricFamily("dtq_workers_live", "Workers with a recent heartbeat", value=live)
         yield GaugeMetricFamily(

@@ -198,6 +198,9 @@ class Queue(Open):
     dlq: int
     paused: bool
     oldest_waiting_age_s: float | None
+    active_groups: int = Field(
+        0, description="Fair groups with waiting or running tasks (partitions summed)."
+    )
 
 
 class QueueList(BaseModel):
@@ -206,6 +209,32 @@ class QueueList(BaseModel):
 
 class QueueChange(Queue):
     changed: bool
+
+
+class Group(Open):
+    """One fair group of a queue (docs/groups.md), its partitions summed."""
+
+    group: str = Field(description='The name; "" for the tasks enqueued without a group.')
+    waiting: int = Field(description="Tasks of the group waiting to start.")
+    running: int
+    paused: bool = Field(description="Held: none of its tasks starts until it is resumed.")
+    oldest_waiting_s: float | None = Field(
+        description="Seconds since its oldest waiting task was enqueued; null when none waits."
+    )
+
+
+class GroupPage(BaseModel):
+    items: list[Group] = Field(
+        description="Active groups (longest active first), then held idle ones."
+    )
+    next_cursor: str | None = Field(description=CURSOR_DOC)
+
+
+class GroupChange(BaseModel):
+    queue: str
+    group: str
+    paused: bool
+    changed: bool = Field(description="False when the group already was so.")
 
 
 class BulkOut(BaseModel):

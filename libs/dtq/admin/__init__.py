@@ -21,7 +21,8 @@ Costs worth knowing:
 
 The package splits :class:`Admin` by concern; each part is a mixin over :class:`AdminCore`
 (``core.py``: connection, script runner, queue registry): ``queues.py``, ``tasks.py``,
-``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``, ``history.py``. ``views.py``
+``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``, ``history.py``,
+``groups.py`` (a queue's fair groups, through the SDK's dtq.groupops). ``views.py``
 holds what they answer, ``common.py`` the bounds, errors and checks.
 """
 
@@ -39,6 +40,7 @@ from dtq.admin.common import (
 from dtq.admin.core import AdminCore
 from dtq.admin.deadletters import DeadLetterOps
 from dtq.admin.events import EventOps
+from dtq.admin.groups import GroupOps
 from dtq.admin.history import HistoryOps
 from dtq.admin.queues import QueueOps
 from dtq.admin.schedules import ScheduleOps
@@ -93,5 +95,7 @@ __all__ = [
 ]
 
 
-class Admin(QueueOps, TaskOps, DeadLetterOps, WorkerOps, ScheduleOps, EventOps, HistoryOps):
+class Admin(
+    QueueOps, GroupOps, TaskOps, DeadLetterOps, WorkerOps, ScheduleOps, EventOps, HistoryOps
+):
     """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""

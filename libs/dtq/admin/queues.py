@@ -38,7 +38,7 @@ class QueueOps(AdminCore):
 
     async def _physical_infos(self, names: Sequence[str]) -> list[QueueInfo]:
         """The state of each queue in ``names``: two pipelined round trips for all of them."""
-        per = 2 * len(PRIORITIES) + 3
+        per = 2 * len(PRIORITIES) + 4
         async with self._r.pipeline(transaction=False) as pipe:
             for name in names:
                 qk = self.keys.queue(name)
@@ -48,6 +48,7 @@ class QueueOps(AdminCore):
                 pipe.zcard(qk.sched)
                 pipe.zcard(qk.dlq)
                 pipe.exists(qk.paused)
+                pipe.zcard(qk.group_index)
             if not self._cluster:  # a cluster pipeline refuses TIME: sent after it
                 pipe.time()
             raw = await pipe.execute(raise_on_error=False)
@@ -76,10 +77,10 @@ class QueueOps(AdminCore):
                 running += pending
                 if depth[p]:
                     starts[p] = start
-            for x in part[-3:]:
+            for x in part[-4:]:
                 if isinstance(x, Exception):
                     raise x
-            partial.append((name, depth, running, starts, part[-3:]))
+            partial.append((name, depth, running, starts, part[-4:]))
         firsts: list[Any] = []
         if any(starts for _, _, _, starts, _ in partial):
             async with self._r.pipeline(transaction=False) as pipe:
@@ -90,7 +91,7 @@ class QueueOps(AdminCore):
                 firsts = await pipe.execute()
         out: list[QueueInfo] = []
         k = 0
-        for name, depth, running, starts, (scheduled, dlq, paused) in partial:
+        for name, depth, running, starts, (scheduled, dlq, paused, groups) in partial:
             oldest: float | None = None
             for entries in firsts[k : k + len(starts)]:
                 if entries:
@@ -106,6 +107,7 @@ class QueueOps(AdminCore):
                     dlq=int(dlq),
                     paused=bool(paused),
                     oldest_waiting_age_s=oldest,
+                    active_groups=int(groups),
                 )
             )
         return out

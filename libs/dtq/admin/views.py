@@ -33,6 +33,9 @@ class QueueInfo:
     paused: bool
     oldest_waiting_age_s: float | None
     """Age of the oldest waiting entry (since it became ready to run), None when none waits."""
+    active_groups: int = 0
+    """Fair groups with waiting or running tasks (docs/groups.md); of a partitioned queue, the
+    partitions' counts summed (a group active in two partitions counts twice)."""
 
     @property
     def queued(self) -> int:
@@ -63,6 +66,7 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
         dlq=sum(p.dlq for p in parts),
         paused=any(p.paused for p in parts),
         oldest_waiting_age_s=max(ages) if ages else None,
+        active_groups=sum(p.active_groups for p in parts),
     )
 
 

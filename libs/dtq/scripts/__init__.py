@@ -20,6 +20,7 @@ list), so the sync client, the async client, the admin and the worker share them
                           retention_hist
 ``locks``                 lock, unlock, swap
 ``limits``                limit_sweep
+``groups``                group_hold
 ========================  ==============================================================
 
 :data:`REPLIES` names, per script, the enums of the sentinel values it can answer; a test
@@ -65,6 +66,7 @@ from dtq.scripts.flows import (
     parse_flow_cancel,
     parse_flow_enqueue,
 )
+from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
 from dtq.scripts.limits import SweepResult, limit_sweep_call, parse_limit_sweep
 from dtq.scripts.locks import (
     Lock,
@@ -173,6 +175,7 @@ REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
     "schedule_put": (Stored,),
     "schedule_fire": (FireOutcome,),
     "progress": (Progress,),
+    "group_hold": (Held,),
     "retention_queue": (QueueState,),
     "lock": (Lock,),
     "unlock": (Unlock,),
@@ -208,6 +211,7 @@ __all__ = [
     "FlowCancelled",
     "FlowEnqueued",
     "FlowStatus",
+    "Held",
     "History",
     "KeysSwept",
     "Lock",
@@ -243,6 +247,7 @@ __all__ = [
     "flow_enqueue_call",
     "flow_put_call",
     "flow_tomb_call",
+    "group_hold_call",
     "helpers_for",
     "hiredis_packing",
     "hist_fold_call",
@@ -260,6 +265,7 @@ __all__ = [
     "parse_enqueue",
     "parse_flow_cancel",
     "parse_flow_enqueue",
+    "parse_group_hold",
     "parse_limit_sweep",
     "parse_lock",
     "parse_progress",

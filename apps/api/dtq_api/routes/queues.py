@@ -1,14 +1,15 @@
-"""The ``/api/v1/queues`` routes: state, pause, resume, purge."""
+"""The ``/api/v1/queues`` routes: state, pause, resume, purge; a queue's fair groups."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
+from dtq.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 from dtq_api import schemas as s
-from dtq_api.deps import A, QueueName
+from dtq_api.deps import A, GroupCursor, GroupName, QueueName
 
 log = logging.getLogger("dtq.api")
 
@@ -47,3 +48,37 @@ async def purge_queue(a: A, name: QueueName) -> Any:
     res = await a.purge(name)
     log.info("queue %s purged: %d tasks", name, res.done, extra={"queue": name})
     return res.to_dict()
+
+
+@router.get("/queues/{name}/groups", response_model=s.GroupPage, tags=["queues"])
+async def list_groups(
+    a: A,
+    name: QueueName,
+    cursor: GroupCursor = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_GROUP_PAGE)] = GROUP_PAGE,
+) -> Any:
+    """The queue's fair groups: active ones (waiting or running tasks), longest active first,
+    then held idle ones; each with waiting, running, paused and the oldest waiting age.
+
+    One request does bounded work: a page may hold fewer groups than the limit, even none,
+    with a ``next_cursor`` to continue from.
+    """
+    page = await a.list_groups(name, cursor=cursor, limit=limit)
+    return {"items": page.items, "next_cursor": page.next_cursor}
+
+
+@router.post("/queues/{name}/groups/{group}/pause", response_model=s.GroupChange, tags=["queues"])
+async def pause_group(a: A, name: QueueName, group: GroupName) -> Any:
+    """Hold one group: none of its tasks starts (the queue's other groups go on); running
+    ones finish."""
+    changed = await a.pause_group(name, group)
+    log.info("group %r of queue %s paused", group, name, extra={"queue": name})
+    return {"queue": name, "group": group, "paused": True, "changed": changed}
+
+
+@router.post("/queues/{name}/groups/{group}/resume", response_model=s.GroupChange, tags=["queues"])
+async def resume_group(a: A, name: QueueName, group: GroupName) -> Any:
+    """Release a held group."""
+    changed = await a.resume_group(name, group)
+    log.info("group %r of queue %s resumed", group, name, extra={"queue": name})
+    return {"queue": name, "group": group, "paused": False, "changed": changed}

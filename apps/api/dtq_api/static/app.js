@@ -355,10 +355,30 @@ const views = {
         <td>${q.paused ? badge("paused") : badge("active", "ok")}</td>
         <td>${q.queued}</td><td class="muted">${bands}</td><td>${q.running}</td><td>${q.scheduled}</td><td>${q.dlq}</td>
         <td>${ago(q.oldest_waiting_age_s)}</td>
+        <td><a href="#groups/${encodeURIComponent(q.name)}" data-testid="groups-link">${q.active_groups ?? 0}</a></td>
         <td>${q.paused ? `<button data-act="resume">Resume</button>` : `<button data-act="pause">Pause</button>`}
             <button data-act="purge" class="danger">Purge</button></td></tr>`;
     }).join("");
-    return `<h2>Queues</h2><div class="scroll"><table data-testid="queues-table"><tr><th>queue</th><th>state</th><th>waiting</th><th>by priority</th><th>running</th><th>scheduled</th><th>dead letters</th><th>oldest</th><th></th></tr>${rows}</table></div>`;
+    return `<h2>Queues</h2><div class="scroll"><table data-testid="queues-table"><tr><th>queue</th><th>state</th><th>waiting</th><th>by priority</th><th>running</th><th>scheduled</th><th>dead letters</th><th>oldest</th><th>groups</th><th></th></tr>${rows}</table></div>`;
+  },
+
+  // One queue's fair groups (docs/groups.md): #groups/<queue>[?cursor=...], a page at a time.
+  async groups() {
+    const [path, query] = location.hash.slice("#groups/".length).split("?");
+    const q = decodeURIComponent(path);
+    const cursor = new URLSearchParams(query || "").get("cursor");
+    const page = await api(`/queues/${encodeURIComponent(q)}/groups?limit=100`
+      + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+    const rows = page.items.map((g) => `<tr data-group="${esc(g.group)}">
+        <td>${g.group ? esc(g.group) : '<span class="muted">(ungrouped)</span>'}</td>
+        <td>${g.paused ? badge("paused") : badge("active", "ok")}</td>
+        <td>${g.waiting}</td><td>${g.running}</td><td>${ago(g.oldest_waiting_s)}</td>
+        <td>${!g.group ? "" : g.paused ? `<button data-act="resume-group">Resume</button>` : `<button data-act="pause-group">Pause</button>`}</td></tr>`).join("");
+    const more = page.next_cursor
+      ? `<p><a href="#groups/${encodeURIComponent(q)}?cursor=${encodeURIComponent(page.next_cursor)}" data-testid="groups-next">next page</a></p>` : "";
+    return `<h2>Groups of ${esc(q)}</h2><p><a href="#queues">All queues</a></p>
+      <div class="scroll"><table data-testid="groups-table" data-gqueue="${esc(q)}"><tr><th>group</th><th>state</th><th>waiting</th><th>running</th><th>oldest waiting</th><th></th></tr>
+      ${rows || '<tr><td colspan="6" class="muted">no active or paused group</td></tr>'}</table></div>${more}`;
   },
 
   async tasks() {
@@ -528,6 +548,7 @@ function renderFlowTree(t) {
 
 function currentView() {
   const h = location.hash.slice(1) || "overview";
+  if (h.startsWith("groups/")) return "groups";
   return h.startsWith("task/") ? "task" : h.split("?")[0];
 }
 
@@ -535,7 +556,8 @@ let renderSeq = 0;
 async function render(quiet) {
   const name = currentView();
   const fn = views[name] || views.overview;
-  document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.view === name));
+  const tab = name === "groups" ? "queues" : name;  // a queue's groups: under Queues
+  document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.view === tab));
   const seq = ++renderSeq;
   const hash = location.hash.slice(1) || "overview";
   try {
@@ -558,6 +580,8 @@ document.addEventListener("click", (ev) => {
   if (btn) {
     const act_ = btn.dataset.act;
     const q = btn.closest("tr[data-queue]")?.dataset.queue;
+    const grow = btn.closest("tr[data-group]");
+    const gpath = grow ? `/queues/${encodeURIComponent(btn.closest("table[data-gqueue]").dataset.gqueue)}/groups/${encodeURIComponent(grow.dataset.group)}` : "";
     const id = btn.closest("tr[data-task]")?.dataset.task || decodeURIComponent(location.hash.slice("#task/".length));
     const enc = encodeURIComponent(id);
     const filters = () => Object.fromEntries([...new FormData($("#dlq-filters"))].filter(([, v]) => v));
@@ -566,6 +590,8 @@ document.addEventListener("click", (ev) => {
     const handlers = {
       pause: () => act(`Paused ${q}`, () => api(`/queues/${q}/pause`, { method: "POST" })),
       resume: () => act(`Resumed ${q}`, () => api(`/queues/${q}/resume`, { method: "POST" })),
+      "pause-group": () => act(`Paused group ${grow.dataset.group}`, () => api(gpath + "/pause", { method: "POST" })),
+      "resume-group": () => act(`Resumed group ${grow.dataset.group}`, () => api(gpath + "/resume", { method: "POST" })),
       purge: () => act(`Purged ${q}`, () => api(`/queues/${q}/purge`, { method: "POST" }),
         `Delete every waiting (queued and scheduled) task of queue "${q}"? Running tasks finish.`),
       cancel: () => act(`Cancel sent for ${id}`, () => api(`/tasks/${enc}/cancel`, { method: "POST" }), `Cancel task ${id}?`),

@@ -1,0 +1,126 @@
+"""The ``dtq`` queue commands: ``queues``, ``pause``, ``resume`` (a queue, or one fair group of
+it with ``--group``), ``purge``, and ``groups`` (a queue's fair groups, docs/groups.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dtq.admin import Admin, filled_page
+from dtq.cli_common import EPILOG, _age, _echo, _emit, _run, _table, _with_bar, json_option
+from dtq.groupops import GROUP_PAGE, MAX_GROUP_PAGE
+
+
+@click.command(epilog=EPILOG)
+@click.argument("name", required=False)
+@json_option
+def queues(name: str | None, as_json: bool) -> None:
+    """List queues: waiting per priority, scheduled, running, dead letters, paused."""
+    infos = _run(lambda a: a.list_queues()) if name is None else [_run(lambda a: a.get_queue(name))]
+
+    def human() -> None:
+        rows = []
+        for q in infos:
+            bands = " ".join(f"p{p}:{n}" for p, n in q.depth.items() if n) or "-"
+            rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq,
+                         "yes" if q.paused else "no", _age(q.oldest_waiting_age_s)))  # fmt: skip
+        _table(rows, ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused",
+                      "oldest"])  # fmt: skip
+
+    data: Any = [q.to_dict() for q in infos]
+    _emit(data if name is None else data[0], as_json, human)
+
+
+group_option = click.option(
+    "--group", "-g", help="Only this fair group of the queue (docs/groups.md)."
+)
+
+
+@click.command(epilog=EPILOG)
+@click.argument("queue")
+@group_option
+@json_option
+def pause(queue: str, group: str | None, as_json: bool) -> None:
+    """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish. With
+    --group, only that group of QUEUE is held; its other groups go on."""
+    note = "" if group is None else f" group {group!r}"
+    if group is not None:
+        changed = _run(lambda a: a.pause_group(queue, group))
+        data = {"queue": queue, "group": group, "paused": True, "changed": changed}
+    else:
+        changed = _run(lambda a: a.pause(queue))
+        data = {"queue": queue, "paused": True, "changed": changed}
+    was = "" if changed else " (already)"
+    _emit(data, as_json, lambda: _echo(f"{queue}:{note} paused{was}"))
+
+
+@click.command(epilog=EPILOG)
+@click.argument("queue")
+@group_option
+@json_option
+def resume(queue: str, group: str | None, as_json: bool) -> None:
+    """Resume QUEUE, or with --group one group of it."""
+    note = "" if group is None else f" group {group!r}"
+    if group is not None:
+        changed = _run(lambda a: a.resume_group(queue, group))
+        data = {"queue": queue, "group": group, "paused": False, "changed": changed}
+    else:
+        changed = _run(lambda a: a.resume(queue))
+        data = {"queue": queue, "paused": False, "changed": changed}
+    was = "" if changed else " (was not paused)"
+    _emit(data, as_json, lambda: _echo(f"{queue}:{note} resumed{was}"))
+
+
+@click.command(epilog=EPILOG)
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def purge(queue: str, yes: bool, as_json: bool) -> None:
+    """Delete every waiting (queued and scheduled) task of QUEUE. Running tasks finish."""
+    info = _run(lambda a: a.get_queue(queue))
+    if not yes:
+        click.confirm(
+            f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?",
+            abort=True,
+            err=True,
+        )
+
+    async def total(a: Admin) -> int:
+        q = await a.get_queue(queue)
+        return q.queued + q.scheduled
+
+    res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
+    _emit({"queue": queue, **res.to_dict()}, as_json,
+          lambda: _echo(f"{queue}: purged {res.done} tasks "
+                             f"({res.skipped['queued']} queued, "
+                             f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
+
+
+@click.command(epilog=EPILOG)
+@click.argument("queue")
+@click.option("--limit", type=click.IntRange(1, MAX_GROUP_PAGE), default=GROUP_PAGE,
+              show_default=True, help="Groups per page.")  # fmt: skip
+@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@json_option
+def groups(queue: str, limit: int, cursor: str | None, as_json: bool) -> None:
+    """List QUEUE's fair groups: the active ones (waiting or running tasks), longest active
+    first, then the paused idle ones; each with its waiting and running tasks, whether paused,
+    and the age of its oldest waiting task. Tasks without a group show as (ungrouped)."""
+    page = _run(
+        lambda a: filled_page(
+            lambda cur, n: a.list_groups(queue, cursor=cur, limit=n), cursor, limit
+        )
+    )
+
+    def human() -> None:
+        rows = [
+            (g["group"] or "(ungrouped)", g["waiting"], g["running"],
+             "yes" if g["paused"] else "no", _age(g["oldest_waiting_s"]))
+            for g in page.items
+        ]  # fmt: skip
+        _table(rows, ["group", "waiting", "running", "paused", "oldest"])
+        if page.next_cursor:
+            _echo(f"more: --cursor {page.next_cursor}")
+
+    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
