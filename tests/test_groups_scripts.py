@@ -15,6 +15,7 @@ from tests.conftest import create_groups
 
 Q = "gq"
 
+
 @pytest.fixture
 def qk(prefix: str, r: redis.Redis) -> QueueKeys:
     """The queue's keys, with its streams and consumer group made."""
@@ -73,9 +74,7 @@ def test_a_backlog_does_not_hold_another_group_behind_it(
     assert order == ["big", "small"] * 3 + ["big", "big"]
 
 
-def test_a_lone_group_runs_at_full_batch_size(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     ts = [task("solo") for _ in range(30)]
     enqueue(run, qk, *ts)
     b = claim(run, qk, count=10)
@@ -105,9 +104,7 @@ def test_tasks_without_a_group_are_one_group_while_groups_are_active(
     assert r.hget(qk.task(plain_before[-1].tid), "grp") == ""
 
 
-def test_completing_every_task_leaves_no_group_key(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_completing_every_task_leaves_no_group_key(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     enqueue(run, qk, *[task(g) for g in ("a", "b", "a", "c")], task())
     while True:
         b = claim(run, qk, count=3)
@@ -118,9 +115,7 @@ def test_completing_every_task_leaves_no_group_key(
     assert group_keys(r, qk) == []
 
 
-def test_a_cap_withholds_the_turn_until_a_run_ends(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_a_cap_withholds_the_turn_until_a_run_ends(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     enqueue(run, qk, *[task("capped") for _ in range(5)], *[task("free") for _ in range(2)])
     b = claim(run, qk, count=10, cap=2)
     by = [r.hget(qk.task(c.tid), "grp") for c in b.runs]
@@ -133,9 +128,7 @@ def test_a_cap_withholds_the_turn_until_a_run_ends(
     assert len(b2.runs) == 1 and r.hget(qk.task(b2.runs[0].tid), "grp") == "capped"
 
 
-def test_a_paused_group_holds_only_itself(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_a_paused_group_holds_only_itself(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     r.sadd(qk.group_paused, "held")
     enqueue(run, qk, *[task("held") for _ in range(3)], *[task("other") for _ in range(3)])
     b = claim(run, qk, count=10)
@@ -144,9 +137,7 @@ def test_a_paused_group_holds_only_itself(
     assert r.llen(qk.group_waiting(5, "held")) == 3
 
 
-def test_priorities_decide_before_turns(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_priorities_decide_before_turns(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     enqueue(run, qk, *[task("a") for _ in range(3)])
     urgent = task("b", prio=9)
     enqueue(run, qk, urgent)
@@ -212,21 +203,25 @@ def test_a_lost_run_goes_back_to_its_group(r: redis.Redis, run: Any, qk: QueueKe
     assert [x.tid for x in claim(run, qk, count=5).runs][-1] == c.tid
 
 
-def test_a_handed_back_run_goes_back_to_its_group(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_a_handed_back_run_goes_back_to_its_group(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     enqueue(run, qk, task("a"))
     c = claim(run, qk).runs[0]
-    call = sc.requeue_call(qk, "w1", [sc.RunRef(c.tid, c.eid, c.attempt)], events_maxlen=0,
-                           ttl_s=60, max_interruptions=3, retry_delay_ms=0, started=False)
+    call = sc.requeue_call(
+        qk,
+        "w1",
+        [sc.RunRef(c.tid, c.eid, c.attempt)],
+        events_maxlen=0,
+        ttl_s=60,
+        max_interruptions=3,
+        retry_delay_ms=0,
+        started=False,
+    )
     assert run(call) == ["queued"]
     assert r.hget(qk.group_turns, "5:a") == c.tid
     assert claim(run, qk).runs[0].tid == c.tid
 
 
-def test_cancel_passes_the_turn_or_leaves_the_list(
-    r: redis.Redis, run: Any, qk: QueueKeys
-) -> None:
+def test_cancel_passes_the_turn_or_leaves_the_list(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     ts = [task("a") for _ in range(3)]
     enqueue(run, qk, *ts)
 
@@ -260,7 +255,7 @@ def test_purge_removes_listed_tasks_and_every_group_key(
     claim(run, qk, count=5)  # g3's turn may be withheld now
     removed = 0
     while True:
-        q, s, more = run(sc.purge_call(qk, 10, 0))
+        q, _s, more = run(sc.purge_call(qk, 10, 0))
         removed += q
         if not more:
             break

@@ -140,6 +140,9 @@ def _names_steps(
     return found, f"{phase}{at}.{pos}" + (f".{skip}" if skip else "")
 
 
+WITHHELD = "~"  # a turn field's value while the turn is held back (_common.lua)
+
+
 def _state(keys: Keys, parts: Sequence[str], names: Sequence[str]) -> Step:
     """One pipeline: each name's keys in each partition (``_PER`` replies), then TIME (left
     out on a cluster, whose pipelines refuse it)."""
@@ -174,6 +177,19 @@ def _enq_times(keys: Keys, turns: Sequence[tuple[str, str]]) -> Step:
     return read
 
 
+def _heads(keys: Keys, names: Sequence[str], seen: dict[str, _Seen]) -> Step:
+    """The first waiting tid of each withheld turn's list, names in order."""
+
+    def read(r: Any) -> Any:
+        pipe = r.pipeline(transaction=False)
+        for n in names:
+            for q, band in seen[n].heads:
+                pipe.lindex(keys.queue(q).group_waiting(band, n), 0)
+        return pipe.execute()
+
+    return read
+
+
 class _Seen:
     """One name's numbers, partitions summed, and where it is active or held."""
 
@@ -182,6 +198,7 @@ class _Seen:
         self.active: list[int] = []  # partitions where it is active
         self.held: list[int] = []  # partitions where it is held
         self.turns: list[tuple[str, str]] = []  # (physical queue, tid) of its turns
+        self.heads: list[tuple[str, int]] = []  # (physical queue, band) of its withheld turns
 
     def listed_at(self, phase: str, at: int) -> bool:
         """Whether the name found at (phase, partition) is listed there: an active group at
@@ -201,9 +218,14 @@ def _seen(parts: Sequence[str], names: Sequence[str], raw: Sequence[Any]) -> dic
             one = raw[k : k + _PER]
             k += _PER
             s.waiting += sum(int(x) for x in one[: len(PRIORITIES)])
-            turns = [str(t) for t in one[len(PRIORITIES)] if t is not None]
-            s.waiting += len(turns)
-            s.turns += [(q, t) for t in turns]
+            for band, t in zip(PRIORITIES, one[len(PRIORITIES)], strict=True):
+                if t is None:
+                    continue
+                if str(t) == WITHHELD:  # a turn held back (pause, cap): its task heads the list
+                    s.heads.append((q, band))
+                else:
+                    s.waiting += 1
+                    s.turns.append((q, str(t)))
             s.running += int(one[-3])
             if int(one[-2]):
                 s.held.append(j)
@@ -229,6 +251,13 @@ def list_steps(
         raw = [*raw, (yield lambda r: r.time())]
     seen = _seen(parts, names, raw)
     listed = list(dict.fromkeys(n for n, phase, at in found if seen[n].listed_at(phase, at)))
+    heads = [h for n in listed for h in seen[n].heads]
+    if heads:  # the task at the head of each withheld turn's list: the band's oldest
+        flat = iter((yield _heads(keys, listed, seen)))
+        for n in listed:
+            s = seen[n]
+            got = [next(flat) for _ in s.heads]
+            s.turns += [(q, str(t)) for (q, _), t in zip(s.heads, got, strict=True) if t]
     turns = [t for n in listed for t in seen[n].turns]
     enq = (yield _enq_times(keys, turns)) if turns else []
     now_ms = int(raw[-1][0]) * 1000 + int(raw[-1][1]) // 1000

@@ -244,6 +244,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"{q}={n}: a group's cap is at least 1")
         return value
 
+    def group_cap(self, queue: str) -> int:
+        """How many tasks of one fair group of ``queue`` (a physical queue: a partition counts
+        as its queue) may run at once across the fleet; 0: no cap."""
+        if not self.group_concurrency:
+            return 0
+        return self.group_concurrency.get(partitions.logical(queue), 0)
+
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str) -> str:

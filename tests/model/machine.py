@@ -502,7 +502,9 @@ class DtqModel(RuleBasedStateMachine):
                 waiting[g] = waiting.get(g, 0) + 1  # (not one parked behind a limit)
                 if g and "eid" in rec and turns.get(f"{rec.get('prio', '5')}:{g}") != tid:
                     raise Violation(f"task {tid} of group {g} has a stream entry but not the turn")
-        for g in set(running) | {m[len(qk.group_base) + 4 :] for m in r.scan_iter(match=qk.group_base + "run:*")}:
+        for g in set(running) | {
+            m[len(qk.group_base) + 4 :] for m in r.scan_iter(match=qk.group_base + "run:*")
+        }:
             got = {k: int(v) for k, v in r.zrange(qk.group_running(g), 0, -1, withscores=True)}
             if got != running.get(g, {}):
                 raise Violation(f"group {g!r} running set {got} != running tasks {running.get(g)}")
@@ -514,16 +516,16 @@ class DtqModel(RuleBasedStateMachine):
             if tid == "~":
                 if not listed:
                     raise Violation(f"group {g!r} band {band}: a withheld turn and no task")
-                live = any(
-                    t != "~" for f, t in turns.items() if f.split(":", 1)[1] == g
-                )
+                live = any(t != "~" for f, t in turns.items() if f.split(":", 1)[1] == g)
                 if g not in paused and not running.get(g) and not live:
-                    raise Violation(f"group {g!r} band {band}: turn withheld, nothing to give it back")
+                    raise Violation(
+                        f"group {g!r} band {band}: turn withheld, nothing to give it back"
+                    )
                 continue
             rec = s.records.get(tid) or r.hgetall(qk.task(tid))
-            if rec.get("status") != "queued" or "eid" not in rec:
-                if g in active and listed:
-                    raise Violation(f"group {g!r} band {band}: its turn {tid} is {rec}")
+            entry = (int(band), rec.get("eid", ""))
+            if rec.get("status") != "queued" or entry not in s.entries.get(tid, []):
+                raise Violation(f"group {g!r} band {band}: its turn {tid} is not in a stream {rec}")
         for key in r.scan_iter(match=qk.group_base + "w:*"):
             band, g = key[len(qk.group_base) + 2 :].split(":", 1)
             if f"{band}:{g}" not in turns:

@@ -197,8 +197,9 @@ class Consumer:
     def _claim_call(self, queue: str, free: int) -> sc.Call:
         env, s = self.env, self.env.settings
         return sc.claim_call(
-            env.keys.queue(queue), env.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair
-        )
+            env.keys.queue(queue), env.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair,
+            s.group_cap(queue),
+        )  # fmt: skip
 
     def took(self, batch: sc.ClaimBatch, sent: float) -> None:
         """Start the runs of a claim (this loop's, or the one an outcome write made) that was

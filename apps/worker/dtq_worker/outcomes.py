@@ -142,6 +142,7 @@ class OutcomeWriter:
                     call = sc.complete_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                         s.events_maxlen, s.result_ttl_s, claim, s.fair, _hist(s, batch, idx),
+                        s.group_cap(queue),
                     )  # fmt: skip
                 else:
                     call = sc.fail_call(
