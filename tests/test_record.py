@@ -94,7 +94,7 @@ def test_the_scan_sees_reads_and_writes() -> None:
     assert {"progress", "status", "worker"} <= record_fields_in(
         (ROOT / "lua" / "progress.lua").read_text()
     )
-    assert {"maxr", "intr"} <= record_fields_in((ROOT / "lua" / "flow_tomb.lua").read_text())
+    assert {"maxr", "finished"} <= record_fields_in((ROOT / "lua" / "flow_tomb.lua").read_text())
 
 
 def test_design_md_lists_every_field() -> None:
