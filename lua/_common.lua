@@ -57,7 +57,7 @@ end
 -- A record leaves out a field while it holds dtq's default (docs/design.md, "Task record"):
 -- attempt, retries and intr while 0, maxr while DEFAULT_MAX_RETRIES, prio while
 -- DEFAULT_PRIORITY (dtq/record.py), result while the result is null. Every reader reads an
--- absent one as that default. (A keyspace at schema 1 still gets them all: dtq/schema.py.)
+-- absent one as that default.
 local DEF_MAXR, DEF_PRIO = '3', '5'
 
 -- History (dtq/stats.py): per-minute counters of a queue, one string per hour <hist_base><hour>,

@@ -69,8 +69,9 @@ local function flow_lib()
     if spec[11] ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = spec[11] end
     if spec[14] and spec[14] ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = spec[14] end
     if spec[15] and spec[15] ~= '' then h[#h + 1] = 'grp'; h[#h + 1] = spec[15] end
-    redis.call('HSET', rk, 'name', spec[3], 'args', args, 'prio', prio, 'maxr', maxr,
-      'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows, 'status', status, wk, wv,
+    if prio ~= DEF_PRIO then h[#h + 1] = 'prio'; h[#h + 1] = prio end
+    if maxr ~= DEF_MAXR then h[#h + 1] = 'maxr'; h[#h + 1] = maxr end
+    redis.call('HSET', rk, 'name', spec[3], 'args', args, 'enq', nows, 'status', status, wk, wv,
       'flow', spec[12], unpack(h))
     if status == 'queued' then
       group_requeue(K.streams, K.tbase, rk, tid, prio, redis.call('HGET', rk, 'grp'))

@@ -10,9 +10,7 @@
 --              those: a single enqueue names one stream, not ten; each is found by its band
 --              digit, the key's last character)
 -- ARGV[1]      events maxlen (0 = no events)
--- ARGV[2]      n, the number of tasks; -n: the keyspace is at schema 1 (dtq/schema.py), so
---              every record gets all its fields, as older workers read them (else a field at
---              its default is left out: _common.lua, DEF_MAXR)
+-- ARGV[2]      n, the number of tasks
 -- ARGV[3]      the counter's TTL (s), set when a call makes it; '0': not counted (history off)
 -- ARGV[4..]    per task, 14 fields: 5 always given: tid, name, args(JSON), priority(0-9),
 --              max_retries (a number; or "~<letters><number>" when the enqueue left some of
@@ -47,8 +45,6 @@
 
 local maxlen = events_maxlen(ARGV[1])
 local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
-local full = n < 0  -- records with every field (a schema 1 keyspace)
-if full then n = -n end
 local F = 14  -- fields per task; 5 when no task of the call has options (see above)
 if #ARGV == 3 + 5 * n then F = 5 end
 -- Before anything is written: every task's band has its stream among the keys.
@@ -164,19 +160,13 @@ for i = 0, n - 1 do
     -- The record is written by one HSET (each redis.call has a cost; see docs/performance.md).
     -- Fields at their defaults are left out (attempt, retries and intr are 0 here): a smaller
     -- record costs every later step less (docs/performance.md, "A record without its defaults").
-    if full then
-      redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'prio', prio,
-        'maxr', maxr, 'attempt', '0', 'retries', '0', 'intr', '0', 'enq', nows,
-        'status', status, wk, wv, unpack(h))
-    else
-      if prio ~= DEF_PRIO or maxr ~= DEF_MAXR then
-        if h == NONE then h = {} end
-        if prio ~= DEF_PRIO then h[#h + 1] = 'prio'; h[#h + 1] = prio end
-        if maxr ~= DEF_MAXR then h[#h + 1] = 'maxr'; h[#h + 1] = maxr end
-      end
-      redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
-        'status', status, wk, wv, unpack(h))
+    if prio ~= DEF_PRIO or maxr ~= DEF_MAXR then
+      if h == NONE then h = {} end
+      if prio ~= DEF_PRIO then h[#h + 1] = 'prio'; h[#h + 1] = prio end
+      if maxr ~= DEF_MAXR then h[#h + 1] = 'maxr'; h[#h + 1] = maxr end
     end
+    redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
+      'status', status, wk, wv, unpack(h))
     if batch then
       local b = batch[status]
       b[1][#b[1] + 1] = tid

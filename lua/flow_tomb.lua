@@ -15,8 +15,7 @@
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local _, nows = now_ms()
 redis.call('HSET', KEYS[1], 'status', 'cancelled', 'error', ARGV[1], 'finished', nows,
-  'enq', nows, 'name', '', 'args', '[]', 'prio', '5', 'maxr', '0', 'attempt', '0',
-  'retries', '0', 'intr', '0')
+  'enq', nows, 'name', '', 'args', '[]', 'maxr', '0')
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], 'cancelled')
 return 1

@@ -51,8 +51,9 @@ local rk = KEYS[12] .. tid
 if redis.call('EXISTS', rk) == 1 then
   return redis.error_reply('DTQ_DUPLICATE_ID ' .. tid)
 end
-redis.call('HSET', rk, 'name', tname, 'args', args, 'prio', prio, 'maxr', maxr,
-  'attempt', 0, 'retries', 0, 'intr', 0, 'enq', now)
+redis.call('HSET', rk, 'name', tname, 'args', args, 'enq', now)
+if prio ~= DEF_PRIO then redis.call('HSET', rk, 'prio', prio) end
+if maxr ~= DEF_MAXR then redis.call('HSET', rk, 'maxr', maxr) end
 if kwargs ~= '' then redis.call('HSET', rk, 'kwargs', kwargs) end
 if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
 if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end

@@ -50,17 +50,12 @@ def test_enqueue_records_what_it_left_unset_not_a_value(
     enqueue(run, qk, three, known)
     p = r.hgetall(qk.task(plain.tid))
     assert p["dflt"] == "mte" and "timeout" not in p and "exp" not in p
-    # maxr at dtq's default (3) is left out, as every field at its default (schema 2).
+    # maxr at dtq's default (3) is left out, as every field at its default.
     assert "maxr" not in p
     t = r.hgetall(qk.task(three.tid))
     assert t["dflt"] == "e" and "maxr" not in t and t["timeout"] == "2.0"
     k = r.hgetall(qk.task(known.tid))
     assert "dflt" not in k and "maxr" not in k
-    # At schema 1 maxr is written anyway: a worker that knows nothing of dflt reads it.
-    old = by_name(settings)
-    run(sc.enqueue_call(qk, [old], 100, full=True))
-    o = r.hgetall(qk.task(old.tid))
-    assert o["dflt"] == "mte" and o["maxr"] == "3" and "timeout" not in o
 
 
 def test_claim_fills_unset_values_from_the_declaration_once(

@@ -525,4 +525,5 @@ def test_wrong_schema_version_stops_the_worker_clearly(
     redis_server.client().set(Keys(prefix).schema, "999")
     w = spawn_worker(APP, settings)
     assert w.wait(30) == 2
-    assert "schema version '999'" in w.output()
+    assert "schema version '999'; this dtq knows '2'" in w.output()
+    assert redis_server.client().get(Keys(prefix).schema) == "999"  # left as found

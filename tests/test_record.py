@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from dtq import AsyncClient, Client, Settings, TaskFailed
 from dtq import scripts as sc
 from dtq.keys import QueueKeys
 from dtq.record import MEANING, Field
+from tests.apps.basic import app as basic_app
 
 Q = "q1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +94,7 @@ def test_the_scan_sees_reads_and_writes() -> None:
     assert {"progress", "status", "worker"} <= record_fields_in(
         (ROOT / "lua" / "progress.lua").read_text()
     )
-    assert {"maxr", "intr"} <= record_fields_in((ROOT / "lua" / "flow_tomb.lua").read_text())
+    assert {"maxr", "finished"} <= record_fields_in((ROOT / "lua" / "flow_tomb.lua").read_text())
 
 
 def test_design_md_lists_every_field() -> None:
@@ -203,38 +205,28 @@ def _task(prio: int) -> sc.NewTask:
 
 
 BASE_QUEUED = {Field.NAME, Field.ARGS, Field.ENQUEUED, Field.STATUS, Field.ENTRY_ID}
-# What a record at schema 1 holds besides (its defaults: dtq.record.DEFAULTS).
-FULL_QUEUED = BASE_QUEUED | {
-    Field.PRIORITY, Field.MAX_RETRIES, Field.ATTEMPT, Field.RETRIES, Field.INTERRUPTIONS
-}  # fmt: skip
 
 
 def test_a_plain_record_holds_exactly_the_base_fields(r: redis.Redis, qk: QueueKeys) -> None:
-    """A plain task's record holds exactly the base fields (5 queued, 8 running; 10 and 12 at
-    schema 1) and any option makes it longer: the record's size per task (workload F) depends
-    on it."""
+    """A plain task's record holds exactly the base fields (5 queued, 8 running) and any option
+    makes it longer: the record's size per task (workload F) depends on it."""
     from tests.conftest import create_groups
 
     create_groups(r, qk)
     run = sc.SyncScripts(r).run
-    plain, opt, full = _task(5), _task(5), _task(5)
+    plain, opt = _task(5), _task(5)
     opt.kwargs = '{"a":1}'
     run(sc.enqueue_call(qk, [plain, opt], 100))
-    run(sc.enqueue_call(qk, [full], 100, full=True))
     assert set(r.hkeys(qk.task(plain.tid))) == {f.value for f in BASE_QUEUED}
     assert r.hlen(qk.task(opt.tid)) == 6
-    assert set(r.hkeys(qk.task(full.tid))) == {f.value for f in FULL_QUEUED}
     batch = sc.parse_claim(Q, run(sc.claim_call(qk, "w1", 10, 100, 60)))
     runs = {c.tid: c for c in batch.runs}
     assert runs[opt.tid].kwargs == '{"a":1}' and runs[plain.tid].kwargs == ""
     running = BASE_QUEUED | {Field.WORKER, Field.STARTED, Field.ATTEMPT}
     assert set(r.hkeys(qk.task(plain.tid))) == {f.value for f in running}
-    full_running = FULL_QUEUED | {Field.WORKER, Field.STARTED}
-    assert set(r.hkeys(qk.task(full.tid))) == {f.value for f in full_running}
-    # Both forms claim alike: the reply fills in the defaults the record left out.
-    for t in (plain, full):
-        c = runs[t.tid]
-        assert (c.attempt, c.priority, c.max_retries, c.retries, c.interruptions) == (1, 5, 3, 0, 0)
+    # The claim's reply fills in the defaults the record left out.
+    c = runs[plain.tid]
+    assert (c.attempt, c.priority, c.max_retries, c.retries, c.interruptions) == (1, 5, 3, 0, 0)
     # A cancel requested meanwhile makes another field: the outcome write reads it.
     sc.SyncScripts(r).run(
         sc.cancel_call(qk, plain.tid, events_maxlen=0, ttl_s=60, hint_channel="h", reason="stop")
@@ -243,6 +235,70 @@ def test_a_plain_record_holds_exactly_the_base_fields(r: redis.Redis, qk: QueueK
     done = sc.Success(c.tid, c.eid, c.attempt, "cancelled", "generic")
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", [done], 100, 60))) == [True]
     assert r.hget(qk.task(plain.tid), Field.ERROR) == "stop"
+
+
+# --- records leave their defaults out; every step reads them as the defaults -------------------
+
+DEFAULT_FIELDS = {"attempt", "retries", "intr", "maxr", "prio"}
+
+
+def _stored(r: redis.Redis, settings: Settings, task_id: str) -> dict[str, str]:
+    queue, tid = task_id.split(":", 1)
+    return r.hgetall(QueueKeys(settings.key_prefix, queue).task(tid))  # type: ignore[return-value]
+
+
+@pytest.mark.cluster
+def test_the_sdk_writes_records_without_their_defaults(settings: Settings, r: redis.Redis) -> None:
+    with Client(settings=settings, app=basic_app) as c:
+        plain = c.enqueue("noop")
+        given = c.enqueue("noop", priority=7, max_retries=1)
+        many = c.enqueue_many([{"name": "noop"}, {"name": "noop", "priority": 2}])
+        assert set(_stored(r, settings, plain.id)) == {"name", "args", "enq", "status", "eid"}
+        assert DEFAULT_FIELDS.isdisjoint(_stored(r, settings, many[0].id))
+        assert _stored(r, settings, given.id)["prio"] == "7"
+        assert _stored(r, settings, given.id)["maxr"] == "1"
+        assert _stored(r, settings, many[1].id)["prio"] == "2"
+        info = c.get(plain.id)
+        assert (info.priority, info.max_retries, info.attempt, info.retries) == (5, 3, 0, 0)
+        assert info.interruptions == 0 and info.retries_left == 3
+
+
+async def test_records_without_their_defaults_run_retry_fail_and_succeed(
+    settings: Settings, r: redis.Redis
+) -> None:
+    from tests.conftest import running_worker
+
+    async with AsyncClient(settings=settings, app=basic_app) as c:
+        flaky = await c.enqueue("flaky", args=[1])  # fails once, then returns its attempt
+        dead = await c.enqueue("always_fails")  # max_retries=2
+        none = await c.enqueue("noop")
+        low = await c.enqueue("add", args=[2, 3], priority=0)
+        assert "attempt" not in _stored(r, settings, none.id)
+        async with running_worker(basic_app, settings):
+            assert await c.result(flaky.id, timeout=20) == 2
+            with pytest.raises(TaskFailed):
+                await c.result(dead.id, timeout=20)
+            assert await c.result(none.id, timeout=20) is None
+            assert await c.result(low.id, timeout=20) == 5
+        info = await c.get(flaky.id)
+        assert (info.attempt, info.retries, info.max_retries) == (2, 1, 3)
+        info = await c.get(dead.id)
+        assert (info.status, info.attempt, info.retries, info.max_retries) == ("failed", 3, 3, 2)
+        assert "result" not in _stored(r, settings, none.id)  # a null result is not stored
+        assert _stored(r, settings, low.id)["result"] == "5"
+        assert (await c.get(low.id)).priority == 0
+
+
+def test_the_defaults_a_record_leaves_out_agree_in_python_and_lua() -> None:
+    from dtq.record import DEFAULTS
+    from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
+
+    common = (ROOT / "lua" / "_common.lua").read_text()
+    m = re.search(r"^local DEF_MAXR, DEF_PRIO = '(\d+)', '(\d+)'$", common, re.M)
+    assert m is not None
+    assert DEFAULTS[Field.MAX_RETRIES] == m.group(1) == str(DEFAULT_MAX_RETRIES)
+    assert DEFAULTS[Field.PRIORITY] == m.group(2) == str(DEFAULT_PRIORITY)
+    assert {DEFAULTS[f] for f in (Field.ATTEMPT, Field.RETRIES, Field.INTERRUPTIONS)} == {"0"}
 
 
 # --- Python code names record fields by Field ---------------------------------------------------

@@ -184,6 +184,8 @@ async def test_due_schedule_fires_once_with_its_metadata(
         assert len(keys) == 1
         info = c.get("default:" + keys[0].rsplit(":", 1)[1])
         assert info.name == "add" and info.args == [1, 2] and info.status == "queued"
+        assert {"attempt", "retries", "intr", "prio", "maxr"}.isdisjoint(r.hkeys(keys[0]))
+        assert (info.priority, info.max_retries, info.attempt) == (5, 3, 0)
         assert info.metadata["schedule"] == "hourly"
         assert info.metadata["fire_at"] == datetime.fromtimestamp(due / 1000, UTC).isoformat()
         [listed] = list_schedules(c)

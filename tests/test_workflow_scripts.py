@@ -68,6 +68,10 @@ def test_chain_passes_each_result_on_and_ends_with_the_last(
     assert complete(r, settings, "default", a, 2)
     [b] = claim(r, settings, "default")
     assert b.name == "b" and args_of(r, settings, "default", b) == [2, 10]
+    # A step's record leaves its defaults out, as an enqueued task's (the claim wrote attempt).
+    stored = set(r.hkeys(qk_of(settings, "default").task(b.tid)))
+    assert {"retries", "intr", "prio", "maxr"}.isdisjoint(stored) and "attempt" in stored
+    assert (b.priority, b.max_retries, b.retries) == (5, 3, 0)
     assert complete(r, settings, "default", b, {"x": 12})
     [c] = claim(r, settings, "default")
     assert args_of(r, settings, "default", c) == [{"x": 12}]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, overload
 import redis
 import redis.asyncio as aredis
 
-from dtq import partitions, schema
+from dtq import partitions
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App, Task
@@ -237,10 +237,9 @@ class AsyncClient(AsyncGroups, _Base):
         async def go() -> None:
             new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
-                found = await partitions.aregister(
+                await partitions.aregister(
                     self.redis, self.keys, self.settings.queue_partitions, new
                 )
-                self._compact = schema.compact(found)
                 self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
@@ -499,10 +498,7 @@ class Client(SyncGroups, _Base):
         def go() -> None:
             new = self._unregistered(by_queue)
             if new:  # once per queue and client: the registry lists the queues for operators
-                found = partitions.register(
-                    self.redis, self.keys, self.settings.queue_partitions, new
-                )
-                self._compact = schema.compact(found)
+                partitions.register(self.redis, self.keys, self.settings.queue_partitions, new)
                 self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
             if len(plan) == 1:  # one round trip
                 place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))

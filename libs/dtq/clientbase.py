@@ -183,9 +183,6 @@ class _Base:
         # after REGISTER_EVERY_S, so a keyspace flushed meanwhile (FLUSHALL, a restore) lists
         # the queue again.
         self._registered: dict[str, float] = {}
-        # Whether records may leave out their defaults (dtq.schema): read with each
-        # registration; until the first, full records (valid at any schema).
-        self._compact = False
         # (logical queue, task name) enqueued by name -> until when the answer to "does a live
         # worker declare it?" holds (inf once warned: once per client); see _declared_steps.
         self._declared: dict[tuple[str, str], float] = {}
@@ -302,9 +299,8 @@ class _Base:
         if until is None or until < time.monotonic():
             return None
         return sc.enqueue_one_call(
-            self.keys.prefix, queue, task, self.settings.events_maxlen, full=not self._compact,
-            hist_ttl_s=self._hist_ttl_s,
-        )  # fmt: skip
+            self.keys.prefix, queue, task, self.settings.events_maxlen, hist_ttl_s=self._hist_ttl_s
+        )
 
     @staticmethod
     def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
@@ -337,9 +333,8 @@ class _Base:
 
     def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
         return sc.enqueue_call(
-            self.keys.queue(queue), tasks, self.settings.events_maxlen, full=not self._compact,
-            hist_ttl_s=self._hist_ttl_s,
-        )  # fmt: skip
+            self.keys.queue(queue), tasks, self.settings.events_maxlen, hist_ttl_s=self._hist_ttl_s
+        )
 
     def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
         queue, tid = split_task_id(task_id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dtq.errors import BadTaskId as BadTaskId  # its home was here; kept importable
 
-SCHEMA_VERSION = "2"  # what this version makes a new keyspace (dtq.schema)
+SCHEMA_VERSION = "2"  # the task record layout this dtq writes and reads (docs/design.md)
 GROUP = "workers"
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
 
@@ -456,8 +456,8 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
                "moving it again creates nothing; no TTL until the put's outbox entry is "
                "acknowledged, then `DTQ_RESULT_TTL_S`"),
         KeyDoc(k.schema, "string",
-               "layout version (dtq.schema): `1`, `1>2` (moving), `2`; a worker refuses a "
-               "version it does not know (exit 2)"),
+               "the task record's layout version, `2`, set by the first worker; a worker "
+               "refuses a keyspace of another (exit 2)"),
         KeyDoc(k.queues, "set", "queue names seen (a partition `q~i` as itself)"),
         KeyDoc(k.partitions, "hash",
                "queue → partition count of a partitioned queue (`DTQ_QUEUE_PARTITIONS`)"),

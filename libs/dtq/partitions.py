@@ -22,7 +22,6 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dtq import schema
 from dtq.errors import ConfigError
 from dtq.keys import PARTITION_SEP, Keys
 
@@ -97,19 +96,16 @@ def _wanted(queues: Iterable[str], counts: Mapping[str, int]) -> dict[str, int]:
     return {q: counts.get(q, 1) for q in dict.fromkeys(logical(q) for q in queues)}
 
 
-def register(redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]) -> Any:
+def register(redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]) -> None:
     """Add ``queues`` (physical names) to the registry and check their logical queues' partition
     counts against the record, in one round trip (blocking client). A changed count is recorded
-    when nothing waits in the recorded partitions; else :class:`ConfigError`. Returns the
-    keyspace's schema version, read in the same round trip (dtq.schema.read_calls)."""
+    when nothing waits in the recorded partitions; else :class:`ConfigError`."""
     names = list(queues)
     wanted = _wanted(names, counts)
     with redis.pipeline(transaction=False) as pipe:
         pipe.sadd(keys.queues, *names)
         pipe.hmget(keys.partitions, list(wanted))
-        schema.read_calls(pipe, keys)
-        replies = pipe.execute()
-    raws, version = replies[1], replies[-1]
+        _, raws = pipe.execute()
     for q, have, want in _changed(wanted, raws):
         with redis.pipeline(transaction=False) as pipe:
             _waiting_calls(pipe, keys, q, have)
@@ -120,21 +116,18 @@ def register(redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable
             redis.hdel(keys.partitions, q)
         else:
             redis.hset(keys.partitions, q, str(want))
-    return version
 
 
 async def aregister(
     redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]
-) -> Any:
+) -> None:
     """:func:`register` for an asyncio client."""
     names = list(queues)
     wanted = _wanted(names, counts)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.sadd(keys.queues, *names)
         pipe.hmget(keys.partitions, list(wanted))
-        schema.read_calls(pipe, keys)
-        replies = await pipe.execute()
-    raws, version = replies[1], replies[-1]
+        _, raws = await pipe.execute()
     for q, have, want in _changed(wanted, raws):
         async with redis.pipeline(transaction=False) as pipe:
             _waiting_calls(pipe, keys, q, have)
@@ -145,7 +138,6 @@ async def aregister(
             await redis.hdel(keys.partitions, q)
         else:
             await redis.hset(keys.partitions, q, str(want))
-    return version
 
 
 def _changed(wanted: dict[str, int], raws: list[Any]) -> list[tuple[str, int, int]]:

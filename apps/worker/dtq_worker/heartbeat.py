@@ -12,14 +12,13 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dtq import eviction, schema
+from dtq import eviction
 from dtq import scripts as sc
 from dtq.connection import is_cluster
 from dtq.errors import ConfigError
 from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
-from dtq_worker.schema_move import SchemaMove
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
@@ -90,7 +89,6 @@ class Heartbeat:
         # The owner and the task names go with the first beat and the first after a failed one
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
-        self.schema_move = SchemaMove(env)
         self._evicting_logged = 0.0  # when the last "Redis evicts" error was logged (monotonic)
         env.metrics.heartbeat_age.set_function(self.age)
 
@@ -111,7 +109,6 @@ class Heartbeat:
             if ok:
                 failing_since = None
                 self._on_beat()
-                await self._move_schema()
                 await self._watch_eviction()
             elif failing_since is None:
                 failing_since = began
@@ -126,15 +123,6 @@ class Heartbeat:
                 return
             pause = interval * random.uniform(0.8, 1.0) if ok else min(interval, 0.5)
             await env.sleep_until_finished(pause)
-
-    async def _move_schema(self) -> None:
-        """A step of the keyspace's move to schema 2 (schema_move.py); nothing once done."""
-        try:
-            await self.schema_move.step()
-        except Exception as exc:  # the next beat tries again
-            if not is_transient(exc):
-                raise
-            log.debug("schema move: %s", exc)
 
     async def _watch_eviction(self) -> None:
         """Re-read Redis's maxmemory-policy (dtq.eviction): under ``allkeys-*`` Redis may evict
@@ -223,8 +211,7 @@ class Heartbeat:
             pipe.hsetnx(key, "owner", me)
             pipe.hmget(key, "owner", "status")
             pipe.pttl(key)
-            pipe.hset(key, schema.WORKER_FIELD, schema.CURRENT)  # (see schema_move.py)
-            _, (holder, status), ttl, _ = await pipe.execute()
+            _, (holder, status), ttl = await pipe.execute()
         if holder != me:
             host, _, pid = (holder or "").rpartition(":")
             if ttl > 0 and not _dead_here(host, pid):
@@ -283,7 +270,6 @@ class Heartbeat:
             "tasks_failed": self.counters.get("failed", 0),
             "tasks_retried": self.counters.get("retried", 0),
             "status": status or self.status(),
-            schema.WORKER_FIELD: schema.CURRENT,  # reads records at schema 2 (schema_move.py)
         }
 
     async def _send(

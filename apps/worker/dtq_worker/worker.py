@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from dtq import eviction, partitions, schema
+from dtq import eviction, partitions
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.connection import default_url_warning, display_url
@@ -257,10 +257,10 @@ class Worker:
             try:
                 await self.redis.set(self.keys.schema, SCHEMA_VERSION, nx=True)
                 found = await self.redis.get(self.keys.schema)
-                if found not in schema.KNOWN:  # 1 and 1>2 are moved to 2 (schema_move.py)
+                if found != SCHEMA_VERSION:
                     raise SchemaMismatch(
                         f"Redis keyspace {self.keys.prefix!r} has schema version {found!r}; "
-                        f"this dtq knows {', '.join(map(repr, schema.KNOWN))}"
+                        f"this dtq knows {SCHEMA_VERSION!r}"
                     )
                 await self.check_eviction()
                 if not await self.heartbeat.claim_id():

@@ -18,7 +18,7 @@ list), so the sync client, the async client, the admin and the worker share them
 ``progress``              progress
 ``retention``             retention_dlq, retention_consumers, retention_queue, retention_keys,
                           retention_hist
-``locks``                 lock, unlock, swap
+``locks``                 lock, unlock
 ``limits``                limit_sweep
 ``groups``                group_hold
 ========================  ==============================================================
@@ -70,13 +70,10 @@ from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
 from dtq.scripts.limits import SweepResult, limit_sweep_call, parse_limit_sweep
 from dtq.scripts.locks import (
     Lock,
-    Swapped,
     Unlock,
     lock_call,
     parse_lock,
-    parse_swap,
     parse_unlock,
-    swap_call,
     unlock_call,
 )
 from dtq.scripts.outcomes import (
@@ -179,7 +176,6 @@ REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
     "retention_queue": (QueueState,),
     "lock": (Lock,),
     "unlock": (Unlock,),
-    "swap": (Swapped,),
 }
 """Per script, the enums naming every sentinel value it can answer (a string it returns, a
 flag, a negative number standing for "none"); scripts that answer only counts and ids have
@@ -226,7 +222,6 @@ __all__ = [
     "ScriptError",
     "Stored",
     "Success",
-    "Swapped",
     "SweepResult",
     "SyncScripts",
     "TouchMark",
@@ -277,7 +272,6 @@ __all__ = [
     "parse_retention_keys",
     "parse_schedule_fire",
     "parse_schedule_put",
-    "parse_swap",
     "parse_touch",
     "parse_unlock",
     "parse_verdicts",
@@ -293,7 +287,6 @@ __all__ = [
     "schedule_fire_call",
     "schedule_put_call",
     "source",
-    "swap_call",
     "to_str",
     "touch_call",
     "unlock_call",

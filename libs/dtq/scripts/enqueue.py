@@ -51,17 +51,13 @@ def enqueue_call(
     tasks: Sequence[NewTask],
     events_maxlen: int,
     *,
-    full: bool = False,
     hist_ttl_s: int = 0,
 ) -> Call:
-    """``full``: write every record field, defaults too (a keyspace at schema 1, whose older
-    workers read them: dtq.schema). ``hist_ttl_s``: the history's retention (0: the tasks
-    made are not counted, dtq.stats; else in this minute's counter, by this process's clock)."""
+    """``hist_ttl_s``: the history's retention (0: the tasks made are not counted, dtq.stats;
+    else in this minute's counter, by this process's clock)."""
     if len(tasks) == 1:
-        return enqueue_one_call(
-            qk.prefix, qk.queue, tasks[0], events_maxlen, full=full, hist_ttl_s=hist_ttl_s
-        )
-    n = -len(tasks) if full else len(tasks)
+        return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen, hist_ttl_s=hist_ttl_s)
+    n = len(tasks)
     head, streams = _enqueue_keys(qk.prefix, qk.queue)
     hk, ha = _hist(head[4], hist_ttl_s)
     args: list[Any] = [events_maxlen, n, ha]
@@ -83,20 +79,18 @@ def enqueue_one_call(
     t: NewTask,
     events_maxlen: int,
     *,
-    full: bool = False,
     hist_ttl_s: int = 0,
 ) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
     without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
-    n = -1 if full else 1
     hk, ha = _hist(head[4], hist_ttl_s)
     if _has_options(t):
-        args = [events_maxlen, n, ha, *_task_args(t)]
+        args = [events_maxlen, 1, ha, *_task_args(t)]
     else:
         mr = t.maxr_arg() if t.unset else t.max_retries
-        args = [events_maxlen, n, ha, t.tid, t.name, t.args, t.priority, mr]
+        args = [events_maxlen, 1, ha, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head[:4], hk, streams[t.priority]], args)
 
 

@@ -1,5 +1,5 @@
 """lock.lua's and unlock.lua's wrappers: a lease held by one worker (the scheduler's per queue,
-the retention pass's); and swap.lua's, a compare-and-set of one string key (the schema move)."""
+the retention pass's)."""
 
 from __future__ import annotations
 
@@ -39,19 +39,3 @@ def unlock_call(key: str, token: str) -> Call:
 
 def parse_unlock(raw: Any) -> Unlock:
     return Unlock(int(raw))
-
-
-class Swapped(IntEnum):
-    """swap.lua's reply."""
-
-    OTHER_VALUE = 0
-    """The key held another value than the one expected: nothing was written."""
-    SWAPPED = 1
-
-
-def swap_call(key: str, expected: str, new: str) -> Call:
-    return Call("swap", [key], [expected, new])
-
-
-def parse_swap(raw: Any) -> Swapped:
-    return Swapped(int(raw))
