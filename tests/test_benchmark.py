@@ -27,8 +27,9 @@ def test_median_record_ignores_failed_runs_and_keeps_ranges() -> None:
 
 def test_targets_compare_dtq_with_the_fastest_peer_and_the_ceiling() -> None:
     med = {
-        "A": {"dtq": {"tasks_per_s": 9000.0}, "arq": {"tasks_per_s": 2000.0},
-              "dramatiq": {"tasks_per_s": 3500.0}},
+        "A": {"dtq": {"tasks_per_s": 9000.0, "worker_cpu_us_per_task": 80.0},
+              "arq": {"tasks_per_s": 2000.0}, "dramatiq": {"tasks_per_s": 3500.0}},
+        "A2": {"dtq": {"worker_cpu_us_per_task": 88.5}},
         "G": {"asyncio": {"tasks_per_s": 20000.0}, "xadd_single": {"tasks_per_s": 10000.0}},
         "B": {"dtq": {"single_per_s": 9500.0, "bulk_per_s": 60000.0},
               "rq": {"single_per_s": 3000.0, "bulk_per_s": 10000.0}},
@@ -38,9 +39,12 @@ def test_targets_compare_dtq_with_the_fastest_peer_and_the_ceiling() -> None:
     got = {t["id"]: t["met"] for t in report.targets(med)}
     assert got["A-peers"] is False  # 9000 < 3 x 3500
     assert got["A-ceiling"] is False  # 45% of 20000
+    assert got["A2-cpu"] is False  # 88.5 > 1.1 x 80
     assert got["B-bulk"] is True and got["B-single"] is True
     assert got["C-abs"] is False and got["C-peers"] is False  # p99 2.0 > 1.9
     assert got["F"] is True
+    med["A2"]["dtq"]["worker_cpu_us_per_task"] = 87.9
+    assert {t["id"]: t["met"] for t in report.targets(med)}["A2-cpu"] is True
     rows = report.rows(med)
     a_arq = next(r for r in rows if r["workload"] == "A" and r["lib"] == "arq")
     assert a_arq["ratio_dtq_per_lib"] == 4.5

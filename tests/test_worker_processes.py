@@ -1,10 +1,12 @@
 """``dtq-worker APP --processes N``: a parent supervising N real worker processes, against a real
-redis-server. Children are found through /proc (the parent's children and their command lines).
+redis-server. Children are found through /proc (the parent's children) and the parent's log
+(which pid each process got: a forked child shows the parent's command line).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,22 +32,23 @@ from tests.redis_server import RedisServer, free_port
 APP = "tests.apps.basic:app"
 
 
-def children(pid: int) -> dict[str, int]:
-    """The parent's worker processes: worker id (from ``--worker-id``) -> pid."""
+STARTED = re.compile(r"process \d+ started \(([^)]*)\): pid (\d+), worker id (\S+)")
+
+
+def children(w: Any) -> dict[str, int]:
+    """The pool's live worker processes: worker id -> pid (from the parent's log line for each
+    start, the latest one winning)."""
+    pid = w.proc.pid
     try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        kids = set(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
     except OSError:
         return {}
-    out: dict[str, int] = {}
-    for kid in kids:
-        try:
-            argv = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue  # it just ended
-        if b"--worker-id" in argv:
-            i = len(argv) - 1 - argv[::-1].index(b"--worker-id")
-            out[argv[i + 1].decode()] = int(kid)
-    return out
+    return {wid: int(kid) for _, kid, wid in STARTED.findall(w.output()) if kid in kids}
+
+
+def starts(w: Any) -> list[tuple[str, str]]:
+    """(how, worker id) of each process start the parent logged, in order."""
+    return [(how, wid) for how, _, wid in STARTED.findall(w.output())]
 
 
 def status(url: str) -> int | None:
@@ -89,7 +92,7 @@ def start_pool(
                      DTQ_METRICS_PORT=str(port), **env)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: word(base + "/readyz") == "ok", timeout=60, interval=0.1)
-    assert sorted(children(w.proc.pid)) == [f"{wid}-{i}" for i in range(n)]
+    assert sorted(children(w)) == [f"{wid}-{i}" for i in range(n)]
     return w, base
 
 
@@ -149,12 +152,12 @@ def test_a_killed_process_is_restarted_and_its_run_reclaimed(
         hs = [c.enqueue("record", [f"long{i}", 3.0]) for i in range(4)]
         wait_until(lambda: {s[2] for s in body_starts(r, prefix) if s[0] in
                             {h.id for h in hs}} == {"pk-0", "pk-1"}, timeout=60)  # fmt: skip
-        victim = children(w.proc.pid)["pk-0"]
+        victim = children(w)["pk-0"]
         killed_runs = {s[0] for s in body_starts(r, prefix) if s[2] == "pk-0" and s[0] in
                        {h.id for h in hs}}  # fmt: skip
         os.kill(victim, signal.SIGKILL)
         # Restarted under the same id, as a new process.
-        wait_until(lambda: children(w.proc.pid).get("pk-0", victim) != victim, timeout=60)
+        wait_until(lambda: children(w).get("pk-0", victim) != victim, timeout=60)
         wait_until(lambda: word(base + "/readyz") == "ok", timeout=60, interval=0.1)
         # The killed process's runs are reclaimed and finish.
         assert [c.result(h.id, timeout=60) for h in hs] == [f"long{i}" for i in range(4)]
@@ -172,6 +175,58 @@ def test_a_killed_process_is_restarted_and_its_run_reclaimed(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("metrics_port", [False, True], ids=["no-port", "port"])
+def test_children_are_forks_of_the_parent_and_do_not_import_the_app_again(
+    redis_server: RedisServer, prefix: str, spawn_worker: Any, tmp_path: Path, metrics_port: bool
+) -> None:
+    """The parent imported the app before its children start; they are forks of it, so the
+    app's module is imported once (start-up is paid once, not per process). A restart is a fork
+    too, unless the parent serves DTQ_METRICS_PORT: that thread makes it start a fresh
+    interpreter (poolfork.py), which imports the app itself."""
+    imports = tmp_path / "imports"
+    env = {"DTQ_TEST_IMPORTS": str(imports)}
+    if metrics_port:
+        env["DTQ_METRICS_PORT"] = str(free_port())
+    settings = pool_settings(redis_server, prefix)
+    w = spawn_worker("tests.apps.counted:app", settings, "--processes", "2", "--worker-id", "pf",
+                     "--concurrency", "2", **env)  # fmt: skip
+    r = redis_server.client()
+
+    def started(wid: str) -> int:
+        return w.output().count(f"worker {wid} started")
+
+    def run_on_both(tag: str) -> None:
+        """Tasks both processes take (two slots each, half a second per body: one process
+        cannot hold them all)."""
+        with Client(settings=settings) as c:
+            hs = [c.enqueue("record", [f"{tag}{i}", 0.5]) for i in range(8)]
+            assert [c.result(h.id, timeout=60) for h in hs] == [f"{tag}{i}" for i in range(8)]
+        ids = {h.id for h in hs}
+        assert {wid for t, _, wid in body_starts(r, prefix) if t in ids} == {"pf-0", "pf-1"}
+
+    wait_until(lambda: started("pf-0") == started("pf-1") == 1, timeout=60)
+    run_on_both("a")
+    assert imports.read_text().split() == [str(w.proc.pid)]
+    assert starts(w) == [("fork", "pf-0"), ("fork", "pf-1")]
+    victim = children(w)["pf-0"]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: children(w).get("pf-0", victim) != victim, timeout=60)
+    wait_until(lambda: started("pf-0") == 2, timeout=60)  # its imports come before
+    run_on_both("b")
+    restarted = children(w)["pf-0"]
+    if metrics_port:
+        assert starts(w)[-1] == ("fresh interpreter", "pf-0")
+        assert imports.read_text().split() == [str(w.proc.pid), str(restarted)]
+    else:
+        assert starts(w)[-1] == ("fork", "pf-0")
+        assert imports.read_text().split() == [str(w.proc.pid)]
+    w.signal(signal.SIGTERM)
+    assert w.wait(60) == 0
+    out = w.output()
+    assert "worker pf-0 stopped" in out and "worker pf-1 stopped" in out  # both drained
+
+
+@pytest.mark.slow
 def test_processes_that_keep_dying_make_the_parent_give_up_with_exit_1(
     redis_server: RedisServer, prefix: str, spawn_worker: Any
 ) -> None:
@@ -181,7 +236,7 @@ def test_processes_that_keep_dying_make_the_parent_give_up_with_exit_1(
     deadline = time.monotonic() + 120
     while w.proc.poll() is None:  # an OOM killer that takes process 0 each time it is back
         assert time.monotonic() < deadline, w.output()
-        pid = children(w.proc.pid).get("pd-0")
+        pid = children(w).get("pd-0")
         if pid is not None and pid not in killed:
             os.kill(pid, signal.SIGKILL)
             killed.add(pid)
@@ -380,7 +435,7 @@ def test_a_killed_parent_takes_its_processes_down_and_its_port_dir_is_removed_la
 ) -> None:
     settings = pool_settings(redis_server, prefix)
     w, _ = start_pool(spawn_worker, settings, "pp")
-    kids = list(children(w.proc.pid).values())
+    kids = list(children(w).values())
     tmp = Path(tempfile.gettempdir())
     (left,) = tmp.glob(f"dtq-pool-{w.proc.pid}-*")
     w.kill()
@@ -417,7 +472,7 @@ def test_a_pool_restarted_after_its_parent_was_killed_waits_for_the_old_processe
     ids as a configuration error (it exited 2), then takes new tasks; no attempt starts twice."""
     settings = pool_settings(redis_server, prefix, drain_timeout_s=60)
     w, _ = start_pool(spawn_worker, settings, "pr", DTQ_DRAIN_TIMEOUT_S="60")
-    old = list(children(w.proc.pid).values())
+    old = list(children(w).values())
     r = redis_server.client()
     gate = f"{prefix}:test:gate"
     with Client(settings=settings) as c:

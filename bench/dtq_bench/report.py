@@ -156,6 +156,14 @@ def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
         )
     if a is not None:
         add("A-11k", ">= ~11k tasks/s from one worker process", f"{a:,.0f}/s", a >= 11_000)
+    cpu1, cpu2 = (_get(med, w, DTQ, "worker_cpu_us_per_task") for w in ("A", "A2"))
+    if cpu1 and cpu2 is not None:  # whole runs: a pool's start-up counts
+        add(
+            "A2-cpu",
+            "worker CPU per task at --processes 2 within 10% of one process (A2 vs A)",
+            f"{cpu2:.1f} vs {cpu1:.1f} µs = {cpu2 / cpu1:.2f}x",
+            cpu2 <= 1.1 * cpu1,
+        )
     bulk = _get(med, "B", DTQ, "bulk_per_s")
     pbulk = _best_peer(med, "B", "bulk_per_s")
     out.append(_vs_peer("B-bulk", ">= 5x the fastest peer's bulk enqueue", bulk, pbulk, 5))

@@ -85,14 +85,30 @@ class HealthServer:
         return [body]
 
     def start(self, port: int, addr: str = "0.0.0.0") -> None:
+        self.bind(port, addr)
+        self.serve()
+
+    def bind(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Listen on the port (ConfigError when it is taken), not serving it yet."""
         try:
             self._server = make_server(addr, port, self, _Server, handler_class=_QuietHandler)
         except OSError as exc:  # a busy or forbidden port is configuration, not a lost Redis
             raise ConfigError(
                 f"DTQ_METRICS_PORT={port}: cannot listen: {exc.strerror or exc}"
             ) from None
+
+    def serve(self) -> None:
+        """Answer on the bound port, from a thread of its own."""
+        assert self._server is not None, "not bound"
         t = threading.Thread(target=self._server.serve_forever, name="dtq-health", daemon=True)
         t.start()
+
+    def close_in_child(self) -> None:
+        """In a forked child: close the inherited listening socket (the parent serves it; its
+        thread, which :meth:`stop` would wait for, is not in this process)."""
+        if self._server is not None:
+            self._server.socket.close()
+            self._server = None
 
     @property
     def port(self) -> int:

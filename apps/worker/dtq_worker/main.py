@@ -88,11 +88,15 @@ def cli(argv: list[str], /, **flags: Any) -> None:
     run(argv, SimpleNamespace(**flags))
 
 
-def main(argv: list[str] | None = None) -> None:
-    # A stop asked for while the app is still importing is honoured once the worker is up
-    # (it then stops at once, exit 0) instead of killing the process half-started.
+def hold_signals() -> None:
+    """A stop asked for while the app is still importing is honoured once the worker is up (it
+    then stops at once, exit 0) instead of killing the process half-started."""
     signal.signal(signal.SIGTERM, _remember_signal)
     signal.signal(signal.SIGINT, _remember_signal)
+
+
+def main(argv: list[str] | None = None) -> None:
+    hold_signals()
     poolchild.follow_parent()  # a --processes child: stop should the parent die
     args = sys.argv[1:] if argv is None else argv
     cli.main(args=args, prog_name="dtq-worker", obj=args)
@@ -137,7 +141,10 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     if settings.worker_processes > 1:
-        # Checked once here (APP and settings); children are fresh processes (pool.py).
+        # Checked once here (APP and settings). Children are forks of this process where that
+        # is safe (pool.py): what exists now is shared with them, so keep the collector from
+        # touching it (each page it would write to is copied into every child).
+        gc.freeze()
         code = pool.run_pool(settings, argv, _early_signals)
         logging.shutdown()
         sys.exit(code)

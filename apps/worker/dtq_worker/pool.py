@@ -1,11 +1,10 @@
 """``dtq-worker APP --processes N``: a parent that supervises N full worker processes.
 
-How children start: each is a fresh ``python -m dtq_worker`` (subprocess), not a fork. The
-parent has imported the app (to refuse a bad APP or setting once, exit 2, before any child) and
-may run threads (its HTTP port, whatever the app's import started); forking a process with
-threads copies locks held by threads that do not exist in the child, and an event loop (uvloop
-or asyncio) must not be shared across a fork. A spawned child pays its own imports (well under
-a second here) once per start, which only matters for restarts.
+How children start: the parent imports the app first (to refuse a bad APP or setting once,
+exit 2, before any child), then forks each child while it runs no other thread, so children do
+not import dtq and the app again; a fresh ``python -m dtq_worker`` otherwise (poolfork.py: when
+a fork is safe, and why). With DTQ_METRICS_PORT the first children are forked after the port is
+bound and before its thread serves it; a restart then starts a fresh interpreter.
 
 - Ids: with DTQ_WORKER_ID (or ``--worker-id``) set, child ``i`` is ``<id>-<i>`` (a restarted
   child keeps it: its earlier self's runs are left to the reaper, docs/design.md); otherwise
@@ -44,7 +43,7 @@ from prometheus_client import CollectorRegistry
 
 from dtq.errors import ConfigError
 from dtq.settings import WORKER_ID_RE, Settings
-from dtq_worker import poolchild
+from dtq_worker import poolchild, poolfork
 from dtq_worker.health import HealthServer
 from dtq_worker.poolhttp import ChildView, PoolEndpoints
 from dtq_worker.worker import EXIT_CONFIG, EXIT_OK, EXIT_REDIS_LOST
@@ -102,7 +101,7 @@ class Slot:
     index: int
     worker_id: str | None
     port_file: Path | None
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | poolfork.Forked | None = None
     started: float = 0.0
     short_deaths: int = 0
     restart_at: float | None = None
@@ -166,15 +165,23 @@ class Pool:
             args += ["--worker-id", slot.worker_id]
         if slot.port_file is not None:
             slot.port_file.unlink(missing_ok=True)
-        slot.proc = subprocess.Popen(
-            [sys.executable, "-m", "dtq_worker", *args],
-            env=self._env(slot),
-            start_new_session=True,
-        )
+        how = "fork" if poolfork.can_fork() else "fresh interpreter"
+        if how == "fork":
+            slot.proc = poolfork.fork_worker(args, self._env(slot), self._close_in_child)
+        else:
+            slot.proc = subprocess.Popen(
+                [sys.executable, "-m", "dtq_worker", *args],
+                env=self._env(slot),
+                start_new_session=True,
+            )
         slot.started = time.monotonic()
         slot.restart_at = None
-        log.info("process %d started: pid %d%s", slot.index, slot.proc.pid,
+        log.info("process %d started (%s): pid %d%s", slot.index, how, slot.proc.pid,
                  f", worker id {slot.worker_id}" if slot.worker_id else "")  # fmt: skip
+
+    def _close_in_child(self) -> None:
+        if self.http is not None:
+            self.http.close_in_child()
 
     def _reaped(self, slot: Slot, code: int) -> None:
         """Slot's child ended with ``code``: decide what follows."""
@@ -253,7 +260,7 @@ class Pool:
                 self.http = HealthServer(_registry(self.endpoints), self.endpoints.live,
                                          self.endpoints.ready)  # fmt: skip
                 try:
-                    self.http.start(self.settings.metrics_port)
+                    self.http.bind(self.settings.metrics_port)
                 except ConfigError as exc:  # the port is taken: before any child starts
                     print(f"dtq-worker: {exc}", file=sys.stderr)
                     return EXIT_CONFIG
@@ -261,6 +268,8 @@ class Pool:
                 log.info("starting %d worker processes", self.n)
                 for slot in self.slots:
                     self._start(slot)
+            if self.http is not None:  # its thread after the first forks (poolfork.py)
+                self.http.serve()
             self._loop()
             return self._final_code()
         finally:

@@ -1,0 +1,135 @@
+"""How a ``--processes`` parent starts a child: a fork of itself when that is safe, else a fresh
+``python -m dtq_worker`` (pool.py decides which, each time a child starts).
+
+**A fork** inherits what the parent already imported (dtq, the worker, the APP: about 0.5 s of
+CPU that a fresh interpreter pays again) and runs the same entry point a fresh child runs,
+``main.main`` with the child's arguments, so settings, logging and the app are set up the same
+way. It is safe only while the parent runs one thread: fork copies the calling thread alone,
+so a lock another thread held (logging's, an HTTP server's, an app's) would stay held in the
+child for good. :func:`can_fork` counts the process's threads as the kernel sees them
+(``/proc/self/task``), which includes threads a C extension started. The parent runs none of
+its own until its HTTP port serves (DTQ_METRICS_PORT; the first children are forked before
+that thread starts); an APP that starts threads at import makes every child a fresh one.
+Nothing of the parent's runs in a child: the parent holds no Redis connection and no event
+loop (dtq's clients reset themselves in a forked child anyway: dtq/forkreset.py), the child
+closes the parent's listening socket, and it leaves with ``os._exit`` (never unwinding into the
+parent's supervision loop and its clean-up).
+
+Signals: SIGTERM and SIGINT are blocked across the fork, so one that arrives before the child
+has installed its own handlers waits for them instead of reaching the parent's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+_STOPS = {signal.SIGTERM, signal.SIGINT}
+
+
+def threads() -> int:
+    """This process's threads: the kernel's count on Linux, else the ``threading`` module's."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork") and threads() == 1
+
+
+class Forked:
+    """A forked child, with the part of ``subprocess.Popen`` the pool uses. Its exit status is
+    collected once, under a lock: the parent's HTTP thread polls too (pool.py, the probes'
+    view), and of two ``waitpid`` calls for one exit the second would fail."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._lock.acquire(blocking=False):
+            try:  # (a thread that finds it held: the other one is collecting it)
+                if self.returncode is None:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            finally:
+                self._lock.release()
+        return self.returncode
+
+    def wait(self) -> int:
+        with self._lock:
+            if self.returncode is None:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def fork_worker(args: list[str], env: dict[str, str], close: Callable[[], None]) -> Forked:
+    """Fork a child that runs ``dtq-worker ARGS`` with ``env`` as its environment, in a session
+    of its own; ``close()`` runs first in the child (the parent's listening socket)."""
+    for stream in (sys.stdout, sys.stderr):  # buffered output would be written twice
+        stream.flush()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    if pid == 0:
+        _child(args, env, close, mask)  # never returns
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return Forked(pid)
+
+
+def _child(
+    args: list[str], env: dict[str, str], close: Callable[[], None], mask: set[int | signal.Signals]
+) -> NoReturn:
+    code = 1
+    try:
+        os.setsid()
+        close()
+        for key in set(os.environ) - set(env):
+            del os.environ[key]
+        os.environ.update(env)
+        from dtq_worker import main
+
+        main._early_signals.clear()  # the parent's (a parent that got one starts no child)
+        main.hold_signals()  # the parent's handlers are the pool's: replaced before unblocking
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            main.main(args)
+            code = 0
+        except SystemExit as exc:
+            code = _exit_code(exc.code)
+        atexit._run_exitfuncs()  # what a fresh interpreter runs at its exit (the app's too)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+                stream.flush()
+        os._exit(code)
+
+
+def _exit_code(code: object) -> int:
+    """The process exit code ``sys.exit(code)`` stands for, as the interpreter reads it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
