@@ -107,7 +107,7 @@ def test_enqueue_many_items(client: Client, rec: Records) -> None:
 
 
 def test_task_enqueue_shortcut_and_enqueue_with(settings: Settings, rec: Records) -> None:
-    from dtq.app import EnqueueOptions
+    from dtq.task import EnqueueOptions
 
     app.configure(settings)
     h = work.options(group="short").enqueue(1)

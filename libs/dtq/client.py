@@ -21,7 +21,6 @@ import redis.asyncio as aredis
 from dtq import partitions
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.app import App, Task
 from dtq.clientbase import (
     _BLIPS,
     _REFUSED,
@@ -53,8 +52,10 @@ from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
 from dtq.requests import TaskDefaults
 from dtq.settings import Settings
+from dtq.task import Task
 
 if TYPE_CHECKING:
+    from dtq.app import App
     from dtq.cancellation import CancelSummary
 
 # Re-exported: imported from here before the shared part moved to dtq.clientbase.
