@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     )
     from dtq.limits import Limit, Rate
     from dtq.models import TaskHandle, TaskInfo, TaskStatus
+    from dtq.requests import EnqueueOptions
     from dtq.settings import Settings
-    from dtq.task import EnqueueOptions, Task
+    from dtq.task import Task
     from dtq.workflows import chain, chord, group, sig
 
 __version__ = "0.1.0"
@@ -116,7 +117,8 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("Limit", "Rate"), "dtq.limits"),
     **dict.fromkeys(("TaskHandle", "TaskInfo", "TaskStatus"), "dtq.models"),
     "Settings": "dtq.settings",
-    **dict.fromkeys(("EnqueueOptions", "Task"), "dtq.task"),
+    "EnqueueOptions": "dtq.requests",
+    "Task": "dtq.task",
     **dict.fromkeys(("chain", "chord", "group", "sig"), "dtq.workflows"),
 }
 

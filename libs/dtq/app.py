@@ -181,6 +181,7 @@ class App:
         max_retries: int | None = None,
         timeout: float | None = None,
         expires: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
         group: str | None = None,
     ) -> Callable[[Any], Task[Any, Any]]:
         """Declare a periodic schedule (``cron=`` in ``tz``, or ``every=`` seconds) for a task.
@@ -193,7 +194,8 @@ class App:
         return periodic(
             self, cron=cron, every=every, tz=tz, name=name, queue=queue, args=args,
             kwargs=kwargs, overlap=overlap, grace=grace, priority=priority,
-            max_retries=max_retries, timeout=timeout, expires=expires, group=group,
+            max_retries=max_retries, timeout=timeout, expires=expires, metadata=metadata,
+            group=group,
         )  # fmt: skip
 
     def defaults_for(self, name: str) -> TaskDefaults | None:

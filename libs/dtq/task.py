@@ -1,4 +1,4 @@
-"""``dtq.Task``: a registered task function, its declared defaults and its enqueue options.
+"""``dtq.Task``: a registered task function, its declared defaults and its call's options.
 
 Below both the :class:`dtq.App` that registers it and the clients that enqueue it: a client
 recognises a task object and reads its request here, and the task reaches its app's client
@@ -10,15 +10,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack
 
 from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.models import TaskHandle
-from dtq.requests import TaskDefaults
+from dtq.requests import ENQUEUE_OPTIONS, EnqueueOptions, TaskDefaults
 from dtq.workflows import Sig
 
 if TYPE_CHECKING:
@@ -30,28 +29,6 @@ P2 = ParamSpec("P2")
 R2 = TypeVar("R2")
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueOptions:
-    """Per-call options for :meth:`Task.enqueue_with`."""
-
-    queue: str | None = None
-    priority: int | None = None
-    delay: float | timedelta | None = None
-    eta: datetime | str | None = None
-    max_retries: int | None = None
-    timeout: float | None = None
-    idempotency_key: str | None = None
-    expires: float | timedelta | datetime | None = None
-    metadata: Mapping[str, Any] | None = None
-    unique: bool | None = None
-    partition_key: str | None = None
-    group: str | None = None
-    """The task's fair group within its queue (docs/groups.md)."""
-
-    def as_kwargs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
 @dataclass(eq=False)
 class Task(Generic[P, R]):
     """A registered task. Call it to run it inline; ``enqueue`` to send it to a worker."""
@@ -61,6 +38,7 @@ class Task(Generic[P, R]):
     name: str
     defaults: TaskDefaults
     call_options: EnqueueOptions | None = None
+    """Options bound by :meth:`options` (None: the task's own defaults alone)."""
     is_async: bool = field(init=False)
     arg_types: codec.ArgTypes | codec.Unresolved | None = field(init=False, repr=False)
     """Its typed parameters, converted by the worker before each call (docs/arguments.md);
@@ -81,15 +59,17 @@ class Task(Generic[P, R]):
     def s(self, *args: P.args, **kwargs: P.kwargs) -> Sig:
         """A workflow step of this task: type-checked like :meth:`enqueue`, with the task's own
         defaults, all its arguments given. A step that gets an earlier result (in a chain, a
-        chord's callback) is written with :meth:`p` (docs/workflows.md)."""
+        chord's callback) is written with :meth:`taking_result` (docs/workflows.md)."""
         return Sig(self.name, tuple(args), dict(kwargs) or None, {}, self.defaults)
 
-    def p(self: Task[Concatenate[Any, P2], R2], *args: P2.args, **kwargs: P2.kwargs) -> Sig:
+    def taking_result(
+        self: Task[Concatenate[Any, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+    ) -> Sig:
         """A *partial* workflow step of this task: the flow fills its first argument with the
         earlier result (a chain's previous step, a chord's list of results); ``args`` and
         ``kwargs`` are the others, type-checked against the rest of the task's signature
-        (``chain(add.s(1, 2), mul.p(10))`` runs ``mul(3, 10)``). Checked at once too: the task
-        must take a first positional argument, and the others must fit."""
+        (``chain(add.s(1, 2), mul.taking_result(10))`` runs ``mul(3, 10)``). Checked at once
+        too: the task must take a first positional argument, and the others must fit."""
         try:
             params = inspect.signature(self.fn).parameters.values()
         except (TypeError, ValueError):  # no signature to check (a builtin): Redis-side only
@@ -126,26 +106,14 @@ class Task(Generic[P, R]):
         the app's own client (see :meth:`enqueue`)."""
         return await self.app.async_client().enqueue(self, *args, **kwargs)
 
-    def options(self, **options: Any) -> Task[P, R]:
-        """This task with per-call enqueue options (any of :class:`EnqueueOptions`' fields), for
-        ``client.enqueue(task.options(delay=5), ...)``; the registered task is unchanged."""
-        bound = EnqueueOptions(**options)  # refuses an unknown option
-        return dataclasses.replace(self, call_options=bound)
-
-    def enqueue_with(
-        self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle[R]:
-        """Enqueue with per-call options (delay, priority, idempotency key, ...)."""
-        self.check_call(args, kwargs)
-        return self.app.client().enqueue(self.name, list(args), kwargs, **options.as_kwargs())
-
-    async def aenqueue_with(
-        self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle[R]:
-        self.check_call(args, kwargs)
-        return await self.app.async_client().enqueue(
-            self.name, list(args), kwargs, **options.as_kwargs()
-        )
+    def options(self, **options: Unpack[EnqueueOptions]) -> Task[P, R]:
+        """This task with per-call enqueue options (any of :class:`EnqueueOptions`), for
+        ``client.enqueue(task.options(delay=5), ...)`` or ``task.options(delay=5).enqueue(...)``;
+        the registered task is unchanged. An unknown option raises ``TypeError``."""
+        unknown = options.keys() - ENQUEUE_OPTIONS
+        if unknown:
+            raise TypeError(f"options() got unexpected keyword(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, call_options=options)
 
     def decode_result(self, value: Any) -> R:
         """A stored result (as JSON decoding gave it) as the task's return type: a ``-> datetime``
@@ -172,5 +140,5 @@ class Task(Generic[P, R]):
         self.check_call(args, kwargs)
         fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
         if self.call_options is not None:
-            fields.update((k, v) for k, v in self.call_options.as_kwargs().items() if v is not None)
+            fields.update((k, v) for k, v in self.call_options.items() if v is not None)
         return fields
