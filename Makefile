@@ -47,7 +47,7 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
-# The script and lane tests on redis-py's usual path (no fast lane: dtq/transport.py).
+# The script and lane tests on redis-py's usual path (no fast lane: dtq/store/transport.py).
 LANE_TESTS := tests/test_transport.py tests/test_lane.py tests/test_scripts.py \
 	tests/test_script_replay.py tests/test_sdk.py tests/test_sdk_blips.py
 test-lanes-off: install

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from dtq import App
-from dtq.keys import GROUP, QueueKeys
 from dtq.settings import Settings
+from dtq.store.keys import GROUP, QueueKeys
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer
 

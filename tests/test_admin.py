@@ -13,7 +13,7 @@ from dtq import Settings, UnknownTask
 from dtq import scripts as sc
 from dtq.admin import Admin, Conflict, UnknownQueue
 from dtq.errors import InvalidRequest
-from dtq.keys import GROUP
+from dtq.store.keys import GROUP
 from tests.apps.basic import app
 from tests.conftest import running_worker
 

@@ -13,7 +13,7 @@ import redis
 
 from dtq import admin
 from dtq import scripts as sc
-from dtq.keys import GROUP, QueueKeys, new_tid
+from dtq.store.keys import GROUP, QueueKeys, new_tid
 from tests.conftest import create_groups
 
 Q = "ops"

@@ -14,7 +14,7 @@ import pytest
 from dtq import Settings
 from dtq import scripts as sc
 from dtq.admin import Admin
-from dtq.keys import GROUP
+from dtq.store.keys import GROUP
 from dtq_api.app import create_app
 from tests.api_proc import ApiProc
 from tests.apps.basic import app as tasks_app

@@ -13,8 +13,8 @@ import redis
 
 from dtq import Client
 from dtq.admin import Admin
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from dtq_api import events
 from dtq_api.events import EventHub, sse
 

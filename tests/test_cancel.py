@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, InvalidRequest, Settings, TaskFailed, UnknownTask
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.apps.lifecycle import app
 from tests.conftest import running_worker, wait_until
 

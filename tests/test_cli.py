@@ -14,7 +14,7 @@ import pytest
 from dtq import Client, Settings
 from dtq import scripts as sc
 from dtq.cli import main
-from dtq.keys import GROUP, Keys
+from dtq.store.keys import GROUP, Keys
 from tests.conftest import ROOT
 from tests.redis_server import free_port
 

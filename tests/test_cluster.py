@@ -17,11 +17,11 @@ import redis
 from dtq import AsyncClient, Client, Settings, TaskStatus
 from dtq import scripts as sc
 from dtq.admin import Admin
-from dtq.cluster import scan_step
-from dtq.connection import async_redis, is_cluster, parse_cluster_url, sync_redis
 from dtq.errors import ConfigError, RedisUnavailable
-from dtq.keys import Keys
 from dtq.settings import checked_redis_url
+from dtq.store.cluster import scan_step
+from dtq.store.connection import async_redis, is_cluster, parse_cluster_url, sync_redis
+from dtq.store.keys import Keys
 from dtq_worker import consumer, retention
 from dtq_worker import worker as worker_module
 from tests.apps.basic import app

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from dtq import Client, TaskStatus
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.apt_tools import ensure_apt
 from tests.conftest import body_starts, make_settings, wait_until
 from tests.redis_cluster import RedisClusterFixture

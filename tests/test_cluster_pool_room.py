@@ -1,6 +1,6 @@
 """An application's cluster client keeps room on each node for its subscribed connection.
 
-Its calls wait for one of 100 places (dtq/inflight.py), and each node's pool holds 100
+Its calls wait for one of 100 places (dtq/store/inflight.py), and each node's pool holds 100
 connections; the ``result()`` waits' subscribed connection comes out of the same node's pool,
 outside those places. So 100 calls in flight on the node that holds the subscription met a
 full pool: the 100th raised RedisUnavailable ("Too many connections"), the flake of
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from dtq import AsyncClient, Client
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.conftest import make_settings, wait_until
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer

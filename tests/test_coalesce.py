@@ -14,7 +14,7 @@ import redis
 
 from dtq import AsyncClient, RedisUnavailable, Settings
 from dtq import scripts as sc
-from dtq.keys import QueueKeys
+from dtq.store.keys import QueueKeys
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
 

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from dtq import scripts as sc
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from dtq_worker.clusterwait import ClusterWait
 from dtq_worker.consumer import Consumer
 from dtq_worker.env import WorkerEnv

@@ -17,7 +17,7 @@ import redis
 from dtq import AsyncClient, Client, Settings, TaskFailed
 from dtq.admin import Admin, Page, filled_page
 from dtq.cli import main as dtq_main
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.api_proc import ApiProc
 from tests.apps.declared import app
 from tests.conftest import running_worker, wait_until

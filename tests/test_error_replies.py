@@ -20,7 +20,7 @@ import redis.exceptions as rex
 
 from dtq import AsyncClient, Client, RedisUnavailable, transport
 from dtq import scripts as sc
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.conftest import make_settings, wait_until
 from tests.error_server import ErrorRelay
 from tests.redis_server import RedisServer

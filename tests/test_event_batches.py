@@ -15,7 +15,7 @@ from dtq import Settings, task_index
 from dtq import scripts as sc
 from dtq.admin import Admin
 from dtq.admin.views import events_from
-from dtq.keys import QueueKeys, make_task_id, new_tid
+from dtq.store.keys import QueueKeys, make_task_id, new_tid
 from dtq_api.events import _frames
 from tests.conftest import create_groups
 

@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from dtq import App, AsyncClient, Client, DtqError, EvictingRedis
-from dtq.connection import async_redis
 from dtq.errors import ConfigError
 from dtq.settings import Settings
+from dtq.store.connection import async_redis
 from tests.apps.limited import app
 from tests.conftest import make_settings, running_worker
 from tests.redis_server import RedisServer

@@ -10,7 +10,7 @@ import redis
 
 from dtq import AsyncClient, InvalidRequest, Settings, TaskFailed
 from dtq.admin import Admin
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.apps.basic import app as basic_app
 from tests.apps.declared import app as declared_app
 from tests.apps.lifecycle import app

@@ -5,8 +5,8 @@ from __future__ import annotations
 import redis
 
 from dtq import AsyncClient
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from tests.apps.limited import app
 from tests.conftest import make_settings, running_worker
 

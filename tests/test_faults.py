@@ -16,9 +16,9 @@ import pytest
 import redis
 
 from dtq import Client
-from dtq.keys import GROUP, Keys, split_task_id
-from dtq.record import with_defaults
 from dtq.settings import Settings
+from dtq.store.keys import GROUP, Keys, split_task_id
+from dtq.store.record import with_defaults
 from tests.apps.faulty import app, read_journal
 from tests.conftest import make_settings, wait_until
 from tests.redis_server import RedisServer, free_port

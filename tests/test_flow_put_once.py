@@ -18,7 +18,7 @@ import redis
 from dtq import Client, Settings, chain, group, sig
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from tests.apps.flows import app
 from tests.conftest import running_worker, wait_until
 from tests.test_workflow_scripts import (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.exceptions as rex
 
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from dtq_worker.faults import is_transient
 from dtq_worker.flowmover import FlowMover
 from dtq_worker.supervisor import supervise

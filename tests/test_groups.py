@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cluster
 
 
 def group_keys(r: redis.Redis, settings: Settings) -> list[str]:
-    from dtq.keys import Keys
+    from dtq.store.keys import Keys
 
     qk = Keys(settings.key_prefix).queue("default")
     return sorted(r.scan_iter(match=qk.group_base + "*"))

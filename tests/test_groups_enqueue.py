@@ -27,10 +27,10 @@ from dtq import (
     sig,
 )
 from dtq.cli import main
-from dtq.keys import Keys, split_task_id
-from dtq.record import Field
 from dtq.schedules import Schedule, ScheduleRunner, add_schedule, arun_now, list_schedules
 from dtq.settings import load_settings
+from dtq.store.keys import Keys, split_task_id
+from dtq.store.record import Field
 from dtq_api.app import create_app
 from tests.conftest import running_worker
 

@@ -20,8 +20,8 @@ from dtq import AsyncClient, Client, Settings
 from dtq import groupops as go
 from dtq.admin import Admin
 from dtq.errors import InvalidRequest
-from dtq.keys import Keys, QueueKeys
 from dtq.models import GroupInfo
+from dtq.store.keys import Keys, QueueKeys
 from dtq_api.app import create_app
 from dtq_api.metrics import render
 from tests import test_dashboard as dash

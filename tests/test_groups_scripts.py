@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import QueueKeys, new_tid
+from dtq.store.keys import QueueKeys, new_tid
 from tests.conftest import create_groups
 
 Q = "gq"

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, InvalidRequest, Settings
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.apps.lifecycle import app, uniq
 from tests.conftest import make_settings, running_worker
 

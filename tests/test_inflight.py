@@ -1,4 +1,4 @@
-"""The cap on a cluster client's calls in flight (dtq/inflight.py), alone: a call made inside
+"""The cap on a cluster client's calls in flight (dtq/store/inflight.py), alone: a call made inside
 one already counted (a pipeline re-sending a command through its client) is not counted again,
 so a full cap cannot wait on itself; every other call waits for a place. And what a full
 pool's error says."""
@@ -12,7 +12,7 @@ import redis
 from redis.exceptions import MaxConnectionsError
 
 from dtq.errors import unreachable
-from dtq.inflight import AsyncInFlight, SyncInFlight
+from dtq.store.inflight import AsyncInFlight, SyncInFlight
 
 
 async def test_a_call_inside_a_counted_one_does_not_wait_for_its_place() -> None:

@@ -10,13 +10,13 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Settings, TaskFailed
-from dtq.keys import Keys, layout, new_tid
+from dtq.store.keys import Keys, layout, new_tid
 from tests.apps.basic import app
 from tests.conftest import running_worker
 
 
 def documented_patterns(prefix: str) -> list[re.Pattern[str]]:
-    """The layout dtq.keys.layout describes, as regexes for one prefix."""
+    """The layout dtq.store.keys.layout describes, as regexes for one prefix."""
     out = []
     for doc in layout(prefix, "<q>"):
         rx = re.escape(doc.key).replace(re.escape("<q>"), r"[A-Za-z0-9_.\-]+")
@@ -53,7 +53,7 @@ async def test_every_key_a_workload_creates_is_documented(
         found = sorted(r.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
         pats = documented_patterns(settings.key_prefix)
         undocumented = [k for k in found if not any(p.match(k) for p in pats)]
-        assert not undocumented, f"keys missing from dtq.keys.layout: {undocumented}"
+        assert not undocumented, f"keys missing from dtq.store.keys.layout: {undocumented}"
         # The test saw the main kinds of key (it is not vacuous).
         assert len(found) >= 15
 

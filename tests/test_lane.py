@@ -1,4 +1,4 @@
-"""The scripts' fast lane (dtq/transport.py): one kept connection, and every way it falls back.
+"""The scripts' fast lane (store/transport.py): one kept connection, and every way it falls back.
 
 Tests that look at the lane itself are skipped where it is off (DTQ_FAST_LANE=0, or a redis-py
 without what it needs: ``make test-lanes-off``, ``make test-oldest``); the rest run either way."""

@@ -33,7 +33,7 @@ def test_import_dtq_loads_no_sdk_module() -> None:
 
 
 def test_a_submodule_import_loads_only_what_it_needs() -> None:
-    # The worker and the API import submodules (dtq.errors, dtq.keys, ...): going through
+    # The worker and the API import submodules (dtq.errors, dtq.store.keys, ...): going through
     # dtq/__init__.py must not drag in the client, the app or the workflows.
     loaded = _python(
         "import json, sys, dtq.errors; print(json.dumps(sorted(m for m in sys.modules"

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, InvalidRequest, Limit, Rate, TaskStatus
-from dtq.keys import split_task_id
 from dtq.settings import Settings
+from dtq.store.keys import split_task_id
 from tests.apps.limited import app
 from tests.conftest import running_worker, wait_until
 

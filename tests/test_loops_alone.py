@@ -8,7 +8,7 @@ from typing import Any
 
 from dtq import App
 from dtq import scripts as sc
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
 from dtq_worker.heartbeat import Heartbeat

@@ -16,7 +16,7 @@ import redis
 
 from dtq import App, AsyncClient, Settings, TaskStatus
 from dtq import scripts as sc
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings, running_worker
 from tests.redis_server import RedisServer, free_port

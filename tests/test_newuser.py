@@ -56,8 +56,8 @@ def test_api_help_works_with_its_extra() -> None:
 def test_worker_warns_when_redis_url_is_left_at_its_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dtq.connection import default_url_warning, display_url
     from dtq.settings import Settings
+    from dtq.store.connection import default_url_warning, display_url
 
     monkeypatch.delenv("DTQ_REDIS_URL", raising=False)
     warning = default_url_warning(Settings())

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, DtqError, TaskStatus
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.apps import basic
 from tests.conftest import make_settings, running_worker
 from tests.redis_server import RedisServer

@@ -12,8 +12,8 @@ import redis
 from dtq import AsyncClient, TaskFailed
 from dtq import scripts as sc
 from dtq.admin import Admin, parse_purge, purge_call
-from dtq.keys import Keys, QueueKeys, new_tid
 from dtq.settings import Settings
+from dtq.store.keys import Keys, QueueKeys, new_tid
 from tests.apps.limited import app as limited_app
 from tests.conftest import create_groups, running_worker
 from tests.test_limits import until

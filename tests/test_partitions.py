@@ -1,4 +1,4 @@
-"""Partitioned queues (DTQ_QUEUE_PARTITIONS, dtq.partitions): one logical queue over several
+"""Partitioned queues (DTQ_QUEUE_PARTITIONS, dtq.store.partitions): one logical queue over several
 hash tags. Bodies marked ``cluster`` run against one redis-server and the test cluster."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from dtq import AsyncClient, Client, TaskStatus
-from dtq import partitions as pt
 from dtq.errors import ConfigError, InvalidRequest
-from dtq.keys import Keys, make_task_id, split_task_id
 from dtq.settings import load_settings
+from dtq.store import partitions as pt
+from dtq.store.keys import Keys, make_task_id, split_task_id
 from tests.apps.basic import app
 from tests.conftest import body_starts, make_settings, running_worker
 from tests.redis_cluster import RedisClusterFixture

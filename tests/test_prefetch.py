@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, Settings, TaskStatus
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from tests.apps.basic import SLEEPING, app
 from tests.conftest import body_starts as starts
 from tests.conftest import make_settings, running_worker, wait_until

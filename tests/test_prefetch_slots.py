@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Settings, TaskStatus
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from dtq_worker.heartbeat import Heartbeat
 from tests.apps.basic import app
 from tests.conftest import body_starts as starts

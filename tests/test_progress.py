@@ -10,9 +10,9 @@ import redis
 
 from dtq import AsyncClient, InvalidRequest, SerializationError, Settings, TaskContext
 from dtq import scripts as sc
-from dtq.keys import Keys
 from dtq.progress import encode_progress
 from dtq.scripts import progress_call
+from dtq.store.keys import Keys
 from tests.apps.lifecycle import app
 from tests.conftest import running_worker
 

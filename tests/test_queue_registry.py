@@ -7,8 +7,8 @@ import redis
 
 from dtq import Client
 from dtq.admin import Admin
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from tests.apps.limited import app
 from tests.conftest import running_worker
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from dtq import Client, Settings, TaskStatus
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.conftest import body_starts as starts
 from tests.conftest import make_settings, wait_until
 

@@ -12,8 +12,8 @@ import redis
 
 from dtq import App
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys, QueueKeys, new_tid
 from dtq.settings import Settings
+from dtq.store.keys import GROUP, Keys, QueueKeys, new_tid
 from tests.conftest import create_groups, make_settings
 from tests.redis_server import RedisServer
 

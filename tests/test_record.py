@@ -1,4 +1,4 @@
-"""The task record's field names are defined once (dtq/record.py) and the scripts use no other;
+"""The task record's field names are defined once (store/record.py) and the scripts use no other;
 every script error code is named once (dtq.scripts.ScriptError), and every sentinel a script
 answers by an enum of its wrapper (dtq.scripts.REPLIES)."""
 
@@ -13,8 +13,8 @@ import redis
 
 from dtq import AsyncClient, Client, Settings, TaskFailed
 from dtq import scripts as sc
-from dtq.keys import QueueKeys
-from dtq.record import MEANING, Field
+from dtq.store.keys import QueueKeys
+from dtq.store.record import MEANING, Field
 from tests.apps.basic import app as basic_app
 
 Q = "q1"
@@ -199,7 +199,7 @@ def test_the_sentinel_scan_sees_each_form() -> None:
 
 
 def _task(prio: int) -> sc.NewTask:
-    from dtq.keys import new_tid
+    from dtq.store.keys import new_tid
 
     return sc.NewTask(new_tid(), "t", "[]", "", prio, 3, None, 0, 0, "", "")
 
@@ -290,8 +290,8 @@ async def test_records_without_their_defaults_run_retry_fail_and_succeed(
 
 
 def test_the_defaults_a_record_leaves_out_agree_in_python_and_lua() -> None:
-    from dtq.record import DEFAULTS
     from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
+    from dtq.store.record import DEFAULTS
 
     common = (ROOT / "lua" / "_common.lua").read_text()
     m = re.search(r"^local DEF_MAXR, DEF_PRIO = '(\d+)', '(\d+)'$", common, re.M)
@@ -380,7 +380,7 @@ def raw_record_fields(source: str) -> list[tuple[int, str]]:
 
 
 def test_python_code_names_record_fields_by_field() -> None:
-    """Code under libs/ and apps/ names a task record's fields by Field (dtq/record.py), never
+    """Code under libs/ and apps/ names a task record's fields by Field (dtq/store/record.py), never
     by a raw string: a renamed or mistyped field is then an error at import, not a None."""
     raw = {}
     for path in sorted([*(ROOT / "libs").rglob("*.py"), *(ROOT / "apps").rglob("*.py")]):

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from dtq import AsyncClient, Client, RedisUnavailable
-from dtq.keys import Keys, split_task_id
 from dtq.settings import Settings
+from dtq.store.keys import Keys, split_task_id
 from tests.conftest import make_settings, wait_until
 from tests.redis_server import RedisServer
 

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from dtq import Client
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from tests.apps.limited import app
 from tests.conftest import make_settings, running_worker, wait_until
 

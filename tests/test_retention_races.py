@@ -11,8 +11,8 @@ import redis
 
 from dtq import scripts as sc
 from dtq.admin import Admin
-from dtq.keys import GROUP, Keys
 from dtq.settings import Settings
+from dtq.store.keys import GROUP, Keys
 from tests.apps.limited import app
 from tests.conftest import create_groups, running_worker
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from dtq import Client, Settings, TaskFailed
-from dtq.keys import Keys
 from dtq.models import TaskStatus
+from dtq.store.keys import Keys
 from tests.conftest import make_settings, wait_until
 from tests.redis_server import RedisServer
 

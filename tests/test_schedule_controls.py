@@ -13,8 +13,8 @@ import redis.asyncio as aredis
 
 from dtq import App, Client, Settings
 from dtq import scripts as sc
-from dtq.keys import Keys
 from dtq.schedules import Schedule, ScheduleRunner, add_schedule, list_schedules, periodic
+from dtq.store.keys import Keys
 from dtq_api.app import create_app
 
 

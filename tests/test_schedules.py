@@ -15,8 +15,6 @@ import redis.asyncio as aredis
 
 from dtq import App, AsyncClient, Client, InvalidRequest, RedisUnavailable, Settings
 from dtq import scripts as sc
-from dtq.connection import async_redis
-from dtq.keys import Keys
 from dtq.schedules import (
     Schedule,
     ScheduleRunner,
@@ -31,6 +29,8 @@ from dtq.schedules import (
     list_schedules,
     remove_schedule,
 )
+from dtq.store.connection import async_redis
+from dtq.store.keys import Keys
 from tests.conftest import make_settings, running_worker, wait_until
 from tests.redis_server import free_port
 

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, QueueKeys
+from dtq.store.keys import GROUP, QueueKeys
 from tests.conftest import create_groups
 from tests.test_scripts import Q, claim, enqueue, started, task
 

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, QueueKeys, new_tid
-from dtq.record import with_defaults
+from dtq.store.keys import GROUP, QueueKeys, new_tid
+from dtq.store.record import with_defaults
 from tests.conftest import create_groups
 
 Q = "q1"

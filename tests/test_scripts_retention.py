@@ -9,8 +9,8 @@ from typing import Any
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, QueueKeys, new_tid
-from dtq.record import Field
+from dtq.store.keys import GROUP, QueueKeys, new_tid
+from dtq.store.record import Field
 from tests.conftest import create_groups
 
 Q = "ret"

@@ -14,7 +14,7 @@ import redis
 from dtq import AsyncClient, Client, Settings, TaskStatus
 from dtq import scripts as sc
 from dtq.admin import Admin
-from dtq.keys import QueueKeys
+from dtq.store.keys import QueueKeys
 from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings, wait_until
 from tests.redis_server import RedisServer, free_port

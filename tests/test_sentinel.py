@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client
-from dtq.connection import parse_sentinel_url, sync_redis
+from dtq.store.connection import parse_sentinel_url, sync_redis
 from tests.apps.basic import app
 from tests.conftest import make_settings, running_worker, wait_until
 from tests.redis_server import RedisServer, free_port

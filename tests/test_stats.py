@@ -20,8 +20,8 @@ from dtq import AsyncClient, Client
 from dtq import stats as st
 from dtq.admin import Admin
 from dtq.cli import main
-from dtq.keys import QueueKeys
 from dtq.scripts import enqueue as enqueue_script
+from dtq.store.keys import QueueKeys
 from tests.api_proc import ApiProc
 from tests.apps.basic import app
 from tests.conftest import make_settings, running_worker

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, QueueKeys, new_tid
+from dtq.store.keys import GROUP, QueueKeys, new_tid
 from tests.conftest import create_groups
 
 Q = "sd"

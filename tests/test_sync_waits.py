@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from dtq import Client
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from dtq import TaskFailed
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from dtq.testing import TestQueue
 from tests.apps import testing_app as ta
 

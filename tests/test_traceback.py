@@ -13,8 +13,8 @@ from dtq import AsyncClient, Settings
 from dtq import scripts as sc
 from dtq.cli import main
 from dtq.errors import DtqError
-from dtq.keys import Keys
 from dtq.models import MAX_TRACEBACK_CHARS
+from dtq.store.keys import Keys
 from dtq_api.app import create_app
 from tests.apps.basic import app
 from tests.conftest import create_groups, running_worker

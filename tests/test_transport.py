@@ -1,4 +1,4 @@
-"""The transport (dtq/transport.py): the only module that touches redis-py's private parts, the
+"""The transport (store/transport.py): the only module that touches redis-py's private parts, the
 decision to use the fast lane, and the same results whichever path a call takes."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 # Names of redis-py's (and hiredis') private parts the lane uses: an attribute with one of these
-# names, or an import from a private redis module, anywhere but dtq/transport.py fails the test.
+# names, or an import from a private redis module, anywhere but store/transport.py fails the test.
 PRIVATE_ATTRS = {"_sock", "_parser", "_buffer", "_reader", "_host_error", "_next_response"}
 
 
@@ -88,12 +88,12 @@ def test_a_missing_part_turns_the_lane_off_said_once(
 ) -> None:
     monkeypatch.setenv("DTQ_FAST_LANE", "1")  # (make test-lanes-off sets 0)
     monkeypatch.setattr(transport, "missing", lambda: ["redis.connection.Connection._sock"])
-    caplog.set_level(logging.INFO, "dtq.transport")
+    caplog.set_level(logging.INFO, "dtq.store.transport")
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
     s = sc.SyncScripts(r)
     assert s.lane is None and transport.in_use() is False
     assert sc.SyncScripts(r, fast_lane=True).lane is None  # asking for it changes nothing
-    said = [rec for rec in caplog.records if rec.name == "dtq.transport"]
+    said = [rec for rec in caplog.records if rec.name == "dtq.store.transport"]
     assert len(said) == 1 and said[0].levelno == logging.WARNING
     assert "Connection._sock" in said[0].getMessage() and redis.__version__ in said[0].getMessage()
     lane = transport.AsyncLane(aredis.Redis.from_url(redis_server.url))
@@ -106,7 +106,7 @@ def test_dtq_fast_lane_0_turns_it_off(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("DTQ_FAST_LANE", "0")
-    caplog.set_level(logging.INFO, "dtq.transport")
+    caplog.set_level(logging.INFO, "dtq.store.transport")
     assert Settings().fast_lane is False and transport.setting_from_env() is False
     with Client(settings=settings.model_copy(update={"fast_lane": False})) as c:
         assert c._scripts.lane is None
@@ -114,7 +114,7 @@ def test_dtq_fast_lane_0_turns_it_off(
         assert c.get(h.id).status.value == "queued"
         assert len(c.enqueue_many([{"name": "noop"}] * 300)) == 300
     assert transport.in_use() is False
-    said = [rec.getMessage() for rec in caplog.records if rec.name == "dtq.transport"]
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "dtq.store.transport"]
     assert len(said) == 1 and "DTQ_FAST_LANE=0" in said[0]
     monkeypatch.setenv("DTQ_FAST_LANE", "1")
     assert transport.setting_from_env() is True and transport.fast_lane() is True

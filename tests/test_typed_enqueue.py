@@ -11,7 +11,7 @@ import redis
 from mypy import api as mypy_api
 
 from dtq import App, AsyncClient, Client, Settings
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.conftest import ROOT, running_worker
 from tests.redis_server import free_port
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from dtq import App, AsyncClient, Client, Settings, UndeclaredTaskWarning
-from dtq.connection import async_redis
-from dtq.keys import QueueKeys
+from dtq.store.connection import async_redis
+from dtq.store.keys import QueueKeys
 from tests.conftest import make_settings, running_worker
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer

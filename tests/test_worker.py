@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Settings, TaskFailed, TaskStatus
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from tests.apps.basic import SLEEPING, app
 from tests.conftest import make_settings, running_worker
 

@@ -22,8 +22,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dtq import Client
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.poolhttp import Merged
 from tests.conftest import ROOT, body_starts, make_settings, wait_until, worker_env

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from dtq import Client, Settings, chord, group, sig
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from tests.conftest import make_settings, wait_until
 
 APP = "tests.apps.flows:app"

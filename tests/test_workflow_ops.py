@@ -26,8 +26,8 @@ from dtq import (
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.admin import Admin, dlq_discard_call
-from dtq.keys import split_task_id
 from dtq.middleware import EnqueueRequest, Middleware
+from dtq.store.keys import split_task_id
 from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer, free_port

@@ -15,7 +15,7 @@ from dtq import Client, InvalidRequest, Settings, TaskFailed, chain, chord, grou
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.admin import dlq_requeue_call
-from dtq.keys import Keys, QueueKeys, split_task_id
+from dtq.store.keys import Keys, QueueKeys, split_task_id
 from tests.conftest import create_groups
 
 W = "w1"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dtq import AsyncClient, Settings, TaskFailed, chain, chord, group, sig
-from dtq.keys import Keys, split_task_id
+from dtq.store.keys import Keys, split_task_id
 from tests.apps.flows import add, app, double
 from tests.conftest import make_settings, running_worker
 from tests.redis_cluster import RedisClusterFixture

@@ -20,8 +20,8 @@ from typing import Any
 
 from dtq import App
 from dtq import scripts as sc
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
 from dtq_worker.metrics import WorkerMetrics

@@ -4,7 +4,7 @@ best of 7 rounds, no Redis. Needs the candidates installed in the venv:
     .venv/bin/pip install tabulate python-json-logger sse-starlette limits python-ulid
     .venv/bin/python tools/bench_handwritten.py
 
-The numbers quoted in the comments of dtq/logs.py, dtq/limits.py, dtq/keys.py, dtq/cli.py and
+The numbers quoted in the comments of dtq/logs.py, dtq/limits.py, dtq/store/keys.py, dtq/cli.py and
 dtq_api/events.py come from this script.
 """
 
@@ -65,7 +65,7 @@ def rates() -> None:
 def tids() -> None:
     import ulid
 
-    from dtq.keys import new_tid
+    from dtq.store.keys import new_tid
 
     show("id: dtq new_tid()", new_tid, 200_000)
     show("id: python-ulid ULID().hex[:28]", lambda: ulid.ULID().hex[:28], 200_000)

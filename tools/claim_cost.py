@@ -13,9 +13,9 @@ import sys
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys
 from dtq.requests import TaskDefaults, build_task
 from dtq.settings import Settings
+from dtq.store.keys import GROUP, Keys
 from tests.redis_server import RedisServer
 
 N, BATCH = 10_000, 16

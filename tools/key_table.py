@@ -1,4 +1,5 @@
-"""Render docs/design.md's key table from dtq.keys.layout (the keys as dtq.keys builds them).
+"""Render docs/design.md's key table from dtq.store.keys.layout (the keys as dtq.store.keys builds
+them).
 
 `python -m tools.key_table` rewrites the table between the markers in docs/design.md;
 tests/test_docs.py fails when the page is out of date.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dtq.keys import layout
+from dtq.store.keys import layout
 from tools.settings_table import replace_between
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"

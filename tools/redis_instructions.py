@@ -42,8 +42,8 @@ import redis
 
 from dtq import declared
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys, new_tid
 from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
+from dtq.store.keys import GROUP, Keys, new_tid
 from tests.redis_server import free_port
 
 EM, TTL, BATCH = 10_000, 3600, 32

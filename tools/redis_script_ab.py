@@ -35,7 +35,7 @@ CHILD = """\
 import json, sys
 import redis
 from dtq import scripts as sc
-from dtq.keys import GROUP, Keys
+from dtq.store.keys import GROUP, Keys
 from tools.redis_instructions import BATCH, EM, TTL, _runs, _task
 
 r = redis.Redis(port=int(sys.argv[1]))

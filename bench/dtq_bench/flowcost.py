@@ -24,9 +24,9 @@ import redis
 
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.keys import GROUP, Keys, QueueKeys
 from dtq.requests import TaskDefaults, build_task
 from dtq.settings import Settings
+from dtq.store.keys import GROUP, Keys, QueueKeys
 
 Enqueue = Callable[[QueueKeys], None]
 PREFIX = "fc"

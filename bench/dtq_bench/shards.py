@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from redis.crc import key_slot
 
-from dtq.keys import Keys
+from dtq.store.keys import Keys
 from dtq_bench.server import BenchRedis
 from tools.redis_cluster import cluster_port, form, node_args, slot_ranges, wait_ready
 

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import redis
 
 from dtq.client import Client
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store.keys import Keys
 from dtq_bench.server import BenchRedis
 from dtq_bench.shared import DONE_KEY, LAT_KEY, pct
 

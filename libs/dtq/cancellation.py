@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from dtq import scripts as sc
 from dtq.clientbase import CANCEL_REASON, Pipelined, Steps, TaskScan
 from dtq.errors import InvalidRequest
-from dtq.keys import make_task_id
-from dtq.partitions import expand
-from dtq.record import Field
+from dtq.store.keys import make_task_id
+from dtq.store.partitions import expand
+from dtq.store.record import Field
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
@@ -73,7 +73,7 @@ def _steps(
     """A bulk cancel, written once for both clients (each drives its I/O; see dtq.client)."""
     _check(queue, name)
     found: Any = (
-        expand([queue], client.settings.queue_partitions)  # its partitions (dtq.partitions)
+        expand([queue], client.settings.queue_partitions)  # its partitions (dtq.store.partitions)
         if queue
         else (yield lambda r: r.smembers(client.keys.queues))
     )

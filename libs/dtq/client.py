@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Unpack, overload
 import redis
 import redis.asyncio as aredis
 
-from dtq import partitions
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.clientbase import (
@@ -41,9 +40,7 @@ from dtq.clientbase import (
     _unavailable,
     cancel_channel,
 )
-from dtq.cluster import ascan_tasks, scan_tasks
 from dtq.coalesce import Coalescer, SyncCoalescer
-from dtq.connection import async_redis, sync_redis
 from dtq.donewait import DoneWaits, SyncDoneWaits
 from dtq.errors import RedisUnavailable
 from dtq.groupops import AsyncGroups, SyncGroups
@@ -51,6 +48,9 @@ from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
 from dtq.requests import EnqueueOptions, TaskDefaults
 from dtq.settings import Settings
+from dtq.store import partitions
+from dtq.store.cluster import ascan_tasks, scan_tasks
+from dtq.store.connection import async_redis, sync_redis
 from dtq.task import Task
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class AsyncClient(AsyncGroups, _Base):
                 self.settings.redis_url,
                 retries=self.settings.client_retries,
                 wait_for_connection=True,  # (its coroutines may make any number of calls)
-                check_eviction=True,  # (dtq.eviction: once per connection)
+                check_eviction=True,  # (dtq.store.eviction: once per connection)
                 decode_responses=True,
             ),
             fast_lane=self.settings.fast_lane,
@@ -351,7 +351,7 @@ class Client(SyncGroups, _Base):
                 self.settings.redis_url,
                 retries=self.settings.client_retries,
                 wait_for_connection=True,  # (its threads may make any number of calls)
-                check_eviction=True,  # (dtq.eviction: once per connection)
+                check_eviction=True,  # (dtq.store.eviction: once per connection)
                 decode_responses=True,
             )
         )

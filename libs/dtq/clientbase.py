@@ -22,7 +22,6 @@ import redis
 
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
 from dtq.declared import pending as pending_declared
 from dtq.errors import (
     InvalidRequest,
@@ -33,14 +32,15 @@ from dtq.errors import (
     UnknownTask,
     unreachable,
 )
-from dtq.eviction import is_oom, out_of_memory_message
-from dtq.keys import PARTITION_SEP, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.middleware import EnqueueRequest, Hooks
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
-from dtq.partitions import logical
-from dtq.record import Field
 from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
+from dtq.store.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
+from dtq.store.eviction import is_oom, out_of_memory_message
+from dtq.store.keys import PARTITION_SEP, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
+from dtq.store.partitions import logical
+from dtq.store.record import Field
 
 if TYPE_CHECKING:
     from dtq.app import App
@@ -53,7 +53,7 @@ Steps = Generator[Any, Any, T]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TaskScan:
-    """A step: one SCAN call over a queue's task records (dtq.cluster.scan_tasks)."""
+    """A step: one SCAN call over a queue's task records (dtq.store.cluster.scan_tasks)."""
 
     qk: QueueKeys
     cursor: int
@@ -307,7 +307,7 @@ class _Base:
         tid, status = raw[b], raw[b + 1]
         if type(tid) is not str:
             tid, status = tid.decode(), status.decode()
-        if PARTITION_SEP in queue:  # a partition's task: the id names its queue (dtq.partitions)
+        if PARTITION_SEP in queue:  # a partition's task: the id names its queue
             return TaskHandle(
                 make_task_id(queue, tid), logical(queue), _STATUS[status], int(raw[b + 2]) == 1
             )

@@ -3,8 +3,8 @@
 (as in dtq.clientbase), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` through
 the mixins here; dtq.admin (the CLI and the API) calls the clients' methods.
 
-What a listing reads, per physical queue (a partitioned queue's partitions, dtq.partitions),
-from the group keys of :class:`dtq.keys.QueueKeys`: the groups come from ``group_index`` (the
+What a listing reads, per physical queue (a partitioned queue's partitions, dtq.store.partitions),
+from the group keys of :class:`dtq.store.keys.QueueKeys`: the groups come from ``group_index`` (the
 active ones, longest active first) and then ``group_paused`` (held groups that are idle); each
 named group's numbers from every partition: ``group_waiting`` of each band and its field in
 ``group_turns`` (the waiting), ``group_running``, ``group_paused``, and the ``enq`` of its turn
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dtq import codec
 from dtq.clientbase import Steps
-from dtq.connection import is_cluster
 from dtq.errors import InvalidRequest
-from dtq.keys import PRIORITIES, QUEUE_NAME_RE, Keys
 from dtq.models import GroupInfo, GroupPage
-from dtq.partitions import expand
-from dtq.record import Field
 from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
 from dtq.settings import Settings
+from dtq.store.connection import is_cluster
+from dtq.store.keys import PRIORITIES, QUEUE_NAME_RE, Keys
+from dtq.store.partitions import expand
+from dtq.store.record import Field
 
 T = TypeVar("T")
 

@@ -11,8 +11,8 @@ from typing_extensions import TypeVar
 
 from dtq.codec import loads_stored
 from dtq.declared import fill as fill_declared
-from dtq.partitions import logical
-from dtq.record import Field, with_defaults
+from dtq.store.partitions import logical
+from dtq.store.record import Field, with_defaults
 
 
 class TaskStatus(StrEnum):
@@ -147,7 +147,7 @@ class TaskInfo:
         return cls(
             id=task_id,
             name=rec.get(Field.NAME, ""),
-            queue=logical(queue),  # a partition's task belongs to its queue (dtq.partitions)
+            queue=logical(queue),  # a partition's task belongs to its queue (dtq.store.partitions)
             status=TaskStatus(rec.get(Field.STATUS, "queued")),
             priority=int(rec[Field.PRIORITY]),
             attempt=int(rec[Field.ATTEMPT]),

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from dtq import codec
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
-from dtq.keys import QueueKeys
+from dtq.store.keys import QueueKeys
 
 log = logging.getLogger("dtq.progress")
 T = TypeVar("T")

@@ -11,14 +11,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from dtq import codec, partitions
+from dtq import codec
 from dtq.errors import InvalidRequest, SerializationError
-from dtq.keys import new_tid
 from dtq.limits import Limit
-from dtq.record import DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES
-from dtq.record import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from dtq.scripts import NewTask
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
+from dtq.store import partitions
+from dtq.store.keys import new_tid
+from dtq.store.record import DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES
+from dtq.store.record import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -253,7 +254,7 @@ def _limit_key(limit: Limit, name: str, args: Any, kwargs: Mapping[str, Any] | N
 
 
 def _partition(q: str, n: int, key: object, idem: str | None, lim: str, group: str = "") -> str:
-    """The partition of queue ``q`` (``n`` partitions) a task goes to (dtq.partitions): by its
+    """The partition of queue ``q`` (``n`` partitions) a task goes to (dtq.store.partitions): by its
     partition key, else its idempotency key (so a duplicate meets the first), else its limit
     (so one key's runs are counted in one place), else its fair group (so a group's turns and
     cap live in one partition), else round the partitions."""

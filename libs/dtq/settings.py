@@ -14,9 +14,9 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dtq import partitions
 from dtq.errors import ConfigError
-from dtq.keys import QUEUE_NAME_RE as QUEUE_NAME_RE  # (re-exported: its old home)
+from dtq.store import partitions
+from dtq.store.keys import QUEUE_NAME_RE as QUEUE_NAME_RE  # (re-exported: its old home)
 
 WORKER_ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # Characters no name may hold: C0 and C1 controls, DEL, and the Unicode line separators (a
@@ -114,10 +114,10 @@ class Settings(BaseSettings):
     the check."""
     fast_lane: bool = True
     """Send script calls on dtq's fast lane (a kept connection written to directly, skipping
-    redis-py's per-call layers, so less client CPU per call; dtq/transport.py). It is used only
-    where the redis-py installed has what it needs (else off, logged once); 0 turns it off: every
-    call then takes redis-py's usual path. The worker's gauge ``dtq_fast_lane_enabled`` says
-    which."""
+    redis-py's per-call layers, so less client CPU per call; dtq/store/transport.py). It is used
+    only where the redis-py installed has what it needs (else off, logged once); 0 turns it off:
+    every call then takes redis-py's usual path. The worker's gauge ``dtq_fast_lane_enabled``
+    says which."""
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream, in entries (one entry holds the
     events of one claim, completion or bulk enqueue); 0 disables events."""
@@ -256,12 +256,12 @@ class Settings(BaseSettings):
     def _check_url(cls, value: str) -> str:
         parsed = urlparse(value)
         if parsed.scheme == "redis+sentinel":
-            from dtq.connection import parse_sentinel_url
+            from dtq.store.connection import parse_sentinel_url
 
             parse_sentinel_url(value)
             return value
         if parsed.scheme in ("redis+cluster", "rediss+cluster"):
-            from dtq.connection import parse_cluster_url
+            from dtq.store.connection import parse_cluster_url
 
             parse_cluster_url(value)
             return value

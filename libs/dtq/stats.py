@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from redis.client import NEVER_DECODE
 
 if TYPE_CHECKING:
-    from dtq.keys import QueueKeys
+    from dtq.store.keys import QueueKeys
 
 COUNTERS = ("enqueued", "succeeded", "failed", "retried", "cancelled")
 BOUNDS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)

@@ -30,9 +30,9 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from dtq.keys import GROUP, Keys, make_task_id
 from dtq.models import TaskInfo
-from dtq.record import Field
+from dtq.store.keys import GROUP, Keys, make_task_id
+from dtq.store.record import Field
 
 INDEX_BUDGET = 20_000
 """Most event-stream entries one task page reads before answering with a cursor."""

@@ -44,18 +44,18 @@ from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App
 from dtq.client import AsyncClient, Client
-from dtq.cluster import task_key_pages
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail
-from dtq.keys import GROUP, Keys, make_task_id, split_task_id
 from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.models import TaskHandle, TaskInfo
-from dtq.partitions import logical, within
-from dtq.record import Field
 from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
 from dtq.settings import Settings
+from dtq.store.cluster import task_key_pages
+from dtq.store.keys import GROUP, Keys, make_task_id, split_task_id
+from dtq.store.partitions import logical, within
+from dtq.store.record import Field
 
 __all__ = ["TestQueue"]
 

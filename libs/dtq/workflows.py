@@ -19,13 +19,13 @@ from typing import Any, TypeAlias
 from dtq import codec
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
-from dtq.keys import Keys, new_flow_tid, split_task_id
 from dtq.middleware import EnqueueRequest
-from dtq.partitions import logical
-from dtq.record import Field
 from dtq.requests import TaskDefaults, build_task
 from dtq.scripts import Call, NewTask
 from dtq.settings import Settings
+from dtq.store.keys import Keys, new_flow_tid, split_task_id
+from dtq.store.partitions import logical
+from dtq.store.record import Field
 
 __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
 

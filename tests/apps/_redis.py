@@ -8,7 +8,7 @@ import os
 
 import redis
 
-from dtq.connection import sync_redis
+from dtq.store.connection import sync_redis
 
 
 @functools.cache

@@ -6,7 +6,7 @@ import asyncio
 import os
 
 from dtq import App, current_task
-from dtq.connection import sync_redis
+from dtq.store.connection import sync_redis
 
 app = App()
 

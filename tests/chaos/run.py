@@ -43,8 +43,8 @@ import redis
 from dtq import Client, chord, group, sig
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.keys import Keys, split_task_id
 from dtq.settings import Settings
+from dtq.store.keys import Keys, split_task_id
 from tests.chaos.check import Fault, WorkerLife, analyze, check_chords, markdown, read_journals
 from tests.chaos.proxy import Proxy
 from tests.redis_cluster import RedisClusterFixture

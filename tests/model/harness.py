@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from dtq import scripts as sc
-from dtq.keys import GROUP, QueueKeys
+from dtq.store.keys import GROUP, QueueKeys
 
 CLOCK = "dtqmodel:offset"
 """Milliseconds the model's clock is ahead of the server's: what the scripts' TIME answers is

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from dtq import scripts as sc
 from dtq.admin.common import RETRYABLE
-from dtq.keys import QueueKeys, new_tid
+from dtq.store.keys import QueueKeys, new_tid
 from tests.conftest import create_groups
 from tests.model.harness import (
     ERROR_REPLIES,

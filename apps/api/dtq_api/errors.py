@@ -25,8 +25,8 @@ from dtq.errors import (
     UnknownTask,
     unreachable,
 )
-from dtq.keys import BadTaskId
 from dtq.schedules import UnknownSchedule
+from dtq.store.keys import BadTaskId
 from dtq_api import schemas as s
 
 log = logging.getLogger("dtq.api")

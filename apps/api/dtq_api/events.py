@@ -21,9 +21,9 @@ import redis
 
 from dtq.admin import Admin, Event
 from dtq.aiotasks import cancel_until_done
-from dtq.connection import async_redis
 from dtq.errors import RedisUnavailable
 from dtq.settings import Settings
+from dtq.store.connection import async_redis
 
 log = logging.getLogger("dtq.api")
 BLOCK_MS = 5000

@@ -20,7 +20,7 @@ from pydantic import (
 
 from dtq.models import TaskStatus
 
-# A task of partition i > 0 of a partitioned queue ends "~i" (dtq.partitions).
+# A task of partition i > 0 of a partitioned queue ends "~i" (dtq.store.partitions).
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}(~[1-9][0-9]{0,2})?$"
 # Strict numbers: in a union a too-long digit string must not fall through to int 0.
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"  # dtq.settings.CONTROL_RE, negated

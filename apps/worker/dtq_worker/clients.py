@@ -7,8 +7,8 @@ from typing import Any
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
-from dtq.connection import POOL_CONNECTIONS, async_redis, is_cluster_url
 from dtq.settings import Settings
+from dtq.store.connection import POOL_CONNECTIONS, async_redis, is_cluster_url
 
 
 def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredis.Redis]:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from dtq import partitions
 from dtq import scripts as sc
-from dtq.connection import is_cluster
+from dtq.store import partitions
+from dtq.store.connection import is_cluster
 from dtq_worker.clusterwait import ClusterWait
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-from dtq import partitions
 from dtq import scripts as sc
-from dtq.keys import Keys
 from dtq.settings import Settings
+from dtq.store import partitions
+from dtq.store.keys import Keys
 from dtq_worker.metrics import WorkerMetrics
 
 log = logging.getLogger("dtq.worker")
@@ -39,7 +39,7 @@ class WorkerEnv:
     ) -> None:
         self.settings = settings
         self.worker_id = settings.worker_id
-        # A partitioned queue is consumed as all its partitions (dtq.partitions); each
+        # A partitioned queue is consumed as all its partitions (dtq.store.partitions); each
         # partition of one -> all of its queue's partitions.
         self.queues = partitions.expand(settings.queues, settings.queue_partitions)
         self.partitions_of = partitions.siblings(self.queues)

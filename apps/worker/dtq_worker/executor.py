@@ -16,10 +16,10 @@ from dtq.app import App
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail
 from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
-from dtq.partitions import logical
 from dtq.progress import ProgressWriter
 from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.stats import bucket_of
+from dtq.store.partitions import logical
 from dtq_worker.outcomes import Outcome
 from dtq_worker.runs import Hooked, Run, StopReason
 

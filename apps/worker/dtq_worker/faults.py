@@ -9,7 +9,7 @@ import time
 import redis.exceptions as rex
 
 from dtq.errors import describe
-from dtq.eviction import is_oom
+from dtq.store.eviction import is_oom
 
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",

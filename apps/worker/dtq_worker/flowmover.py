@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aredis
 
 from dtq import workflows as wf
-from dtq.connection import is_cluster
 from dtq.errors import DtqError
+from dtq.store.connection import is_cluster
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv

@@ -12,10 +12,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dtq import eviction
 from dtq import scripts as sc
-from dtq.connection import is_cluster
 from dtq.errors import ConfigError
+from dtq.store import eviction
+from dtq.store.connection import is_cluster
 from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
@@ -125,7 +125,7 @@ class Heartbeat:
             await env.sleep_until_finished(pause)
 
     async def _watch_eviction(self) -> None:
-        """Re-read Redis's maxmemory-policy (dtq.eviction): under ``allkeys-*`` Redis may evict
+        """Re-read Redis's maxmemory-policy (store/eviction.py): under ``allkeys-*`` Redis may evict
         waiting tasks, so claims stop (``env.evicting``: the poll loop and the outcome writes'
         refills read it) and /readyz fails until the policy is fixed; runs in flight finish."""
         env = self.env

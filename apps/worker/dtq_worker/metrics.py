@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from dtq import transport
+from dtq.store import transport
 from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
 
 # Task run and wait times span milliseconds to hours: prometheus_client's default buckets stop
@@ -78,11 +78,11 @@ class WorkerMetrics:
             self.loop_restarts.labels(loop)
         # Read at scrape time (heartbeat.py points it at its clock): it keeps growing while a
         # heartbeat hangs, not only when one fails.
-        # Read at scrape time: dtq/transport.py decides once per process.
+        # Read at scrape time: dtq/store/transport.py decides once per process.
         self.fast_lane = Gauge(
             "dtq_fast_lane_enabled",
-            "1 while script calls take dtq's fast lane (dtq/transport.py); 0 on redis-py's usual "
-            "path (DTQ_FAST_LANE=0, or a redis-py without what the lane needs)",
+            "1 while script calls take dtq's fast lane (dtq/store/transport.py); 0 on redis-py's "
+            "usual path (DTQ_FAST_LANE=0, or a redis-py without what the lane needs)",
             registry=r,
         )
         self.fast_lane.set_function(lambda: 1.0 if transport.in_use() else 0.0)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
-from dtq.cluster import scan_step
-from dtq.partitions import is_physical
+from dtq.store.cluster import scan_step
+from dtq.store.partitions import is_physical
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
@@ -61,7 +61,7 @@ class Retention:
     def __init__(self, env: WorkerEnv) -> None:
         self.env = env
         self.next_at = time.monotonic() + env.settings.retention_interval_s * random.random()
-        self.cursor = "0"  # a SCAN walk's (over every primary of a cluster: dtq.cluster)
+        self.cursor = "0"  # a SCAN walk's (over every primary of a cluster: dtq.store.cluster)
         self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
     @property

@@ -10,8 +10,8 @@ from enum import Enum
 from typing import Any
 
 from dtq.context import TaskContext
-from dtq.keys import make_task_id
 from dtq.scripts import Claimed, RunRef
+from dtq.store.keys import make_task_id
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from dtq.partitions import logical
+from dtq.store.partitions import logical
 from dtq_worker.runs import Run, StopReason
 
 log = logging.getLogger("dtq.worker")

@@ -20,15 +20,15 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from dtq import eviction, partitions
 from dtq import scripts as sc
 from dtq.app import App
-from dtq.connection import default_url_warning, display_url
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
-from dtq.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq.retrypolicy import retry_delay_ms
 from dtq.settings import Settings
+from dtq.store import eviction, partitions
+from dtq.store.connection import default_url_warning, display_url
+from dtq.store.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq_worker import poolchild
 from dtq_worker.clients import worker_clients
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
@@ -75,7 +75,7 @@ class Worker:
         self.app = app
         self.settings = settings
         self.worker_id = settings.worker_id
-        # A partitioned queue is consumed as all its partitions (dtq.partitions).
+        # A partitioned queue is consumed as all its partitions (dtq.store.partitions).
         self.queues = partitions.expand(settings.queues, settings.queue_partitions)
         self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
@@ -286,7 +286,7 @@ class Worker:
 
     async def check_eviction(self) -> None:
         """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
-        ``volatile-*`` (dtq.eviction)."""
+        ``volatile-*`` (dtq.store.eviction)."""
         policy = await eviction.eviction_policy(self.redis)
         refused = eviction.refusal(policy)
         if refused:

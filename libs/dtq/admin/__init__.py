@@ -1,7 +1,7 @@
 """Operator operations on a dtq deployment: the one implementation behind the CLI and the API.
 
-Everything here reads or changes Redis through the key layout in :mod:`dtq.keys` and, for every
-change that must be atomic, a Lua script (``lua/purge.lua``, ``lua/dlq_requeue.lua``,
+Everything here reads or changes Redis through the key layout in :mod:`dtq.store.keys` and,
+for every change that must be atomic, a Lua script (``lua/purge.lua``, ``lua/dlq_requeue.lua``,
 ``lua/dlq_discard.lua``; the cancel transition is the SDK's). The ``dtq`` CLI runs these
 coroutines with :func:`asyncio.run`; ``dtq-api`` awaits them directly.
 

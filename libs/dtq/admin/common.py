@@ -62,7 +62,7 @@ def parse_cursor(cursor: str | None) -> tuple[str, int]:
     if not cursor:
         return "0", 0
     head, _, tail = cursor.partition(".")
-    node, _, at = head.rpartition(":")  # "<primary>:<cursor>" on a cluster (dtq.cluster)
+    node, _, at = head.rpartition(":")  # "<primary>:<cursor>" on a cluster (dtq.store.cluster)
     if (
         not at.isdigit()
         or (node and not node.isdigit())

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any, Self
 import redis
 import redis.asyncio as aredis
 
-from dtq import eviction
 from dtq import scripts as sc
 from dtq.admin.common import check_queue_name
 from dtq.client import AsyncClient
-from dtq.connection import async_redis, is_cluster
 from dtq.errors import BadTaskId, InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
-from dtq.keys import Keys, QueueKeys, is_flow_id, split_task_id
-from dtq.partitions import expand, is_physical, logical
 from dtq.scripts import dlq_requeue_call
 from dtq.settings import Settings, load_settings
+from dtq.store import eviction
+from dtq.store.connection import async_redis, is_cluster
+from dtq.store.keys import Keys, QueueKeys, is_flow_id, split_task_id
+from dtq.store.partitions import expand, is_physical, logical
 
 if TYPE_CHECKING:
     from dtq.admin.views import WorkerInfo
@@ -69,7 +69,7 @@ class AdminCore:
             raise RedisUnavailable(unreachable(exc)) from None
 
     async def eviction_warning(self) -> str | None:
-        """What is wrong with Redis's ``maxmemory-policy`` for dtq (dtq.eviction), or None."""
+        """What is wrong with Redis's ``maxmemory-policy`` for dtq (dtq.store.eviction), or None."""
         return eviction.warning(await eviction.eviction_policy(self._r))
 
     async def _run(self, call: sc.Call) -> Any:
@@ -88,7 +88,7 @@ class AdminCore:
 
     async def queue_names(self) -> list[str]:
         """Queues seen under this prefix (enqueued to, or consumed by a known worker); a
-        partitioned queue once, by its name (dtq.partitions)."""
+        partitioned queue once, by its name (dtq.store.partitions)."""
         return sorted({logical(n) for n in await self.physical_names()})
 
     async def physical_names(self) -> list[str]:

@@ -18,10 +18,10 @@ from dtq.admin.common import (
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, DeadLetter, Page, iso
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
-from dtq.keys import QueueKeys, make_task_id, split_task_id
-from dtq.partitions import logical
-from dtq.record import DEFAULTS, Field
 from dtq.scripts import dlq_discard_call
+from dtq.store.keys import QueueKeys, make_task_id, split_task_id
+from dtq.store.partitions import logical
+from dtq.store.record import DEFAULTS, Field
 
 
 class DeadLetterOps(AdminCore):

@@ -13,7 +13,7 @@ from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, events_from, iso
 from dtq.aiotasks import cancel_until_done
 from dtq.errors import InvalidRequest
-from dtq.partitions import expand
+from dtq.store.partitions import expand
 
 # How long close() waits for the cluster's per-stream reads to end (dtq/aiotasks.py).
 STRAY_READ_WAIT_S = 1.0

@@ -10,9 +10,9 @@ from dtq import scripts as sc
 from dtq.admin.common import BATCH, Progress, id_ms
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, QueueInfo, merge_infos
-from dtq.keys import GROUP, PRIORITIES, QueueKeys
-from dtq.partitions import expand
 from dtq.scripts import parse_purge, purge_call
+from dtq.store.keys import GROUP, PRIORITIES, QueueKeys
+from dtq.store.partitions import expand
 
 
 class QueueOps(AdminCore):

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from dtq.admin.common import as_int, check_queue_name
 from dtq.admin.core import AdminCore
 from dtq.admin.views import ScheduledTask, iso
-from dtq.keys import make_task_id
-from dtq.partitions import logical
-from dtq.record import Field
+from dtq.store.keys import make_task_id
+from dtq.store.partitions import logical
+from dtq.store.record import Field
 
 
 class ScheduleOps(AdminCore):

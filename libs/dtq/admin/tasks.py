@@ -19,12 +19,12 @@ from dtq.admin.common import (
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, Page, entry_has_task, events_from
 from dtq.client import CANCEL_REASON
-from dtq.cluster import ascan_tasks, scan_step
 from dtq.declared import pending as pending_declared
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
-from dtq.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.models import TaskInfo
-from dtq.record import Field
+from dtq.store.cluster import ascan_tasks, scan_step
+from dtq.store.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
+from dtq.store.record import Field
 
 
 class TaskOps(AdminCore):
@@ -78,7 +78,7 @@ class TaskOps(AdminCore):
         """Tasks matching all given filters, about ``limit`` per page (see the module doc)."""
         check_listing(queue, status, limit)
         # A partitioned queue's records are in several slots: walked like every queue's, with
-        # a pattern matching its partitions' keys only (dtq.partitions).
+        # a pattern matching its partitions' keys only (dtq.store.partitions).
         parted = queue is not None and self.settings.queue_partitions.get(queue, 1) > 1
         one = None if parted else queue
         if one is not None and status in ("failed", "scheduled"):
@@ -90,7 +90,7 @@ class TaskOps(AdminCore):
         items: list[TaskInfo] = []
         scans = examined = 0
         # One queue's records are in its slot's node; across queues the walk visits every
-        # primary of a cluster (dtq.cluster): its cursor then reads "<primary>:<cursor>".
+        # primary of a cluster (dtq.store.cluster): its cursor then reads "<primary>:<cursor>".
         while True:
             if one is not None:
                 qk = self.keys.queue(one)

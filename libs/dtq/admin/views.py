@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from dtq.admin.common import id_ms
-from dtq.keys import make_task_id
 from dtq.models import ms_to_datetime
-from dtq.partitions import logical
+from dtq.store.keys import make_task_id
+from dtq.store.partitions import logical
 
 
 def iso(ms: float | None) -> str | None:
@@ -49,7 +49,7 @@ class QueueInfo:
 
 
 def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
-    """One queue's state from its partitions' (dtq.partitions): counts summed, the oldest
+    """One queue's state from its partitions' (dtq.store.partitions): counts summed, the oldest
     waiting age the largest, paused when any partition is."""
     if len(parts) == 1:
         return parts[0]

@@ -6,7 +6,7 @@ from typing import Any
 
 from dtq.admin.core import AdminCore
 from dtq.admin.views import WorkerInfo, iso
-from dtq.partitions import logical
+from dtq.store.partitions import logical
 from dtq.worker_tasks import TASKS_FIELD, task_names
 
 

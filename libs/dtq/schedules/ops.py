@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest, UnknownSchedule
-from dtq.keys import Keys, QueueKeys, make_task_id
 from dtq.models import ms_to_datetime
 from dtq.schedules.cron import from_ms
 from dtq.schedules.model import DISABLED, Schedule, ScheduleInfo
+from dtq.store.keys import Keys, QueueKeys, make_task_id
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.keys import Keys, QueueKeys, make_task_id
 from dtq.requests import TaskDefaults, build_task
 from dtq.schedules.cron import from_ms
 from dtq.schedules.model import Schedule, declared
 from dtq.schedules.ops import forget, put_call, server_ms
 from dtq.settings import Settings
+from dtq.store.keys import Keys, QueueKeys, make_task_id
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis as AsyncRedis

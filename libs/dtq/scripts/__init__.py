@@ -32,7 +32,6 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
-from dtq import transport
 from dtq.scripts.admin import (
     DlqVerdict,
     PurgeBatch,
@@ -148,6 +147,7 @@ from dtq.scripts.schedules import (
     schedule_fire_call,
     schedule_put_call,
 )
+from dtq.store import transport
 
 # (Re-exported: their home was this package's first module.)
 AsyncLane = transport.AsyncLane

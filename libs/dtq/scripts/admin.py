@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from dtq.keys import GROUP, QueueKeys
 from dtq.scripts.runner import REPLY_TTL_MS, Call, to_str
+from dtq.store.keys import GROUP, QueueKeys
 
 
 class DlqVerdict(StrEnum):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from dtq.keys import QueueKeys
 from dtq.scripts.runner import REPLY_TTL_MS, Call, to_str
+from dtq.store.keys import QueueKeys
 
 
 class CancelOutcome(StrEnum):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from dtq.keys import QueueKeys
 from dtq.scripts.runner import Call, to_str
+from dtq.store.keys import QueueKeys
 
 
 @dataclass(slots=True)

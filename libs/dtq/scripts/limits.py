@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtq.keys import QueueKeys
 from dtq.scripts.runner import Call
+from dtq.store.keys import QueueKeys
 
 
 @dataclass(frozen=True, slots=True)

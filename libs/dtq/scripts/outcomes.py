@@ -10,8 +10,8 @@ from enum import IntEnum, StrEnum
 from functools import lru_cache
 from typing import Any
 
-from dtq.keys import GROUP, QueueKeys
 from dtq.scripts.runner import Call, to_str
+from dtq.store.keys import GROUP, QueueKeys
 
 
 class ClaimSentinel(IntEnum):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from dtq.keys import QueueKeys
 from dtq.scripts.runner import Call
+from dtq.store.keys import QueueKeys
 
 
 class Progress(IntEnum):

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from dtq.keys import GROUP, QueueKeys
 from dtq.scripts.outcomes import RunRef
 from dtq.scripts.runner import Call, to_str
+from dtq.store.keys import GROUP, QueueKeys
 
 
 class TouchMark(StrEnum):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from dtq.keys import GROUP, QueueKeys
 from dtq.scripts.runner import Call
 from dtq.stats import SLOTS
+from dtq.store.keys import GROUP, QueueKeys
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Running the Lua scripts: their text as sent (:func:`source`), one invocation
 (:class:`Call`), the runners (:class:`SyncScripts`, :class:`AsyncScripts`: EVALSHA, reloading
-after a NOSCRIPT, the fast lane of :mod:`dtq.transport` where it applies) and the error codes a
-script replies with (:class:`ScriptError`).
+after a NOSCRIPT, the fast lane of :mod:`dtq.store.transport` where it applies) and the error
+codes a script replies with (:class:`ScriptError`).
 
 The typed wrappers (a call builder, a reply parser and its result type per script) are in the
 sibling modules of this package, one per family of scripts.
@@ -25,8 +25,8 @@ from redis.client import Redis as SyncRedis
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from dtq import transport
-from dtq.connection import is_cluster
+from dtq.store import transport
+from dtq.store.connection import is_cluster
 
 # (Re-exported: their home was this module.)
 AsyncLane = transport.AsyncLane
@@ -144,7 +144,7 @@ class Call:
     args: list[Any]
 
 
-# The fast lane (a kept connection written to directly) is dtq.transport's; this layer asks it
+# The fast lane (a kept connection written to directly) is dtq.store.transport's; this layer asks it
 # first and takes redis-py's usual path for whatever the lane cannot do.
 #
 # On a Redis Cluster there is no lane: a kept connection knows one node, not the slot map, so
@@ -206,7 +206,8 @@ class AsyncScripts(_Registered):
         self, redis: AsyncRedis, *, replay_safe: bool = False, fast_lane: bool | None = None
     ) -> None:
         """``replay_safe``: as for :class:`SyncScripts`. ``fast_lane``: Settings.fast_lane
-        (None: DTQ_FAST_LANE); the lane is used only where dtq.transport finds what it needs."""
+        (None: DTQ_FAST_LANE); the lane is used only where dtq.store.transport finds what it
+        needs."""
         super().__init__(redis)
         self._replay_safe = replay_safe
         self._cluster = is_cluster(redis)  # (see the fast lane above; a cluster has no lane)
@@ -293,7 +294,7 @@ class AsyncScripts(_Registered):
 
 
 def hiredis_packing(client: AsyncRedis, *, fast_lane: bool | None = None) -> AsyncRedis:
-    """Make ``client``'s new connections pack with hiredis (dtq.transport; a no-op on a
+    """Make ``client``'s new connections pack with hiredis (dtq.store.transport; a no-op on a
     cluster, whose nodes make their own, and without the fast lane)."""
     return client if is_cluster(client) else transport.hiredis_packing(client, setting=fast_lane)
 

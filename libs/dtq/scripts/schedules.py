@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from dtq.keys import QueueKeys
 from dtq.scripts.enqueue import NewTask
 from dtq.scripts.runner import Call, to_str
+from dtq.store.keys import QueueKeys
 
 
 class Stored(IntEnum):

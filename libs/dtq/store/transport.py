@@ -47,7 +47,7 @@ try:
 except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
     _hiredis_pack = None  # type: ignore[assignment]
 
-log = logging.getLogger("dtq.transport")
+log = logging.getLogger("dtq.store.transport")
 
 SETTING = "DTQ_FAST_LANE"
 # How long a reply of a pair is still read for once its deadline has passed (AsyncLane.call_pair).

@@ -1,5 +1,5 @@
-"""The task record: the hash ``P:{q}:t:<tid>`` (:meth:`dtq.keys.QueueKeys.task`), its fields named
-once, each with what it means.
+"""The task record: the hash ``P:{q}:t:<tid>`` (:meth:`dtq.store.keys.QueueKeys.task`), its fields
+named once, each with what it means.
 
 The Lua scripts spell the same names (a Lua script cannot import them); ``tests/test_record.py``
 fails when a script reads or writes a record field that is not here, or when docs/design.md's

@@ -36,8 +36,8 @@ from redis.sentinel import Sentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
 from dtq.errors import EvictingRedis
-from dtq.eviction import check_connection, check_pool, checking
-from dtq.inflight import AsyncInFlight, SyncInFlight, no_cap
+from dtq.store.eviction import check_connection, check_pool, checking
+from dtq.store.inflight import AsyncInFlight, SyncInFlight, no_cap
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -174,7 +174,7 @@ class _SlotWait:
 
 POOL_CONNECTIONS = 100  # a client's connections at most (redis-py's default pool too)
 POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
-# A cluster client's calls wait for one of POOL_CONNECTIONS places (dtq/inflight.py), but its
+# A cluster client's calls wait for one of POOL_CONNECTIONS places (dtq/store/inflight.py), but its
 # result() waits' subscribed connection comes out of a node's pool outside them: each node's
 # pool holds this many more, or 100 calls in flight on the subscription's node met a full pool
 # ("Too many connections"; tests/test_cluster_pool_room.py). One subscription per client, and
@@ -238,7 +238,7 @@ class _AsyncCluster(acluster.RedisCluster):
         super().__init__(*args, **_node_pool(kwargs, wait_for_connection))
         # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
         # with wait_for_connection, calls beyond that many in flight (commands and pipelines)
-        # wait here instead, as BlockingConnectionPool's do (dtq/inflight.py).
+        # wait here instead, as BlockingConnectionPool's do (dtq/store/inflight.py).
         self._gate: Callable[[], contextlib.AbstractAsyncContextManager[None]] = (
             AsyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
@@ -377,7 +377,7 @@ def async_redis(
     bounded).
 
     ``check_eviction``: each new connection reads the server's ``maxmemory-policy`` (once) and
-    raises :class:`dtq.errors.EvictingRedis` under ``allkeys-*`` (dtq.eviction): the SDK's.
+    raises :class:`dtq.errors.EvictingRedis` under ``allkeys-*`` (dtq.store.eviction): the SDK's.
     """
     kwargs = _with_retries(kwargs, retries, AsyncRetry)
     if is_cluster_url(url):

@@ -5,7 +5,7 @@ partition is exactly an unpartitioned queue. Partition ``i`` > 0 is the internal
 ``bulk~i`` (tag ``{P:bulk~i}``), a queue like any other to the scripts, the worker's loops and
 retention; ``~`` is not allowed in a queue name, so no user queue can collide with it. A task id
 names the logical queue and carries its partition at the end of the tid (``bulk:<tid>~2``), so
-``get``, ``cancel`` and a DLQ requeue find its keys without scanning (dtq.keys.split_task_id).
+``get``, ``cancel`` and a DLQ requeue find its keys without scanning (dtq.store.keys.split_task_id).
 
 The count is recorded in Redis (``P:partitions``, logical queue -> count, absent for 1) and
 checked by clients (on the first enqueue to a queue, and again with each re-registration) and by
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dtq.errors import ConfigError
-from dtq.keys import PARTITION_SEP, Keys
+from dtq.store.keys import PARTITION_SEP, Keys
 
 MAX_PARTITIONS = 256
 _spread = itertools.count()  # tasks without a key go round the partitions

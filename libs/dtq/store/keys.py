@@ -50,7 +50,7 @@ def new_tid() -> str:
     return f"{int(time.time() * 1000):012x}{_random_part()}"
 
 
-PARTITION_SEP = "~"  # partition i > 0 of queue q is the internal queue "q~i" (dtq.partitions)
+PARTITION_SEP = "~"  # partition i > 0 of queue q is the internal queue "q~i" (dtq.store.partitions)
 
 
 def make_task_id(queue: str, tid: str) -> str:
@@ -308,7 +308,7 @@ class Keys:
 
     @property
     def partitions(self) -> str:
-        """Hash: logical queue -> its partition count, when above 1 (dtq.partitions)."""
+        """Hash: logical queue -> its partition count, when above 1 (dtq.store.partitions)."""
         return f"{self.prefix}:partitions"
 
     @property
@@ -379,7 +379,7 @@ class Keys:
 
     def partitioned_task_key_pattern(self, queue: str) -> str:
         """SCAN ``MATCH`` pattern of the task records of ``queue`` and its partitions
-        (``q~i``, dtq.partitions): the tag is ``{P:q}`` or ``{P:q~...}``."""
+        (``q~i``, dtq.store.partitions): the tag is ``{P:q}`` or ``{P:q~...}``."""
         head = glob_escape(self.queue_head + queue)
         return head + "[}" + PARTITION_SEP + "]*:" + glob_escape(_TASK_PART) + "*"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from dtq.connection import is_cluster
-from dtq.keys import QueueKeys
+from dtq.store.connection import is_cluster
+from dtq.store.keys import QueueKeys
 
 
 def _one(reply: Any) -> tuple[int, list[Any]]:

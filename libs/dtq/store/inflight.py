@@ -2,7 +2,7 @@
 
 redis-py's cluster client holds at most 100 connections per node and refuses the next call at
 once (``MaxConnectionsError``), where a one-server client's ``BlockingConnectionPool`` waits.
-An application's cluster client (dtq/connection.py, ``wait_for_connection``) waits here
+An application's cluster client (dtq/store/connection.py, ``wait_for_connection``) waits here
 instead: at most ``n`` commands or pipelines in flight, each holding at most one connection per
 node at a time. A call made from inside one already counted (a pipeline re-sending a redirected
 command one by one through the client, in the same task or a task it started) is not counted
