@@ -1,4 +1,4 @@
-"""AsyncClient's group commit of single enqueues (dtq/coalesce.py): the enqueues that many
+"""AsyncClient's group commit of single enqueues (dtq/sdk/coalesce.py): the enqueues that many
 coroutines make while one is in flight go out as one bulk call, and nothing is lost, doubled or
 reordered on the way; a waiter cancelled before its batch is sent is not enqueued; a failed
 batch raises in each of its waiters. Real redis-servers (paused with SIGSTOP, killed)."""

@@ -1,4 +1,4 @@
-"""A blocking ``Client``'s group commit of single enqueues (dtq/coalesce.py, SyncCoalescer):
+"""A blocking ``Client``'s group commit of single enqueues (dtq/sdk/coalesce.py, SyncCoalescer):
 the enqueues that many threads make while one is in flight go out as one bulk call, sent by
 the oldest of them; nothing is lost, doubled or left waiting on the way (a failed batch, a
 waiter interrupted, a fork while a call is in flight). Real redis-servers (paused with
@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from dtq import BatchInterrupted, Client, DtqError, RedisUnavailable, Settings
-from dtq.coalesce import SyncCoalescer, _interrupted
+from dtq.sdk.coalesce import SyncCoalescer, _interrupted
 from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
 from tests.test_coalesce import _evalsha_calls, _stream_args

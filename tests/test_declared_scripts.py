@@ -11,7 +11,7 @@ import redis
 from dtq import scripts as sc
 from dtq.admin import dlq_requeue_call
 from dtq.declared import declarations
-from dtq.requests import TaskDefaults, build_task
+from dtq.sdk.requests import TaskDefaults, build_task
 from dtq.settings import Settings
 from dtq.store.keys import Keys, QueueKeys
 from tests.conftest import create_groups

@@ -1,4 +1,4 @@
-"""The enqueue options are listed once, in :class:`dtq.requests.EnqueueOptions`: every other
+"""The enqueue options are listed once, in :class:`dtq.sdk.requests.EnqueueOptions`: every other
 spelling of them is derived from it or checked against it here (a drift fails by name)."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pytest
 
 from dtq.app import App
 from dtq.cli import enqueue as cli_enqueue
-from dtq.client import AsyncClient, Client
-from dtq.requests import (
+from dtq.schedules.model import Schedule, periodic
+from dtq.sdk.client import AsyncClient, Client
+from dtq.sdk.requests import (
     ENQUEUE_FIELDS,
     ENQUEUE_OPTIONS,
     SCHEDULE_OPTIONS,
     EnqueueOptions,
     build_task,
 )
-from dtq.schedules.model import Schedule, periodic
 from dtq.task import Task
 from dtq.workflows import STEP_OPTIONS
 from dtq_api.schemas import EnqueueRequest

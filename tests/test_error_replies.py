@@ -18,8 +18,9 @@ import redis
 import redis.asyncio as aredis
 import redis.exceptions as rex
 
-from dtq import AsyncClient, Client, RedisUnavailable, transport
+from dtq import AsyncClient, Client, RedisUnavailable
 from dtq import scripts as sc
+from dtq.store import transport
 from dtq.store.keys import Keys
 from tests.conftest import make_settings, wait_until
 from tests.error_server import ErrorRelay

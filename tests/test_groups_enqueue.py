@@ -1,5 +1,5 @@
 """Fair groups at enqueue: every path that makes a task carries ``group`` to the record's ``grp``
-field and ``get()`` shows it; a bad group is refused in one place (dtq.requests) with one line;
+field and ``get()`` shows it; a bad group is refused in one place (dtq.sdk.requests) with one line;
 a partitioned queue keeps a group in one partition; DTQ_GROUP_CONCURRENCY is parsed."""
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from dtq import (
     Settings,
     chain,
     group,
-    partitions,
     sig,
 )
 from dtq.cli import main
 from dtq.schedules import Schedule, ScheduleRunner, add_schedule, arun_now, list_schedules
 from dtq.settings import load_settings
+from dtq.store import partitions
 from dtq.store.keys import Keys, split_task_id
 from dtq.store.record import Field
 from dtq_api.app import create_app

@@ -1,4 +1,4 @@
-"""Fair groups' operator surfaces (dtq.groupops, dtq.admin.groups, the API, the CLI, the
+"""Fair groups' operator surfaces (dtq.sdk.groupops, dtq.admin.groups, the API, the CLI, the
 exporter): the listing's numbers from group state written key by key, hold and release through
 the SDK, the API and the CLI, a partitioned queue's groups merged, and the page's bound."""
 
@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from dtq import AsyncClient, Client, Settings
-from dtq import groupops as go
 from dtq.admin import Admin
 from dtq.errors import InvalidRequest
 from dtq.models import GroupInfo
+from dtq.sdk import groupops as go
 from dtq.store.keys import Keys, QueueKeys
 from dtq_api.app import create_app
 from dtq_api.metrics import render

@@ -16,9 +16,10 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from dtq import AsyncClient, Client, InvalidRequest, RedisUnavailable, transport
+from dtq import AsyncClient, Client, InvalidRequest, RedisUnavailable
 from dtq import scripts as sc
 from dtq.settings import Settings
+from dtq.store import transport
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
 
@@ -198,7 +199,7 @@ def test_run_many_streams_calls_and_keeps_the_connection_in_step(
 
 
 def test_bulk_enqueue_in_parts(settings: Settings) -> None:
-    from dtq.clientbase import BULK_FIRST, BULK_PART, _bulk_parts
+    from dtq.sdk.clientbase import BULK_FIRST, BULK_PART, _bulk_parts
 
     n = BULK_PART * 4 + 17
     bounds = _bulk_parts(n)

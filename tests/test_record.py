@@ -290,7 +290,7 @@ async def test_records_without_their_defaults_run_retry_fail_and_succeed(
 
 
 def test_the_defaults_a_record_leaves_out_agree_in_python_and_lua() -> None:
-    from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
+    from dtq.sdk.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
     from dtq.store.record import DEFAULTS
 
     common = (ROOT / "lua" / "_common.lua").read_text()

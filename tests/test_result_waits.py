@@ -1,5 +1,5 @@
 """An AsyncClient under many coroutines at once: every ``result()`` wait shares one subscribed
-connection (dtq/donewait.py), and calls beyond the pool's connections wait for one instead of
+connection (dtq/sdk/donewait.py), and calls beyond the pool's connections wait for one instead of
 failing. Before, about 50 waits or 100 calls at once raised RedisUnavailable ("Too many
 connections", redis-py's pool of 100). Real redis-servers and an in-process worker."""
 

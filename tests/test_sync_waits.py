@@ -1,6 +1,6 @@
 """A blocking ``Client`` shared by many threads (a threaded web server's, say): calls beyond the
 pool's 100 connections wait for one, and every ``result()`` wait of a client shares one
-subscribed connection (dtq/donewait.py, SyncDoneWaits). Before, the 101st call at once raised
+subscribed connection (dtq/sdk/donewait.py, SyncDoneWaits). Before, the 101st call at once raised
 RedisUnavailable ("Too many connections"), and so did about the 50th ``result()`` wait (each
 held a subscribed connection of its own, plus one per ``get``). Real redis-servers, a real
 worker process, real threads."""

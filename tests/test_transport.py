@@ -16,9 +16,10 @@ import redis.asyncio as aredis
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dtq import AsyncClient, Client, transport
+from dtq import AsyncClient, Client
 from dtq import scripts as sc
 from dtq.settings import Settings
+from dtq.store import transport
 from dtq_worker.metrics import WorkerMetrics
 from tests.redis_server import RedisServer
 
@@ -54,7 +55,7 @@ def _private_uses(path: Path) -> list[str]:
     return found
 
 
-TRANSPORT = ROOT / "libs" / "dtq" / "transport.py"
+TRANSPORT = ROOT / "libs" / "dtq" / "store" / "transport.py"
 
 
 def test_no_module_outside_the_transport_touches_redis_py_private_parts() -> None:

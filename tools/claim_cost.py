@@ -13,7 +13,7 @@ import sys
 import redis
 
 from dtq import scripts as sc
-from dtq.requests import TaskDefaults, build_task
+from dtq.sdk.requests import TaskDefaults, build_task
 from dtq.settings import Settings
 from dtq.store.keys import GROUP, Keys
 from tests.redis_server import RedisServer

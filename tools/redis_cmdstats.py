@@ -59,7 +59,7 @@ async def bare() -> None:
 """
 ENQUEUE = """\
 import sys
-from dtq.client import Client
+from dtq.sdk.client import Client
 from dtq.settings import Settings
 
 mode, n = sys.argv[1], int(sys.argv[2])

@@ -42,7 +42,7 @@ import redis
 
 from dtq import declared
 from dtq import scripts as sc
-from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
+from dtq.sdk.requests import DEFAULT_MAX_RETRIES, TaskDefaults
 from dtq.store.keys import GROUP, Keys, new_tid
 from tests.redis_server import free_port
 

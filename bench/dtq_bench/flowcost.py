@@ -24,7 +24,7 @@ import redis
 
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.requests import TaskDefaults, build_task
+from dtq.sdk.requests import TaskDefaults, build_task
 from dtq.settings import Settings
 from dtq.store.keys import GROUP, Keys, QueueKeys
 

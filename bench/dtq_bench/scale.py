@@ -9,9 +9,9 @@ millisecond and the runner's GET every 2 ms are not in them). Rows:
   N single enqueues, then the run of those N tasks by one worker process (claim to completion,
   over the run's steady window), then N bulk enqueues and their run; with the network bytes
   per task (``INFO stats``) and the enqueuing client's own CPU; and N single enqueues made by
-  :data:`COROUTINES` coroutines at once on one AsyncClient (coalesced: dtq/coalesce.py), their
+  :data:`COROUTINES` coroutines at once on one AsyncClient (coalesced: dtq/sdk/coalesce.py), their
   run costed as the run after the single enqueues; the same from :data:`THREADS` threads
-  sharing one blocking Client (coalesced too: dtq/coalesce.py, SyncCoalescer); and the
+  sharing one blocking Client (coalesced too: dtq/sdk/coalesce.py, SyncCoalescer); and the
   server's floor for one request:
   its CPU per ``PING`` sent one after another by one client, the least any request costs it
   (the read and write system calls, the wake-up from ``epoll_wait``), which a single enqueue
@@ -124,7 +124,7 @@ class ScaleBench:
             m["run_" + how] = _measure(b, functools.partial(_drain_into, b, n + len(qs), out, how))
         # Single enqueues from many coroutines at once (a web app's handlers) on one
         # AsyncClient, which sends those made while one is in flight as one call
-        # (dtq/coalesce.py); their run costs what the run after the single enqueues does.
+        # (dtq/sdk/coalesce.py); their run costs what the run after the single enqueues does.
         b.flush()
         m["coalesced"] = asyncio.run(_from_coroutines(b, qs, n))
         b.flush()

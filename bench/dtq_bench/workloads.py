@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
-from dtq.client import Client
+from dtq.sdk.client import Client
 from dtq.settings import Settings
 from dtq.store.keys import Keys
 from dtq_bench.server import BenchRedis

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dtq.app import App
-    from dtq.client import AsyncClient, Client
     from dtq.context import TaskContext, current_task
     from dtq.errors import (
         BadTaskId,
@@ -40,7 +39,8 @@ if TYPE_CHECKING:
     )
     from dtq.limits import Limit, Rate
     from dtq.models import TaskHandle, TaskInfo, TaskStatus
-    from dtq.requests import EnqueueOptions
+    from dtq.sdk.client import AsyncClient, Client
+    from dtq.sdk.requests import EnqueueOptions
     from dtq.settings import Settings
     from dtq.task import Task
     from dtq.workflows import chain, chord, group, sig
@@ -89,7 +89,7 @@ __all__ = [
 # checkers; tests/test_lazy_import.py checks that the two agree with __all__).
 _HOMES: dict[str, str] = {
     "App": "dtq.app",
-    **dict.fromkeys(("AsyncClient", "Client"), "dtq.client"),
+    **dict.fromkeys(("AsyncClient", "Client"), "dtq.sdk.client"),
     **dict.fromkeys(("TaskContext", "current_task"), "dtq.context"),
     **dict.fromkeys(
         (
@@ -117,7 +117,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("Limit", "Rate"), "dtq.limits"),
     **dict.fromkeys(("TaskHandle", "TaskInfo", "TaskStatus"), "dtq.models"),
     "Settings": "dtq.settings",
-    "EnqueueOptions": "dtq.requests",
+    "EnqueueOptions": "dtq.sdk.requests",
     "Task": "dtq.task",
     **dict.fromkeys(("chain", "chord", "group", "sig"), "dtq.workflows"),
 }

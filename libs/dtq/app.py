@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.middleware import Hooks, check_middleware
-from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
+from dtq.sdk.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
 from dtq.task import Task
 
 if TYPE_CHECKING:
-    from dtq.client import AsyncClient, Client
+    from dtq.sdk.client import AsyncClient, Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -204,7 +204,7 @@ class App:
 
     def client(self) -> Client:
         """A blocking client bound to this app (created once)."""
-        from dtq.client import Client
+        from dtq.sdk.client import Client
 
         if self._client is None:
             self._client = Client(app=self)
@@ -212,7 +212,7 @@ class App:
 
     def async_client(self) -> AsyncClient:
         """An asyncio client bound to this app, one per event loop."""
-        from dtq.client import AsyncClient
+        from dtq.sdk.client import AsyncClient
 
         loop = id(asyncio.get_running_loop())
         if loop not in self._aclients:

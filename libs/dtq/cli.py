@@ -41,7 +41,6 @@ from dtq.cli_common import (
 )
 from dtq.cli_dlq import dlq
 from dtq.cli_queues import groups, pause, purge, queues, resume
-from dtq.client import CANCEL_REASON
 from dtq.errors import (
     ConfigError,
     DtqError,
@@ -50,6 +49,7 @@ from dtq.errors import (
     UndeclaredTaskWarning,
     UnknownTask,
 )
+from dtq.sdk.client import CANCEL_REASON
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,7 +9,7 @@ import click
 
 from dtq.admin import Admin, filled_page
 from dtq.cli_common import EPILOG, _age, _echo, _emit, _run, _table, _with_bar, json_option
-from dtq.groupops import GROUP_PAGE, MAX_GROUP_PAGE
+from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 
 
 @click.command(epilog=EPILOG)

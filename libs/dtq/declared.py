@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dtq.requests import DEFAULT_MAX_RETRIES, TaskDefaults
+from dtq.sdk.requests import DEFAULT_MAX_RETRIES, TaskDefaults
 from dtq.store.record import Field
 
 FIELDS = "mte"  # max_retries, timeout, expires: the letters of the record's "dflt" field

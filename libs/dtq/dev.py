@@ -30,9 +30,9 @@ from typing import Any
 import click
 import redis
 
-from dtq.client import Client
 from dtq.errors import DtqError
 from dtq.models import TaskHandle, TaskStatus
+from dtq.sdk.client import Client
 from dtq.settings import Settings, load_settings
 
 # The key prefix of the demo on a Redis given with --redis-url (the private one uses dtq's).

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.models import TaskHandle
-from dtq.requests import ENQUEUE_OPTIONS, EnqueueOptions, TaskDefaults
+from dtq.sdk.requests import ENQUEUE_OPTIONS, EnqueueOptions, TaskDefaults
 from dtq.workflows import Sig
 
 if TYPE_CHECKING:

@@ -43,7 +43,6 @@ except ImportError as exc:  # the `testing` extra: not every user of dtq needs i
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App
-from dtq.client import AsyncClient, Client
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail
 from dtq.middleware import RunOutcome, around, notify_outcome
@@ -51,6 +50,7 @@ from dtq.models import TaskHandle, TaskInfo
 from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
+from dtq.sdk.client import AsyncClient, Client
 from dtq.settings import Settings
 from dtq.store.cluster import task_key_pages
 from dtq.store.keys import GROUP, Keys, make_task_id, split_task_id

@@ -3,7 +3,7 @@
 Each worker publishes its task names (a JSON list) in the ``tasks`` field of its heartbeat
 hash, which expires with the worker. (Whether a live worker of a queue declares a name, for the
 clients' UndeclaredTaskWarning and ``dtq enqueue``, is read from the queue's ``decl:seen``
-stamps instead: dtq.clientbase.)
+stamps instead: dtq.sdk.clientbase.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``sig``/``task.s`` describe one step; ``chain``, ``group`` and ``chord`` compose them, nested
 freely. :func:`plan` checks and encodes a whole flow before anything is sent (every step
-through :func:`dtq.requests.build_task`, as an enqueue would), and turns the tree into steps
+through :func:`dtq.sdk.requests.build_task`, as an enqueue would), and turns the tree into steps
 that wait for one another: each step knows how many steps it waits for, which steps wait for
 it, and its *input*: the expression (JSON of step indices) whose value is put first in its
 arguments when it is released. ``lua/flow_enqueue.lua`` then creates the flow in one call;
@@ -20,8 +20,8 @@ from dtq import codec
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
 from dtq.middleware import EnqueueRequest
-from dtq.requests import TaskDefaults, build_task
 from dtq.scripts import Call, NewTask
+from dtq.sdk.requests import TaskDefaults, build_task
 from dtq.settings import Settings
 from dtq.store.keys import Keys, new_flow_tid, split_task_id
 from dtq.store.partitions import logical

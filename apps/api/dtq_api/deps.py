@@ -10,8 +10,8 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 
 from dtq.admin import Admin
-from dtq.groupops import CURSOR_RE as GROUP_CURSOR_RE
-from dtq.groupops import MAX_GROUP_LEN
+from dtq.sdk.groupops import CURSOR_RE as GROUP_CURSOR_RE
+from dtq.sdk.groupops import MAX_GROUP_LEN
 from dtq.settings import Settings
 from dtq_api import schemas as s
 from dtq_api.errors import ApiError
@@ -31,7 +31,7 @@ TaskCursor = Annotated[
     str | None,
     Query(pattern=TASK_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
 ]
-# <i|p><partition>.<position>[.<skip>]: dtq.groupops
+# <i|p><partition>.<position>[.<skip>]: dtq.sdk.groupops
 GroupCursor = Annotated[
     str | None,
     Query(pattern=GROUP_CURSOR_RE, description="The previous page's next_cursor (opaque)."),

@@ -12,7 +12,7 @@ child for good. :func:`can_fork` counts the process's threads as the kernel sees
 its own until its HTTP port serves (DTQ_METRICS_PORT; the first children are forked before
 that thread starts); an APP that starts threads at import makes every child a fresh one.
 Nothing of the parent's runs in a child: the parent holds no Redis connection and no event
-loop (dtq's clients reset themselves in a forked child anyway: dtq/forkreset.py), the child
+loop (dtq's clients reset themselves in a forked child anyway: dtq/sdk/forkreset.py), the child
 closes the parent's listening socket, and it leaves with ``os._exit`` (never unwinding into the
 parent's supervision loop and its clean-up).
 

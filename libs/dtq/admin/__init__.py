@@ -22,7 +22,7 @@ Costs worth knowing:
 The package splits :class:`Admin` by concern; each part is a mixin over :class:`AdminCore`
 (``core.py``: connection, script runner, queue registry): ``queues.py``, ``tasks.py``,
 ``deadletters.py``, ``workers.py``, ``schedules.py``, ``events.py``, ``history.py``,
-``groups.py`` (a queue's fair groups, through the SDK's dtq.groupops). ``views.py``
+``groups.py`` (a queue's fair groups, through the SDK's dtq.sdk.groupops). ``views.py``
 holds what they answer, ``common.py`` the bounds, errors and checks.
 """
 

@@ -11,9 +11,9 @@ import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq.admin.common import check_queue_name
-from dtq.client import AsyncClient
 from dtq.errors import BadTaskId, InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
 from dtq.scripts import dlq_requeue_call
+from dtq.sdk.client import AsyncClient
 from dtq.settings import Settings, load_settings
 from dtq.store import eviction
 from dtq.store.connection import async_redis, is_cluster

@@ -1,12 +1,12 @@
 """Admin's fair-group operations (docs/groups.md): a queue's groups, hold and release one. The
-SDK's clients do the work (dtq.groupops); here the queue must be a known one, as for every
+SDK's clients do the work (dtq.sdk.groupops); here the queue must be a known one, as for every
 queue operation (:class:`dtq.UnknownQueue` otherwise: the API's 404, the CLI's exit 1)."""
 
 from __future__ import annotations
 
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Page
-from dtq.groupops import GROUP_PAGE, check_group
+from dtq.sdk.groupops import GROUP_PAGE, check_group
 
 
 class GroupOps(AdminCore):
@@ -16,7 +16,7 @@ class GroupOps(AdminCore):
         self, queue: str, *, cursor: str | None = None, limit: int = GROUP_PAGE
     ) -> Page:
         """A page of the queue's active groups, then its held idle ones (items: GroupInfo's
-        fields as a dict). Bounded work per page (dtq.groupops): a page may be short, even
+        fields as a dict). Bounded work per page (dtq.sdk.groupops): a page may be short, even
         empty, while ``next_cursor`` is set."""
         await self._require_queue(queue)
         page = await self.client.groups(queue, cursor=cursor, limit=limit)

@@ -21,8 +21,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
 from dtq.app import App
-from dtq.client import AsyncClient
 from dtq.errors import ConfigError
+from dtq.sdk.client import AsyncClient
 from dtq.settings import Settings
 
 try:

@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dtq import codec
 from dtq.errors import InvalidRequest
-from dtq.requests import MAX_SPAN_S, check_group, check_task_name
 from dtq.schedules.cron import cron_next, from_ms, to_ms
+from dtq.sdk.requests import MAX_SPAN_S, check_group, check_task_name
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE
 from dtq.task import Task
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.requests import TaskDefaults, build_task
 from dtq.schedules.cron import from_ms
 from dtq.schedules.model import Schedule, declared
 from dtq.schedules.ops import forget, put_call, server_ms
+from dtq.sdk.requests import TaskDefaults, build_task
 from dtq.settings import Settings
 from dtq.store.keys import Keys, QueueKeys, make_task_id
 

@@ -337,7 +337,7 @@ class Keys:
         return f"{self.prefix}:cancel"
 
     def wake_channel(self, token: str) -> str:
-        """Pub/sub channel that wakes one blocking Client's result() reader (dtq/donewait.py)."""
+        """Pub/sub channel that wakes one blocking Client's result() reader (sdk/donewait.py)."""
         return f"{self.prefix}:wake:{token}"
 
     @property

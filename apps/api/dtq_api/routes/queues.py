@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from dtq.groupops import GROUP_PAGE, MAX_GROUP_PAGE
+from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 from dtq_api import schemas as s
 from dtq_api.deps import A, GroupCursor, GroupName, QueueName
 

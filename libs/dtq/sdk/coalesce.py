@@ -25,8 +25,8 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from dtq import forkreset
 from dtq.errors import BatchInterrupted
+from dtq.sdk import forkreset
 
 K = TypeVar("K")
 I = TypeVar("I")  # noqa: E741

@@ -1,6 +1,6 @@
 """The client SDK: :class:`AsyncClient` and the blocking :class:`Client`, with the same methods.
 
-Both are thin: validation lives in :mod:`dtq.requests`, the atomic transitions in the Lua
+Both are thin: validation lives in :mod:`dtq.sdk.requests`, the atomic transitions in the Lua
 scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
 :class:`dtq.RedisUnavailable` with one line of text.
 """
@@ -19,7 +19,10 @@ import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.clientbase import (
+from dtq.errors import RedisUnavailable
+from dtq.middleware import before_enqueue_async, before_enqueue_sync
+from dtq.models import TaskHandle, TaskInfo
+from dtq.sdk.clientbase import (
     _BLIPS,
     _REFUSED,
     BULK_FIRST,
@@ -40,13 +43,10 @@ from dtq.clientbase import (
     _unavailable,
     cancel_channel,
 )
-from dtq.coalesce import Coalescer, SyncCoalescer
-from dtq.donewait import DoneWaits, SyncDoneWaits
-from dtq.errors import RedisUnavailable
-from dtq.groupops import AsyncGroups, SyncGroups
-from dtq.middleware import before_enqueue_async, before_enqueue_sync
-from dtq.models import TaskHandle, TaskInfo
-from dtq.requests import EnqueueOptions, TaskDefaults
+from dtq.sdk.coalesce import Coalescer, SyncCoalescer
+from dtq.sdk.donewait import DoneWaits, SyncDoneWaits
+from dtq.sdk.groupops import AsyncGroups, SyncGroups
+from dtq.sdk.requests import EnqueueOptions, TaskDefaults
 from dtq.settings import Settings
 from dtq.store import partitions
 from dtq.store.cluster import ascan_tasks, scan_tasks
@@ -55,9 +55,9 @@ from dtq.task import Task
 
 if TYPE_CHECKING:
     from dtq.app import App
-    from dtq.cancellation import CancelSummary
+    from dtq.sdk.cancellation import CancelSummary
 
-# Re-exported: imported from here before the shared part moved to dtq.clientbase.
+# Re-exported: imported from here before the shared part moved to dtq.sdk.clientbase.
 __all__ = [
     "BULK_FIRST",
     "BULK_PART",
@@ -327,8 +327,8 @@ class AsyncClient(AsyncGroups, _Base):
     async def cancel_many(
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
     ) -> CancelSummary:
-        """Cancel every unfinished task of a queue and/or task name (see dtq.cancellation)."""
-        from dtq.cancellation import acancel_many
+        """Cancel every unfinished task of a queue and/or task name (see dtq.sdk.cancellation)."""
+        from dtq.sdk.cancellation import acancel_many
 
         return await self._io(lambda: acancel_many(self, queue, name, reason))
 
@@ -564,7 +564,7 @@ class Client(SyncGroups, _Base):
     def cancel_many(
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
     ) -> CancelSummary:
-        """Cancel every unfinished task of a queue and/or task name (see dtq.cancellation)."""
-        from dtq.cancellation import cancel_many
+        """Cancel every unfinished task of a queue and/or task name (see dtq.sdk.cancellation)."""
+        from dtq.sdk.cancellation import cancel_many
 
         return self._io(lambda: cancel_many(self, queue, name, reason))

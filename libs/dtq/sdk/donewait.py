@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dtq import forkreset
+from dtq.sdk import forkreset
 
-log = logging.getLogger("dtq.client")
+log = logging.getLogger("dtq.sdk.client")
 
 CONFIRM_S = 5.0  # a subscription not confirmed by then is waited on anyway (the 5 s poll holds)
 IDLE_READ_S = 1.0  # the reader's read timeout: it ends once no channel has been wanted that long

@@ -1,5 +1,5 @@
 """What :class:`dtq.Client` and :class:`dtq.AsyncClient` share: the request building (checks
-in :mod:`dtq.requests`), the script calls, the bulk plan, and each request written once as a
+in :mod:`dtq.sdk.requests`), the script calls, the bulk plan, and each request written once as a
 generator of its I/O steps (``_Base._get_steps``), which each client drives with its own I/O."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dtq.errors import (
 )
 from dtq.middleware import EnqueueRequest, Hooks
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
-from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
+from dtq.sdk.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
 from dtq.store.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
 from dtq.store.eviction import is_oom, out_of_memory_message

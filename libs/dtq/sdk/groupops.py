@@ -1,6 +1,6 @@
 """The fair groups' operator surface in the SDK (docs/groups.md): list a queue's groups, hold
 (pause) and release (resume) one. Each request is written once, as a generator of its I/O steps
-(as in dtq.clientbase), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` through
+(as in dtq.sdk.clientbase), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` through
 the mixins here; dtq.admin (the CLI and the API) calls the clients' methods.
 
 What a listing reads, per physical queue (a partitioned queue's partitions, dtq.store.partitions),
@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dtq import codec
-from dtq.clientbase import Steps
 from dtq.errors import InvalidRequest
 from dtq.models import GroupInfo, GroupPage
 from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
+from dtq.sdk.clientbase import Steps
 from dtq.settings import Settings
 from dtq.store.connection import is_cluster
 from dtq.store.keys import PRIORITIES, QUEUE_NAME_RE, Keys

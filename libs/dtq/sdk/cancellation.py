@@ -14,14 +14,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.clientbase import CANCEL_REASON, Pipelined, Steps, TaskScan
 from dtq.errors import InvalidRequest
+from dtq.sdk.clientbase import CANCEL_REASON, Pipelined, Steps, TaskScan
 from dtq.store.keys import make_task_id
 from dtq.store.partitions import expand
 from dtq.store.record import Field
 
 if TYPE_CHECKING:
-    from dtq.client import AsyncClient, Client
+    from dtq.sdk.client import AsyncClient, Client
 
 PAGE = 500
 UNFINISHED = ("queued", "scheduled", "running")
@@ -70,7 +70,7 @@ def _summary(replies: Iterable[Any]) -> CancelSummary:
 def _steps(
     client: Client | AsyncClient, queue: str | None, name: str | None, reason: str | None
 ) -> Steps[CancelSummary]:
-    """A bulk cancel, written once for both clients (each drives its I/O; see dtq.client)."""
+    """A bulk cancel, written once for both clients (each drives its I/O; see dtq.sdk.client)."""
     _check(queue, name)
     found: Any = (
         expand([queue], client.settings.queue_partitions)  # its partitions (dtq.store.partitions)
