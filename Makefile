@@ -72,8 +72,8 @@ test-oldest: $(OLDEST_STAMP)
 DEMO_ARGS = $(if $(API_PORT),--api-port $(API_PORT))
 demo:
 	@trap 'true' INT; \
-	if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.dev --keep $(DEMO_ARGS); \
-	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.dev --keep $(DEMO_ARGS); fi
+	if [ -f $(STAMP) ]; then $(BIN)/python -m dtq.cli.dev --keep $(DEMO_ARGS); \
+	else $(MAKE) --no-print-directory $(DEMO_STAMP) && $(DEMO_VENV)/bin/python -m dtq.cli.dev --keep $(DEMO_ARGS); fi
 
 # The suite runs from the checkout (bench/dtq_bench); it is not in the wheel.
 bench: install

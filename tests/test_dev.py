@@ -19,7 +19,7 @@ def run_dev(env: dict[str, str], *args: str, **dtq: str) -> subprocess.Completed
     """``dtq dev`` with no DTQ_ setting but those given in ``dtq``."""
     env = {**{k: v for k, v in env.items() if not k.startswith("DTQ_")}, **dtq}
     return subprocess.run(
-        [sys.executable, "-m", "dtq.dev", "--timeout", "40", *args],
+        [sys.executable, "-m", "dtq.cli.dev", "--timeout", "40", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

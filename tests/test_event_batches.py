@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis
 
-from dtq import Settings, task_index
+from dtq import Settings
 from dtq import scripts as sc
-from dtq.admin import Admin
+from dtq.admin import Admin, task_index
 from dtq.admin.views import events_from
 from dtq.store.keys import QueueKeys, make_task_id, new_tid
 from dtq_api.events import _frames

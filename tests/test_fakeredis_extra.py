@@ -38,7 +38,8 @@ def test_dtq_dev_without_redis_server_or_fakeredis_says_what_to_install(tmp_path
     (tmp_path / "python3").symlink_to(sys.executable)  # a PATH without redis-server
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}
     p = subprocess.run(
-        [sys.executable, "-c", NO_FAKEREDIS + "from dtq.dev import main; main(['--timeout', '5'])"],
+        [sys.executable, "-c",
+         NO_FAKEREDIS + "from dtq.cli.dev import main; main(['--timeout', '5'])"],
         cwd=ROOT, env={**env, "PATH": str(tmp_path)}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert p.returncode == 1, p.stdout + p.stderr

@@ -91,4 +91,4 @@ def test_make_demo_installs_only_the_api_and_testing_extras_and_keeps_running() 
     demo_stamp = makefile.split("$(DEMO_STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
     assert '".[api,testing]"' in demo_stamp and "dev" not in demo_stamp.replace("DEMO_VENV", "")
     demo = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
-    assert "dtq.dev --keep" in demo
+    assert "dtq.cli.dev --keep" in demo

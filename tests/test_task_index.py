@@ -167,7 +167,7 @@ async def test_a_page_over_a_bulk_backlog_reads_a_bounded_number_of_records(
 ) -> None:
     """Each bulk enqueue's event entry holds up to 250 tids: a page is bounded in records
     read (not stream entries), and its cursor resumes inside an entry, losing nothing."""
-    from dtq import task_index
+    from dtq.admin import task_index
 
     settings = make_settings(fresh_redis.url, prefix)
     app = create_app(settings)

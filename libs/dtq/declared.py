@@ -13,10 +13,16 @@ values from the record.
 
 Where no worker declared the name the claim uses dtq's defaults: ``DEFAULT_MAX_RETRIES``
 retries, no timeout, no expiry.
+
+Each worker also publishes the names of the tasks it runs (a JSON list, :data:`TASKS_FIELD` of
+its heartbeat hash, which expires with the worker) for ``dtq workers``; whether a live worker of
+a queue declares a name (for the clients' UndeclaredTaskWarning and ``dtq enqueue``) is read from
+the queue's ``decl:seen`` stamps instead (dtq.sdk.clientbase).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -78,3 +84,18 @@ def fill(rec: Mapping[str, str], raw: str | None) -> tuple[dict[str, str], str |
     if d is not None and "e" in letters and Field.EXPIRES not in rec and d.expires_ms is not None:
         out[Field.EXPIRES] = str(int(rec.get(Field.ENQUEUED) or 0) + d.expires_ms)
     return out, "declared" if d else "default"
+
+
+# --- the task names a worker publishes (``dtq workers``) ---
+
+TASKS_FIELD = "tasks"
+
+
+def task_names(raw: str | None) -> list[str]:
+    """A worker's published task names (its heartbeat's ``tasks`` field); [] when absent or
+    not a JSON list of names."""
+    try:
+        names = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return sorted(n for n in names if isinstance(n, str)) if isinstance(names, list) else []

@@ -23,7 +23,7 @@ Cursor = Annotated[
     str | None,
     Query(pattern=CURSOR_RE, description="The previous page's next_cursor (opaque)."),
 ]
-# <ms>.<seq>[-<index in a bulk enqueue's entry>].<queue>: dtq.task_index
+# <ms>.<seq>[-<index in a bulk enqueue's entry>].<queue>: dtq.admin.task_index
 TASK_CURSOR_RE = (
     r"^[0-9]{1,19}\.[0-9]{1,19}(-[0-9]{1,19})?(\.[A-Za-z0-9_.\-]{0,100}(~[1-9][0-9]{0,2})?)?$"
 )

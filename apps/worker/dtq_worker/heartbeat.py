@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
+from dtq.declared import TASKS_FIELD
 from dtq.errors import ConfigError
 from dtq.store import eviction
 from dtq.store.connection import is_cluster
-from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.runs import Run, StopReason
 

@@ -10,7 +10,7 @@ Costs worth knowing:
 * :meth:`Admin.list_queues` is a fixed handful of commands per queue (pipelined), whatever
   the queue lengths.
 * :meth:`Admin.recent_tasks` (the API's and dashboard's list) reads tasks newest first from
-  the queues' event streams, which every enqueue already writes (:mod:`dtq.task_index`).
+  the queues' event streams, which every enqueue already writes (:mod:`dtq.admin.task_index`).
 * :meth:`Admin.list_tasks` walks task records with ``SCAN`` (the CLI's complete walk), so
   one page costs O(keys scanned), not O(page). A status filter on ``failed`` or ``scheduled``
   with a queue uses the dead-letter/schedule zsets instead. Pages are cursor based;

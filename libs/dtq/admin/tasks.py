@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dtq import scripts as sc
-from dtq import task_index
+from dtq.admin import task_index
 from dtq.admin.common import (
     DLQ_BUDGET,
     HISTORY_SCAN,
@@ -132,7 +132,7 @@ class TaskOps(AdminCore):
         cursor: str | None = None,
         limit: int = 50,
     ) -> Page:
-        """Tasks newest first from the queues' event streams (see :mod:`dtq.task_index`);
+        """Tasks newest first from the queues' event streams (see :mod:`dtq.admin.task_index`);
         ``Page.running`` holds the running tasks on the first page (no cursor)."""
         check_listing(queue, status, limit)
         queues = await self._physical_of(queue)

@@ -6,8 +6,8 @@ from typing import Any
 
 from dtq.admin.core import AdminCore
 from dtq.admin.views import WorkerInfo, iso
+from dtq.declared import TASKS_FIELD, task_names
 from dtq.store.partitions import logical
-from dtq.worker_tasks import TASKS_FIELD, task_names
 
 
 class WorkerOps(AdminCore):

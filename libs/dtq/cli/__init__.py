@@ -22,25 +22,25 @@ import click
 import redis
 
 from dtq.admin import Admin, Conflict, UnknownQueue, filled_page
-from dtq.cli_common import (
+from dtq.cli.common import (
     EPILOG,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REDIS,
     EXIT_USAGE,
     Failed,
-    _age,
-    _clip,
-    _echo,
-    _emit,
-    _run,
-    _short_time,
-    _table,
-    _zoned_time,
+    age,
+    clip,
+    echo,
+    emit,
     json_option,
+    run_admin,
+    short_time,
+    table,
+    zoned_time,
 )
-from dtq.cli_dlq import dlq
-from dtq.cli_queues import groups, pause, purge, queues, resume
+from dtq.cli.dlq import dlq
+from dtq.cli.queues import groups, pause, purge, queues, resume
 from dtq.errors import (
     ConfigError,
     DtqError,
@@ -185,11 +185,11 @@ def enqueue(
             )  # fmt: skip
         return h, [str(w.message) for w in caught if w.category is UndeclaredTaskWarning]
 
-    h, undeclared = _run(go)
+    h, undeclared = run_admin(go)
     for text in undeclared:
-        _echo(f"warning: {text}", err=True)
+        echo(f"warning: {text}", err=True)
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
-    _emit(data, as_json, lambda: _echo(f"{h.id} {h.status.value}"
+    emit(data, as_json, lambda: echo(f"{h.id} {h.status.value}"
                                             + ("" if h.created else " (existing)")))  # fmt: skip
 
 
@@ -208,7 +208,7 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
     async def go(a: Admin) -> dict[str, Any]:
         return await a.get_task(await a.resolve_id(task_id), history=history)
 
-    d = _run(go)
+    d = run_admin(go)
     flow = d.get("tree") is not None  # a workflow: no attempt, retries or timeout of its own
 
     def human() -> None:
@@ -218,35 +218,35 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
             if flow and k in FLOW_OMITS:
                 continue
             if k == "retries_left":
-                _echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
+                echo(f"{'retries left':>12}: {d[k]} of {d['max_retries']}")
             elif d.get(k) not in (None, ""):
-                _echo(f"{k:>12}: {d[k]}")
-        _echo(f"{'args':>12}: {json.dumps(d['args'])}")
+                echo(f"{k:>12}: {d[k]}")
+        echo(f"{'args':>12}: {json.dumps(d['args'])}")
         if d.get("kwargs"):
-            _echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
+            echo(f"{'kwargs':>12}: {json.dumps(d['kwargs'])}")
         if d.get("result") is not None:
-            _echo(f"{'result':>12}: {json.dumps(d['result'])}")
+            echo(f"{'result':>12}: {json.dumps(d['result'])}")
         if d.get("error"):
-            _echo(f"{'error':>12}: {d['error']}")
+            echo(f"{'error':>12}: {d['error']}")
         if d.get("traceback"):
-            _echo("traceback:")
+            echo("traceback:")
             for line in d["traceback"].rstrip().splitlines():
-                _echo(f"  {line}")
+                echo(f"  {line}")
         if d.get("tree") is not None:  # a workflow: its shape and each step's status
             from dtq.workflows import render_tree
 
-            _echo("steps:")
+            echo("steps:")
             for line in render_tree(d["tree"], d["steps"]):
-                _echo("  " + line)
+                echo("  " + line)
         if history:
-            _echo("history:")
+            echo("history:")
             for e in d.get("history", []):
                 attempt = f" attempt {e['attempt']}" if e.get("attempt") else ""
                 worker = f" on {e['worker']}" if e.get("worker") else ""
-                detail = f" ({_clip(e['detail'])})" if e.get("detail") else ""
-                _echo(f"  {_short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
+                detail = f" ({clip(e['detail'])})" if e.get("detail") else ""
+                echo(f"  {short_time(e['ts'])} {e['type']}{attempt}{worker}{detail}")
 
-    _emit(d, as_json, human)
+    emit(d, as_json, human)
 
 
 @cli.command(epilog=EPILOG)
@@ -265,7 +265,7 @@ def tasks(
     as_json: bool,
 ) -> None:
     """List tasks (a SCAN over task records: cost grows with the number kept)."""
-    page = _run(
+    page = run_admin(
         lambda a: filled_page(
             lambda cur, n: a.list_tasks(queue=queue, status=status, name=name, cursor=cur,
                                         limit=n),
@@ -276,15 +276,15 @@ def tasks(
 
     def human() -> None:
         rows = [
-            (t["id"], t["name"], t["status"], t["attempt"], _short_time(t["enqueued_at"]),
-             _clip(t["error"], 40))
+            (t["id"], t["name"], t["status"], t["attempt"], short_time(t["enqueued_at"]),
+             clip(t["error"], 40))
             for t in page.items
         ]  # fmt: skip
-        _table(rows, ["id", "name", "status", "attempt", "enqueued", "error"])
+        table(rows, ["id", "name", "status", "attempt", "enqueued", "error"])
         if page.next_cursor:
-            _echo(f"more: --cursor {page.next_cursor}")
+            echo(f"more: --cursor {page.next_cursor}")
 
-    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
 
 @cli.command(epilog=EPILOG)
@@ -315,21 +315,21 @@ def cancel(
         what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
         if not yes:
             click.confirm(f"Cancel every unfinished task matching {what}?", abort=True, err=True)
-        summary = _run(lambda a: a.client.cancel_many(queue=queue, name=name, reason=why))
+        summary = run_admin(lambda a: a.client.cancel_many(queue=queue, name=name, reason=why))
         done = f"cancelled {summary.cancelled}, asked {summary.requested} running ones to stop"
-        _emit(summary.to_dict(), as_json, lambda: _echo(done))
+        emit(summary.to_dict(), as_json, lambda: echo(done))
         return
 
     async def go(a: Admin) -> list[dict[str, Any]]:
         return [await a.cancel(await a.resolve_id(t), reason=why) for t in task_ids]
 
-    results = _run(go)
+    results = run_admin(go)
 
     def human() -> None:
         for d in results:
-            _echo(f"{d['id']}: {d['outcome']} ({d['status']})")
+            echo(f"{d['id']}: {d['outcome']} ({d['status']})")
 
-    _emit(results[0] if len(results) == 1 else results, as_json, human)
+    emit(results[0] if len(results) == 1 else results, as_json, human)
     ended = [d for d in results if d["outcome"] == "unchanged"]
     if ended:
         raise Failed(", ".join(f"task {d['id']} already ended {d['status']}" for d in ended))
@@ -345,8 +345,8 @@ def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
     async def go(a: Admin) -> dict[str, Any]:
         return await a.retry(await a.resolve_id(task_id), max_retries=max_retries)
 
-    d = _run(go)
-    _emit(d, as_json, lambda: _echo(f"{d.get('id', task_id)}: queued"))
+    d = run_admin(go)
+    emit(d, as_json, lambda: echo(f"{d.get('id', task_id)}: queued"))
 
 
 # --- workers, schedules ----------------------------------------------------------------------
@@ -357,19 +357,19 @@ def retry(task_id: str, max_retries: int | None, as_json: bool) -> None:
 def workers(as_json: bool) -> None:
     """List workers with heartbeat age (stale past 3 heartbeat intervals) and the task names
     each can run. Exits 1 when no worker is live."""
-    infos = _run(lambda a: a.list_workers())
+    infos = run_admin(lambda a: a.list_workers())
 
     def human() -> None:
         rows = [
-            (w.worker_id, "live" if w.live else "STALE", w.status, _age(w.heartbeat_age_s),
+            (w.worker_id, "live" if w.live else "STALE", w.status, age(w.heartbeat_age_s),
              f"{w.active_tasks}/{w.concurrency or '?'}", ",".join(w.queues), w.hostname,
-             w.pid or "", w.tasks_processed, w.tasks_failed, _clip(",".join(w.tasks), 50))
+             w.pid or "", w.tasks_processed, w.tasks_failed, clip(",".join(w.tasks), 50))
             for w in infos
         ]  # fmt: skip
-        _table(rows, ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host",
+        table(rows, ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host",
                       "pid", "done", "failed", "tasks"])  # fmt: skip
 
-    _emit([w.to_dict() for w in infos], as_json, human)
+    emit([w.to_dict() for w in infos], as_json, human)
     if not any(w.live for w in infos):
         raise Failed("no live worker")
 
@@ -387,22 +387,22 @@ def schedules(ctx: click.Context, queue: str | None, as_json: bool) -> None:
     async def go(a: Admin) -> tuple[list[dict[str, Any]], list[Any]]:
         return await a.list_schedules(queue), await a.list_scheduled(queue)
 
-    periodic, delayed = _run(go)
+    periodic, delayed = run_admin(go)
 
     def human() -> None:
-        _echo("periodic schedules:")
+        echo("periodic schedules:")
         rows = [
             (s["name"], s["queue"], s["task"],
              s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
-             s.get("tz") or "", _zoned_time(s.get("next_fire_at"), s.get("tz")))
+             s.get("tz") or "", zoned_time(s.get("next_fire_at"), s.get("tz")))
             for s in periodic
         ]  # fmt: skip
-        _table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
-        _echo("delayed tasks and retries:")
-        _table([(d.task_id, d.name, d.kind, _short_time(d.due_at)) for d in delayed],
+        table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
+        echo("delayed tasks and retries:")
+        table([(d.task_id, d.name, d.kind, short_time(d.due_at)) for d in delayed],
                ["task", "name", "kind", "due"])  # fmt: skip
 
-    _emit({"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}, as_json,
+    emit({"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}, as_json,
           human)  # fmt: skip
 
 
@@ -413,10 +413,10 @@ def schedules(ctx: click.Context, queue: str | None, as_json: bool) -> None:
 def schedules_remove(name: str, queue: str, as_json: bool) -> None:
     """Remove periodic schedule NAME (exit 1 when there is none). One still declared in the
     code of a live worker is stored again by it."""
-    removed = _run(lambda a: a.remove_schedule(queue, name))
+    removed = run_admin(lambda a: a.remove_schedule(queue, name))
     if as_json or removed:
-        _emit({"name": name, "queue": queue, "removed": removed}, as_json,
-              lambda: _echo(f"schedule {name} of queue {queue} removed"))  # fmt: skip
+        emit({"name": name, "queue": queue, "removed": removed}, as_json,
+              lambda: echo(f"schedule {name} of queue {queue} removed"))  # fmt: skip
     if not removed:
         raise Failed(f"no schedule {name!r} in queue {queue!r}")
 
@@ -432,7 +432,7 @@ def stats(queue: str | None, minutes: int, step: int, as_json: bool) -> None:
     """Per-minute history: enqueued, succeeded, failed, retried, cancelled, run-time p50/p95/p99
     (kept DTQ_STATS_RETENTION_H hours in Redis). The table leaves out idle minutes; --json
     lists every one."""
-    rows = _run(lambda a: a.stats(queue=queue, minutes=minutes, step=min(step, minutes)))
+    rows = run_admin(lambda a: a.stats(queue=queue, minutes=minutes, step=min(step, minutes)))
 
     def human() -> None:
         def secs(v: float | None) -> str:
@@ -440,13 +440,13 @@ def stats(queue: str | None, minutes: int, step: int, as_json: bool) -> None:
 
         counts = ("enqueued", "succeeded", "failed", "retried", "cancelled")
         busy = [b for b in rows if any(b[c] for c in counts)]
-        _table([(_short_time(b["minute"]), *(b[c] for c in counts), secs(b["p50"]),
+        table([(short_time(b["minute"]), *(b[c] for c in counts), secs(b["p50"]),
                  secs(b["p95"]), secs(b["p99"])) for b in busy],
                ["minute", *counts, "p50", "p95", "p99"])  # fmt: skip
         if not busy:
-            _echo(f"no activity in the last {minutes} minutes")
+            echo(f"no activity in the last {minutes} minutes")
 
-    _emit(rows, as_json, human)
+    emit(rows, as_json, human)
 
 
 # --- dev, bench ------------------------------------------------------------------------------
@@ -458,7 +458,7 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def dev(argv: tuple[str, ...]) -> None:
     """Run Redis, a worker, the API/dashboard and demo tasks here (see `dtq dev --help`)."""
-    from dtq.dev import main as dev_main
+    from dtq.cli.dev import main as dev_main
 
     dev_main(list(argv))
 
@@ -476,7 +476,7 @@ def bench(argv: tuple[str, ...]) -> None:
             from dtq_bench.suite import main as bench_main  # type: ignore[import-not-found]
 
             sys.exit(bench_main(list(argv)))
-    _echo(
+    echo(
         "dtq bench: the benchmark is not part of the installed package; run it from a dtq "
         "checkout (make bench, or dtq bench in the checkout's directory)",
         err=True,
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="dtq", standalone_mode=False)
     except click.exceptions.Abort:
-        _echo("aborted", err=True)
+        echo("aborted", err=True)
         sys.exit(EXIT_FAILED)
     except click.ClickException as exc:
         exc.show()
@@ -497,22 +497,18 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except (ConfigError, InvalidRequest) as exc:
-        _echo(f"error: {exc}", err=True)
+        echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
-        _echo(f"error: {exc}", err=True)
+        echo(f"error: {exc}", err=True)
         sys.exit(EXIT_REDIS)
     except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
-        _echo(f"error: Redis refused the write: {exc}", err=True)  # (as the SDK says it)
+        echo(f"error: Redis refused the write: {exc}", err=True)  # (as the SDK says it)
         sys.exit(EXIT_REDIS)
     except redis.ResponseError as exc:
-        _echo(f"error: Redis answered with an error: {exc}", err=True)
+        echo(f"error: Redis answered with an error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except (UnknownTask, UnknownQueue, Conflict, Failed, DtqError) as exc:
-        _echo(f"error: {exc}", err=True)
+        echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
-
-
-if __name__ == "__main__":
-    main()

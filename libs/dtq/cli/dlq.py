@@ -8,17 +8,17 @@ from typing import Any
 import click
 
 from dtq.admin import Admin, filled_page
-from dtq.cli_common import (
+from dtq.cli.common import (
     EPILOG,
     Failed,
-    _clip,
-    _echo,
-    _emit,
-    _run,
-    _short_time,
-    _table,
-    _with_bar,
+    clip,
+    echo,
+    emit,
     json_option,
+    run_admin,
+    short_time,
+    table,
+    with_bar,
 )
 
 
@@ -51,7 +51,7 @@ def dlq_list(
     as_json: bool,
 ) -> None:
     """List dead letters, newest failure first, with their last error."""
-    page = _run(
+    page = run_admin(
         lambda a: filled_page(
             lambda cur, n: a.dlq_list(queue=queue, name=name, error=error, cursor=cur, limit=n),
             cursor,
@@ -61,15 +61,15 @@ def dlq_list(
 
     def human() -> None:
         rows = [
-            (d["task_id"], d["name"], _short_time(d["failed_at"]), d["attempt"],
-             _clip(d["error"]))
+            (d["task_id"], d["name"], short_time(d["failed_at"]), d["attempt"],
+             clip(d["error"]))
             for d in page.items
         ]  # fmt: skip
-        _table(rows, ["task", "name", "failed", "attempts", "error"])
+        table(rows, ["task", "name", "failed", "attempts", "error"])
         if page.next_cursor:
-            _echo(f"more: --cursor {page.next_cursor}")
+            echo(f"more: --cursor {page.next_cursor}")
 
-    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
 
 def _bulk(
@@ -97,7 +97,7 @@ def _bulk(
     async def total(a: Admin) -> int:
         return len(ids) if ids else await a.dlq_count(queue)
 
-    return _with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p), as_json)
+    return with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p), as_json)
 
 
 @dlq.command("requeue", epilog=EPILOG)
@@ -160,16 +160,16 @@ def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
     if not yes:
         click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True,
                       err=True)  # fmt: skip
-    n = _with_bar("purging", lambda a: a.dlq_count(queue),
+    n = with_bar("purging", lambda a: a.dlq_count(queue),
                   lambda a, p: a.dlq_purge(queue, progress=p), as_json)  # fmt: skip
-    _emit({"discarded": n}, as_json, lambda: _echo(f"discarded {n} dead letters"))
+    emit({"discarded": n}, as_json, lambda: echo(f"discarded {n} dead letters"))
 
 
 def _report(verb: str, res: Any, as_json: bool) -> None:
     def human() -> None:
         skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
-        _echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
+        echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
 
-    _emit(res.to_dict(), as_json, human)
+    emit(res.to_dict(), as_json, human)
     if res.done == 0 and res.skipped:
         raise Failed(f"nothing {verb}")

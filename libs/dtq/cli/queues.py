@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from dtq.admin import Admin, filled_page
-from dtq.cli_common import EPILOG, _age, _echo, _emit, _run, _table, _with_bar, json_option
+from dtq.cli.common import EPILOG, age, echo, emit, json_option, run_admin, table, with_bar
 from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 
 
@@ -17,19 +17,23 @@ from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 @json_option
 def queues(name: str | None, as_json: bool) -> None:
     """List queues: waiting per priority, scheduled, running, dead letters, paused."""
-    infos = _run(lambda a: a.list_queues()) if name is None else [_run(lambda a: a.get_queue(name))]
+    infos = (
+        run_admin(lambda a: a.list_queues())
+        if name is None
+        else [run_admin(lambda a: a.get_queue(name))]
+    )
 
     def human() -> None:
         rows = []
         for q in infos:
             bands = " ".join(f"p{p}:{n}" for p, n in q.depth.items() if n) or "-"
             rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq,
-                         "yes" if q.paused else "no", _age(q.oldest_waiting_age_s)))  # fmt: skip
-        _table(rows, ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused",
+                         "yes" if q.paused else "no", age(q.oldest_waiting_age_s)))  # fmt: skip
+        table(rows, ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused",
                       "oldest"])  # fmt: skip
 
     data: Any = [q.to_dict() for q in infos]
-    _emit(data if name is None else data[0], as_json, human)
+    emit(data if name is None else data[0], as_json, human)
 
 
 group_option = click.option(
@@ -46,13 +50,13 @@ def pause(queue: str, group: str | None, as_json: bool) -> None:
     --group, only that group of QUEUE is held; its other groups go on."""
     note = "" if group is None else f" group {group!r}"
     if group is not None:
-        changed = _run(lambda a: a.pause_group(queue, group))
+        changed = run_admin(lambda a: a.pause_group(queue, group))
         data = {"queue": queue, "group": group, "paused": True, "changed": changed}
     else:
-        changed = _run(lambda a: a.pause(queue))
+        changed = run_admin(lambda a: a.pause(queue))
         data = {"queue": queue, "paused": True, "changed": changed}
     was = "" if changed else " (already)"
-    _emit(data, as_json, lambda: _echo(f"{queue}:{note} paused{was}"))
+    emit(data, as_json, lambda: echo(f"{queue}:{note} paused{was}"))
 
 
 @click.command(epilog=EPILOG)
@@ -63,13 +67,13 @@ def resume(queue: str, group: str | None, as_json: bool) -> None:
     """Resume QUEUE, or with --group one group of it."""
     note = "" if group is None else f" group {group!r}"
     if group is not None:
-        changed = _run(lambda a: a.resume_group(queue, group))
+        changed = run_admin(lambda a: a.resume_group(queue, group))
         data = {"queue": queue, "group": group, "paused": False, "changed": changed}
     else:
-        changed = _run(lambda a: a.resume(queue))
+        changed = run_admin(lambda a: a.resume(queue))
         data = {"queue": queue, "paused": False, "changed": changed}
     was = "" if changed else " (was not paused)"
-    _emit(data, as_json, lambda: _echo(f"{queue}:{note} resumed{was}"))
+    emit(data, as_json, lambda: echo(f"{queue}:{note} resumed{was}"))
 
 
 @click.command(epilog=EPILOG)
@@ -78,7 +82,7 @@ def resume(queue: str, group: str | None, as_json: bool) -> None:
 @json_option
 def purge(queue: str, yes: bool, as_json: bool) -> None:
     """Delete every waiting (queued and scheduled) task of QUEUE. Running tasks finish."""
-    info = _run(lambda a: a.get_queue(queue))
+    info = run_admin(lambda a: a.get_queue(queue))
     if not yes:
         click.confirm(
             f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?",
@@ -90,9 +94,9 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
         q = await a.get_queue(queue)
         return q.queued + q.scheduled
 
-    res = _with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
-    _emit({"queue": queue, **res.to_dict()}, as_json,
-          lambda: _echo(f"{queue}: purged {res.done} tasks "
+    res = with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
+    emit({"queue": queue, **res.to_dict()}, as_json,
+          lambda: echo(f"{queue}: purged {res.done} tasks "
                              f"({res.skipped['queued']} queued, "
                              f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
 
@@ -107,7 +111,7 @@ def groups(queue: str, limit: int, cursor: str | None, as_json: bool) -> None:
     """List QUEUE's fair groups: the active ones (waiting or running tasks), longest active
     first, then the paused idle ones; each with its waiting and running tasks, whether paused,
     and the age of its oldest waiting task. Tasks without a group show as (ungrouped)."""
-    page = _run(
+    page = run_admin(
         lambda a: filled_page(
             lambda cur, n: a.list_groups(queue, cursor=cur, limit=n), cursor, limit
         )
@@ -116,11 +120,11 @@ def groups(queue: str, limit: int, cursor: str | None, as_json: bool) -> None:
     def human() -> None:
         rows = [
             (g["group"] or "(ungrouped)", g["waiting"], g["running"],
-             "yes" if g["paused"] else "no", _age(g["oldest_waiting_s"]))
+             "yes" if g["paused"] else "no", age(g["oldest_waiting_s"]))
             for g in page.items
         ]  # fmt: skip
-        _table(rows, ["group", "waiting", "running", "paused", "oldest"])
+        table(rows, ["group", "waiting", "running", "paused", "oldest"])
         if page.next_cursor:
-            _echo(f"more: --cursor {page.next_cursor}")
+            echo(f"more: --cursor {page.next_cursor}")
 
-    _emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)

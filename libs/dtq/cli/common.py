@@ -39,7 +39,7 @@ def _settings(ctx: click.Context) -> Settings:
     return load_settings(**overrides)
 
 
-def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
+def run_admin(fn: Callable[[Admin], Awaitable[T]]) -> T:
     """Run one admin operation with a fresh connection."""
     settings = _settings(click.get_current_context())
 
@@ -51,34 +51,34 @@ def _run(fn: Callable[[Admin], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
-def _echo(text: Any = "", err: bool = False) -> None:
+def echo(text: Any = "", err: bool = False) -> None:
     """One line of human output: control characters in a name or an error text are shown
     escaped, so a stored name cannot forge table rows or drive the terminal."""
     click.echo(one_line(str(text)), err=err)
 
 
-def _emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
+def emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))  # (JSON escapes controls)
     else:
         human()
 
 
-def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
     # Hand-written on purpose: tabulate(tablefmt="plain", disable_numparse=True) prints the same
     # columns more slowly (docs/performance.md, "Hand-written code") and would be a dependency
     # of every SDK install for these six lines.
     if not rows:
-        _echo("(none)")
+        echo("(none)")
         return
     cells = [[("" if c is None else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    _echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
     for r in cells:
-        _echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def _age(seconds: float | None) -> str:
+def age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 120:
@@ -88,7 +88,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _short_time(iso: str | None) -> str:
+def short_time(iso: str | None) -> str:
     if not iso:
         return "-"
     try:
@@ -97,19 +97,19 @@ def _short_time(iso: str | None) -> str:
         return str(iso)  # shown as stored
 
 
-def _zoned_time(iso: str | None, tz: str | None) -> str:
+def zoned_time(iso: str | None, tz: str | None) -> str:
     """A time in zone ``tz`` with the zone's abbreviation, and in UTC beside it."""
     if not iso or not tz or tz == "UTC":
-        return _short_time(iso) + (" UTC" if iso else "")
+        return short_time(iso) + (" UTC" if iso else "")
     when = datetime.fromisoformat(iso)
     try:
         local = when.astimezone(ZoneInfo(tz))
     except (ZoneInfoNotFoundError, ValueError):
-        return _short_time(iso) + " UTC"
+        return short_time(iso) + " UTC"
     return f"{local:%Y-%m-%d %H:%M:%S %Z} ({when.astimezone(UTC):%H:%M:%S} UTC)"
 
 
-def _clip(text: str | None, n: int = 60) -> str:
+def clip(text: str | None, n: int = 60) -> str:
     if not text:
         return ""
     text = text.replace("\n", " ")
@@ -127,7 +127,7 @@ json_option = click.option(
 )  # fmt: skip
 
 
-def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
+def with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
               op: Callable[[Admin, Callable[[int], None]], Awaitable[T]],
               quiet: bool = False) -> T:  # fmt: skip
     """Run a bulk operation with a progress bar on stderr (none when ``quiet``: --json)."""
@@ -139,4 +139,4 @@ def _with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
         with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
             return await op(a, bar.update)
 
-    return _run(go)
+    return run_admin(go)

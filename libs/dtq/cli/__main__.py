@@ -1,0 +1,5 @@
+"""`python -m dtq.cli`: the `dtq` command."""
+
+from dtq.cli import main
+
+main()
