@@ -150,11 +150,11 @@ async def test_async_lanes_busy_fall_back_and_restart(fresh_redis: RedisServer) 
     await r.script_load(SPIN)
     # More calls at once than lanes: each lane takes one, the rest go the usual way; every
     # call gets its own answer.
-    n = sc.MAX_ASYNC_LANES + 2
+    n = transport.MAX_ASYNC_LANES + 2
     calls = [s.run(sc.Call("spin", [], [f"slow{i}"])) for i in range(n)]
     got = await asyncio.gather(*calls, s.run(sc.Call("echo", [], ["fast"])))
     assert got == [f"slow{i}" for i in range(n)] + ["fast"]
-    assert len(s.lanes) == sc.MAX_ASYNC_LANES
+    assert len(s.lanes) == transport.MAX_ASYNC_LANES
     assert all(lane.connected and not lane.busy for lane in s.lanes)
     fresh_redis.restart()
     assert await s.run(sc.Call("echo", [], ["back"])) == "back"
@@ -316,9 +316,9 @@ def test_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
 async def test_async_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    call, lost = sc.AsyncLane.call, []
+    call, lost = transport.AsyncLane.call, []
 
-    async def call_then_lose(lane: sc.AsyncLane, args: Any) -> Any:
+    async def call_then_lose(lane: transport.AsyncLane, args: Any) -> Any:
         reply = await call(lane, args)
         if not lost and args[0] == "EVALSHA":
             lost.append(reply)
@@ -328,7 +328,7 @@ async def test_async_enqueue_whose_reply_was_lost_is_answered_by_its_re_send(
 
     async with AsyncClient(settings=settings) as c:
         await c.enqueue("noop")
-        monkeypatch.setattr(sc.AsyncLane, "call", call_then_lose)
+        monkeypatch.setattr(transport.AsyncLane, "call", call_then_lose)
         h = await c.enqueue("noop")
         assert lost and h.created and h.status == "queued" and h.id.endswith(_text(lost[0][0]))
         assert await c.redis.xlen(c.keys.queue("default").stream(5)) == 2

@@ -16,7 +16,8 @@ from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.middleware import Hooks, check_middleware
 from dtq.sdk.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
-from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
+from dtq.settings import Settings, load_settings
+from dtq.store.keys import QUEUE_NAME_RE
 from dtq.task import Task
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dtq.errors import ConfigError
 from dtq.store import partitions
-from dtq.store.keys import QUEUE_NAME_RE as QUEUE_NAME_RE  # (re-exported: its old home)
+from dtq.store.keys import QUEUE_NAME_RE
 
 WORKER_ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # Characters no name may hold: C0 and C1 controls, DEL, and the Unicode line separators (a

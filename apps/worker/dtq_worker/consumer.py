@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from dtq import scripts as sc
-from dtq.store import partitions
+from dtq.store import partitions, transport
 from dtq.store.connection import is_cluster
 from dtq_worker.clusterwait import ClusterWait
 from dtq_worker.faults import Backoff, is_nogroup, is_transient
@@ -56,7 +56,7 @@ class Consumer:
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
         # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
         # layer on the pickup path; its reply is not needed, only the wake-up).
-        self._wake = sc.AsyncLane(env.blocking)
+        self._wake = transport.AsyncLane(env.blocking)
         self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
         self._wake_id: int | None = None
         # On a Redis Cluster the wake-up is one XREAD per queue instead (clusterwait.py).

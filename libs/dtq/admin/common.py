@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from dtq.errors import InvalidRequest
 from dtq.models import TaskStatus
-from dtq.settings import QUEUE_NAME_RE
+from dtq.store.keys import QUEUE_NAME_RE
 
 BATCH = 500
 """Tasks handled per script call by purge and bulk dead-letter operations."""

@@ -16,7 +16,8 @@ from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.schedules.cron import cron_next, from_ms, to_ms
 from dtq.sdk.requests import MAX_SPAN_S, check_group, check_task_name
-from dtq.settings import CONTROL_RE, QUEUE_NAME_RE
+from dtq.settings import CONTROL_RE
+from dtq.store.keys import QUEUE_NAME_RE
 from dtq.task import Task
 
 if TYPE_CHECKING:

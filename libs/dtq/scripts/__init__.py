@@ -147,11 +147,6 @@ from dtq.scripts.schedules import (
     schedule_fire_call,
     schedule_put_call,
 )
-from dtq.store import transport
-
-# (Re-exported: their home was this package's first module.)
-AsyncLane = transport.AsyncLane
-MAX_ASYNC_LANES = transport.MAX_ASYNC_LANES
 
 REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
     "claim": (ClaimSentinel,),
@@ -182,14 +177,12 @@ flag, a negative number standing for "none"); scripts that answer only counts an
 none."""
 
 __all__ = [
-    "MAX_ASYNC_LANES",
     "RECLAIM_STEPS",
     "REPLIES",
     "REPLY_TTL_MS",
     "SCRIPT_NAMES",
     "SLOT_GUARD",
     "Applied",
-    "AsyncLane",
     "AsyncScripts",
     "Call",
     "CancelOutcome",

@@ -28,10 +28,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from dtq.store import transport
 from dtq.store.connection import is_cluster
 
-# (Re-exported: their home was this module.)
-AsyncLane = transport.AsyncLane
-MAX_ASYNC_LANES = transport.MAX_ASYNC_LANES
-
 SCRIPT_NAMES = (
     "enqueue",
     "claim",

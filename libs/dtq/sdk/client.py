@@ -23,12 +23,11 @@ from dtq.errors import RedisUnavailable
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
 from dtq.sdk.clientbase import (
-    _BLIPS,
-    _REFUSED,
-    BULK_FIRST,
-    BULK_PART,
+    BLIPS,
     CANCEL_REASON,
+    REFUSED,
     REGISTER_EVERY_S,
+    ClientBase,
     Hooked,
     P,
     Pipelined,
@@ -37,11 +36,9 @@ from dtq.sdk.clientbase import (
     Steps,
     T,
     TaskScan,
-    _Base,
-    _refused,
-    _resend_delay,
-    _unavailable,
-    cancel_channel,
+    refused,
+    resend_delay,
+    unavailable,
 )
 from dtq.sdk.coalesce import Coalescer, SyncCoalescer
 from dtq.sdk.donewait import DoneWaits, SyncDoneWaits
@@ -57,19 +54,10 @@ if TYPE_CHECKING:
     from dtq.app import App
     from dtq.sdk.cancellation import CancelSummary
 
-# Re-exported: imported from here before the shared part moved to dtq.sdk.clientbase.
-__all__ = [
-    "BULK_FIRST",
-    "BULK_PART",
-    "CANCEL_REASON",
-    "REGISTER_EVERY_S",
-    "AsyncClient",
-    "Client",
-    "cancel_channel",
-]
+__all__ = ["AsyncClient", "Client"]
 
 
-class AsyncClient(AsyncGroups, _Base):
+class AsyncClient(AsyncGroups, ClientBase):
     """asyncio client. ``async with AsyncClient(url) as c: ...`` closes its connections."""
 
     def __init__(
@@ -116,9 +104,9 @@ class AsyncClient(AsyncGroups, _Base):
         try:
             return await fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise _unavailable(exc) from None
-        except _REFUSED as exc:
-            raise _refused(exc) from None
+            raise unavailable(exc) from None
+        except REFUSED as exc:
+            raise refused(exc) from None
 
     @overload
     async def enqueue(
@@ -206,7 +194,7 @@ class AsyncClient(AsyncGroups, _Base):
         return hs
 
     async def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
-        """Warn once about each name of ``due`` no live worker declares (see _Base). A Redis
+        """Warn once about each name of ``due`` no live worker declares (see ClientBase). A Redis
         that cannot answer skips the check until the next period: the enqueue went through."""
         with contextlib.suppress(RedisUnavailable, redis.RedisError):
             self._warn(await self._drive(self._declared_steps(due)))
@@ -243,10 +231,10 @@ class AsyncClient(AsyncGroups, _Base):
             while True:
                 try:
                     return await go()
-                except _BLIPS:
+                except BLIPS:
                     if len(plan) == 1 or attempt >= self.settings.client_retries:
                         raise
-                await asyncio.sleep(_resend_delay(attempt))
+                await asyncio.sleep(resend_delay(attempt))
                 attempt += 1
 
         await self._io(send)
@@ -261,7 +249,7 @@ class AsyncClient(AsyncGroups, _Base):
         return self._flow_handle(p, await self._drive(self._workflow_steps(p, call, away)))
 
     async def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see _Base._get_steps)."""
+        """Do a shared request's I/O (see ClientBase._get_steps)."""
         reply: Any = None
         try:
             while True:
@@ -333,7 +321,7 @@ class AsyncClient(AsyncGroups, _Base):
         return await self._io(lambda: acancel_many(self, queue, name, reason))
 
 
-class Client(SyncGroups, _Base):
+class Client(SyncGroups, ClientBase):
     """Blocking client with the same methods as :class:`AsyncClient`."""
 
     def __init__(
@@ -380,9 +368,9 @@ class Client(SyncGroups, _Base):
         try:
             return fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise _unavailable(exc) from None
-        except _REFUSED as exc:
-            raise _refused(exc) from None
+            raise unavailable(exc) from None
+        except REFUSED as exc:
+            raise refused(exc) from None
 
     @overload
     def enqueue(self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]: ...
@@ -488,10 +476,10 @@ class Client(SyncGroups, _Base):
             while True:
                 try:
                     return go()
-                except _BLIPS:
+                except BLIPS:
                     if len(plan) == 1 or attempt >= self.settings.client_retries:
                         raise
-                time.sleep(_resend_delay(attempt))
+                time.sleep(resend_delay(attempt))
                 attempt += 1
 
         self._io(send)
@@ -504,7 +492,7 @@ class Client(SyncGroups, _Base):
         return self._flow_handle(p, self._drive(self._workflow_steps(p, call, away)))
 
     def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see _Base._get_steps)."""
+        """Do a shared request's I/O (see ClientBase._get_steps)."""
         reply: Any = None
         try:
             while True:

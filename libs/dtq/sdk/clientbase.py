@@ -1,6 +1,7 @@
 """What :class:`dtq.Client` and :class:`dtq.AsyncClient` share: the request building (checks
-in :mod:`dtq.sdk.requests`), the script calls, the bulk plan, and each request written once as a
-generator of its I/O steps (``_Base._get_steps``), which each client drives with its own I/O."""
+in :mod:`dtq.sdk.requests`), the script calls, the bulk plan, and each request written once as
+a generator of its I/O steps (``ClientBase._get_steps``), which each client drives with its own
+I/O."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Steps = Generator[Any, Any, T]
-"""A request written once for both clients: it yields its I/O steps (see _Base._get_steps)."""
+"""A request written once for both clients: it yields its I/O steps (see ClientBase._get_steps)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,9 +92,9 @@ def _bulk_parts(n: int) -> list[tuple[int, int]]:
 
 
 CANCEL_REASON = "cancelled by request"
-# How long a client trusts its own registration of a queue in P:queues (see _Base).
+# How long a client trusts its own registration of a queue in P:queues (see ClientBase).
 REGISTER_EVERY_S = 60.0
-# How long a client trusts its answer to "does a live worker declare this name?" (see _Base).
+# How long a client trusts its answer to "does a live worker declare this name?" (see ClientBase).
 DECLARED_EVERY_S = 300.0
 
 
@@ -102,17 +103,17 @@ def cancel_channel(keys: Keys) -> str:
     return keys.cancel_channel
 
 
-def _unavailable(exc: Exception) -> RedisUnavailable:
+def unavailable(exc: Exception) -> RedisUnavailable:
     return RedisUnavailable(unreachable(exc))
 
 
-_BLIPS = (redis.ConnectionError, redis.TimeoutError)
+BLIPS = (redis.ConnectionError, redis.TimeoutError)
 # Error replies of a Redis that cannot take writes now: the call did not take effect (a
 # streamed bulk enqueue: the parts before it did). Raised as RedisUnavailable, a DtqError.
-_REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
 
 
-def _refused(exc: Exception) -> RedisUnavailable:
+def refused(exc: Exception) -> RedisUnavailable:
     if is_oom(exc):
         return RedisUnavailable(out_of_memory_message(exc))
     return RedisUnavailable(f"Redis refused the write: {exc}")
@@ -127,7 +128,7 @@ def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _resend_delay(attempt: int) -> float:
+def resend_delay(attempt: int) -> float:
     """Jittered wait before re-sending a streamed bulk enqueue (as redis-py's own re-sends)."""
     return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
 
@@ -163,12 +164,12 @@ class ResultWait:
         refused = isinstance(exc.__context__, redis.exceptions.AuthenticationError)
         if refused or (self.deadline is not None and now >= self.deadline):
             raise exc
-        delay = RETRY_BASE_S + _resend_delay(self._failures)
+        delay = RETRY_BASE_S + resend_delay(self._failures)
         self._failures += 1
         return delay if self.deadline is None else min(delay, self.deadline - now)
 
 
-class _Base:
+class ClientBase:
     def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
         if settings is None:
             settings = app.settings if app is not None else load_settings()
@@ -285,7 +286,7 @@ class _Base:
     ) -> None:
         """Put the handles of enqueue.lua's reply (3 fields per task) at their items' places."""
         for j, (i, _) in enumerate(tasks):
-            out[i] = _Base._handle(queue, raw, 3 * j)
+            out[i] = ClientBase._handle(queue, raw, 3 * j)
 
     def _unregistered(self, queues: Iterable[str]) -> list[str]:
         """Those of ``queues`` this client has not registered lately."""

@@ -15,9 +15,9 @@ from dtq import codec
 from dtq.errors import InvalidRequest, SerializationError
 from dtq.limits import Limit
 from dtq.scripts import NewTask
-from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
+from dtq.settings import CONTROL_RE, Settings
 from dtq.store import partitions
-from dtq.store.keys import new_tid
+from dtq.store.keys import QUEUE_NAME_RE, new_tid
 from dtq.store.record import DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES
 from dtq.store.record import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 
