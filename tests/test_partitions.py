@@ -13,7 +13,7 @@ from dtq import AsyncClient, Client, TaskStatus
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.settings import load_settings
 from dtq.store import partitions as pt
-from dtq.store.keys import Keys, make_task_id, split_task_id
+from dtq.store.keys import Keys, QueueRef, make_task_id, split_task_id
 from tests.apps.basic import app
 from tests.conftest import body_starts, make_settings, running_worker
 from tests.redis_cluster import RedisClusterFixture
@@ -36,6 +36,15 @@ def test_ids_name_the_logical_queue_and_carry_the_partition() -> None:
     order = ["a", "bulk", "bulk~1", "bulk~2", "z"]
     assert pt.poll_order(order, 1) == ["a", "bulk~1", "bulk~2", "bulk", "z"]
     assert pt.poll_order(order, 3) == order
+
+
+def test_a_queue_ref_is_parsed_from_and_builds_the_physical_name() -> None:
+    assert QueueRef.parse("bulk~12") == QueueRef("bulk", 12)
+    assert QueueRef.parse("bulk") == QueueRef("bulk", 0)
+    assert [QueueRef.parse(n).name for n in ("bulk", "bulk~3")] == ["bulk", "bulk~3"]
+    assert QueueRef("bulk", 3).task_id("abc") == "bulk:abc~3"
+    assert QueueRef("bulk").task_id("abc") == "bulk:abc"
+    assert split_task_id(QueueRef("bulk", 3).task_id("abc")) == ("bulk~3", "abc")
 
 
 def test_the_setting_is_parsed_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:

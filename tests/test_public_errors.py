@@ -27,7 +27,6 @@ def test_every_dtq_error_is_exported_from_dtq() -> None:
 
 
 def test_the_old_homes_still_import() -> None:
-    assert dtq.store.keys.BadTaskId is dtq.BadTaskId
     assert dtq.admin.UnknownQueue is dtq.UnknownQueue
     assert dtq.admin.Conflict is dtq.Conflict
     assert dtq.schedules.UnknownSchedule is dtq.UnknownSchedule

@@ -18,7 +18,7 @@ from dtq import (
     TaskStatus,
     UnknownTask,
 )
-from dtq.store.keys import BadTaskId
+from dtq.errors import BadTaskId
 from tests.apps.basic import add, app
 from tests.conftest import make_settings, running_worker
 from tests.redis_server import free_port

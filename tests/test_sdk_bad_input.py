@@ -20,9 +20,10 @@ import redis
 from dtq import AsyncClient, Client, ConfigError, DtqError, InvalidRequest, Settings
 from dtq.admin import Admin, filled_page
 from dtq.cli import main
+from dtq.errors import BadTaskId
 from dtq.logs import JsonFormatter, TextFormatter
 from dtq.settings import load_settings
-from dtq.store.keys import BadTaskId, QueueKeys
+from dtq.store.keys import QueueKeys
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: Any, *argv: str) -> tuple[int, str, str]:

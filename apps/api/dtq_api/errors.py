@@ -17,6 +17,7 @@ from starlette.types import Scope
 
 from dtq.admin import Conflict, UnknownQueue
 from dtq.errors import (
+    BadTaskId,
     DtqError,
     InvalidRequest,
     PayloadTooLarge,
@@ -26,7 +27,6 @@ from dtq.errors import (
     unreachable,
 )
 from dtq.schedules import UnknownSchedule
-from dtq.store.keys import BadTaskId
 from dtq_api import schemas as s
 
 log = logging.getLogger("dtq.api")

@@ -17,7 +17,7 @@ from dtq.sdk.client import AsyncClient
 from dtq.settings import Settings, load_settings
 from dtq.store import eviction
 from dtq.store.connection import async_redis, is_cluster
-from dtq.store.keys import Keys, QueueKeys, is_flow_id, split_task_id
+from dtq.store.keys import Keys, QueueKeys, QueueRef, is_flow_id, split_task_id
 from dtq.store.partitions import expand, is_physical, logical
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ class AdminCore:
                 raise BadTaskId(
                     f"not a dtq task id: {task_id!r} (expected <queue>:<tid>)"
                 ) from None
-        queues = [q for q in await self.physical_names() if "~" not in q]
+        names = await self.physical_names()
+        queues = [q for q in names if QueueRef.parse(q).partition == 0]
         pipe = self._r.pipeline(transaction=False)
         for q in queues:
             qk = self.keys.queue(q)

@@ -39,8 +39,7 @@ from dtq.sdk.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fie
 from dtq.settings import Settings, checked_redis_url, load_settings
 from dtq.store.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
 from dtq.store.eviction import is_oom, out_of_memory_message
-from dtq.store.keys import PARTITION_SEP, Keys, QueueKeys, is_flow_id, make_task_id, split_task_id
-from dtq.store.partitions import logical
+from dtq.store.keys import Keys, QueueKeys, QueueRef, is_flow_id, split_task_id
 from dtq.store.record import Field
 
 if TYPE_CHECKING:
@@ -308,11 +307,8 @@ class ClientBase:
         tid, status = raw[b], raw[b + 1]
         if type(tid) is not str:
             tid, status = tid.decode(), status.decode()
-        if PARTITION_SEP in queue:  # a partition's task: the id names its queue
-            return TaskHandle(
-                make_task_id(queue, tid), logical(queue), _STATUS[status], int(raw[b + 2]) == 1
-            )
-        return TaskHandle(f"{queue}:{tid}", queue, _STATUS[status], int(raw[b + 2]) == 1)
+        ref = QueueRef.parse(queue)  # a partition's task: the id names its logical queue
+        return TaskHandle(ref.task_id(tid), ref.queue, _STATUS[status], int(raw[b + 2]) == 1)
 
     @staticmethod
     def _plan(

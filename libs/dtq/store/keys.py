@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from dtq.errors import BadTaskId as BadTaskId  # its home was here; kept importable
+from dtq.errors import BadTaskId
 
 SCHEMA_VERSION = "2"  # the task record layout this dtq writes and reads (docs/design.md)
 GROUP = "workers"
@@ -53,13 +53,37 @@ def new_tid() -> str:
 PARTITION_SEP = "~"  # partition i > 0 of queue q is the internal queue "q~i" (dtq.store.partitions)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueRef:
+    """One partition of a logical queue: what a physical queue name stands for (``bulk~2`` is
+    partition 2 of ``bulk``; ``bulk`` itself is its partition 0). The one place that name is
+    parsed and built."""
+
+    queue: str
+    partition: int = 0
+
+    @classmethod
+    def parse(cls, name: str) -> QueueRef:
+        queue, sep, i = name.partition(PARTITION_SEP)
+        return cls(queue, int(i) if sep else 0)
+
+    @property
+    def name(self) -> str:
+        """The physical queue: its keys' hash tag is ``{P:<name>}``."""
+        return f"{self.queue}{PARTITION_SEP}{self.partition}" if self.partition else self.queue
+
+    def task_id(self, tid: str) -> str:
+        """The public task id of task ``tid`` here: ``q:<tid>``, or ``q:<tid>~i`` for partition
+        i > 0 (the id names the logical queue and carries the partition)."""
+        if self.partition:
+            return f"{self.queue}:{tid}{PARTITION_SEP}{self.partition}"
+        return f"{self.queue}:{tid}"
+
+
 def make_task_id(queue: str, tid: str) -> str:
     """The public task id embeds the queue, so any client can find the task's keys. A task of
     partition i > 0 (queue ``q~i``) gets ``q:<tid>~i``: the id names the logical queue."""
-    if PARTITION_SEP in queue:
-        q, _, i = queue.partition(PARTITION_SEP)
-        return f"{q}:{tid}{PARTITION_SEP}{i}"
-    return f"{queue}:{tid}"
+    return QueueRef.parse(queue).task_id(tid)
 
 
 # A queue name, matched whole: with ``$`` "default\n" would pass (``$`` matches before a final

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dtq.errors import ConfigError
-from dtq.store.keys import PARTITION_SEP, Keys
+from dtq.store.keys import Keys, QueueRef
 
 MAX_PARTITIONS = 256
 _spread = itertools.count()  # tasks without a key go round the partitions
@@ -31,7 +31,7 @@ _spread = itertools.count()  # tasks without a key go round the partitions
 
 def physical(queue: str, i: int) -> str:
     """The internal queue holding partition ``i`` of ``queue``."""
-    return queue if i == 0 else f"{queue}{PARTITION_SEP}{i}"
+    return QueueRef(queue, i).name
 
 
 _PHYSICAL_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}(~[1-9][0-9]{0,2})?\Z")
@@ -44,13 +44,12 @@ def is_physical(name: str) -> bool:
 
 def logical(name: str) -> str:
     """The queue a physical queue name belongs to (itself when unpartitioned)."""
-    return name.partition(PARTITION_SEP)[0]
+    return QueueRef.parse(name).queue
 
 
 def index(name: str) -> int:
     """The partition a physical queue name holds (0 for the logical queue itself)."""
-    _, sep, i = name.partition(PARTITION_SEP)
-    return int(i) if sep else 0
+    return QueueRef.parse(name).partition
 
 
 def expand(queues: Iterable[str], counts: Mapping[str, int]) -> list[str]:
