@@ -13,8 +13,8 @@ from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
-from dtq_worker.runs import Run, StopReason
-from dtq_worker.slots import Slots
+from dtq_worker.runs import Runs
+from dtq_worker.slots import Run, Slots, StopReason
 from tests.conftest import make_settings
 
 
@@ -47,10 +47,10 @@ class Writer:
         self.items: list[Any] = []
         self.held_when_written: list[bool] = []
 
-    async def write(self, outcome: Any, still_owned: Any) -> str:
+    async def write(self, outcome: Any, still_owned: Any) -> tuple[str, None]:
         self.items.append(outcome.item)
         self.held_when_written.append(self.slots.active > 0)
-        return "succeeded" if isinstance(outcome.item, sc.Success) else "scheduled"
+        return ("succeeded" if isinstance(outcome.item, sc.Success) else "scheduled"), None
 
 
 async def test_the_executor_alone_maps_outcomes_counts_them_and_frees_the_slot_first() -> None:
@@ -75,24 +75,18 @@ async def test_the_executor_alone_maps_outcomes_counts_them_and_frees_the_slot_f
 
 def test_a_heartbeat_touch_stops_lost_runs_and_passes_on_cancel_flags() -> None:
     app = make_app()
-    slots = Slots(2, 0, {}, 60.0, lambda run: None)
-    lost, kept = Run(claimed("ok", "t1")), Run(claimed("ok", "t2"))
-    for run in (lost, kept):
-        slots.launch(run)
-    stopped: list[tuple[str, StopReason]] = []
-    cancels: list[tuple[str | None, str]] = []
     env = env_for(app)
     env.emit_event = lambda etype, detail="": None  # type: ignore[method-assign]
-    hb = Heartbeat(
-        env,
-        slots,
-        app.tasks,
-        {},
-        on_beat=lambda: None,
-        request_cancel=lambda q, tid: cancels.append((q, tid)),
-        stop_run=lambda run, reason: stopped.append((run.claimed.tid, reason)),
-        self_stop=lambda: None,
-    )
+    with ThreadPoolExecutor(1) as pool:
+        runs = Runs(env, app, pool, {}, {})
+    lost, kept = Run(claimed("ok", "t1")), Run(claimed("ok", "t2"))
+    for run in (lost, kept):
+        runs.slots.launch(run)
+    stopped: list[tuple[str, StopReason]] = []
+    cancels: list[tuple[str | None, str]] = []
+    runs.stop = lambda run, reason, detail="": stopped.append((run.claimed.tid, reason))  # type: ignore[method-assign]
+    runs.cancel = lambda q, tid: cancels.append((q, tid))  # type: ignore[method-assign]
+    hb = Heartbeat(env, runs, app.tasks, {}, on_beat=lambda: None, self_stop=lambda: None)
     touch = sc.TouchResult(lost=["t1", "gone"], cancel_requested=["t2"])
     hb.apply_touch("default", touch, [lost, kept])
     assert stopped == [("t1", StopReason.CLAIM_LOST)]

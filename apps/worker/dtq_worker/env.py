@@ -1,9 +1,9 @@
 """What every loop of a worker reads and nothing more: its identity, settings, Redis access,
 metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown).
 
-No run, slot or claim lives here: the loops get those from their other collaborators (slots,
-recovery, a launch callback), passed one by one by the worker (worker.py: the composition
-root). A loop can be built and tested with a WorkerEnv and fakes of those.
+No run, slot or claim lives here: the loops get those from their other collaborators (runs,
+slots, recovery), passed one by one by the worker (worker.py: the composition root). A loop can
+be built and tested with a WorkerEnv and fakes of those.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ class WorkerEnv:
         # Redis's maxmemory-policy while it may evict waiting tasks (allkeys-*), as the
         # heartbeat last read it: no claims meanwhile (Heartbeat._watch_eviction).
         self.evicting: str | None = None
+        # The poll loop is blocked waiting for new entries (the queues were empty): outcome
+        # writes claim no refill meanwhile (OutcomeWriter._can_refill).
+        self.idle = False
         # The runs' progress writes in flight at once (dtq.progress): hundreds of runs
         # reporting together would take every connection of the client's pool (100).
         self.progress_writes = asyncio.Semaphore(PROGRESS_WRITES_AT_ONCE)

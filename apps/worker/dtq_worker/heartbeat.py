@@ -1,4 +1,5 @@
-"""The heartbeat loop: liveness hash, touch of in-flight entries, claim loss, self-stop."""
+"""The heartbeat loop: the liveness hash, the leases of the runs in flight (their touch), and
+the self-stop when no beat gets through."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from dtq.connection import is_cluster
 from dtq.errors import ConfigError
 from dtq.worker_tasks import TASKS_FIELD
 from dtq_worker.faults import Backoff, is_transient
-from dtq_worker.runs import Run, StopReason
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
-    from dtq_worker.slots import Slots
+    from dtq_worker.runs import Runs
+    from dtq_worker.slots import Run
 
 log = logging.getLogger("dtq.heartbeat")
 EVICTING_REMIND_S = 60.0  # the error is logged again this often while Redis evicts
@@ -52,13 +53,11 @@ class Heartbeat:
     def __init__(
         self,
         env: WorkerEnv,
-        slots: Slots,
+        runs: Runs,
         tasks: Mapping[str, Any],
         counters: dict[str, int],
         *,
         on_beat: Callable[[], None],
-        request_cancel: Callable[[str | None, str], None],
-        stop_run: Callable[[Run, StopReason], None],
         self_stop: Callable[[], None],
         schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
@@ -66,17 +65,15 @@ class Heartbeat:
         every beat on each queue consumed, as ``schedules``, queue -> the names of the code
         schedules of that queue, are: see :meth:`_declare`); ``counters``: the
         outcomes so far (published); ``on_beat()``: after every beat Redis
-        took (the recovery's periodic check); ``request_cancel(queue, tid)``: a touch found a
-        run's cancel flag; ``stop_run(run, reason)``: a touch found a run's claim lost;
-        ``self_stop()``: no beat got through for the heartbeat TTL."""
+        took (the recovery's periodic check); ``self_stop()``: no beat got through for the
+        heartbeat TTL. A touch's reports go to ``runs`` (a claim lost, a cancel flag)."""
         self.env = env
-        self.slots = slots
+        self.runs = runs
+        self.slots = runs.slots
         self.tasks = tasks
         self.counters = counters
         self.schedules = schedules or {}
         self._on_beat = on_beat
-        self._request_cancel = request_cancel
-        self._stop_run = stop_run
         self._self_stop = self_stop
         self.pid = os.getpid()
         self.last_ok = time.monotonic()
@@ -357,15 +354,6 @@ class Heartbeat:
                 or self.slots.inflight.get(run.key) is not run
             ):
                 continue
-            self.lose(run, "was reclaimed by another worker")
+            self.runs.lose(run, "was reclaimed by another worker")
         for tid in res.cancel_requested:
-            self._request_cancel(queue, tid)
-
-    def lose(self, run: Run, why: str) -> None:
-        """Count, log and announce a lost claim; stop the run (an async run is cancelled)."""
-        env = self.env
-        env.metrics.claims_lost.inc()
-        log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
-                    why)  # fmt: skip
-        env.emit_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
-        self._stop_run(run, StopReason.CLAIM_LOST)
+            self.runs.cancel(queue, tid)

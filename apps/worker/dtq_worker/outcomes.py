@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq_worker.batcher import Batcher
@@ -17,19 +17,20 @@ from dtq_worker.faults import Backoff, is_transient
 if TYPE_CHECKING:
     from dtq.settings import Settings
     from dtq_worker.env import WorkerEnv
-    from dtq_worker.recovery import Recovery
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.outcomes")
 
 
-class PollLoop(Protocol):
-    """What an outcome write needs of the poll loop (consumer.Consumer)."""
+@dataclass(slots=True)
+class Refill:
+    """The runs a write's claim took (complete.lua claims the slots its batch freed), returned
+    to the run whose write carried it: Runs.take launches them and gives back ``reserved``."""
 
-    waiting: bool  # blocked waiting for work: the queues were empty
-
-    def took(self, batch: sc.ClaimBatch, sent: float) -> None:
-        """Launch a claim's runs (here: a write's refill)."""
+    queue: str
+    batch: sc.ClaimBatch
+    sent: float  # monotonic: when the write (and its claim) was sent
+    reserved: int  # the slots held for this claim until its runs are launched
 
 
 @dataclass(slots=True)
@@ -49,29 +50,20 @@ class OutcomeWriter:
     ``stale`` (the run no longer owns the task; nothing was written).
     """
 
-    def __init__(
-        self,
-        env: WorkerEnv,
-        slots: Slots,
-        recovery: Recovery,
-        poll: PollLoop,
-    ) -> None:
-        """``poll``: the poll loop (consumer.py), which launches what a write's refill claimed
-        and says whether it is blocked waiting for work."""
+    def __init__(self, env: WorkerEnv, slots: Slots) -> None:
         self.env = env
         self.slots = slots
-        self.recovery = recovery
-        self.poll = poll
         # Two writes in flight of at most half the slots each: the batches alternate between
         # Redis and the worker (see _can_refill).
-        self._batcher: Batcher[Outcome, str] = Batcher(
+        self._batcher: Batcher[Outcome, tuple[str, Refill | None]] = Batcher(
             self._flush, max_batch=max(1, (env.settings.worker_concurrency + 1) // 2), flights=2
         )
 
-    async def write(self, outcome: Outcome, still_owned: Any) -> str | None:
+    async def write(self, outcome: Outcome, still_owned: Any) -> tuple[str | None, Refill | None]:
         """Store ``outcome``, retrying transient errors while ``still_owned()`` is true.
 
-        Returns the verdict, or None when the run lost its claim or the worker gave up.
+        Returns the verdict (None when the run lost its claim or the worker gave up) and the
+        refill its write claimed, if this outcome carries it (the first of its batch and queue).
         """
         if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
             outcome.held = True
@@ -79,16 +71,16 @@ class OutcomeWriter:
         backoff: Backoff | None = None  # made on the first failure (most writes have none)
         while True:
             try:
-                verdict = await self._batcher.submit(outcome)
+                written = await self._batcher.submit(outcome)
                 if backoff is not None:
                     backoff.ok()
-                return verdict
+                return written
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 self.env.metrics.redis_errors.labels("outcome").inc()
                 if not still_owned() or self.env.self_stopping:
-                    return None
+                    return None, None
                 if backoff is None:
                     backoff = Backoff(log, "outcome write")
                 await asyncio.sleep(backoff.failed(exc))
@@ -108,22 +100,22 @@ class OutcomeWriter:
             queue == env.queues[0]
             and queue not in env.partitions_of
             and not env.stopping
-            and not self.poll.waiting
+            and not env.idle
             and env.healthy.is_set()
             and env.evicting is None
-            and not self.recovery.active(queue)
+            and queue not in self.slots.recovering
         )
 
-    async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
+    async def _flush(self, batch: Sequence[Outcome]) -> list[tuple[str, Refill | None]]:
         env = self.env
         s = env.settings
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, o in enumerate(batch):
             groups[(o.queue, "ok" if isinstance(o.item, sc.Success) else "fail")].append(i)
-        verdicts: list[str] = [""] * len(batch)
+        written: list[tuple[str, Refill | None]] = [("", None)] * len(batch)
         order = []
         calls = []
-        refill: tuple[str, int] | None = None  # slots reserved for this flush's claim
+        refill: tuple[str, int, sc.Call] | None = None  # slots reserved for this flush's claim
         try:
             for (queue, kind), idx in groups.items():
                 qk = env.keys.queue(queue)
@@ -135,15 +127,15 @@ class OutcomeWriter:
                             batch[i].held = False
                             held += 1
                     claim = held if held and self._can_refill(queue) else 0
-                    if claim:
-                        refill = (queue, held)
-                    elif held:
+                    if held and not claim:
                         self.slots.unreserve(queue, held, wake=True)  # the poll loop takes them
                     call = sc.complete_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                         s.events_maxlen, s.result_ttl_s, claim, s.fair, _hist(s, batch, idx),
                         s.group_cap(queue),
                     )  # fmt: skip
+                    if claim:
+                        refill = (queue, held, call)
                 else:
                     call = sc.fail_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
@@ -161,28 +153,34 @@ class OutcomeWriter:
                     for call in calls:
                         await env.scripts.run(call, pipe)
                     replies = await pipe.execute()
-        except Exception as exc:
-            # The refill claim may have run with its reply lost (a single call over the lane
-            # tells the recovery itself, see AsyncScripts.on_reply_lost).
-            if refill is not None and is_transient(exc):
-                self.recovery.request(refill[0])
-            raise
-        finally:
+        except BaseException as exc:
             if refill is not None:
                 self.slots.unreserve(refill[0], refill[1])
+                # The refill claim may have run with its reply lost (a single call over the
+                # lane tells the recovery itself): AsyncScripts.on_reply_lost.
+                lost = env.scripts.on_reply_lost
+                if len(calls) > 1 and lost is not None and is_transient(exc):
+                    lost(refill[2])
+            raise
         for (kind, idx), raw in zip(order, replies, strict=True):
             if kind == "ok":
-                stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)
-                if claimed is not None and not claimed.missing_streams:
-                    self.poll.took(claimed, sent)
+                queue = batch[idx[0]].queue
+                stored_flags, claimed = sc.parse_complete_claim(queue, raw)
+                carried: Refill | None = None
+                if refill is not None and refill[0] == queue:
+                    if claimed is None or claimed.missing_streams:
+                        self.slots.unreserve(queue, refill[1])
+                    else:  # its slots stay held until Runs.take launches its runs
+                        carried = Refill(queue, claimed, sent, refill[1])
                 for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)
-                    verdicts[i] = item.status if stored else "stale"
+                    written[i] = (item.status if stored else "stale", carried)
+                    carried = None
             else:
                 for i, v in zip(idx, sc.parse_verdicts(raw), strict=True):
-                    verdicts[i] = v
-        return verdicts
+                    written[i] = (v, None)
+        return written
 
 
 def _hist(s: Settings, batch: Sequence[Outcome], idx: list[int]) -> sc.History | None:
