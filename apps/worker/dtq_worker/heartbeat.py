@@ -79,10 +79,6 @@ class Heartbeat:
         self.last_ok = time.monotonic()
         self.started_at = int(time.time() * 1000)
         self.backoff = Backoff(log, "heartbeat")
-        # Redis time minus this process's monotonic clock (ms), from a TIME sent with every beat:
-        # heartbeat times are on the Redis clock, which retention and observers compare them
-        # with, whatever this host's wall clock says (or how it jumps).
-        self.clock_offset_ms: int | None = None
         # The owner and the task names go with the first beat and the first after a failed one
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
@@ -218,11 +214,6 @@ class Heartbeat:
             await env.redis.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
         return None
 
-    def set_clock(self, reply: tuple[int, int]) -> None:
-        """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""
-        sec, usec = reply
-        self.clock_offset_ms = int(sec) * 1000 + int(usec) // 1000 - int(time.monotonic() * 1000)
-
     def status(self) -> str:
         env = self.env
         if env.stopping:
@@ -276,9 +267,10 @@ class Heartbeat:
         its TTL, the workers index, one touch per queue with runs in flight, then TIME.
         Replies in that order (without the owner's HSET when not ``published``)."""
         env = self.env
-        if self.clock_offset_ms is None:
-            self.set_clock(await env.redis.time())
-        now_ms = int(time.monotonic() * 1000) + (self.clock_offset_ms or 0)
+        # Heartbeat times are on the Redis clock (env.clock), set by a TIME sent with every beat.
+        if env.clock.offset_ms is None:
+            env.clock.set(await env.redis.time())
+        now_ms = env.clock.now_ms()
         async with env.redis.pipeline(transaction=False) as pipe:
             key = env.keys.worker(env.worker_id)
             pipe.hset(key, mapping=self._fields(now_ms, active, status))
@@ -330,7 +322,7 @@ class Heartbeat:
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
         self.env.healthy.set()
-        self.set_clock(replies[-1])
+        self.env.clock.set(replies[-1])
         touches = [sc.parse_touch(raw) for raw in replies[3 : 3 + len(by_queue)]]
         lost = {(q, tid) for q, t in zip(by_queue, touches, strict=True) for tid in t.lost}
         for q_runs in by_queue.values():
