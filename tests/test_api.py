@@ -70,6 +70,18 @@ async def test_enqueue_with_idempotency_key_and_get_result(
     assert "already ended succeeded" in err(r, 409, "conflict")
 
 
+async def test_enqueue_unique_answers_the_unfinished_task(http: httpx.AsyncClient) -> None:
+    # `unique` is one of the SDK's enqueue fields, so the body takes it too (a bool only).
+    body = {"name": "add", "args": [1, 1], "unique": True}
+    r1 = await http.post("/api/v1/tasks", json=body)
+    assert r1.status_code == 201, r1.text
+    r2 = await http.post("/api/v1/tasks", json=body)
+    assert r2.status_code == 200 and r2.json()["id"] == r1.json()["id"]
+    r3 = await http.post("/api/v1/tasks", json={**body, "unique": False})
+    assert r3.status_code == 201 and r3.json()["id"] != r1.json()["id"]
+    err(await http.post("/api/v1/tasks", json={**body, "unique": "yes"}), 422)
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("path", ["/api/v1/tasks/{tid}", "/api/v1/queues", "/api/v1/tasks"])
 async def test_many_requests_at_once_wait_for_a_connection(settings: Settings, path: str) -> None:

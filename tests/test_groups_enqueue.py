@@ -106,13 +106,11 @@ def test_enqueue_many_items(client: Client, rec: Records) -> None:
     assert [client.get(h.id).group for h in hs[:3]] == ["g0", "g1", "g2"]
 
 
-def test_task_enqueue_shortcut_and_enqueue_with(settings: Settings, rec: Records) -> None:
-    from dtq.app import EnqueueOptions
-
+def test_task_enqueue_shortcut_with_options(settings: Settings, rec: Records) -> None:
     app.configure(settings)
     h = work.options(group="short").enqueue(1)
     assert rec.grp(h.id) == "short"
-    h = work.enqueue_with(EnqueueOptions(group="with", delay=30), 2)
+    h = work.options(group="with", delay=30).enqueue(2)
     assert rec.grp(h.id) == "with"
 
 

@@ -15,6 +15,8 @@ from tests.conftest import create_groups
 
 Q = "gq"
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture
 def qk(prefix: str, r: redis.Redis) -> QueueKeys:
@@ -226,7 +228,10 @@ def test_cancel_passes_the_turn_or_leaves_the_list(r: redis.Redis, run: Any, qk:
     enqueue(run, qk, *ts)
 
     def cancel(tid: str) -> None:
-        run(sc.cancel_call(qk, tid, events_maxlen=0, ttl_s=60, hint_channel="h", reason="x"))
+        c = sc.cancel_call(
+            qk, tid, events_maxlen=0, ttl_s=60, hint_channel="h", reason="x", nonce=sc.new_nonce()
+        )
+        run(c)
 
     cancel(ts[1].tid)  # in the list
     assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [ts[2].tid]
@@ -255,7 +260,7 @@ def test_purge_removes_listed_tasks_and_every_group_key(
     claim(run, qk, count=5)  # g3's turn may be withheld now
     removed = 0
     while True:
-        q, _s, more = run(sc.purge_call(qk, 10, 0))
+        q, _s, more = run(sc.purge_call(qk, 10, 0, nonce=sc.new_nonce()))
         removed += q
         if not more:
             break

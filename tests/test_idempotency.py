@@ -8,7 +8,7 @@ import threading
 import pytest
 import redis
 
-from dtq import AsyncClient, Client, EnqueueOptions, InvalidRequest, Settings
+from dtq import AsyncClient, Client, InvalidRequest, Settings
 from dtq.keys import Keys
 from tests.apps.lifecycle import app, uniq
 from tests.conftest import make_settings, running_worker
@@ -123,8 +123,8 @@ def test_typed_enqueue_with_options(settings: Settings) -> None:
     h1 = uniq.enqueue(5)
     h2 = uniq.enqueue(5)
     assert h1.id == h2.id
-    o = EnqueueOptions(idempotency_key="typed")
-    assert uniq.enqueue_with(o, 6).id == uniq.enqueue_with(o, 7).id
+    keyed = uniq.options(idempotency_key="typed")
+    assert keyed.enqueue(6).id == keyed.enqueue(7).id
 
 
 def test_reserved_and_bad_keys_are_refused(settings: Settings) -> None:

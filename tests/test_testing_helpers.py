@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from dtq import EnqueueOptions, TaskFailed
+from dtq import TaskFailed
 from dtq.keys import Keys, split_task_id
 from dtq.testing import TestQueue
 from tests.apps import testing_app as ta
@@ -63,7 +63,7 @@ def test_eager_mode_runs_at_enqueue() -> None:
         h = ta.signup.enqueue("e@x.y")
         assert tq.client.get(h.id).status == "succeeded"
         assert ta.sent == ["e@x.y"]  # the nested enqueue ran too
-        h2 = ta.send_email.enqueue_with(EnqueueOptions(priority=9), to="p@x.y")
+        h2 = ta.send_email.options(priority=9).enqueue(to="p@x.y")
         assert tq.client.result(h2.id, timeout=1) == "sent to p@x.y"
 
 

@@ -282,16 +282,16 @@ def test_task_p_is_a_step_whose_first_argument_the_flow_fills(
     def nothing() -> int:
         return 0
 
-    s = mul.p(10)
+    s = mul.taking_result(10)
     assert s.name == "mul" and s.args == (10,) and s.defaults is mul.defaults
-    assert mul.p(b=3).kwargs == {"b": 3}
-    assert total.p().args == ()
+    assert mul.taking_result(b=3).kwargs == {"b": 3}
+    assert total.taking_result().args == ()
     with pytest.raises(InvalidRequest, match="first"):
-        nothing.p()
+        nothing.taking_result()
     with pytest.raises(InvalidRequest, match="mul"):
-        mul.p(1, 2)  # too many: the flow gives the first
+        mul.taking_result(1, 2)  # too many: the flow gives the first
     with Client(settings=settings, app=app) as c:
-        h = c.enqueue_workflow(chain(add.s(1, 2), mul.p(10)))
+        h = c.enqueue_workflow(chain(add.s(1, 2), mul.taking_result(10)))
         [a] = claim(r, settings, "default")
         assert complete(r, settings, "default", a, 3)
         [put] = outbox(r, settings, "default")  # released to the task's declared queue
@@ -302,7 +302,7 @@ def test_task_p_is_a_step_whose_first_argument_the_flow_fills(
         assert complete(r, settings, "other", m, 30)
         info = c.get(h.id)
         assert info.steps is not None and info.steps[1]["status"] == "succeeded"
-        h2 = c.enqueue_workflow(chord(group(add.s(1, 1), add.s(2, 2)), total.p()))
+        h2 = c.enqueue_workflow(chord(group(add.s(1, 1), add.s(2, 2)), total.taking_result()))
         assert h2.id.startswith("default:")
 
 
@@ -311,4 +311,4 @@ def _typed_usage(app: App) -> Any:  # checked by mypy (make lint): task.p is typ
     def mul(a: int, b: int) -> int:
         return a * b
 
-    return chain(mul.s(1, 2), mul.p(10))
+    return chain(mul.s(1, 2), mul.taking_result(10))

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dtq.app import App, EnqueueOptions, Task
+    from dtq.app import App
     from dtq.client import AsyncClient, Client
     from dtq.context import TaskContext, current_task
     from dtq.errors import (
@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     )
     from dtq.limits import Limit, Rate
     from dtq.models import TaskHandle, TaskInfo, TaskStatus
+    from dtq.requests import EnqueueOptions
     from dtq.settings import Settings
+    from dtq.task import Task
     from dtq.workflows import chain, chord, group, sig
 
 __version__ = "0.1.0"
@@ -86,7 +88,7 @@ __all__ = [
 # Each public name and the module that defines it (the imports above say the same for type
 # checkers; tests/test_lazy_import.py checks that the two agree with __all__).
 _HOMES: dict[str, str] = {
-    **dict.fromkeys(("App", "EnqueueOptions", "Task"), "dtq.app"),
+    "App": "dtq.app",
     **dict.fromkeys(("AsyncClient", "Client"), "dtq.client"),
     **dict.fromkeys(("TaskContext", "current_task"), "dtq.context"),
     **dict.fromkeys(
@@ -115,6 +117,8 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("Limit", "Rate"), "dtq.limits"),
     **dict.fromkeys(("TaskHandle", "TaskInfo", "TaskStatus"), "dtq.models"),
     "Settings": "dtq.settings",
+    "EnqueueOptions": "dtq.requests",
+    "Task": "dtq.task",
     **dict.fromkeys(("chain", "chord", "group", "sig"), "dtq.workflows"),
 }
 

@@ -1,181 +1,29 @@
-"""``dtq.App``: the registry of task functions a worker runs and a client enqueues."""
+"""``dtq.App``: the registry of task functions (:class:`dtq.task.Task`) and middleware a worker
+runs and a client enqueues. It builds its own clients; a client is given an App and reads its
+hooks and defaults from the object (it never imports this module)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
 import importlib
-import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
-from dtq import codec
 from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.middleware import Hooks, check_middleware
-from dtq.models import TaskHandle
 from dtq.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
 from dtq.settings import QUEUE_NAME_RE, Settings, load_settings
-from dtq.workflows import Sig
+from dtq.task import Task
 
 if TYPE_CHECKING:
     from dtq.client import AsyncClient, Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
-P2 = ParamSpec("P2")
-R2 = TypeVar("R2")
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueOptions:
-    """Per-call options for :meth:`Task.enqueue_with`."""
-
-    queue: str | None = None
-    priority: int | None = None
-    delay: float | timedelta | None = None
-    eta: datetime | str | None = None
-    max_retries: int | None = None
-    timeout: float | None = None
-    idempotency_key: str | None = None
-    expires: float | timedelta | datetime | None = None
-    metadata: Mapping[str, Any] | None = None
-    unique: bool | None = None
-    partition_key: str | None = None
-    group: str | None = None
-    """The task's fair group within its queue (docs/groups.md)."""
-
-    def as_kwargs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(eq=False)
-class Task(Generic[P, R]):
-    """A registered task. Call it to run it inline; ``enqueue`` to send it to a worker."""
-
-    app: App
-    fn: Callable[P, R] | Callable[P, Awaitable[R]]
-    name: str
-    defaults: TaskDefaults
-    call_options: EnqueueOptions | None = None
-    is_async: bool = field(init=False)
-    arg_types: codec.ArgTypes | codec.Unresolved | None = field(init=False, repr=False)
-    """Its typed parameters, converted by the worker before each call (docs/arguments.md);
-    None when all are plain JSON types: then a call converts nothing."""
-
-    def __post_init__(self) -> None:
-        self.is_async = inspect.iscoroutinefunction(self.fn)
-        self.arg_types = codec.arg_types(self.fn)
-        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
-        try:
-            self._signature: inspect.Signature | None = inspect.signature(self.fn)
-        except (TypeError, ValueError):  # no signature to check (a builtin)
-            self._signature = None
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
-        return self.fn(*args, **kwargs)
-
-    def s(self, *args: P.args, **kwargs: P.kwargs) -> Sig:
-        """A workflow step of this task: type-checked like :meth:`enqueue`, with the task's own
-        defaults, all its arguments given. A step that gets an earlier result (in a chain, a
-        chord's callback) is written with :meth:`p` (docs/workflows.md)."""
-        return Sig(self.name, tuple(args), dict(kwargs) or None, {}, self.defaults)
-
-    def p(self: Task[Concatenate[Any, P2], R2], *args: P2.args, **kwargs: P2.kwargs) -> Sig:
-        """A *partial* workflow step of this task: the flow fills its first argument with the
-        earlier result (a chain's previous step, a chord's list of results); ``args`` and
-        ``kwargs`` are the others, type-checked against the rest of the task's signature
-        (``chain(add.s(1, 2), mul.p(10))`` runs ``mul(3, 10)``). Checked at once too: the task
-        must take a first positional argument, and the others must fit."""
-        try:
-            params = inspect.signature(self.fn).parameters.values()
-        except (TypeError, ValueError):  # no signature to check (a builtin): Redis-side only
-            params = None
-        if params is not None:
-            first = next(iter(params), None)
-            if first is None or first.kind not in (
-                inspect.Parameter.POSITIONAL_ONLY,
-                inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                inspect.Parameter.VAR_POSITIONAL,
-            ):
-                raise InvalidRequest(
-                    f"task {self.name!r} takes no first positional argument for the flow to fill"
-                )
-            try:
-                inspect.signature(self.fn).bind(None, *args, **kwargs)
-            except TypeError as exc:
-                raise InvalidRequest(
-                    f"task {self.name!r}: {exc} (the flow gives the first)"
-                ) from None
-        return Sig(self.name, tuple(args), dict(kwargs) or None, {}, self.defaults)
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
-        """Enqueue with the task's own defaults (type-checked arguments). Blocking.
-
-        Sent through the app's own client (``app.client()``: the App's settings, i.e. the
-        ``DTQ_*`` environment unless the App was given settings). To send through a
-        :class:`dtq.Client` you built, use ``client.enqueue(task, ...)`` (same typing).
-        """
-        return self.app.client().enqueue(self, *args, **kwargs)
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
-        """Enqueue with the task's own defaults (type-checked arguments), from asyncio, through
-        the app's own client (see :meth:`enqueue`)."""
-        return await self.app.async_client().enqueue(self, *args, **kwargs)
-
-    def options(self, **options: Any) -> Task[P, R]:
-        """This task with per-call enqueue options (any of :class:`EnqueueOptions`' fields), for
-        ``client.enqueue(task.options(delay=5), ...)``; the registered task is unchanged."""
-        bound = EnqueueOptions(**options)  # refuses an unknown option
-        return dataclasses.replace(self, call_options=bound)
-
-    def enqueue_with(
-        self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle[R]:
-        """Enqueue with per-call options (delay, priority, idempotency key, ...)."""
-        self.check_call(args, kwargs)
-        return self.app.client().enqueue(self.name, list(args), kwargs, **options.as_kwargs())
-
-    async def aenqueue_with(
-        self, options: EnqueueOptions, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskHandle[R]:
-        self.check_call(args, kwargs)
-        return await self.app.async_client().enqueue(
-            self.name, list(args), kwargs, **options.as_kwargs()
-        )
-
-    def decode_result(self, value: Any) -> R:
-        """A stored result (as JSON decoding gave it) as the task's return type: a ``-> datetime``
-        task's ISO string as a datetime. Unchanged when that type is a plain JSON one."""
-        tp = codec.return_type(self.fn)
-        if tp is None or value is None:
-            return value  # type: ignore[no-any-return]
-        return codec.convert(value, tp)  # type: ignore[no-any-return]
-
-    def check_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """``TypeError`` when ``args`` and ``kwargs`` cannot bind to the function's signature."""
-        if self._signature is not None:
-            try:
-                self._signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise TypeError(f"task {self.name!r}: {exc}") from None
-
-    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The enqueue fields of a call of this task (its name, arguments and call options).
-
-        Arguments that cannot bind to the function's signature raise ``TypeError`` here, as a
-        call of the function would, before anything is stored (else the task would be stored,
-        run, retried and failed with that same error)."""
-        self.check_call(args, kwargs)
-        fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
-        if self.call_options is not None:
-            fields.update((k, v) for k, v in self.call_options.as_kwargs().items() if v is not None)
-        return fields
 
 
 class _Register(Protocol):
@@ -333,6 +181,7 @@ class App:
         max_retries: int | None = None,
         timeout: float | None = None,
         expires: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
         group: str | None = None,
     ) -> Callable[[Any], Task[Any, Any]]:
         """Declare a periodic schedule (``cron=`` in ``tz``, or ``every=`` seconds) for a task.
@@ -345,7 +194,8 @@ class App:
         return periodic(
             self, cron=cron, every=every, tz=tz, name=name, queue=queue, args=args,
             kwargs=kwargs, overlap=overlap, grace=grace, priority=priority,
-            max_retries=max_retries, timeout=timeout, expires=expires, group=group,
+            max_retries=max_retries, timeout=timeout, expires=expires, metadata=metadata,
+            group=group,
         )  # fmt: skip
 
     def defaults_for(self, name: str) -> TaskDefaults | None:

@@ -14,7 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
-from dtq.clientbase import Pipelined, Steps, TaskScan
+from dtq.clientbase import CANCEL_REASON, Pipelined, Steps, TaskScan
 from dtq.errors import InvalidRequest
 from dtq.keys import make_task_id
 from dtq.partitions import expand
@@ -89,9 +89,8 @@ def _steps(
                 recs = yield partial(_statuses, keys=keys)
                 chosen = _pick(tids, recs, name)
                 if chosen:
-                    calls = [
-                        client._cancel_call(make_task_id(q, t), reason or _reason()) for t in chosen
-                    ]
+                    why = reason or CANCEL_REASON
+                    calls = [client._cancel_call(make_task_id(q, t), why) for t in chosen]
                     total += _summary((yield Pipelined(calls)))
             if int(cursor) == 0:
                 break
@@ -121,9 +120,3 @@ async def acancel_many(
 ) -> CancelSummary:
     """:func:`cancel_many` for asyncio."""
     return await client._drive(_steps(client, queue, name, reason))
-
-
-def _reason() -> str:
-    from dtq.client import CANCEL_REASON
-
-    return CANCEL_REASON

@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 import redis
 import redis.asyncio as aredis
@@ -21,7 +20,6 @@ import redis.asyncio as aredis
 from dtq import partitions
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.app import App, Task
 from dtq.clientbase import (
     _BLIPS,
     _REFUSED,
@@ -51,10 +49,12 @@ from dtq.errors import RedisUnavailable
 from dtq.groupops import AsyncGroups, SyncGroups
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
-from dtq.requests import TaskDefaults
+from dtq.requests import EnqueueOptions, TaskDefaults
 from dtq.settings import Settings
+from dtq.task import Task
 
 if TYPE_CHECKING:
+    from dtq.app import App
     from dtq.cancellation import CancelSummary
 
 # Re-exported: imported from here before the shared part moved to dtq.clientbase.
@@ -132,19 +132,7 @@ class AsyncClient(AsyncGroups, _Base):
         /,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        delay: float | timedelta | None = None,
-        eta: datetime | str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        idempotency_key: str | None = None,
-        expires: float | timedelta | datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        unique: bool | None = None,
-        partition_key: str | None = None,
-        group: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> TaskHandle[Any]: ...
 
     async def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
@@ -172,7 +160,7 @@ class AsyncClient(AsyncGroups, _Base):
         **options: Any,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
-        build_task's (the enqueue overload above lists them for callers)."""
+        :class:`EnqueueOptions` (build_task's keywords)."""
         mw = self._mw()
         d = defaults or self._defaults(name)
         if mw is None:
@@ -406,19 +394,7 @@ class Client(SyncGroups, _Base):
         /,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        delay: float | timedelta | None = None,
-        eta: datetime | str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        idempotency_key: str | None = None,
-        expires: float | timedelta | datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        unique: bool | None = None,
-        partition_key: str | None = None,
-        group: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> TaskHandle[Any]: ...
 
     def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
@@ -446,7 +422,7 @@ class Client(SyncGroups, _Base):
         **options: Any,
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
-        build_task's (the enqueue overload above lists them for callers)."""
+        :class:`EnqueueOptions` (build_task's keywords)."""
         mw = self._mw()
         d = defaults or self._defaults(name)
         if mw is None:

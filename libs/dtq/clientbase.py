@@ -22,7 +22,6 @@ import redis
 
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.app import App
 from dtq.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
 from dtq.declared import pending as pending_declared
 from dtq.errors import (
@@ -44,7 +43,7 @@ from dtq.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
 
 if TYPE_CHECKING:
-    pass
+    from dtq.app import App
 
 
 T = TypeVar("T")

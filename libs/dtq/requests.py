@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from dtq import codec, partitions
 from dtq.errors import InvalidRequest, SerializationError
@@ -20,12 +20,38 @@ from dtq.record import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from dtq.scripts import NewTask
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE, Settings
 
-ENQUEUE_FIELDS = frozenset(
-    {
-        "name", "args", "kwargs", "queue", "priority", "delay", "eta", "max_retries", "timeout",
-        "idempotency_key", "expires", "metadata", "unique", "partition_key", "group",
-    }
-)  # fmt: skip
+
+class EnqueueOptions(TypedDict, total=False):
+    """The enqueue options, listed once. A client's ``enqueue(name, ...)`` and
+    ``task.options(...)`` take them as keywords (``**options: Unpack[EnqueueOptions]``, so a
+    type checker reads them from here); :func:`build_task` checks them; an ``enqueue_many``
+    item and a ``POST /api/v1/tasks`` body carry them as fields (:data:`ENQUEUE_FIELDS`);
+    workflow steps and schedules take the subsets :data:`dtq.workflows.STEP_OPTIONS` and
+    :data:`SCHEDULE_OPTIONS`. tests/test_enqueue_options.py fails when one of those drifts
+    from this list. ``None`` for any of them means "not given"."""
+
+    queue: str | None
+    priority: int | None
+    delay: float | timedelta | None
+    eta: datetime | str | None
+    max_retries: int | None
+    timeout: float | None
+    idempotency_key: str | None
+    expires: float | timedelta | datetime | None
+    metadata: Mapping[str, Any] | None
+    unique: bool | None
+    partition_key: str | None
+    group: str | None
+    """The task's fair group within its queue (docs/groups.md)."""
+
+
+ENQUEUE_OPTIONS = frozenset(EnqueueOptions.__annotations__)
+ENQUEUE_FIELDS = frozenset(("name", "args", "kwargs", *ENQUEUE_OPTIONS))
+"""The fields of one enqueue request (an ``enqueue_many`` item, a ``POST /api/v1/tasks`` body)."""
+SCHEDULE_OPTIONS = frozenset(
+    ("queue", "priority", "max_retries", "timeout", "expires", "metadata", "group")
+)
+"""The enqueue options a schedule gives each task it fires (dtq.schedules.Schedule)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,8 @@ def _number(value: Any) -> Any:
 
 
 class EnqueueRequest(BaseModel):
-    """The SDK's enqueue fields. ``Idempotency-Key`` may also come as a header.
+    """The SDK's enqueue fields (``dtq.requests.ENQUEUE_FIELDS``, checked by
+    tests/test_enqueue_options.py). ``Idempotency-Key`` may also come as a header.
 
     ``delay`` and ``eta`` exclude each other.
     """
@@ -85,6 +86,10 @@ class EnqueueRequest(BaseModel):
     metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
         None, max_length=10, description="Small flat metadata: at most 10 scalar entries."
     )
+    unique: StrictBool | None = Field(
+        None, description="While a task of this name with the same arguments is unfinished, "
+        "answer that task instead of enqueueing another (200).",
+    )  # fmt: skip
     group: str | None = Field(
         None, min_length=1, max_length=128, pattern=NO_CONTROL_RE,
         description="The task's fair group within its queue (a tenant, a customer): the "

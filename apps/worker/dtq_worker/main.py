@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -95,6 +96,16 @@ def hold_signals() -> None:
     signal.signal(signal.SIGINT, _remember_signal)
 
 
+def forked_child(argv: list[str], unblock: Callable[[], None]) -> None:
+    """A forked ``--processes`` child's entry point (poolfork.py): the parent's early signals
+    forgotten (a parent that got one starts no child) and its handlers replaced by the child's
+    before ``unblock()`` lets signals in, then :func:`main` as a fresh child runs it."""
+    _early_signals.clear()
+    hold_signals()
+    unblock()
+    main(argv)
+
+
 def main(argv: list[str] | None = None) -> None:
     hold_signals()
     poolchild.follow_parent()  # a --processes child: stop should the parent die
@@ -145,7 +156,7 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
         # is safe (pool.py): what exists now is shared with them, so keep the collector from
         # touching it (each page it would write to is copied into every child).
         gc.freeze()
-        code = pool.run_pool(settings, argv, _early_signals)
+        code = pool.run_pool(settings, argv, _early_signals, forked_child)
         logging.shutdown()
         sys.exit(code)
     # Everything made so far (modules, the app, settings) lives for the whole process: keep it

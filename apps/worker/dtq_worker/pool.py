@@ -109,8 +109,9 @@ class Slot:
 
 
 class Pool:
-    def __init__(self, settings: Settings, argv: list[str], n: int) -> None:
+    def __init__(self, settings: Settings, argv: list[str], n: int, entry: poolfork.Entry) -> None:
         self.settings = settings
+        self.entry = entry  # what a forked child runs (main.forked_child)
         self.argv = argv
         self.n = n
         self.stopping = False
@@ -167,7 +168,9 @@ class Pool:
             slot.port_file.unlink(missing_ok=True)
         how = "fork" if poolfork.can_fork() else "fresh interpreter"
         if how == "fork":
-            slot.proc = poolfork.fork_worker(args, self._env(slot), self._close_in_child)
+            slot.proc = poolfork.fork_worker(
+                args, self._env(slot), self._close_in_child, self.entry
+            )
         else:
             slot.proc = subprocess.Popen(
                 [sys.executable, "-m", "dtq_worker", *args],
@@ -324,10 +327,13 @@ def check(settings: Settings) -> None:
     child_ids(settings, settings.worker_processes)
 
 
-def run_pool(settings: Settings, argv: list[str], early_signals: list[int]) -> int:
-    """Supervise ``settings.worker_processes`` workers started with ``argv``; the exit code."""
+def run_pool(
+    settings: Settings, argv: list[str], early_signals: list[int], entry: poolfork.Entry
+) -> int:
+    """Supervise ``settings.worker_processes`` workers started with ``argv`` (a forked one
+    runs ``entry``: main.forked_child); the exit code."""
     try:
-        pool = Pool(settings, argv, settings.worker_processes)
+        pool = Pool(settings, argv, settings.worker_processes, entry)
     except OSError as exc:  # no writable temporary directory
         print(f"dtq-worker: cannot create the processes' port directory: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -3,7 +3,8 @@
 
 **A fork** inherits what the parent already imported (dtq, the worker, the APP: about 0.5 s of
 CPU that a fresh interpreter pays again) and runs the same entry point a fresh child runs,
-``main.main`` with the child's arguments, so settings, logging and the app are set up the same
+``main.main`` with the child's arguments (``main.forked_child``, handed down by main.py: this
+module does not import it back), so settings, logging and the app are set up the same
 way. It is safe only while the parent runs one thread: fork copies the calling thread alone,
 so a lock another thread held (logging's, an HTTP server's, an app's) would stay held in the
 child for good. :func:`can_fork` counts the process's threads as the kernel sees them
@@ -78,9 +79,16 @@ class Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
-def fork_worker(args: list[str], env: dict[str, str], close: Callable[[], None]) -> Forked:
-    """Fork a child that runs ``dtq-worker ARGS`` with ``env`` as its environment, in a session
-    of its own; ``close()`` runs first in the child (the parent's listening socket)."""
+Entry = Callable[[list[str], Callable[[], None]], None]
+"""A forked child's entry point: called with the child's arguments and ``unblock`` (lets the
+signals blocked across the fork in, once the child's own handlers are installed)."""
+
+
+def fork_worker(
+    args: list[str], env: dict[str, str], close: Callable[[], None], entry: Entry
+) -> Forked:
+    """Fork a child that runs ``entry`` (``dtq-worker ARGS``) with ``env`` as its environment, in
+    a session of its own; ``close()`` runs first in the child (the parent's listening socket)."""
     for stream in (sys.stdout, sys.stderr):  # buffered output would be written twice
         stream.flush()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
@@ -90,13 +98,17 @@ def fork_worker(args: list[str], env: dict[str, str], close: Callable[[], None])
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise
     if pid == 0:
-        _child(args, env, close, mask)  # never returns
+        _child(args, env, close, mask, entry)  # never returns
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return Forked(pid)
 
 
 def _child(
-    args: list[str], env: dict[str, str], close: Callable[[], None], mask: set[int | signal.Signals]
+    args: list[str],
+    env: dict[str, str],
+    close: Callable[[], None],
+    mask: set[int | signal.Signals],
+    entry: Entry,
 ) -> NoReturn:
     code = 1
     try:
@@ -105,13 +117,12 @@ def _child(
         for key in set(os.environ) - set(env):
             del os.environ[key]
         os.environ.update(env)
-        from dtq_worker import main
 
-        main._early_signals.clear()  # the parent's (a parent that got one starts no child)
-        main.hold_signals()  # the parent's handlers are the pool's: replaced before unblocking
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        def unblock() -> None:  # (the parent's handlers are the pool's: entry replaces them first)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
         try:
-            main.main(args)
+            entry(args, unblock)
             code = 0
         except SystemExit as exc:
             code = _exit_code(exc.code)

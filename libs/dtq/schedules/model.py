@@ -17,9 +17,10 @@ from dtq.errors import InvalidRequest
 from dtq.requests import MAX_SPAN_S, check_group, check_task_name
 from dtq.schedules.cron import cron_next, from_ms, to_ms
 from dtq.settings import CONTROL_RE, QUEUE_NAME_RE
+from dtq.task import Task
 
 if TYPE_CHECKING:
-    from dtq.app import App, Task
+    from dtq.app import App
 
 DEFAULT_GRACE_S = 60.0
 DISABLED = float("inf")
@@ -225,8 +226,6 @@ def periodic(
 ) -> Callable[[Any], Task[Any, Any]]:
     """Decorator behind ``App.periodic``: registers the function as a task (unless it already is
     one) and declares its schedule. The schedule's name defaults to the task's name."""
-    from dtq.app import Task
-
     if isinstance(every, timedelta):
         every = every.total_seconds()
 
