@@ -47,10 +47,10 @@ class Writer:
         self.items: list[Any] = []
         self.held_when_written: list[bool] = []
 
-    async def write(self, outcome: Any, still_owned: Any) -> tuple[str, None]:
+    async def write(self, outcome: Any, still_owned: Any) -> str:
         self.items.append(outcome.item)
         self.held_when_written.append(self.slots.active > 0)
-        return ("succeeded" if isinstance(outcome.item, sc.Success) else "scheduled"), None
+        return "succeeded" if isinstance(outcome.item, sc.Success) else "scheduled"
 
 
 async def test_the_executor_alone_maps_outcomes_counts_them_and_frees_the_slot_first() -> None:

@@ -324,7 +324,7 @@ async def test_a_run_whose_outcome_cannot_be_stored_still_ends_for_the_hooks(
     app.add_middleware(rec)
     async with running_worker(app, settings) as w, AsyncClient(settings=settings) as c:
 
-        async def refuse(*_: Any) -> tuple[str, None]:
+        async def refuse(*_: Any) -> str:
             raise RuntimeError("script bug")
 
         w.outcomes.write = refuse

@@ -25,7 +25,7 @@ from dtq_worker.slots import Hooked, Run, StopReason
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
-    from dtq_worker.outcomes import OutcomeWriter, Refill
+    from dtq_worker.outcomes import OutcomeWriter
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.executor")
@@ -182,9 +182,8 @@ class Executor:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    async def execute(self, run: Run) -> Refill | None:
-        """Run the task and store its outcome; return the refill its write claimed, if any (for
-        Runs.take). Never raises (except cancellation at shutdown)."""
+    async def execute(self, run: Run) -> None:
+        """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
         env = self.env
         c = run.claimed
         if self.log_starts:  # DTQ_LOG_TASKS=all (per-task lines: docs/operations.md, "Logs")
@@ -212,20 +211,20 @@ class Executor:
                             extra=_extra(run, env.worker_id))  # fmt: skip
                 if self.mw is not None:
                     await self._notify(run, "lost", None)
-                return None
+                return
             else:
                 if self.mw is not None:
                     await self._notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
         except Exception as exc:  # Retry, Fail, a timeout, any error (dtq.retrypolicy)
             if isinstance(exc, UnknownName) and await self._hand_back_unknown(run):
-                return None
+                return
             item = failure_item(c, exc, env.settings)
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
             if self.mw is not None:
                 await self._notify(run, "lost", item)
-            return None  # result discarded; the fence would refuse it anyway
+            return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success.of(c, "cancelled", run.cancel_detail)
         # A stop arriving from now on (cancel, claim loss, shutdown) is recorded but does not
@@ -235,7 +234,7 @@ class Executor:
         run.writing = True
         self.slots.release(run)
         try:
-            verdict, refill = await self.outcomes.write(
+            verdict = await self.outcomes.write(
                 Outcome(c.queue, item, bucket=bucket_of(time.monotonic() - run.started_mono)),
                 lambda: run.stop_reason is not StopReason.CLAIM_LOST,
             )
@@ -248,7 +247,6 @@ class Executor:
         if self.mw is not None:
             v = "lost" if verdict is None else "retried" if verdict == "scheduled" else verdict
             await self._notify(run, v, item)
-        return refill
 
     async def _hand_back_unknown(self, run: Run) -> bool:
         """Hand a task whose name this worker does not know back (requeue.lua, spending

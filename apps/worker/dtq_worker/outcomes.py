@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +22,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("dtq.outcomes")
 
 
-@dataclass(slots=True)
-class Refill:
-    """The runs a write's claim took (complete.lua claims the slots its batch freed), returned
-    to the run whose write carried it: Runs.take launches them and gives back ``reserved``."""
-
-    queue: str
-    batch: sc.ClaimBatch
-    sent: float  # monotonic: when the write (and its claim) was sent
-    reserved: int  # the slots held for this claim until its runs are launched
+# Runs.take: (queue, a claim's reply, when it was sent (monotonic), the slots it reserved).
+Take = Callable[[str, sc.ClaimBatch, float, int], None]
 
 
 @dataclass(slots=True)
@@ -50,20 +43,24 @@ class OutcomeWriter:
     ``stale`` (the run no longer owns the task; nothing was written).
     """
 
-    def __init__(self, env: WorkerEnv, slots: Slots) -> None:
+    def __init__(self, env: WorkerEnv, slots: Slots, take: Take) -> None:
+        """``take``: where the refill a write claimed goes (Runs.take, the one run path). It is
+        handed over inside the flush, as soon as the reply is parsed: its runs launch and its
+        reserved slots come back before the batch's own runs resume (record, middleware), so
+        the poll loop never sees those slots held by a claim that has already been answered."""
         self.env = env
         self.slots = slots
+        self.take = take
         # Two writes in flight of at most half the slots each: the batches alternate between
         # Redis and the worker (see _can_refill).
-        self._batcher: Batcher[Outcome, tuple[str, Refill | None]] = Batcher(
+        self._batcher: Batcher[Outcome, str] = Batcher(
             self._flush, max_batch=max(1, (env.settings.worker_concurrency + 1) // 2), flights=2
         )
 
-    async def write(self, outcome: Outcome, still_owned: Any) -> tuple[str | None, Refill | None]:
+    async def write(self, outcome: Outcome, still_owned: Any) -> str | None:
         """Store ``outcome``, retrying transient errors while ``still_owned()`` is true.
 
-        Returns the verdict (None when the run lost its claim or the worker gave up) and the
-        refill its write claimed, if this outcome carries it (the first of its batch and queue).
+        Returns the verdict, or None when the run lost its claim or the worker gave up.
         """
         if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
             outcome.held = True
@@ -71,16 +68,16 @@ class OutcomeWriter:
         backoff: Backoff | None = None  # made on the first failure (most writes have none)
         while True:
             try:
-                written = await self._batcher.submit(outcome)
+                verdict = await self._batcher.submit(outcome)
                 if backoff is not None:
                     backoff.ok()
-                return written
+                return verdict
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 self.env.metrics.redis_errors.labels("outcome").inc()
                 if not still_owned() or self.env.self_stopping:
-                    return None, None
+                    return None
                 if backoff is None:
                     backoff = Backoff(log, "outcome write")
                 await asyncio.sleep(backoff.failed(exc))
@@ -106,13 +103,13 @@ class OutcomeWriter:
             and queue not in self.slots.recovering
         )
 
-    async def _flush(self, batch: Sequence[Outcome]) -> list[tuple[str, Refill | None]]:
+    async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
         env = self.env
         s = env.settings
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, o in enumerate(batch):
             groups[(o.queue, "ok" if isinstance(o.item, sc.Success) else "fail")].append(i)
-        written: list[tuple[str, Refill | None]] = [("", None)] * len(batch)
+        verdicts: list[str] = [""] * len(batch)
         order = []
         calls = []
         refill: tuple[str, int, sc.Call] | None = None  # slots reserved for this flush's claim
@@ -166,21 +163,19 @@ class OutcomeWriter:
             if kind == "ok":
                 queue = batch[idx[0]].queue
                 stored_flags, claimed = sc.parse_complete_claim(queue, raw)
-                carried: Refill | None = None
                 if refill is not None and refill[0] == queue:
                     if claimed is None or claimed.missing_streams:
                         self.slots.unreserve(queue, refill[1])
-                    else:  # its slots stay held until Runs.take launches its runs
-                        carried = Refill(queue, claimed, sent, refill[1])
+                    else:  # Runs.take gives its reserved slots back as it launches its runs
+                        self.take(queue, claimed, sent, refill[1])
                 for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)
-                    written[i] = (item.status if stored else "stale", carried)
-                    carried = None
+                    verdicts[i] = item.status if stored else "stale"
             else:
                 for i, v in zip(idx, sc.parse_verdicts(raw), strict=True):
-                    written[i] = (v, None)
-        return written
+                    verdicts[i] = v
+        return verdicts
 
 
 def _hist(s: Settings, batch: Sequence[Outcome], idx: list[int]) -> sc.History | None:

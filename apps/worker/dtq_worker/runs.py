@@ -1,8 +1,8 @@
 """The one run path: every batch of claimed tasks, however it arrived, becomes runs here.
 
 Claims come from the poll loop's claim (consumer.py: a pass over the queues, or the claim sent
-behind the idle wait), from the refill an outcome write made (outcomes.py returns it to the run
-whose write carried it) and from a recovery (recovery.py). Each reply goes to :meth:`Runs.take`,
+behind the idle wait), from the refill an outcome write made (outcomes.py hands it over as its
+reply is parsed) and from a recovery (recovery.py). Each reply goes to :meth:`Runs.take`,
 which gives back the slots its claim reserved and launches its runs in the same step (so a
 drain sees them in ``inflight`` or ``claiming``, never in neither). A run is then started
 (its body on the Executor), stopped (cancel, claim loss, shutdown), handed back, and forgotten.
@@ -57,7 +57,7 @@ class Runs:
             self.start,
             env.partitions_of,
         )
-        self.outcomes = OutcomeWriter(env, self.slots)
+        self.outcomes = OutcomeWriter(env, self.slots, self.take)
         self.executor = Executor(env, app, pool, self.outcomes, self.slots, counters)
         # A claim stopped at its scan budget (limits parked many entries): claim again at once
         # rather than wait for new entries (the poll loop reads and resets it).
@@ -114,9 +114,7 @@ class Runs:
 
     async def _run(self, run: Run) -> None:
         try:
-            refill = await self.executor.execute(run)
-            if refill is not None:  # the claim its outcome write made (outcomes.py)
-                self.take(refill.queue, refill.batch, refill.sent, refill.reserved)
+            await self.executor.execute(run)
         except asyncio.CancelledError:
             if run.stop_reason is None:
                 log.warning("run %s cancelled without a reason", run.task_id)
