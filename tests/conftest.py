@@ -111,7 +111,7 @@ def assert_no_leaked_run(w: Any) -> None:
     """A run whose task has ended leaves ``inflight`` (and gives its slot back), unless it was
     stopped for shutdown and not handed back (Redis away): one left there holds a slot forever,
     and enough of them wedge the worker (slots counted busy, no body running)."""
-    from dtq_worker.runs import StopReason
+    from dtq_worker.slots import StopReason
 
     leaked = [
         r.task_id

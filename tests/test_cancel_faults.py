@@ -248,13 +248,13 @@ async def test_a_cancel_heard_while_the_claims_reply_is_in_flight_stops_the_run_
     r = redis_server.client()
     w = Worker(app, settings)
     heard = asyncio.Event()
-    hear = w.request_cancel
+    hear = w.runs.cancel
 
     def spy(queue: str | None, tid: str) -> None:
         hear(queue, tid)
         heard.set()
 
-    w.request_cancel = spy  # type: ignore[method-assign]
+    w.runs.cancel = spy  # type: ignore[method-assign]
     await w.prepare()
     listener = asyncio.create_task(w._cancel_listener())
     try:
@@ -268,7 +268,7 @@ async def test_a_cancel_heard_while_the_claims_reply_is_in_flight_stops_the_run_
             assert [x.tid for x in batch.runs] == [h.id.split(":")[1]]
             assert await c.cancel(h.id, reason="changed my mind") is True
             await asyncio.wait_for(heard.wait(), 10)
-            w.consumer.took(batch, sent)  # the reply arrives: the run is launched
+            w.runs.take(Q, batch, sent)  # the reply arrives: the run is launched
             run = w.inflight[(Q, batch.runs[0].tid)]
             assert run.task is not None
             await asyncio.wait_for(run.task, 10)
@@ -297,11 +297,11 @@ async def test_a_cancel_hint_from_before_a_claim_was_sent_does_not_stop_its_run(
     try:
         async with AsyncClient(settings=settings) as c:
             h = await c.enqueue("quick", args=[7], kwargs={"journal_path": jpath})
-            w.request_cancel(None, h.id.split(":")[1])  # a hint for a task held nowhere here
+            w.runs.cancel(None, h.id.split(":")[1])  # a hint for a task held nowhere here
             await asyncio.sleep(0.01)
             sent = time.monotonic()
             batch = sc.parse_claim(Q, await w.scripts.run(w.consumer._claim_call(Q, 1)))
-            w.consumer.took(batch, sent)
+            w.runs.take(Q, batch, sent)
             run = w.inflight[(Q, batch.runs[0].tid)]
             assert run.task is not None
             await asyncio.wait_for(run.task, 10)
@@ -326,14 +326,14 @@ async def test_remembered_cancel_hints_are_bounded_in_number_and_age(
     w = Worker(app, settings)
     try:
         for i in range(CANCEL_HINTS_MAX + 500):
-            w.request_cancel(None, f"t{i}")
+            w.runs.cancel(None, f"t{i}")
         assert len(w.slots.cancel_hints) == CANCEL_HINTS_MAX
         assert (
             "t0" not in w.slots.cancel_hints
             and f"t{CANCEL_HINTS_MAX + 499}" in w.slots.cancel_hints
         )
         await asyncio.sleep(0.6)
-        w.request_cancel(None, "fresh")
+        w.runs.cancel(None, "fresh")
         assert list(w.slots.cancel_hints) == ["fresh"]
     finally:
         await w._close()

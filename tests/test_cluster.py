@@ -92,7 +92,7 @@ def test_the_cluster_fixture_refuses_a_command_across_queues(
 
 async def idle(w: Any) -> None:
     for _ in range(500):
-        if w.consumer.waiting:
+        if w.env.idle:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the worker never went idle")

@@ -19,8 +19,7 @@ from dtq_worker.clusterwait import ClusterWait
 from dtq_worker.consumer import Consumer
 from dtq_worker.env import WorkerEnv
 from dtq_worker.metrics import WorkerMetrics
-from dtq_worker.runs import Run
-from dtq_worker.slots import Slots
+from dtq_worker.slots import Run, Slots
 from tests.conftest import make_settings
 
 NOW_MS = 1_700_000_000_000
@@ -149,15 +148,21 @@ class Setup:
         self.recovery = FakeRecovery()
         self.launched: list[tuple[str, str]] = []
         self.groups_made = 0
+        self.more = False  # as Runs.more: a claim stopped at its scan budget
         recovery: Any = self.recovery
-        self.consumer = Consumer(self.env, self.slots, recovery, self.launch, self.ensure_groups)
+        runs: Any = self  # takes every claim's reply, as Runs does
+        self.consumer = Consumer(self.env, runs, recovery, self.ensure_groups)
         self.lane = FakeLane(self.scripts)
         self.consumer._wake = self.lane  # type: ignore[assignment]
         self.redis = Unblocker(self.lane)
         self.env.redis = self.redis
 
-    def launch(self, runs: list[sc.Claimed], sent: float) -> None:
-        for c in runs:
+    def take(self, queue: str, batch: sc.ClaimBatch, sent: float, reserved: int = 0) -> None:
+        """Runs.take: give back the claim's slots and launch its runs in one step."""
+        if reserved:
+            self.slots.unreserve(queue, reserved)
+        self.more = self.more or batch.more
+        for c in batch.runs:
             assert self.slots.launch(Run(c))
             self.launched.append((c.queue, c.tid))
 
@@ -308,14 +313,14 @@ async def test_a_stop_unblocks_the_idle_wait_and_the_runs_its_claim_took_are_lau
     loop = asyncio.ensure_future(t.consumer.loop())
     await asyncio.wait_for(waiting.wait(), 5)
     await asyncio.sleep(0)
-    assert t.consumer.waiting and t.slots.claiming == 2  # the drain sees the claim behind it
+    assert t.env.idle and t.slots.claiming == 2  # the drain sees the claim behind it
     t.env.stop_event.set()
     t.slots.begin_drain()
     t.consumer.interrupt()
     await asyncio.wait_for(loop, 5)
     assert t.redis.unblocked == [7]  # CLIENT UNBLOCK of the lane's connection
     assert t.launched == [("default", "t0")]  # they drain like any other run
-    assert t.slots.claiming == 0 and not t.consumer.waiting
+    assert t.slots.claiming == 0 and not t.env.idle
 
 
 async def test_the_loop_claims_nothing_while_every_slot_is_held_or_redis_is_unhealthy() -> None:

@@ -13,8 +13,9 @@ from dtq_worker.env import WorkerEnv
 from dtq_worker.executor import Executor
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
-from dtq_worker.runs import Run, StopReason
-from dtq_worker.slots import Slots
+from dtq_worker.outcomes import Outcome, OutcomeWriter
+from dtq_worker.runs import Runs
+from dtq_worker.slots import Run, Slots, StopReason
 from tests.conftest import make_settings
 
 
@@ -73,26 +74,49 @@ async def test_the_executor_alone_maps_outcomes_counts_them_and_frees_the_slot_f
     assert counters == {"succeeded": 1, "retried": 1}
 
 
+async def test_an_outcome_writes_refill_is_taken_inside_the_write() -> None:
+    """The runs a write's claim took go to ``take`` (Runs.take) as its reply is parsed, with the
+    slot held for them still reserved (take gives it back as it launches them): before the run
+    whose outcome carried the claim goes on. Until then the poll loop would find the slot held
+    by a claim already answered, and the runs would wait for the writer's record and hooks."""
+    env = env_for(make_app())
+    env.healthy.set()
+    slots = Slots(2, 0, {}, 60.0, lambda run: None)
+    order: list[Any] = []
+
+    class Scripts:
+        async def run(self, call: sc.Call) -> Any:
+            order.append("sent")
+            # complete.lua with a claim: stored flag of the one outcome, then claim.lua's reply
+            # (now, absorbed, expired, n, then 8 fields per run).
+            return [1, [1000, 0, 0, 1, "t2", "2-0", 1, "ok", "[]", "", "3  0 0 0 0 0", ""]]
+
+    env.scripts = Scripts()  # type: ignore[assignment]
+
+    def take(queue: str, batch: sc.ClaimBatch, sent: float, reserved: int) -> None:
+        order.append(("take", queue, [c.tid for c in batch.runs], reserved, slots.claiming))
+
+    writer = OutcomeWriter(env, slots, take)
+    done = sc.Success.of(claimed("ok", "t1"), "succeeded", "7")
+    verdict = await writer.write(Outcome("default", done), lambda: True)
+    order.append(("returned", verdict))
+    assert order == ["sent", ("take", "default", ["t2"], 1, 1), ("returned", "succeeded")]
+
+
 def test_a_heartbeat_touch_stops_lost_runs_and_passes_on_cancel_flags() -> None:
     app = make_app()
-    slots = Slots(2, 0, {}, 60.0, lambda run: None)
-    lost, kept = Run(claimed("ok", "t1")), Run(claimed("ok", "t2"))
-    for run in (lost, kept):
-        slots.launch(run)
-    stopped: list[tuple[str, StopReason]] = []
-    cancels: list[tuple[str | None, str]] = []
     env = env_for(app)
     env.emit_event = lambda etype, detail="": None  # type: ignore[method-assign]
-    hb = Heartbeat(
-        env,
-        slots,
-        app.tasks,
-        {},
-        on_beat=lambda: None,
-        request_cancel=lambda q, tid: cancels.append((q, tid)),
-        stop_run=lambda run, reason: stopped.append((run.claimed.tid, reason)),
-        self_stop=lambda: None,
-    )
+    with ThreadPoolExecutor(1) as pool:
+        runs = Runs(env, app, pool, {}, {})
+    lost, kept = Run(claimed("ok", "t1")), Run(claimed("ok", "t2"))
+    for run in (lost, kept):
+        runs.slots.launch(run)
+    stopped: list[tuple[str, StopReason]] = []
+    cancels: list[tuple[str | None, str]] = []
+    runs.stop = lambda run, reason, detail="": stopped.append((run.claimed.tid, reason))  # type: ignore[method-assign]
+    runs.cancel = lambda q, tid: cancels.append((q, tid))  # type: ignore[method-assign]
+    hb = Heartbeat(env, runs, app.tasks, {}, on_beat=lambda: None, self_stop=lambda: None)
     touch = sc.TouchResult(lost=["t1", "gone"], cancel_requested=["t2"])
     hb.apply_touch("default", touch, [lost, kept])
     assert stopped == [("t1", StopReason.CLAIM_LOST)]

@@ -232,7 +232,7 @@ async def test_launch_refuses_a_second_copy_of_a_run_it_holds(
             )
             batch = sc.parse_claim("default", await sc.AsyncScripts(client.redis).run(call))
             assert len(batch.runs) == 1
-            w.launch(batch.runs[0])
+            w.runs.launch(batch.runs[0])
             rule.released.set()
             loop = asyncio.get_running_loop()
             end = loop.time() + DEADLINE_S

@@ -19,7 +19,7 @@ from tests.conftest import make_settings, running_worker
 
 async def idle(w: Any) -> None:
     for _ in range(500):
-        if w.consumer.waiting:
+        if w.env.idle:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the worker never went idle")

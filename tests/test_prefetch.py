@@ -117,7 +117,7 @@ async def test_a_lost_claim_of_a_waiting_run_is_dropped_then_reclaimed(
     async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
         first, second = await one_running_one_waiting(w, c, 0.8)
         [waiting] = list(w.slots.ready)
-        w.heartbeat.lose(waiting, "test")  # as when a touch reports the entry reclaimed
+        w.runs.lose(waiting, "test")  # as when a touch reports the entry reclaimed
         assert not w.slots.ready and waiting.key not in w.inflight
         assert w.slots.active == 1  # only the running body holds a slot
         # Nobody touches its entry now: the reaper reclaims it after the visibility timeout.
@@ -142,13 +142,13 @@ async def test_a_run_whose_lease_may_have_lapsed_waits_for_a_heartbeat(settings:
             return ok
 
         w.heartbeat.beat = counted  # type: ignore[method-assign]
-        real_launch = w.launch
+        real_launch = w.runs.launch
 
         def launch_as_if_frozen(claimed: Any, sent: float | None = None) -> None:
             # The claim was sent before a long freeze (the worker just resumed).
             real_launch(claimed, time.monotonic() - 10 * s.visibility_timeout_s)
 
-        w.launch = launch_as_if_frozen  # type: ignore[method-assign]
+        w.runs.launch = launch_as_if_frozen  # type: ignore[method-assign]
         h = await c.enqueue("sleep", [0.0])
         for _ in range(300):
             if w.slots.ready:

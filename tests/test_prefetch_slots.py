@@ -56,12 +56,12 @@ async def test_runs_claimed_ahead_that_a_touch_reports_lost_free_their_slots_and
     monkeypatch.setattr(Heartbeat, "beat", gated_beat)
     async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
         try:
-            real_launch = w.launch
+            real_launch = w.runs.launch
 
             def launch_as_if_frozen(claimed: Any, sent: float | None = None) -> None:
                 real_launch(claimed, time.monotonic() - 10 * s.visibility_timeout_s)
 
-            w.launch = launch_as_if_frozen
+            w.runs.launch = launch_as_if_frozen
             hs = [await c.enqueue("sleep", [0.0]) for _ in range(4)]
             await poll(lambda: len(w.slots.ready) == 4)
             runs = list(w.slots.ready)
@@ -75,7 +75,7 @@ async def test_runs_claimed_ahead_that_a_touch_reports_lost_free_their_slots_and
                 await asyncio.sleep(0)
             assert [run.task for run in runs] == [None] * 4  # none was started
             assert_no_slot_held(w)
-            w.launch = real_launch
+            w.runs.launch = real_launch
             beats_open.set()
             h = await c.enqueue("sleep", [0.0])
             assert await c.result(h.id, timeout=10) == 0.0  # not wedged
@@ -92,16 +92,16 @@ async def test_a_run_cancelled_before_its_task_first_ran_writes_cancelled_and_fr
     that never ran skips its coroutine, cleanup included, so the run must be ended otherwise."""
     s = settings_with(settings, worker_concurrency=1, worker_prefetch=0)
     async with running_worker(app, s) as w, AsyncClient(settings=s, app=app) as c:
-        real_launch = w.launch
+        real_launch = w.runs.launch
         cancelled: list[Any] = []
 
         def launch_then_cancel(claimed: Any, sent: float | None = None) -> None:
             real_launch(claimed, sent)
             if not cancelled:
                 cancelled.append(w.inflight[(claimed.queue, claimed.tid)])
-                w.request_cancel(claimed.queue, claimed.tid)
+                w.runs.cancel(claimed.queue, claimed.tid)
 
-        w.launch = launch_then_cancel
+        w.runs.launch = launch_then_cancel
         first = await c.enqueue("sleep", [5.0])
         await poll(lambda: bool(cancelled))
         deadline = time.monotonic() + 10

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from dtq import scripts as sc
-from dtq_worker.runs import Run, StopReason
-from dtq_worker.slots import Signal, Slots
+from dtq_worker.slots import Run, Signal, Slots, StopReason
 
 LEASE_S = 10.0
 

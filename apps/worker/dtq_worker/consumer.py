@@ -25,7 +25,7 @@ from dtq_worker.faults import Backoff, is_nogroup, is_transient
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
     from dtq_worker.recovery import Recovery
-    from dtq_worker.slots import Slots
+    from dtq_worker.runs import Runs
 
 log = logging.getLogger("dtq.consumer")
 MAX_SEQ = 18446744073709551615
@@ -37,22 +37,19 @@ class Consumer:
     def __init__(
         self,
         env: WorkerEnv,
-        slots: Slots,
+        runs: Runs,
         recovery: Recovery,
-        launch: Callable[[list[sc.Claimed], float], None],
         ensure_groups: Callable[[], Awaitable[None]],
     ) -> None:
-        """``launch(runs, sent)``: take a claim reply's runs (Worker.launch_batch);
-        ``ensure_groups()``: recreate the streams and groups found missing."""
+        """``runs``: takes every claim's reply (Runs.take); ``ensure_groups()``: recreate the
+        streams and groups found missing."""
         self.env = env
-        self.slots = slots
+        self.runs = runs
+        self.slots = runs.slots
         self.recovery = recovery
-        self._launch = launch
         self._ensure_groups = ensure_groups
         self.backoff = Backoff(log, "poll")
-        self.more = False
         self._turn = 0  # claim passes so far: which partition of a queue comes first
-        self.waiting = False  # blocked in wait_for_work: the queues were empty
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
         # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
         # layer on the pickup path; its reply is not needed, only the wake-up).
@@ -104,7 +101,7 @@ class Consumer:
                 env.metrics.redis_errors.labels("poll").inc()
                 await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
-            if (claimed == 0 or drained) and not self.more and not env.stopping:
+            if (claimed == 0 or drained) and not self.runs.more and not env.stopping:
                 # Nothing left to take (a claim that got fewer runs than it asked for emptied
                 # every band): block at once rather than spend a round trip on an empty claim
                 # (that claim would also delay the start of the runs just launched).
@@ -137,7 +134,7 @@ class Consumer:
         env = self.env
         total, now_ms = 0, 0
         drained = True
-        self.more = False  # a claim stopped at its scan budget (limits parked many entries)
+        self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
         order, sent = self._order(), False
         # Partitioned queues whose claim in this pass got all the slots it asked for: a slot
         # that frees later in the pass (while it waits for a recovery or a claim) is the next
@@ -175,23 +172,20 @@ class Consumer:
         self, queue: str, free: int, send: Callable[[], Awaitable[Any]]
     ) -> sc.ClaimBatch:
         """A claim of ``free`` slots of ``queue``, sent by ``send()`` (its reply): the slots are
-        held until the reply, then its runs are launched (or the groups recreated, when its
-        streams were missing)."""
+        held until Runs.take launches its runs (or the groups are recreated, when its streams
+        were missing)."""
         sent = time.monotonic()
         self.slots.reserve(queue, free)
         try:
-            raw = await send()
-        except Exception as exc:
-            if is_transient(exc):  # it may have run, its reply lost (the idle pair's case)
-                self.recovery.request(queue)
-            raise
-        finally:
+            batch = sc.parse_claim(queue, await send())
+        except BaseException as exc:
             self.slots.unreserve(queue, free)
-        batch = sc.parse_claim(queue, raw)
+            if isinstance(exc, Exception) and is_transient(exc):
+                self.recovery.request(queue)  # it may have run, its reply lost (the idle pair)
+            raise
+        self.runs.take(queue, batch, sent, free)
         if batch.missing_streams:
             await self._ensure_groups()
-        else:
-            self.took(batch, sent)
         return batch
 
     def _claim_call(self, queue: str, free: int) -> sc.Call:
@@ -200,16 +194,6 @@ class Consumer:
             env.keys.queue(queue), env.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair,
             s.group_cap(queue),
         )  # fmt: skip
-
-    def took(self, batch: sc.ClaimBatch, sent: float) -> None:
-        """Start the runs of a claim (this loop's, or the one an outcome write made) that was
-        sent at ``sent`` (monotonic: the runs' leases count from no later than that)."""
-        env = self.env
-        if batch.absorbed:
-            env.metrics.absorbed.inc(batch.absorbed)
-        self.more = self.more or batch.more
-        if batch.runs:
-            self._launch(batch.runs, sent)
 
     async def wait_for_work(self, now_ms: int) -> tuple[int, int, bool] | None:
         """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes); return
@@ -240,7 +224,7 @@ class Consumer:
             *([after] * len(streams)),
         )  # fmt: skip
         queue = next(q for q in order if q not in capped)  # the claim behind the wait: its turn
-        self.waiting = True
+        env.idle = True
         try:
             # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
             # block bounds how long it waits; the timeout bounds a hung connection.
@@ -257,10 +241,10 @@ class Consumer:
             await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
             return None
         finally:
-            self.waiting = False
+            env.idle = False
 
     async def _wait_cluster(self, cw: ClusterWait, after: str, capped: list[str]) -> None:
-        self.waiting = True
+        self.env.idle = True
         freed = asyncio.ensure_future(self._slot_for(capped)) if capped else None
         try:
             if not self.env.stopping:
@@ -270,7 +254,7 @@ class Consumer:
                 raise
             await self.env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
         finally:
-            self.waiting = False
+            self.env.idle = False
             if freed is not None:
                 freed.cancel()
 
@@ -305,7 +289,7 @@ class Consumer:
             # run ended meanwhile (the loop's next claim takes its backlog).
             return None
         # From here to the write (call_pair) nothing yields: a stop that comes later finds
-        # ``waiting`` set and the id known, and unblocks the XREAD.
+        # ``env.idle`` set and the id known, and unblocks the XREAD.
 
         async def send() -> Any:
             # The pair's own deadline: replies that came while this process was frozen past
@@ -315,7 +299,7 @@ class Consumer:
                 raise raw
             return raw
 
-        self.more = False
+        self.runs.more = False
         self._next_turn()
         assert self._wake_id is not None  # (learnt above)
         freed = (
@@ -341,7 +325,7 @@ class Consumer:
         its reply comes at once instead of after the block."""
         if self._cluster is not None:
             self._cluster.interrupt()
-        if self.waiting and self._wake_id is not None:
+        if self.env.idle and self._wake_id is not None:
             self.env.spawn(self._unblock(self._wake_id))
 
     async def close(self) -> None:

@@ -1,9 +1,9 @@
 """What every loop of a worker reads and nothing more: its identity, settings, Redis access,
 metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown).
 
-No run, slot or claim lives here: the loops get those from their other collaborators (slots,
-recovery, a launch callback), passed one by one by the worker (worker.py: the composition
-root). A loop can be built and tested with a WorkerEnv and fakes of those.
+No run, slot or claim lives here: the loops get those from their other collaborators (runs,
+slots, recovery), passed one by one by the worker (worker.py: the composition root). A loop can
+be built and tested with a WorkerEnv and fakes of those.
 """
 
 from __future__ import annotations
@@ -27,6 +27,23 @@ log = logging.getLogger("dtq.worker")
 PROGRESS_WRITES_AT_ONCE = 16
 
 
+class RedisClock:
+    """The Redis server's clock, read through this process's monotonic one: times written for
+    others to compare (heartbeats) are on the Redis clock, whatever this host's wall clock says
+    or how it jumps. The offset comes from TIME replies (the heartbeat sends one every beat)."""
+
+    def __init__(self) -> None:
+        self.offset_ms: int | None = None  # Redis ms minus monotonic ms; None before a reply
+
+    def set(self, reply: tuple[int, int]) -> None:
+        """Take the offset from a TIME reply (seconds, microseconds)."""
+        sec, usec = reply
+        self.offset_ms = int(sec) * 1000 + int(usec) // 1000 - int(time.monotonic() * 1000)
+
+    def now_ms(self) -> int:
+        return int(time.monotonic() * 1000) + (self.offset_ms or 0)
+
+
 class WorkerEnv:
     def __init__(
         self,
@@ -48,6 +65,7 @@ class WorkerEnv:
         self.blocking = blocking  # blocking reads only (they never hold up the others)
         self.scripts = scripts
         self.metrics = metrics
+        self.clock = RedisClock()
         self.healthy = asyncio.Event()  # the last heartbeat reached Redis
         self.stop_event = asyncio.Event()  # shutdown began
         self.finished_event = asyncio.Event()  # shutdown is over (the heartbeat's last beat)
@@ -55,6 +73,9 @@ class WorkerEnv:
         # Redis's maxmemory-policy while it may evict waiting tasks (allkeys-*), as the
         # heartbeat last read it: no claims meanwhile (Heartbeat._watch_eviction).
         self.evicting: str | None = None
+        # The poll loop is blocked waiting for new entries (the queues were empty): outcome
+        # writes claim no refill meanwhile (OutcomeWriter._can_refill).
+        self.idle = False
         # The runs' progress writes in flight at once (dtq.progress): hundreds of runs
         # reporting together would take every connection of the client's pool (100).
         self.progress_writes = asyncio.Semaphore(PROGRESS_WRITES_AT_ONCE)

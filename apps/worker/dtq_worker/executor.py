@@ -21,7 +21,7 @@ from dtq.retrypolicy import TaskTimeout, failure_item, result_item
 from dtq.stats import bucket_of
 from dtq.store.partitions import logical
 from dtq_worker.outcomes import Outcome
-from dtq_worker.runs import Hooked, Run, StopReason
+from dtq_worker.slots import Hooked, Run, StopReason
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv

@@ -1,4 +1,5 @@
-"""The heartbeat loop: liveness hash, touch of in-flight entries, claim loss, self-stop."""
+"""The heartbeat loop: the liveness hash, the leases of the runs in flight (their touch), and
+the self-stop when no beat gets through."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from dtq.errors import ConfigError
 from dtq.store import eviction
 from dtq.store.connection import is_cluster
 from dtq_worker.faults import Backoff, is_transient
-from dtq_worker.runs import Run, StopReason
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
-    from dtq_worker.slots import Slots
+    from dtq_worker.runs import Runs
+    from dtq_worker.slots import Run
 
 log = logging.getLogger("dtq.heartbeat")
 EVICTING_REMIND_S = 60.0  # the error is logged again this often while Redis evicts
@@ -52,13 +53,11 @@ class Heartbeat:
     def __init__(
         self,
         env: WorkerEnv,
-        slots: Slots,
+        runs: Runs,
         tasks: Mapping[str, Any],
         counters: dict[str, int],
         *,
         on_beat: Callable[[], None],
-        request_cancel: Callable[[str | None, str], None],
-        stop_run: Callable[[Run, StopReason], None],
         self_stop: Callable[[], None],
         schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
@@ -66,26 +65,20 @@ class Heartbeat:
         every beat on each queue consumed, as ``schedules``, queue -> the names of the code
         schedules of that queue, are: see :meth:`_declare`); ``counters``: the
         outcomes so far (published); ``on_beat()``: after every beat Redis
-        took (the recovery's periodic check); ``request_cancel(queue, tid)``: a touch found a
-        run's cancel flag; ``stop_run(run, reason)``: a touch found a run's claim lost;
-        ``self_stop()``: no beat got through for the heartbeat TTL."""
+        took (the recovery's periodic check); ``self_stop()``: no beat got through for the
+        heartbeat TTL. A touch's reports go to ``runs`` (a claim lost, a cancel flag)."""
         self.env = env
-        self.slots = slots
+        self.runs = runs
+        self.slots = runs.slots
         self.tasks = tasks
         self.counters = counters
         self.schedules = schedules or {}
         self._on_beat = on_beat
-        self._request_cancel = request_cancel
-        self._stop_run = stop_run
         self._self_stop = self_stop
         self.pid = os.getpid()
         self.last_ok = time.monotonic()
         self.started_at = int(time.time() * 1000)
         self.backoff = Backoff(log, "heartbeat")
-        # Redis time minus this process's monotonic clock (ms), from a TIME sent with every beat:
-        # heartbeat times are on the Redis clock, which retention and observers compare them
-        # with, whatever this host's wall clock says (or how it jumps).
-        self.clock_offset_ms: int | None = None
         # The owner and the task names go with the first beat and the first after a failed one
         # (the hash may have expired meanwhile), not with every beat.
         self.publish = True
@@ -221,11 +214,6 @@ class Heartbeat:
             await env.redis.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
         return None
 
-    def set_clock(self, reply: tuple[int, int]) -> None:
-        """Take the Redis clock's offset from a TIME reply (seconds, microseconds)."""
-        sec, usec = reply
-        self.clock_offset_ms = int(sec) * 1000 + int(usec) // 1000 - int(time.monotonic() * 1000)
-
     def status(self) -> str:
         env = self.env
         if env.stopping:
@@ -279,9 +267,10 @@ class Heartbeat:
         its TTL, the workers index, one touch per queue with runs in flight, then TIME.
         Replies in that order (without the owner's HSET when not ``published``)."""
         env = self.env
-        if self.clock_offset_ms is None:
-            self.set_clock(await env.redis.time())
-        now_ms = int(time.monotonic() * 1000) + (self.clock_offset_ms or 0)
+        # Heartbeat times are on the Redis clock (env.clock), set by a TIME sent with every beat.
+        if env.clock.offset_ms is None:
+            env.clock.set(await env.redis.time())
+        now_ms = env.clock.now_ms()
         async with env.redis.pipeline(transaction=False) as pipe:
             key = env.keys.worker(env.worker_id)
             pipe.hset(key, mapping=self._fields(now_ms, active, status))
@@ -333,7 +322,7 @@ class Heartbeat:
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
         self.env.healthy.set()
-        self.set_clock(replies[-1])
+        self.env.clock.set(replies[-1])
         touches = [sc.parse_touch(raw) for raw in replies[3 : 3 + len(by_queue)]]
         lost = {(q, tid) for q, t in zip(by_queue, touches, strict=True) for tid in t.lost}
         for q_runs in by_queue.values():
@@ -357,15 +346,6 @@ class Heartbeat:
                 or self.slots.inflight.get(run.key) is not run
             ):
                 continue
-            self.lose(run, "was reclaimed by another worker")
+            self.runs.lose(run, "was reclaimed by another worker")
         for tid in res.cancel_requested:
-            self._request_cancel(queue, tid)
-
-    def lose(self, run: Run, why: str) -> None:
-        """Count, log and announce a lost claim; stop the run (an async run is cancelled)."""
-        env = self.env
-        env.metrics.claims_lost.inc()
-        log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
-                    why)  # fmt: skip
-        env.emit_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
-        self._stop_run(run, StopReason.CLAIM_LOST)
+            self.runs.cancel(queue, tid)

@@ -6,9 +6,9 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq_worker.batcher import Batcher
@@ -17,19 +17,13 @@ from dtq_worker.faults import Backoff, is_transient
 if TYPE_CHECKING:
     from dtq.settings import Settings
     from dtq_worker.env import WorkerEnv
-    from dtq_worker.recovery import Recovery
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.outcomes")
 
 
-class PollLoop(Protocol):
-    """What an outcome write needs of the poll loop (consumer.Consumer)."""
-
-    waiting: bool  # blocked waiting for work: the queues were empty
-
-    def took(self, batch: sc.ClaimBatch, sent: float) -> None:
-        """Launch a claim's runs (here: a write's refill)."""
+# Runs.take: (queue, a claim's reply, when it was sent (monotonic), the slots it reserved).
+Take = Callable[[str, sc.ClaimBatch, float, int], None]
 
 
 @dataclass(slots=True)
@@ -49,19 +43,14 @@ class OutcomeWriter:
     ``stale`` (the run no longer owns the task; nothing was written).
     """
 
-    def __init__(
-        self,
-        env: WorkerEnv,
-        slots: Slots,
-        recovery: Recovery,
-        poll: PollLoop,
-    ) -> None:
-        """``poll``: the poll loop (consumer.py), which launches what a write's refill claimed
-        and says whether it is blocked waiting for work."""
+    def __init__(self, env: WorkerEnv, slots: Slots, take: Take) -> None:
+        """``take``: where the refill a write claimed goes (Runs.take, the one run path). It is
+        handed over inside the flush, as soon as the reply is parsed: its runs launch and its
+        reserved slots come back before the batch's own runs resume (record, middleware), so
+        the poll loop never sees those slots held by a claim that has already been answered."""
         self.env = env
         self.slots = slots
-        self.recovery = recovery
-        self.poll = poll
+        self.take = take
         # Two writes in flight of at most half the slots each: the batches alternate between
         # Redis and the worker (see _can_refill).
         self._batcher: Batcher[Outcome, str] = Batcher(
@@ -108,10 +97,10 @@ class OutcomeWriter:
             queue == env.queues[0]
             and queue not in env.partitions_of
             and not env.stopping
-            and not self.poll.waiting
+            and not env.idle
             and env.healthy.is_set()
             and env.evicting is None
-            and not self.recovery.active(queue)
+            and queue not in self.slots.recovering
         )
 
     async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
@@ -123,7 +112,7 @@ class OutcomeWriter:
         verdicts: list[str] = [""] * len(batch)
         order = []
         calls = []
-        refill: tuple[str, int] | None = None  # slots reserved for this flush's claim
+        refill: tuple[str, int, sc.Call] | None = None  # slots reserved for this flush's claim
         try:
             for (queue, kind), idx in groups.items():
                 qk = env.keys.queue(queue)
@@ -135,15 +124,15 @@ class OutcomeWriter:
                             batch[i].held = False
                             held += 1
                     claim = held if held and self._can_refill(queue) else 0
-                    if claim:
-                        refill = (queue, held)
-                    elif held:
+                    if held and not claim:
                         self.slots.unreserve(queue, held, wake=True)  # the poll loop takes them
                     call = sc.complete_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
                         s.events_maxlen, s.result_ttl_s, claim, s.fair, _hist(s, batch, idx),
                         s.group_cap(queue),
                     )  # fmt: skip
+                    if claim:
+                        refill = (queue, held, call)
                 else:
                     call = sc.fail_call(
                         qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
@@ -161,20 +150,24 @@ class OutcomeWriter:
                     for call in calls:
                         await env.scripts.run(call, pipe)
                     replies = await pipe.execute()
-        except Exception as exc:
-            # The refill claim may have run with its reply lost (a single call over the lane
-            # tells the recovery itself, see AsyncScripts.on_reply_lost).
-            if refill is not None and is_transient(exc):
-                self.recovery.request(refill[0])
-            raise
-        finally:
+        except BaseException as exc:
             if refill is not None:
                 self.slots.unreserve(refill[0], refill[1])
+                # The refill claim may have run with its reply lost (a single call over the
+                # lane tells the recovery itself): AsyncScripts.on_reply_lost.
+                lost = env.scripts.on_reply_lost
+                if len(calls) > 1 and lost is not None and is_transient(exc):
+                    lost(refill[2])
+            raise
         for (kind, idx), raw in zip(order, replies, strict=True):
             if kind == "ok":
-                stored_flags, claimed = sc.parse_complete_claim(batch[idx[0]].queue, raw)
-                if claimed is not None and not claimed.missing_streams:
-                    self.poll.took(claimed, sent)
+                queue = batch[idx[0]].queue
+                stored_flags, claimed = sc.parse_complete_claim(queue, raw)
+                if refill is not None and refill[0] == queue:
+                    if claimed is None or claimed.missing_streams:
+                        self.slots.unreserve(queue, refill[1])
+                    else:  # Runs.take gives its reserved slots back as it launches its runs
+                        self.take(queue, claimed, sent, refill[1])
                 for i, stored in zip(idx, stored_flags, strict=True):
                     item = batch[i].item
                     assert isinstance(item, sc.Success)

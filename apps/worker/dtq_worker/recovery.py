@@ -9,32 +9,28 @@ nothing, while the worker stops).
 
 The race: a claim whose reply is merely slow has runs that look exactly like lost ones. So a
 recovery of a queue is sent only while no claim of that queue is in flight, and no claim of it is
-sent while its recovery is pending (the poll loop, the outcome writer's refill and the idle claim
-pair ask :meth:`Recovery.active`); ``Worker.launch`` also refuses a second copy of a run it holds.
+sent while its recovery is pending (the poll loop and the idle claim pair ask
+:meth:`Recovery.active`, the outcome writer's refill ``Slots.recovering``); ``Runs.launch`` also
+refuses a second copy of a run it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from dtq import scripts as sc
 from dtq_worker.faults import is_transient
-from dtq_worker.runs import Run
+from dtq_worker.slots import Run
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
-    from dtq_worker.slots import Slots
+    from dtq_worker.runs import Runs
 
 log = logging.getLogger("dtq.recovery")
-
-# How long the (priority, entry id) of a run forgotten without an answer from the fence is still
-# listed as known: its entry stays pending to this worker until the reaper takes it (the body
-# ran; adopting it would start the same attempt twice).
-UNANSWERED_KEEP_VISIBILITY = 3
 # Recoveries sent at once: the periodic check asks for every queue together, and a worker of
 # hundreds of queues sending them all at once took every connection of its client's pool (100),
 # failing the other loops' calls meanwhile ("Too many connections").
@@ -42,22 +38,14 @@ AT_ONCE = 8
 
 
 class Recovery:
-    def __init__(
-        self,
-        env: WorkerEnv,
-        slots: Slots,
-        launch: Callable[[list[sc.Claimed], float], None],
-        hand_back: Callable[..., Awaitable[None]],
-    ) -> None:
-        """``launch(runs, sent)``: take up runs found (Worker.launch_batch); ``hand_back(runs,
-        started=False)``: give runs back to their queue while stopping (Worker.hand_back)."""
+    def __init__(self, env: WorkerEnv, runs: Runs) -> None:
+        """``runs``: takes up the runs found (or hands them back while stopping), and says
+        which runs of a queue are known here (Runs.known)."""
         self.env = env
-        self.slots = slots
-        self._launch = launch
-        self._hand_back = hand_back
+        self.runs = runs
+        self.slots = runs.slots
         self._busy: dict[str, asyncio.Event] = {}  # queue -> set when its recovery is over
         self._queue_of = {env.keys.queue(q).task_base: q for q in env.queues}
-        self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
         self._failed: set[str] = set()  # queues whose last recovery did not get through
         self._sending = asyncio.Semaphore(AT_ONCE)
         self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
@@ -72,7 +60,7 @@ class Recovery:
 
     def active(self, queue: str) -> bool:
         """A recovery of ``queue`` is pending or in flight: send no claim of it."""
-        return queue in self._busy
+        return queue in self.slots.recovering
 
     async def wait(self, queue: str) -> None:
         ev = self._busy.get(queue)
@@ -91,6 +79,7 @@ class Recovery:
         """Recover ``queue`` soon (once no claim of it is in flight); one at a time per queue."""
         if queue not in self._busy:
             self._busy[queue] = asyncio.Event()
+            self.slots.recovering.add(queue)
             self.env.spawn(self._recover(queue))
 
     def tick(self) -> None:
@@ -99,26 +88,6 @@ class Recovery:
             self.last = time.monotonic()
             for q in self.env.queues:
                 self.request(q)
-
-    def forgotten(self, run: Run) -> None:
-        """A run left this worker without the fence answering its outcome (its write failed,
-        its claim was lost): its entry, if still pending here, is the reaper's, not adoptable."""
-        c = run.claimed
-        keep = self.env.settings.visibility_timeout_s * UNANSWERED_KEEP_VISIBILITY
-        self._unanswered[(c.queue, c.priority, c.eid)] = time.monotonic() + keep
-
-    def _known(self, queue: str) -> list[tuple[int, str]]:
-        now = time.monotonic()
-        for k, until in list(self._unanswered.items()):
-            if until < now:
-                del self._unanswered[k]
-        known = [(q_p_e[1], q_p_e[2]) for q_p_e in self._unanswered if q_p_e[0] == queue]
-        known += [
-            (r.claimed.priority, r.claimed.eid)
-            for r in self.slots.inflight.values()
-            if r.claimed.queue == queue
-        ]
-        return known
 
     async def _recover(self, queue: str) -> None:
         env = self.env
@@ -131,7 +100,7 @@ class Recovery:
                 async with self._sending:
                     # (The runs known are read once its turn came: any wait can change them.)
                     call = sc.recover_call(
-                        env.keys.queue(queue), env.worker_id, self._known(queue),
+                        env.keys.queue(queue), env.worker_id, self.runs.known(queue),
                         events_maxlen=s.events_maxlen, since_ms=self.since_ms,
                     )  # fmt: skip
                     sent = time.monotonic()
@@ -144,8 +113,6 @@ class Recovery:
                 self._failed.add(queue)
                 return
             self._failed.discard(queue)
-            if batch.absorbed:
-                env.metrics.absorbed.inc(batch.absorbed)
             fresh = []
             for c in batch.runs:
                 old = self.slots.inflight.get((queue, c.tid))
@@ -158,13 +125,16 @@ class Recovery:
                 fresh.append(c)
             if env.stopping:
                 # Its body never started: back to the queue, no interruption, no retry spent.
-                await self._hand_back([Run(c) for c in fresh], started=False)
+                if batch.absorbed:
+                    env.metrics.absorbed.inc(batch.absorbed)
+                await self.runs.hand_back([Run(c) for c in fresh], started=False)
             else:
-                self._launch(fresh, sent)
+                self.runs.take(queue, dataclasses.replace(batch, runs=fresh), sent)
         except Exception:
             log.exception("recovery of %s failed", queue)
         finally:
             del self._busy[queue]
+            self.slots.recovering.discard(queue)
             done.set()
 
     async def settle(self, timeout: float) -> None:

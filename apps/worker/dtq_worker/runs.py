@@ -1,75 +1,238 @@
-"""A run in flight on this worker and the reasons it can be stopped early."""
+"""The one run path: every batch of claimed tasks, however it arrived, becomes runs here.
+
+Claims come from the poll loop's claim (consumer.py: a pass over the queues, or the claim sent
+behind the idle wait), from the refill an outcome write made (outcomes.py hands it over as its
+reply is parsed) and from a recovery (recovery.py). Each reply goes to :meth:`Runs.take`,
+which gives back the slots its claim reserved and launches its runs in the same step (so a
+drain sees them in ``inflight`` or ``claiming``, never in neither). A run is then started
+(its body on the Executor), stopped (cancel, claim loss, shutdown), handed back, and forgotten.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import logging
 import time
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
+from concurrent.futures import Executor as Executor_
+from typing import TYPE_CHECKING
 
-from dtq.context import TaskContext
-from dtq.scripts import Claimed, RunRef
-from dtq.store.keys import make_task_id
+from dtq import scripts as sc
+from dtq.app import App
+from dtq.retrypolicy import retry_delay_ms
+from dtq_worker.executor import Executor
+from dtq_worker.faults import Backoff, is_transient
+from dtq_worker.outcomes import OutcomeWriter
+from dtq_worker.slots import Run, Slots, StopReason
 
+if TYPE_CHECKING:
+    from dtq_worker.env import WorkerEnv
 
-@dataclass(slots=True)
-class Hooked:
-    """What middleware needs of a run beyond the run itself: made only when there is some."""
+log = logging.getLogger("dtq.worker")
 
-    ctx: TaskContext
-    result: Any = None
-    raised: BaseException | None = None  # what the around_task chain raised
-
-
-class StopReason(Enum):
-    CLAIM_LOST = "claim lost"  # reclaimed by another worker: write nothing
-    CANCELLED = "cancelled"  # a user asked: write "cancelled"
-    SHUTDOWN = "shutdown"  # drain ran out: hand back through requeue.lua
+# How long the (priority, entry id) of a run forgotten without an answer from the fence is still
+# known (Runs.known): its entry stays pending to this worker until the reaper takes it (the body
+# ran; a recovery adopting it would start the same attempt twice).
+UNANSWERED_KEEP_VISIBILITY = 3
 
 
-@dataclass(eq=False)
-class Run:
-    claimed: Claimed
-    started_mono: float = field(default_factory=time.monotonic)  # reset when its body starts
-    # Its lease is held from no earlier than this (monotonic): when its claim was sent, then
-    # when a heartbeat that renewed it was sent (Slots.fill).
-    leased_mono: float = field(default_factory=time.monotonic)
-    task: asyncio.Task[None] | None = None
-    stop_reason: StopReason | None = None
-    cancel_detail: str = ""
-    writing: bool = False  # the outcome write began: a stop no longer cancels the task
-    holds_slot: bool = False  # counted in Slots.active: see Slots.release
-    answered: bool = False  # the fence answered the outcome write (stored or stale)
-    waiting: bool = False  # claimed ahead (prefetch): in Slots.ready, its body not started
-    hooked: Hooked | None = None  # only when the app has middleware (Executor._around)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.claimed.queue, self.claimed.tid)
-
-    @property
-    def ref(self) -> RunRef:
-        c = self.claimed
-        return RunRef(c.tid, c.eid, c.attempt)
-
-    @property
-    def task_id(self) -> str:
-        return make_task_id(self.claimed.queue, self.claimed.tid)
-
-    def stop(self, reason: StopReason, detail: str = "") -> None:
-        """Stop the run; the first reason wins."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            self.cancel_detail = detail
-        if self.task is not None and not self.task.done() and not self.writing and self.begun:
-            self.task.cancel()
+class Runs:
+    def __init__(
+        self,
+        env: WorkerEnv,
+        app: App,
+        pool: Executor_,
+        queue_caps: dict[str, int],
+        counters: dict[str, int],
+    ) -> None:
+        """``pool`` runs sync task bodies; ``queue_caps``: queue -> at most this many of its runs
+        held at once; ``counters``: outcomes so far (the heartbeat publishes them)."""
+        s = env.settings
+        self.env = env
+        # Capacity: the runs held, the bodies running, the claims in flight (slots.py).
+        self.slots = Slots(
+            s.worker_concurrency,
+            s.worker_prefetch,
+            queue_caps,
+            s.visibility_timeout_s - s.heartbeat_interval_s,
+            self.start,
+            env.partitions_of,
+        )
+        self.outcomes = OutcomeWriter(env, self.slots, self.take)
+        self.executor = Executor(env, app, pool, self.outcomes, self.slots, counters)
+        # A claim stopped at its scan budget (limits parked many entries): claim again at once
+        # rather than wait for new entries (the poll loop reads and resets it).
+        self.more = False
+        self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
 
     @property
-    def begun(self) -> bool:
-        """Whether its task's coroutine has begun. A task cancelled before its first step never
-        runs its coroutine, cleanup included (Worker._run's release of the slot): a run stopped
-        that early is left to start, and Executor.execute ends it by its stop reason."""
-        coro: Any = self.task.get_coro() if self.task is not None else None
-        return coro is not None and inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
+    def inflight(self) -> dict[tuple[str, str], Run]:
+        """The runs this worker holds, by (queue, tid) (Slots.inflight)."""
+        return self.slots.inflight
+
+    # --- in --------------------------------------------------------------------------------
+
+    def take(self, queue: str, batch: sc.ClaimBatch, sent: float, reserved: int = 0) -> None:
+        """A claim's reply for ``queue``, sent at ``sent`` (monotonic: its runs' leases count
+        from no later than that): give back the ``reserved`` slots it held and launch its runs,
+        with no await in between."""
+        if reserved:
+            self.slots.unreserve(queue, reserved)
+        if batch.absorbed:
+            self.env.metrics.absorbed.inc(batch.absorbed)
+        self.more = self.more or batch.more
+        for c in batch.runs:
+            self.launch(c, sent)
+
+    def launch(self, claimed: sc.Claimed, sent: float | None = None) -> None:
+        """Take a claimed run: start its body, or keep it waiting for a slot (Slots.launch).
+        ``sent``: when the claim was sent (monotonic; default now)."""
+        run = Run(claimed)
+        if sent is not None:
+            run.leased_mono = sent
+        slots = self.slots
+        old = slots.inflight.get(run.key)
+        if old is not None:
+            if old.claimed.attempt == claimed.attempt:
+                # The same run twice (a recovery and a claim reply both carrying it): it runs
+                # once.
+                log.warning("run %s attempt %d is already held here; not started again",
+                            run.task_id, claimed.attempt)  # fmt: skip
+                return
+            # An older attempt of this task still runs here (this worker was frozen, its run
+            # was reclaimed, and it has now claimed the task again): claim.lua starts a new
+            # attempt only after the old one was reclaimed, so the old run's claim is lost.
+            self.forget(old)
+            if old.stop_reason is None:
+                self.lose(old, "was reclaimed and its task claimed again here")
+        if slots.launch(run):
+            self.start(run)
+
+    def start(self, run: Run) -> None:
+        """Begin the run's task: its body, or the write of its stop (Executor.execute)."""
+        run.started_mono = time.monotonic()
+        run.task = asyncio.get_running_loop().create_task(self._run(run))
+
+    async def _run(self, run: Run) -> None:
+        try:
+            await self.executor.execute(run)
+        except asyncio.CancelledError:
+            if run.stop_reason is None:
+                log.warning("run %s cancelled without a reason", run.task_id)
+        except Exception:
+            # e.g. a non-transient Redis error while writing the outcome: the entry stays
+            # pending and is reclaimed after the visibility timeout.
+            log.exception("run %s could not store its outcome", run.task_id)
+        finally:
+            # A run stopped for shutdown is handed back (and forgotten) by the shutdown, unless
+            # its outcome write had already begun and was answered by the fence.
+            if run.stop_reason is not StopReason.SHUTDOWN or run.answered:
+                self.forget(run)
+
+    # --- out -------------------------------------------------------------------------------
+
+    def forget(self, run: Run) -> None:
+        """The run is no longer this worker's (Slots.forget). One whose outcome the fence never
+        answered is remembered as known for a while (see :meth:`known`)."""
+        if self.slots.forget(run) and not run.answered:
+            c = run.claimed
+            keep = self.env.settings.visibility_timeout_s * UNANSWERED_KEEP_VISIBILITY
+            self._unanswered[(c.queue, c.priority, c.eid)] = time.monotonic() + keep
+
+    def known(self, queue: str) -> list[tuple[int, str]]:
+        """The (priority, entry id) of every run of ``queue`` held here or forgotten unanswered
+        lately: a recovery must not adopt them (recovery.py)."""
+        now = time.monotonic()
+        for k, until in list(self._unanswered.items()):
+            if until < now:
+                del self._unanswered[k]
+        known = [(q_p_e[1], q_p_e[2]) for q_p_e in self._unanswered if q_p_e[0] == queue]
+        known += [
+            (r.claimed.priority, r.claimed.eid)
+            for r in self.slots.inflight.values()
+            if r.claimed.queue == queue
+        ]
+        return known
+
+    def cancel(self, queue: str | None, tid: str) -> None:
+        """A cancel request for task ``tid`` (of ``queue``; any queue when None): stop its run,
+        or keep a hint for a claim of it that may be on its way back (Slots.hint)."""
+        held = False
+        for run in list(self.inflight.values()):
+            same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
+            held = held or same
+            if same and run.stop_reason is None:
+                log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
+                self.stop(run, StopReason.CANCELLED, "cancelled by request")
+        if not held:
+            # Bounded in number and age: by the visibility timeout every heartbeat's touch
+            # reports the durable flag anyway.
+            self.slots.hint(tid, self.env.settings.visibility_timeout_s)
+
+    def lose(self, run: Run, why: str) -> None:
+        """Count, log and announce a lost claim; stop the run (an async run is cancelled)."""
+        env = self.env
+        env.metrics.claims_lost.inc()
+        log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
+                    why)  # fmt: skip
+        env.emit_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
+        self.stop(run, StopReason.CLAIM_LOST)
+
+    def stop(self, run: Run, reason: StopReason, detail: str = "") -> None:
+        """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
+        body to cancel: a lost claim is dropped, a cancelled one starts at once and writes
+        "cancelled" without running its body (Executor.execute); a shutdown hands it back."""
+        run.stop(reason, detail)
+        if not run.waiting or run.stop_reason is StopReason.SHUTDOWN:
+            return
+        if run.stop_reason is StopReason.CLAIM_LOST:
+            self.forget(run)
+        else:
+            self.slots.start_waiting(run)
+
+    async def hand_back_unstarted(self) -> None:
+        """Runs claimed ahead never started their body: back to the queue at once (no
+        interruption counted), for other workers, instead of waiting here for a slot."""
+        unstarted = self.slots.take_ready()
+        if not unstarted:
+            return
+        for r in unstarted:
+            r.stop(StopReason.SHUTDOWN)
+        await self.hand_back(unstarted, started=False)
+        for r in unstarted:  # not handed back (Redis stayed away): reclaimed after the timeout
+            self.forget(r)
+
+    async def hand_back(self, runs: list[Run], started: bool = True) -> None:
+        """requeue.lua for every run of ``runs``; retried while Redis is away, up to a deadline
+        (most of DTQ_HARD_EXIT_S). ``started=False``: their bodies never began (no
+        interruption is counted)."""
+        env, s = self.env, self.env.settings
+        by_queue: dict[str, list[Run]] = {}
+        for r in runs:
+            by_queue.setdefault(r.claimed.queue, []).append(r)
+        backoff = Backoff(log, "hand-back")
+        deadline = time.monotonic() + s.hard_exit_s * 0.8
+        for queue, qruns in by_queue.items():
+            call = sc.requeue_call(
+                env.keys.queue(queue),
+                env.worker_id,
+                [r.ref for r in qruns],
+                events_maxlen=s.events_maxlen,
+                ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
+                max_interruptions=s.max_interruptions,
+                retry_delay_ms=retry_delay_ms(s, 0),
+                started=started,
+            )
+            while True:
+                try:
+                    verdicts = sc.parse_verdicts(await env.scripts.run(call))
+                    for r, v in zip(qruns, verdicts, strict=True):
+                        log.info("handed back %s attempt %d: %s", r.task_id, r.claimed.attempt, v)
+                        self.forget(r)
+                    break
+                except Exception as exc:
+                    if not is_transient(exc) or time.monotonic() > deadline:
+                        log.error("could not hand back %d runs of %s (%s); other workers will "
+                                  "reclaim them after the visibility timeout",
+                                  len(qruns), queue, exc)  # fmt: skip
+                        break
+                    await asyncio.sleep(backoff.failed(exc))

@@ -24,7 +24,6 @@ from dtq import scripts as sc
 from dtq.app import App
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
-from dtq.retrypolicy import retry_delay_ms
 from dtq.settings import Settings
 from dtq.store import eviction, partitions
 from dtq.store.connection import default_url_warning, display_url
@@ -33,18 +32,16 @@ from dtq_worker import poolchild
 from dtq_worker.clients import worker_clients
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.env import WorkerEnv
-from dtq_worker.executor import Executor
 from dtq_worker.faults import Backoff, is_transient
 from dtq_worker.flowmover import FlowMover
 from dtq_worker.health import HealthServer, loop_answers, metrics_note, served
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
-from dtq_worker.outcomes import OutcomeWriter
 from dtq_worker.reaper import Reaper
 from dtq_worker.recovery import Recovery
-from dtq_worker.runs import Run, StopReason
+from dtq_worker.runs import Runs
 from dtq_worker.scheduler import Scheduler
-from dtq_worker.slots import Slots
+from dtq_worker.slots import Run, StopReason
 from dtq_worker.supervisor import supervise
 
 log = logging.getLogger("dtq.worker")
@@ -91,37 +88,29 @@ class Worker:
         self.pool = ThreadPoolExecutor(
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
-        # Capacity: the runs held, the bodies running, the claims in flight (slots.py).
-        self.slots = slots = Slots(
-            settings.worker_concurrency,
-            settings.worker_prefetch,
-            self.queue_caps,
-            settings.visibility_timeout_s - settings.heartbeat_interval_s,
-            self._start,
-            env.partitions_of,
-        )
+        self.counters: dict[str, int] = {}  # outcomes so far (the heartbeat publishes them)
+        # Every run, from the claim's reply to its end (runs.py): its slots, executor and
+        # outcome writer.
+        self.runs = runs = Runs(env, app, self.pool, self.queue_caps, self.counters)
+        self.slots = slots = runs.slots
+        self.executor, self.outcomes = runs.executor, runs.outcomes
         # Read when scraped: no gauge update per task on the hot path.
         self.metrics.inflight.set_function(lambda: len(slots.inflight))
-        self.counters: dict[str, int] = {}  # outcomes so far (the heartbeat publishes them)
         self.prepared = False
         self.http: HealthServer | None = None
         self._skip_drain = asyncio.Event()
         self._process = False  # owns_process(): this worker is the whole process
         # The loops, each built from what it uses (the module map: docs/design.md).
-        self.recovery = Recovery(env, slots, self.launch_batch, self.hand_back)
-        self.consumer = Consumer(env, slots, self.recovery, self.launch_batch, self.ensure_groups)
-        self.outcomes = OutcomeWriter(env, slots, self.recovery, self.consumer)
-        self.executor = Executor(env, app, self.pool, self.outcomes, slots, self.counters)
+        self.recovery = Recovery(env, runs)
+        self.consumer = Consumer(env, runs, self.recovery, self.ensure_groups)
         self.reaper = Reaper(env, self.ensure_groups)
         self.scheduler = Scheduler(env, app)
         self.heartbeat = Heartbeat(
             env,
-            slots,
+            runs,
             app.tasks,
             self.counters,
             on_beat=self.recovery.tick,
-            request_cancel=self.request_cancel,
-            stop_run=self.stop_run,
             self_stop=self.self_stop,
             schedules=self.scheduler.periodic.names_by_queue(self.queues),
         )
@@ -149,90 +138,6 @@ class Worker:
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         return self.env.spawn(coro)
-
-    # --- runs ----------------------------------------------------------------------------
-
-    def launch(self, claimed: sc.Claimed, sent: float | None = None) -> None:
-        """Take a claimed run: start its body, or keep it waiting for a slot (Slots.launch).
-        ``sent``: when the claim was sent (monotonic; default now)."""
-        run = Run(claimed)
-        if sent is not None:
-            run.leased_mono = sent
-        slots = self.slots
-        old = slots.inflight.get(run.key)
-        if old is not None:
-            if old.claimed.attempt == claimed.attempt:
-                # The same run twice (a recovery and a claim reply both carrying it): it runs
-                # once.
-                log.warning("run %s attempt %d is already held here; not started again",
-                            run.task_id, claimed.attempt)  # fmt: skip
-                return
-            # An older attempt of this task still runs here (this worker was frozen, its run
-            # was reclaimed, and it has now claimed the task again): claim.lua starts a new
-            # attempt only after the old one was reclaimed, so the old run's claim is lost.
-            self._forget(old)
-            if old.stop_reason is None:
-                self.heartbeat.lose(old, "was reclaimed and its task claimed again here")
-        if slots.launch(run):
-            self._start(run)
-
-    def launch_batch(self, claims: list[sc.Claimed], sent: float) -> None:
-        """Launch a claim reply's runs (the loops' launch callback)."""
-        for c in claims:
-            self.launch(c, sent)
-
-    def _start(self, run: Run) -> None:
-        run.started_mono = time.monotonic()
-        run.task = asyncio.get_running_loop().create_task(self._run(run))
-
-    def release_slot(self, run: Run) -> None:
-        """The run's body is over (its outcome is being written): Slots.release."""
-        self.slots.release(run)
-
-    async def _run(self, run: Run) -> None:
-        try:
-            await self.executor.execute(run)
-        except asyncio.CancelledError:
-            if run.stop_reason is None:
-                log.warning("run %s cancelled without a reason", run.task_id)
-        except Exception:
-            # e.g. a non-transient Redis error while writing the outcome: the entry stays
-            # pending and is reclaimed after the visibility timeout.
-            log.exception("run %s could not store its outcome", run.task_id)
-        finally:
-            # A run stopped for shutdown is handed back (and forgotten) by shutdown(), unless
-            # its outcome write had already begun and was answered by the fence.
-            if run.stop_reason is not StopReason.SHUTDOWN or run.answered:
-                self._forget(run)
-
-    def _forget(self, run: Run) -> None:
-        if self.slots.forget(run) and not run.answered:
-            self.recovery.forgotten(run)
-
-    def request_cancel(self, queue: str | None, tid: str) -> None:
-        held = False
-        for run in list(self.inflight.values()):
-            same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
-            held = held or same
-            if same and run.stop_reason is None:
-                log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
-                self.stop_run(run, StopReason.CANCELLED, "cancelled by request")
-        if not held:
-            # Bounded in number and age: by the visibility timeout every heartbeat's touch
-            # reports the durable flag anyway.
-            self.slots.hint(tid, self.settings.visibility_timeout_s)
-
-    def stop_run(self, run: Run, reason: StopReason, detail: str = "") -> None:
-        """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
-        body to cancel: a lost claim is dropped, a cancelled one starts at once and writes
-        "cancelled" without running its body (Executor.execute); a shutdown hands it back."""
-        run.stop(reason, detail)
-        if not run.waiting or run.stop_reason is StopReason.SHUTDOWN:
-            return
-        if run.stop_reason is StopReason.CLAIM_LOST:
-            self._forget(run)
-        else:
-            self.slots.start_waiting(run)
 
     def emit_worker_event(self, etype: str, detail: str = "") -> None:
         self.env.emit_event(etype, detail)
@@ -469,7 +374,7 @@ class Worker:
             while not self.stopping:
                 msg = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if msg and msg.get("type") == "message":
-                    self.request_cancel(None, str(msg["data"]))
+                    self.runs.cancel(None, str(msg["data"]))
         finally:
             await ps.aclose()  # type: ignore[no-untyped-call]
 
@@ -483,7 +388,7 @@ class Worker:
         slots = self.slots
         while slots.busy and not self._skip_drain.is_set():
             if slots.ready:
-                await self._hand_back_unstarted()
+                await self.runs.hand_back_unstarted()
                 continue
             left = deadline - time.monotonic()
             if left <= 0 or not await slots.changed.wait(left):
@@ -491,7 +396,7 @@ class Worker:
         # A claim still in flight (the idle wait's, were CLIENT UNBLOCK not to reach it) ends
         # within its block: wait for it, or it could take the runs handed back below.
         await slots.claims_settled(None, timeout=IDLE_WAIT_TIMEOUT_S + 1)
-        await self._hand_back_unstarted()
+        await self.runs.hand_back_unstarted()
         leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
         if leftovers:
             log.warning("handing back %d unfinished runs", len(leftovers))
@@ -504,7 +409,7 @@ class Worker:
             # fence has answered them there is nothing to hand back.
             leftovers = [r for r in leftovers if not r.answered]
             if leftovers:
-                await self._hand_back(leftovers)
+                await self.runs.hand_back(leftovers)
         # Runs a late claim started whose reply was lost: handed back, spending nothing. After
         # the leftovers, so a stop while Redis is away does not wait for this to cancel them.
         await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
@@ -514,59 +419,6 @@ class Worker:
             await asyncio.wait(others, timeout=2.0)
         await self._farewell()
         return EXIT_REDIS_LOST if self.self_stopping else EXIT_OK
-
-    async def _hand_back_unstarted(self) -> None:
-        """Runs claimed ahead never started their body: back to the queue at once (no
-        interruption counted), for other workers, instead of waiting here for a slot."""
-        unstarted = self.slots.take_ready()
-        if not unstarted:
-            return
-        for r in unstarted:
-            r.stop(StopReason.SHUTDOWN)
-        await self._hand_back(unstarted, started=False)
-        for r in unstarted:  # not handed back (Redis stayed away): reclaimed after the timeout
-            self._forget(r)
-
-    async def hand_back(self, runs: list[Run], started: bool = True) -> None:
-        """Hand ``runs`` back to their queues (see _hand_back)."""
-        await self._hand_back(runs, started)
-
-    async def _hand_back(self, runs: list[Run], started: bool = True) -> None:
-        """requeue.lua for every leftover run; retried while Redis is away, up to the deadline.
-
-        ``started=False``: runs whose body never began (no interruption is counted).
-        """
-        s = self.settings
-        by_queue: dict[str, list[Run]] = {}
-        for r in runs:
-            by_queue.setdefault(r.claimed.queue, []).append(r)
-        backoff = Backoff(log, "hand-back")
-        deadline = time.monotonic() + s.hard_exit_s * 0.8
-        for queue, qruns in by_queue.items():
-            call = sc.requeue_call(
-                self.keys.queue(queue),
-                self.worker_id,
-                [r.ref for r in qruns],
-                events_maxlen=s.events_maxlen,
-                ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
-                max_interruptions=s.max_interruptions,
-                retry_delay_ms=retry_delay_ms(s, 0),
-                started=started,
-            )
-            while True:
-                try:
-                    verdicts = sc.parse_verdicts(await self.scripts.run(call))
-                    for r, v in zip(qruns, verdicts, strict=True):
-                        log.info("handed back %s attempt %d: %s", r.task_id, r.claimed.attempt, v)
-                        self._forget(r)
-                    break
-                except Exception as exc:
-                    if not is_transient(exc) or time.monotonic() > deadline:
-                        log.error("could not hand back %d runs of %s (%s); other workers will "
-                                  "reclaim them after the visibility timeout",
-                                  len(qruns), queue, exc)  # fmt: skip
-                        break
-                    await asyncio.sleep(backoff.failed(exc))
 
     async def _farewell(self) -> None:
         try:
