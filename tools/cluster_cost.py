@@ -1,0 +1,98 @@
+"""What a task costs on a 3-master Redis Cluster against one redis-server, side by side.
+
+``python -m tools.cluster_cost [--tasks N] [--singles N] [--reps R]``: one redis-server and a
+3-master cluster (no replicas, ``bench/dtq_bench/shards.py``), one queue on each; per
+repetition, interleaved: the client CPU of one-at-a-time enqueues (``time.process_time()``
+over ``--singles`` calls of a blocking ``Client``), then ``--tasks`` bulk-enqueued no-op tasks
+run by one worker process (worker and Redis CPU per task over the run's steady window, Redis
+summed over the nodes: ``DtqBench.drain``). The cluster is measured with the fast lane on
+(``cluster``) and off (``cluster-nolane``, redis-py's cluster command path: what dtq did before
+the cluster had a lane), the server with it on. Prints each row and the medians' ratios to the
+server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from dtq_bench.server import BenchRedis  # noqa: E402
+from dtq_bench.shards import Shards, queues_per_shard  # noqa: E402
+from dtq_bench.workloads import PREFIX, DtqBench  # noqa: E402
+
+
+@contextlib.contextmanager
+def lane(on: bool) -> Iterator[None]:
+    """``DTQ_FAST_LANE`` for this process's clients and the workers it starts."""
+    old = os.environ.get("DTQ_FAST_LANE")
+    os.environ["DTQ_FAST_LANE"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("DTQ_FAST_LANE", None)
+        else:
+            os.environ["DTQ_FAST_LANE"] = old
+
+
+def singles(b: DtqBench, n: int) -> float:
+    """Client CPU µs per one-at-a-time enqueue."""
+    b.flush()
+    with b.client() as c:
+        for _ in range(200):  # connections, scripts, the slot map: not per call
+            c.enqueue("noop", queue=b.queues[0])
+        t0 = time.process_time()
+        for _ in range(n):
+            c.enqueue("noop", queue=b.queues[0])
+        return (time.process_time() - t0) * 1e6 / n
+
+
+def row(b: DtqBench, tasks: int, n_single: int) -> dict[str, Any]:
+    client = singles(b, n_single)
+    res = b.throughput(tasks, procs=1)
+    return {
+        "client_us": round(client, 2),
+        "worker_us": res.get("window_worker_cpu_us_per_task"),
+        "redis_us": res.get("window_redis_cpu_us_per_task"),
+        "tasks_per_s": res.get("window_tasks_per_s"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tasks", type=int, default=20_000)
+    ap.add_argument("--singles", type=int, default=3_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rows", default="server,cluster-nolane,cluster")
+    a = ap.parse_args()
+    names = a.rows.split(",")
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
+    with BenchRedis() as counters, BenchRedis() as server, Shards(3) as c3:
+        q3 = queues_per_shard(PREFIX, 3)[0]
+        for rep in range(a.reps):
+            order = names if rep % 2 == 0 else names[::-1]
+            for name in order:
+                store: Any = server if name == "server" else c3
+                queues = ("default",) if name == "server" else (q3,)
+                with lane(name != "cluster-nolane"):
+                    r = row(DtqBench(counters, data=store, queues=queues), a.tasks, a.singles)
+                out[name].append(r)
+                print(rep, name, r, flush=True)
+    med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in out.items()}
+    for k, m in med.items():
+        base = med.get("server")
+        ratio = {f: round(m[f] / base[f], 2) for f in m} if base else {}
+        print(f"median {k}: {m}  vs server: {ratio}")
+
+
+if __name__ == "__main__":
+    main()
