@@ -26,7 +26,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 
 from dtq import transport
 from dtq.connection import is_cluster
@@ -62,7 +68,7 @@ class SyncRoutes:
             return lane
         try:
             node = self._client.get_node_from_key(tag)
-        except RedisError:  # (no slot map yet, a slot not covered): the cluster client's path
+        except (RedisError, RedisClusterException):  # (a slot not covered): the usual path
             return None
         conn = getattr(node, "redis_connection", None)
         if conn is None:
@@ -135,7 +141,7 @@ class AsyncRoutes:
     def _lanes(self, tag: str) -> transport.AsyncLanes | None:
         try:
             node = self._client.get_node_from_key(tag)
-        except (RedisError, KeyError):  # no slot map yet: the cluster client's path loads it
+        except (RedisError, RedisClusterException):  # no slot map yet: the usual path loads it
             return None
         known = self._nodes.get(node.name)
         if known is None or known[0] is not node:

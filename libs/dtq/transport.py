@@ -263,13 +263,15 @@ class AsyncLane:
     ) -> None:
         """``pool``: where the connection comes from (``get_connection`` and ``release``,
         awaited; a cluster node's: dtq.cluster), else ``client``'s pool."""
-        self._pool = client.connection_pool if pool is None else pool
+        self._client, self._pool = client, pool
         self._conn: Any = None
         self.busy = False
         self.fast = fast_lane(fast)
 
     async def connection(self) -> Any:
         if self._conn is None:
+            if self._pool is None:
+                self._pool = self._client.connection_pool
             self._conn = await self._pool.get_connection()
         return self._conn
 
