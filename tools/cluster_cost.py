@@ -23,11 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import redis
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from dtq_bench.server import BenchRedis  # noqa: E402
-from dtq_bench.shards import Shards, queues_per_shard  # noqa: E402
-from dtq_bench.workloads import PREFIX, DtqBench  # noqa: E402
+from dtq_bench.server import BenchRedis
+from dtq_bench.shards import Shards, queues_per_shard
+from dtq_bench.workloads import PREFIX, DtqBench
 
 
 @contextlib.contextmanager
@@ -56,14 +58,38 @@ def singles(b: DtqBench, n: int) -> float:
         return (time.process_time() - t0) * 1e6 / n
 
 
+def _nodes(b: DtqBench) -> list[str]:
+    return [n.url for n in b.data.nodes] if isinstance(b.data, Shards) else [b.data.url]
+
+
+def _cmdstats(b: DtqBench) -> dict[str, int]:
+    """Commands run so far, summed over the nodes, per command (INFO commandstats)."""
+    out: dict[str, int] = {}
+    for url in _nodes(b):
+        with redis.Redis.from_url(url) as r:
+            for k, v in r.info("commandstats").items():
+                out[k] = out.get(k, 0) + int(v["calls"])
+    return out
+
+
 def row(b: DtqBench, tasks: int, n_single: int) -> dict[str, Any]:
     client = singles(b, n_single)
-    res = b.throughput(tasks, procs=1)
+    b.flush()
+    with b.client() as c:
+        b.fill(c, "noop", tasks)
+    c0 = _cmdstats(b)
+    res = b.drain(tasks, procs=1)
+    c1 = _cmdstats(b)
+    calls = {
+        k.removeprefix("cmdstat_"): round((v - c0.get(k, 0)) / tasks, 3) for k, v in c1.items()
+    }
     return {
         "client_us": round(client, 2),
         "worker_us": res.get("window_worker_cpu_us_per_task"),
         "redis_us": res.get("window_redis_cpu_us_per_task"),
         "tasks_per_s": res.get("window_tasks_per_s"),
+        "by_node": res.get("window_redis_cpu_us_per_task_by_node"),
+        "calls": {k: v for k, v in calls.items() if v},
     }
 
 
@@ -87,7 +113,8 @@ def main() -> None:
                     r = row(DtqBench(counters, data=store, queues=queues), a.tasks, a.singles)
                 out[name].append(r)
                 print(rep, name, r, flush=True)
-    med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in out.items()}
+    figures = ("client_us", "worker_us", "redis_us", "tasks_per_s")
+    med = {k: {f: statistics.median(r[f] for r in v) for f in figures} for k, v in out.items()}
     for k, m in med.items():
         base = med.get("server")
         ratio = {f: round(m[f] / base[f], 2) for f in m} if base else {}
