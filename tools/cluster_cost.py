@@ -27,6 +27,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+from dtq import Client
+from dtq.settings import Settings
 from dtq_bench.server import BenchRedis
 from dtq_bench.shards import Shards, queues_per_shard
 from dtq_bench.workloads import PREFIX, DtqBench
@@ -56,6 +58,24 @@ def singles(b: DtqBench, n: int) -> float:
         for _ in range(n):
             c.enqueue("noop", queue=b.queues[0])
         return (time.process_time() - t0) * 1e6 / n
+
+
+def client_blocks(
+    clients: dict[str, tuple[Client, str]], n: int, block: int = 250
+) -> dict[str, float]:
+    """Client CPU µs per one-at-a-time enqueue of each client (name: (client, queue)), measured
+    in blocks of ``block`` calls taking turns, so a drift of the host's load is shared."""
+    spent = dict.fromkeys(clients, 0.0)
+    for c, q in clients.values():
+        for _ in range(200):  # connections, scripts, the slot map: not per call
+            c.enqueue("noop", queue=q)
+    for _ in range(n // block):
+        for name, (c, q) in clients.items():
+            t0 = time.process_time()
+            for _ in range(block):
+                c.enqueue("noop", queue=q)
+            spent[name] += time.process_time() - t0
+    return {k: round(v * 1e6 / (n // block * block), 2) for k, v in spent.items()}
 
 
 def _nodes(b: DtqBench) -> list[str]:
@@ -104,6 +124,24 @@ def main() -> None:
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
     with BenchRedis() as counters, BenchRedis() as server, Shards(3) as c3:
         q3 = queues_per_shard(PREFIX, 3)[0]
+        clients = {
+            "server": (
+                Client(settings=Settings(redis_url=server.url, key_prefix=PREFIX)),
+                "default",
+            ),
+            "cluster-nolane": (
+                Client(settings=Settings(redis_url=c3.url, key_prefix=PREFIX, fast_lane=False)),
+                q3,
+            ),
+            "cluster": (Client(settings=Settings(redis_url=c3.url, key_prefix=PREFIX)), q3),
+        }
+        print(
+            "client CPU µs per single enqueue, blocks taking turns:",
+            client_blocks({k: v for k, v in clients.items() if k in names}, a.singles * a.reps),
+            flush=True,
+        )
+        for c, _ in clients.values():
+            c.close()
         for rep in range(a.reps):
             order = names if rep % 2 == 0 else names[::-1]
             for name in order:

@@ -143,6 +143,8 @@ class AsyncRoutes:
             node = self._client.get_node_from_key(tag)
         except (RedisError, RedisClusterException):  # no slot map yet: the usual path loads it
             return None
+        if not callable(getattr(node, "release", None)):  # (an older redis-py): no lane
+            return None
         known = self._nodes.get(node.name)
         if known is None or known[0] is not node:
             known = self._nodes[node.name] = (
