@@ -2,7 +2,9 @@
 the node serving their hash tag; a call the node does not run (a redirect while or after its
 slot moves, TRYAGAIN) takes the cluster client's path, and the next call finds the new owner.
 
-A private cluster without replicas (its slots are moved here). Real redis-servers."""
+A private cluster without replicas (its slots are moved here). Real redis-servers. Tests that
+look at the lanes are skipped where the lane is off (DTQ_FAST_LANE=0, or a redis-py without
+what it needs: dtq.transport.missing); the rest hold either way."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from dtq import AsyncClient, Client, TaskStatus
+from dtq import AsyncClient, Client, TaskStatus, transport
 from dtq import scripts as sc
 from dtq.connection import async_redis
 from dtq.keys import Keys
@@ -23,6 +25,9 @@ from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::dtq.errors.UndeclaredTaskWarning")
+needs_lane = pytest.mark.skipif(
+    not transport.fast_lane(), reason="the fast lane is off here (DTQ_FAST_LANE=0 or redis-py)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +57,7 @@ def stream_of(prefix: str) -> str:
     return Keys(prefix).queue("default").stream(DEFAULT_PRIORITY)
 
 
+@needs_lane
 def test_single_enqueues_take_the_lane_of_their_node(
     cluster: RedisClusterFixture, prefix: str
 ) -> None:
@@ -75,6 +81,7 @@ def test_without_the_fast_lane_a_cluster_client_has_no_routes(
         assert c._scripts.routes is None
 
 
+@needs_lane
 def test_an_error_reply_on_the_lane_raises_and_the_lane_stays_in_step(
     cluster: RedisClusterFixture, prefix: str
 ) -> None:
@@ -94,6 +101,7 @@ def test_an_error_reply_on_the_lane_raises_and_the_lane_stays_in_step(
         assert routes.calls == before + 1 and c.get(h.id).status == TaskStatus.QUEUED
 
 
+@needs_lane
 def test_a_moved_slot_falls_back_once_then_takes_the_new_owners_lane(
     cluster: RedisClusterFixture, prefix: str
 ) -> None:
@@ -126,6 +134,7 @@ def test_a_moved_slot_falls_back_once_then_takes_the_new_owners_lane(
             assert s.execute_command("CLUSTER", "COUNTKEYSINSLOT", move.slot) == 0
 
 
+@needs_lane
 def test_a_call_during_a_migration_waits_for_it_then_runs_on_the_new_owner(
     cluster: RedisClusterFixture, prefix: str
 ) -> None:
@@ -156,6 +165,7 @@ def test_a_call_during_a_migration_waits_for_it_then_runs_on_the_new_owner(
             assert d.xlen(stream) == 3
 
 
+@needs_lane
 async def test_asyncio_calls_take_the_lane_and_follow_a_moved_slot(
     cluster: RedisClusterFixture, prefix: str
 ) -> None:
