@@ -49,7 +49,7 @@ test-fast: install
 
 # The script and lane tests on redis-py's usual path (no fast lane: dtq/store/transport.py).
 LANE_TESTS := tests/test_transport.py tests/test_lane.py tests/test_scripts.py \
-	tests/test_script_replay.py tests/test_sdk.py tests/test_sdk_blips.py
+	tests/test_script_replay.py tests/test_sdk.py tests/test_sdk_blips.py tests/test_cluster_lane.py
 test-lanes-off: install
 	DTQ_FAST_LANE=0 $(BIN)/pytest -q -p no:cacheprovider $(LANE_TESTS)
 

@@ -25,7 +25,7 @@ from redis.client import Redis as SyncRedis
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from dtq.store import transport
+from dtq.store import cluster, transport
 from dtq.store.connection import is_cluster
 
 SCRIPT_NAMES = (
@@ -143,11 +143,13 @@ class Call:
 # The fast lane (a kept connection written to directly) is dtq.store.transport's; this layer asks it
 # first and takes redis-py's usual path for whatever the lane cannot do.
 #
-# On a Redis Cluster there is no lane: a kept connection knows one node, not the slot map, so
-# every call takes the cluster client's path (which follows MOVED/ASK and retries TRYAGAIN).
-# ``is_cluster`` at construction is the one decision (``_cluster``). In a cluster
-# pipeline redis-py refuses EVALSHA (it could not load a missing script there): a script call
-# in a pipeline is sent as EVAL with its text, which Redis caches under the same SHA.
+# On a Redis Cluster there is a lane per node (dtq.store.cluster: SyncRoutes / AsyncRoutes), the
+# call's node found by its hash tag; a call not run on it (a redirect, TRYAGAIN, CLUSTERDOWN, a
+# dropped connection) takes the cluster client's path, which follows MOVED/ASK, retries TRYAGAIN
+# and refreshes the slot map. ``is_cluster`` at construction is the one decision
+# (``_cluster``). In a cluster pipeline redis-py refuses EVALSHA (it could not load a missing
+# script there): a script call in a pipeline is sent as EVAL with its text, which Redis
+# caches under the same SHA.
 #
 # The slot guard. A script reaches keys it was not given (a task's record, ``base .. tid``):
 # same hash tag, so same slot, which is all a stable cluster needs. While that slot migrates,
@@ -162,12 +164,10 @@ class Call:
 SLOT_GUARD = ":~slotguard"
 
 
-def with_slot_guard(keys: list[str]) -> list[str]:
-    """``keys`` and the slot guard of their slot (the first key's hash tag, as Redis reads it)."""
-    first = keys[0]
-    lo = first.find("{")
-    hi = first.find("}", lo + 1) if lo >= 0 else -1
-    tag = first[lo + 1 : hi] if lo >= 0 and hi > lo + 1 else first
+def with_slot_guard(keys: list[str], tag: str | None = None) -> list[str]:
+    """``keys`` and the slot guard of their slot (``tag``: the first key's hash tag, as Redis
+    reads it, found here when not given)."""
+    tag = cluster.hash_tag(keys[0]) if tag is None else tag
     return [*keys, "{" + tag + "}" + SLOT_GUARD]
 
 
@@ -206,10 +206,10 @@ class AsyncScripts(_Registered):
         needs."""
         super().__init__(redis)
         self._replay_safe = replay_safe
-        self._cluster = is_cluster(redis)  # (see the fast lane above; a cluster has no lane)
-        self._lanes = None if self._cluster or not transport.fast_lane(fast_lane) else (
-            transport.AsyncLanes(redis)
-        )  # fmt: skip
+        self._cluster = is_cluster(redis)  # (see the fast lane above)
+        lane = transport.fast_lane(fast_lane)
+        self._lanes = transport.AsyncLanes(redis) if lane and not self._cluster else None
+        self.routes = cluster.AsyncRoutes(redis) if lane and self._cluster else None
         # Told of every call outside a pipeline whose reply may have been lost after Redis ran
         # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
         # looks for the runs such a claim started (lua/recover.lua).
@@ -227,41 +227,59 @@ class AsyncScripts(_Registered):
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
+        keys = call.keys
         if self._cluster:  # (see the fast lane and the slot guard above)
-            keys = with_slot_guard(call.keys)
+            tag = cluster.hash_tag(keys[0])
+            keys = with_slot_guard(keys, tag)
             if pipe is not None:
                 return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)
-            try:
-                return await obj(keys=keys, args=call.args)
-            except (ConnectionError, RedisTimeoutError, TimeoutError):
-                self._reply_lost(call)  # as on the usual path below
-                raise
-        if pipe is not None:
-            return await obj(keys=call.keys, args=call.args, client=pipe)
-        lane = None if self._lanes is None else self._lanes.free()
+            lane = None if self.routes is None else self.routes.free(tag)
+        elif pipe is not None:
+            return await obj(keys=keys, args=call.args, client=pipe)
+        else:
+            lane = None if self._lanes is None else self._lanes.free()
         if lane is not None:
-            lane.busy = True
-            try:
-                return await lane.call(_evalsha_args(obj.sha, call))
-            except NoScriptError:
-                pass  # nothing ran: the usual path loads the script
-            except ConnectionError:
-                # The lane was dropped (the usual path reconnects and sends again); the first
-                # send may have run, its reply lost.
-                self._reply_lost(call)
-            except (RedisTimeoutError, TimeoutError):
-                # The lane was dropped; the call may have run. Only a runner whose calls are
-                # safe to re-send (the SDK's) sends it again.
-                self._reply_lost(call)
-                if not self._replay_safe:
-                    raise
-            finally:
-                lane.busy = False
+            res = await self._on_lane(
+                lane, ("EVALSHA", obj.sha, len(keys), *keys, *call.args), call
+            )
+            if res is not transport.MISS:
+                return res
         try:
-            return await obj(keys=call.keys, args=call.args)
+            return await obj(keys=keys, args=call.args)
         except (ConnectionError, RedisTimeoutError, TimeoutError):
             self._reply_lost(call)
             raise
+
+    async def _on_lane(self, lane: transport.AsyncLane, args: tuple[Any, ...], call: Call) -> Any:
+        """``args`` sent on ``lane``: the reply, or MISS when the usual path is to run it."""
+        lane.busy = True
+        try:
+            res = await lane.call(args)
+            if self.routes is not None:
+                self.routes.calls += 1
+            return res
+        except NoScriptError:
+            pass  # nothing ran: the usual path loads the script
+        except cluster.NOT_RUN_HERE:
+            # Not this node's slot (any more), or the slot is migrating: nothing ran; the
+            # cluster client follows it (and learns the new slot map), the tag is looked up again.
+            assert self.routes is not None  # (only a cluster's nodes answer so)
+            self.routes.forget()
+        except ConnectionError:
+            # The lane was dropped (the usual path reconnects and sends again); the first
+            # send may have run, its reply lost.
+            self._reply_lost(call)
+            if self.routes is not None:
+                self.routes.forget()  # (the node may be gone: a failover)
+        except (RedisTimeoutError, TimeoutError):
+            # The lane was dropped; the call may have run. Only a runner whose calls are
+            # safe to re-send (the SDK's) sends it again.
+            self._reply_lost(call)
+            if not self._replay_safe:
+                raise
+        finally:
+            lane.busy = False
+        return transport.MISS
 
     def _reply_lost(self, call: Call) -> None:
         if self.on_reply_lost is not None:
@@ -308,16 +326,27 @@ class SyncScripts(_Registered):
         ``fast_lane``: as for :class:`AsyncScripts`."""
         super().__init__(redis)
         self._cluster = is_cluster(redis)
-        self.lane = None if self._cluster or not transport.fast_lane(fast_lane) else (
-            transport.SyncLane(redis, replay_safe=replay_safe)
+        lane = transport.fast_lane(fast_lane)
+        self.lane = (
+            transport.SyncLane(redis, replay_safe=replay_safe) if lane and not self._cluster
+            else None
         )  # fmt: skip
+        self.routes = (
+            cluster.SyncRoutes(redis, replay_safe=replay_safe) if lane and self._cluster else None
+        )
 
     def run(self, call: Call, pipe: Pipeline | None = None) -> Any:
         obj = self._obj(call.script)
         if self._cluster:  # (see the fast lane and the slot guard above)
-            keys = with_slot_guard(call.keys)
+            tag = cluster.hash_tag(call.keys[0])
+            keys = with_slot_guard(call.keys, tag)
             if pipe is not None:
                 return pipe.execute_command("EVAL", obj.script, len(keys), *keys, *call.args)  # type: ignore[no-untyped-call]
+            if self.routes is not None:
+                args = ("EVALSHA", obj.sha, len(keys), *keys, *call.args)
+                res = self.routes.call(tag, args)
+                if res is not transport.MISS:
+                    return res
             return obj(keys=keys, args=call.args)
         if pipe is None and self.lane is not None:
             res = self.lane.call(_evalsha_args(obj.sha, call))

@@ -1,4 +1,17 @@
-"""Keyless commands on a Redis Cluster: SCAN of one queue's slot, and SCAN of every primary.
+"""A Redis Cluster beside redis-py's cluster client: the fast lane per node (script calls), and
+keyless commands (SCAN of one queue's slot, and SCAN of every primary).
+
+**The lanes.** A script call through redis-py's cluster command path spends client CPU on slot
+computation for every key, node lookup and command policies, on top of the pool and retry layers
+the one-server fast lane already skips (dtq.transport). So a cluster client gets lanes too, one
+set per node (:class:`SyncRoutes`, :class:`AsyncRoutes`): a call goes to the lane of the node
+that serves its keys' hash tag, the tag's lanes cached (a dict lookup per call, whatever the
+number of nodes). The slot map is the cluster client's: a cached tag is looked up again (and the
+map consulted) only after a call on its lane did not run there: a redirect (``MOVED``, ``ASK``),
+``TRYAGAIN``, ``CLUSTERDOWN`` (the caller then sends it through the cluster client, which
+follows the redirect and refreshes its map) or a dropped connection. Each of those replies
+means the script did not run (a ``MOVED`` or ``ASK`` comes before any key is touched, and the
+slot guard, dtq.scripts.runner, makes a migrating slot answer so to every script call).
 
 A queue's keys share its hash tag, so they live in one slot on one node: a SCAN for them goes
 to that node. A SCAN over the whole prefix (retention, a task list across queues) walks every
@@ -10,11 +23,141 @@ may on one server for keys changed during it: the callers already take that.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
+
+from dtq.store import transport
 from dtq.store.connection import is_cluster
 from dtq.store.keys import QueueKeys
+
+# The error replies that say "not run here, ask the cluster client" (MovedError is an AskError).
+NOT_RUN_HERE = (AskError, TryAgainError, ClusterDownError)
+MAX_TAGS = 10_000  # tags cached per client at most (then forgotten all at once)
+
+
+def hash_tag(key: str) -> str:
+    """The part of ``key`` Redis hashes to its slot: the first ``{...}`` when not empty, else
+    the whole key."""
+    lo = key.find("{")
+    hi = key.find("}", lo + 1) if lo >= 0 else -1
+    return key[lo + 1 : hi] if lo >= 0 and hi > lo + 1 else key
+
+
+class SyncRoutes:
+    """The blocking lanes of a cluster client: one per primary (``transport.SyncLane`` over the
+    node's own client), and which one each hash tag's calls take."""
+
+    def __init__(self, client: Any, *, replay_safe: bool = False) -> None:
+        self._client = client
+        self._replay_safe = replay_safe
+        self._by_tag: dict[str, transport.SyncLane] = {}
+        self._nodes: dict[str, tuple[Any, transport.SyncLane]] = {}  # name: (its client, lane)
+        self.calls = 0  # calls answered on a lane (tests read it)
+
+    def _lane(self, tag: str) -> transport.SyncLane | None:
+        lane = self._by_tag.get(tag)
+        if lane is not None:
+            return lane
+        try:
+            node = self._client.get_node_from_key(tag)
+        except (RedisError, RedisClusterException):  # (a slot not covered): the usual path
+            return None
+        conn = getattr(node, "redis_connection", None)
+        if conn is None:
+            return None
+        known = self._nodes.get(node.name)
+        if known is None or known[0] is not conn:
+            known = self._nodes[node.name] = (
+                conn, transport.SyncLane(conn, replay_safe=self._replay_safe)
+            )  # fmt: skip
+        if len(self._by_tag) >= MAX_TAGS:
+            self._by_tag.clear()
+        lane = self._by_tag[tag] = known[1]
+        return lane
+
+    def forget(self) -> None:
+        """Look every tag up again (the slot map may have changed)."""
+        self._by_tag.clear()
+
+    def call(self, tag: str, args: Sequence[Any]) -> Any:
+        """As ``SyncLane.call`` on the lane of ``tag``'s node; MISS also when the call was not
+        run there (see the module's docstring) or no lane serves the tag."""
+        lane = self._lane(tag)
+        if lane is None:
+            return transport.MISS
+        try:
+            res = lane.call(args)
+        except NOT_RUN_HERE:
+            self.forget()
+            return transport.MISS
+        if res is transport.MISS:
+            if not lane.connected:  # dropped: the node may be gone (a failover)
+                self.forget()
+        else:
+            self.calls += 1
+        return res
+
+
+class _NodePool:
+    """An asyncio cluster node's connections, as ``transport.AsyncLane`` takes them."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    async def get_connection(self) -> Any:
+        return self.node.acquire_connection()
+
+    async def release(self, conn: Any) -> None:
+        self.node.release(conn)
+
+
+class AsyncRoutes:
+    """:class:`SyncRoutes` for an asyncio cluster client: ``transport.AsyncLanes`` per primary,
+    each lane a connection of the node's own. The caller runs the call (dtq.scripts.runner)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._by_tag: dict[str, transport.AsyncLanes] = {}
+        self._nodes: dict[str, tuple[Any, transport.AsyncLanes]] = {}  # name: (node, lanes)
+        self.calls = 0  # calls answered on a lane (tests read it)
+
+    def free(self, tag: str) -> transport.AsyncLane | None:
+        """A lane not busy on ``tag``'s node, or None (the cluster client's path then)."""
+        lanes = self._by_tag.get(tag)
+        if lanes is None:
+            lanes = self._lanes(tag)
+            if lanes is None:
+                return None
+        return lanes.free()
+
+    def _lanes(self, tag: str) -> transport.AsyncLanes | None:
+        try:
+            node = self._client.get_node_from_key(tag)
+        except (RedisError, RedisClusterException):  # no slot map yet: the usual path loads it
+            return None
+        if not callable(getattr(node, "release", None)):  # (an older redis-py): no lane
+            return None
+        known = self._nodes.get(node.name)
+        if known is None or known[0] is not node:
+            known = self._nodes[node.name] = (
+                node, transport.AsyncLanes(self._client, _NodePool(node))
+            )  # fmt: skip
+        if len(self._by_tag) >= MAX_TAGS:
+            self._by_tag.clear()
+        self._by_tag[tag] = known[1]
+        return known[1]
+
+    def forget(self) -> None:
+        """As :meth:`SyncRoutes.forget`."""
+        self._by_tag.clear()
 
 
 def _one(reply: Any) -> tuple[int, list[Any]]:

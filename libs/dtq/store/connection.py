@@ -9,7 +9,8 @@ A Redis Cluster is written ``redis+cluster://[[user]:password@]host:port[,host:p
 (``rediss+cluster://`` for TLS): any reachable nodes; redis-py's ``RedisCluster`` learns the
 slot map from them, follows MOVED/ASK and retries TRYAGAIN itself. The cluster client is typed
 as the plain one it stands in for: dtq calls only commands both have, and the few places that
-need a connection of their own (the fast lane, the idle wake-up) ask :func:`is_cluster` first.
+need a connection of their own (the fast lane, per node: dtq.cluster; the idle wake-up) ask
+:func:`is_cluster` first.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 from dtq.errors import EvictingRedis
 from dtq.store.eviction import check_connection, check_pool, checking
 from dtq.store.inflight import AsyncInFlight, SyncInFlight, no_cap
+from dtq.store.transport import MAX_ASYNC_LANES
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -180,11 +182,14 @@ POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavaila
 # ("Too many connections"; tests/test_cluster_pool_room.py). One subscription per client, and
 # room for one being made again while the old one closes.
 SUBSCRIBED_ROOM = 4
+# The fast lane's kept connections on each node (dtq.cluster) come out of its pool outside those
+# places too: up to MAX_ASYNC_LANES for an asyncio client, one for a blocking one.
+LANE_ROOM = MAX_ASYNC_LANES
 
 
 def _node_pool(kwargs: dict[str, Any], wait_for_connection: bool) -> dict[str, Any]:
     if wait_for_connection:
-        return {"max_connections": POOL_CONNECTIONS + SUBSCRIBED_ROOM, **kwargs}
+        return {"max_connections": POOL_CONNECTIONS + SUBSCRIBED_ROOM + LANE_ROOM, **kwargs}
     return kwargs
 
 

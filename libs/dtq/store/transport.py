@@ -258,15 +258,21 @@ class AsyncLane:
     and used only through the oldest public methods of redis-py's connections.
     """
 
-    def __init__(self, client: redis.asyncio.Redis, *, fast: bool | None = None) -> None:
-        self._client = client
+    def __init__(
+        self, client: redis.asyncio.Redis, *, fast: bool | None = None, pool: Any = None
+    ) -> None:
+        """``pool``: where the connection comes from (``get_connection`` and ``release``,
+        awaited; a cluster node's: dtq.cluster), else ``client``'s pool."""
+        self._client, self._pool = client, pool
         self._conn: Any = None
         self.busy = False
         self.fast = fast_lane(fast)
 
     async def connection(self) -> Any:
         if self._conn is None:
-            self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+            if self._pool is None:
+                self._pool = self._client.connection_pool
+            self._conn = await self._pool.get_connection()
         return self._conn
 
     @property
@@ -278,13 +284,13 @@ class AsyncLane:
         conn, self._conn = self._conn, None
         if conn is not None:
             await (conn.disconnect(nowait=True) if self.fast else conn.disconnect())
-            await self._client.connection_pool.release(conn)
+            await self._pool.release(conn)
 
     async def call(self, args: Sequence[Any]) -> Any:
         conn = await self.connection()
         try:
             if self.fast:
-                await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+                await conn.send_packed_command(packed(conn, args), check_health=False)
             else:
                 await conn.send_command(*args)
             return await conn.read_response()
@@ -314,7 +320,7 @@ class AsyncLane:
         try:
             if self.fast:
                 await conn.send_packed_command(
-                    [*conn.pack_command(*first), *conn.pack_command(*then)], check_health=False
+                    [*packed(conn, first), *packed(conn, then)], check_health=False
                 )
             else:
                 await conn.send_packed_command(conn.pack_commands([first, then]))
@@ -346,9 +352,7 @@ class AsyncLane:
 
             for call in calls:
                 st.unsent = call
-                await conn.send_packed_command(
-                    conn.pack_command(*args_of(call)), check_health=False
-                )
+                await conn.send_packed_command(packed(conn, args_of(call)), check_health=False)
                 st.unsent = None
                 st.sent.append(call)
                 if st.behind > 1:
@@ -388,8 +392,9 @@ class AsyncLanes:
     """The lanes of one asyncio client: calls of one process overlap (a worker has two outcome
     writes in flight, a heartbeat, a claim), and each would otherwise take the usual path."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: redis.asyncio.Redis, pool: Any = None) -> None:
         self._client = client
+        self._pool = pool  # (as AsyncLane's)
         self.lanes: list[AsyncLane] = []
 
     def free(self) -> AsyncLane | None:
@@ -398,7 +403,7 @@ class AsyncLanes:
             if not lane.busy:
                 return lane
         if len(self.lanes) < MAX_ASYNC_LANES:
-            lane = AsyncLane(self._client, fast=True)
+            lane = AsyncLane(self._client, fast=True, pool=self._pool)
             self.lanes.append(lane)
             return lane
         return None
