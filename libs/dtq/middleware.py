@@ -197,5 +197,8 @@ async def notify_outcome(hooks: Hooks, ctx: TaskContext, outcome: RunOutcome) ->
         except Exception:
             log.exception(
                 "on_outcome hook %r failed for %s attempt %d (the outcome %s stands)",
-                fn, ctx.id, ctx.attempt, outcome.verdict,
-            )  # fmt: skip
+                fn,
+                ctx.id,
+                ctx.attempt,
+                outcome.verdict,
+            )

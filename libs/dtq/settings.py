@@ -204,8 +204,9 @@ class Settings(BaseSettings):
     def _check_token(cls, value: str | None) -> str | None:
         # A token pasted with its newline could never match a header (clients strip it).
         if value is not None and (not value or value != value.strip() or not value.isprintable()):
-            raise ValueError("must be non-empty without surrounding spaces, newlines or "
-                             "control characters")  # fmt: skip
+            raise ValueError(
+                "must be non-empty without surrounding spaces, newlines or control characters"
+            )
         return value
 
     @field_validator("queue_concurrency", "queue_partitions", "group_concurrency", mode="before")

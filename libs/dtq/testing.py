@@ -105,8 +105,9 @@ class TestQueue:
         self.settings = Settings(**base)
         self.keys = Keys(self.settings.key_prefix)
         self._scripts = sc.SyncScripts(self.redis)
-        self.client: Client = _TestClient(self, settings=self.settings, app=app,
-                                          redis_client=self.redis)  # fmt: skip
+        self.client: Client = _TestClient(
+            self, settings=self.settings, app=app, redis_client=self.redis
+        )
         self._aclients: dict[int, AsyncClient] = {}
         self._draining = threading.local()
         self._saved: tuple[Any, ...] | None = None
@@ -380,11 +381,16 @@ class TestQueue:
         item: sc.Success | sc.Failure
         mw = self.app.hooks()  # middleware, as a worker runs it (dtq.middleware)
         ctx = TaskContext(
-            id=make_task_id(queue, c.tid), name=c.name, queue=logical(queue), attempt=c.attempt,
-            retries=c.retries, max_retries=c.max_retries, worker_id=WORKER_ID,
+            id=make_task_id(queue, c.tid),
+            name=c.name,
+            queue=logical(queue),
+            attempt=c.attempt,
+            retries=c.retries,
+            max_retries=c.max_retries,
+            worker_id=WORKER_ID,
             deadline=None if c.timeout is None else time.time() + c.timeout,
             hooks=_Hooks(self, queue, c),
-        )  # fmt: skip
+        )
         started = time.monotonic()
         result: Any = None
         raised: BaseException | None = None
@@ -411,9 +417,12 @@ class TestQueue:
             verdict = "retried" if verdict == "scheduled" else verdict
             error = item.error if isinstance(item, sc.Failure) else None
             outcome = RunOutcome(
-                verdict, time.monotonic() - started, error, raised,
+                verdict,
+                time.monotonic() - started,
+                error,
+                raised,
                 result if isinstance(item, sc.Success) else None,
-            )  # fmt: skip
+            )
             await notify_outcome(mw, ctx, outcome)
 
     async def _invoke(self, ctx: TaskContext, c: sc.Claimed) -> Any:

@@ -78,13 +78,18 @@ def install_errors(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
-                 401: "unauthorized"}  # fmt: skip
+        codes = {
+            400: "bad_request",
+            404: "not_found",
+            405: "method_not_allowed",
+            401: "unauthorized",
+        }
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
-        return error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail),
-                     headers)  # fmt: skip
+        return error(
+            exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail), headers
+        )
 
     async def validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -161,8 +161,9 @@ Backlog = AsyncIterator[tuple[list[Event], bool]]
 (:meth:`dtq.admin.Admin.resume_pages`)."""
 
 
-async def sse(sub: Subscription, ping_s: float, backlog: Backlog | None = None
-              ) -> AsyncIterator[bytes]:  # fmt: skip
+async def sse(
+    sub: Subscription, ping_s: float, backlog: Backlog | None = None
+) -> AsyncIterator[bytes]:
     """The bytes of one stream: a greeting, events, a comment every ``ping_s`` when idle.
 
     ``backlog`` (a resumed stream's missed events, read after ``sub`` subscribed) goes first,
@@ -212,9 +213,11 @@ READER_CONNECTIONS = 100_000
 def hub_admin(settings: Settings) -> Admin:
     """The hub's Admin, on a client of its own (outside the routes' pool)."""
     r = async_redis(
-        settings.redis_url, retries=settings.client_retries, decode_responses=True,
+        settings.redis_url,
+        retries=settings.client_retries,
+        decode_responses=True,
         max_connections=READER_CONNECTIONS,
-    )  # fmt: skip
+    )
     return Admin(settings, redis_client=r)
 
 

@@ -106,8 +106,9 @@ def _origin_netloc(value: str) -> str | None:
     return netloc.removesuffix(default)
 
 
-def _error_message(status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]]
-                   ) -> tuple[Message, Message]:  # fmt: skip
+def _error_message(
+    status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]]
+) -> tuple[Message, Message]:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     start: Message = {
         "type": "http.response.start",
@@ -156,13 +157,20 @@ class Guard:
             headers.setdefault(k.lower(), v)
         host = headers.get(b"host", b"").decode("latin-1")
         if not host_allowed(self.hosts, host):
-            await refuse(403, "forbidden", f"Host {host[:100]!r} is not one this server "
-                         "answers for (DTQ_API_ALLOWED_HOSTS)")  # fmt: skip
+            await refuse(
+                403,
+                "forbidden",
+                f"Host {host[:100]!r} is not one this server answers for (DTQ_API_ALLOWED_HOSTS)",
+            )
             return
         api_path = path == "/api/v1" or path.startswith("/api/v1/")
         if self.token and api_path and not self._token_ok(headers.get(b"authorization", b"")):
-            await refuse(401, "unauthorized", "missing or wrong bearer token",
-                         (b"www-authenticate", b"Bearer"))  # fmt: skip
+            await refuse(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token",
+                (b"www-authenticate", b"Bearer"),
+            )
             return
         if scope.get("method", "GET") in UNSAFE_METHODS:
             why = self._cross_site(headers)
@@ -173,8 +181,12 @@ class Guard:
         if body is None:
             return  # the client left while sending
         if isinstance(body, int):
-            await refuse(413, "payload_too_large", f"request body over {body} bytes",
-                         (b"connection", b"close"))  # fmt: skip
+            await refuse(
+                413,
+                "payload_too_large",
+                f"request body over {body} bytes",
+                (b"connection", b"close"),
+            )
             return
         await self.app(scope, _replay(body, receive), send_secured)
 

@@ -79,22 +79,28 @@ class EnqueueRequest(BaseModel):
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=256)
     partition_key: str | None = Field(
-        None, min_length=1, max_length=256,
+        None,
+        min_length=1,
+        max_length=256,
         description="Of a partitioned queue: tasks with one key go to one partition.",
-    )  # fmt: skip
+    )
     expires: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
         None, max_length=10, description="Small flat metadata: at most 10 scalar entries."
     )
     unique: StrictBool | None = Field(
-        None, description="While a task of this name with the same arguments is unfinished, "
+        None,
+        description="While a task of this name with the same arguments is unfinished, "
         "answer that task instead of enqueueing another (200).",
-    )  # fmt: skip
+    )
     group: str | None = Field(
-        None, min_length=1, max_length=128, pattern=NO_CONTROL_RE,
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=NO_CONTROL_RE,
         description="The task's fair group within its queue (a tenant, a customer): the "
         "workers serve a queue's active groups in turn. No control characters.",
-    )  # fmt: skip
+    )
 
     # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
     @field_validator("priority", "delay", "max_retries", "timeout", "expires", mode="before")

@@ -80,8 +80,9 @@ class HealthServer:
             word = f"check failed: {exc}"
         body = json.dumps({"status": word}).encode()
         code = "200 OK" if word == "ok" else "503 Service Unavailable"
-        start_response(code, [("Content-Type", "application/json"),
-                              ("Content-Length", str(len(body)))])  # fmt: skip
+        start_response(
+            code, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
         return [body]
 
     def start(self, port: int, addr: str = "0.0.0.0") -> None:

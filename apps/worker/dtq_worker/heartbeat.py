@@ -131,13 +131,16 @@ class Heartbeat:
         now = time.monotonic()
         if eviction.refusal(policy):
             if env.evicting is None or now - self._evicting_logged >= EVICTING_REMIND_S:
-                log.error("%s: this worker stopped claiming until it is (runs in flight finish)",
-                          eviction.refusal(policy))  # fmt: skip
+                log.error(
+                    "%s: this worker stopped claiming until it is (runs in flight finish)",
+                    eviction.refusal(policy),
+                )
                 self._evicting_logged = now
             env.evicting = policy
         elif env.evicting is not None:
-            log.warning("Redis maxmemory-policy is %s now (was %s): claiming again",
-                        policy, env.evicting)  # fmt: skip
+            log.warning(
+                "Redis maxmemory-policy is %s now (was %s): claiming again", policy, env.evicting
+            )
             env.evicting = None
 
     def owner(self) -> str:
@@ -181,9 +184,14 @@ class Heartbeat:
                     f"({status or 'starting'}) after {waited:.0f}s: exiting (code 4)"
                 )
             if not waiting:
-                log.warning("worker id %r is held by pid %s on %s (%s): waiting up to %.0fs "
-                            "for it to stop", env.worker_id, pid, host, status or "starting",
-                            self.claim_wait_s())  # fmt: skip
+                log.warning(
+                    "worker id %r is held by pid %s on %s (%s): waiting up to %.0fs for it to stop",
+                    env.worker_id,
+                    pid,
+                    host,
+                    status or "starting",
+                    self.claim_wait_s(),
+                )
                 waiting = True
             await env.sleep(min(s.heartbeat_interval_s, 1.0))
             if env.stopping:

@@ -130,8 +130,9 @@ class Pool:
         self.slots = [
             Slot(i, ids[i], self._dir / f"{i}.port" if publish else None) for i in range(n)
         ]
-        self.endpoints = PoolEndpoints(self._views, self._live, lambda: self.stopping,
-                                       lambda: self.restarts)  # fmt: skip
+        self.endpoints = PoolEndpoints(
+            self._views, self._live, lambda: self.stopping, lambda: self.restarts
+        )
         self.http: HealthServer | None = None
 
     # --- probes' view -------------------------------------------------------------------------
@@ -179,8 +180,13 @@ class Pool:
             )
         slot.started = time.monotonic()
         slot.restart_at = None
-        log.info("process %d started (%s): pid %d%s", slot.index, how, slot.proc.pid,
-                 f", worker id {slot.worker_id}" if slot.worker_id else "")  # fmt: skip
+        log.info(
+            "process %d started (%s): pid %d%s",
+            slot.index,
+            how,
+            slot.proc.pid,
+            f", worker id {slot.worker_id}" if slot.worker_id else "",
+        )
 
     def _close_in_child(self) -> None:
         if self.http is not None:
@@ -206,14 +212,23 @@ class Pool:
         if slot.short_deaths >= RESTART_LIMIT:
             log.error(
                 "process %d died %d times in a row within %.0fs of its start (last exit %d): "
-                "giving up", slot.index, slot.short_deaths, self.stable_s, code,
-            )  # fmt: skip
+                "giving up",
+                slot.index,
+                slot.short_deaths,
+                self.stable_s,
+                code,
+            )
             self.code = EXIT_REDIS_LOST
             self._begin_stop(signal.SIGTERM)
             return
         delay = backoff_s(slot.short_deaths)
-        log.warning("process %d died (exit %d) after %.1fs: restarting in %.2fs",
-                    slot.index, code, lived, delay)  # fmt: skip
+        log.warning(
+            "process %d died (exit %d) after %.1fs: restarting in %.2fs",
+            slot.index,
+            code,
+            lived,
+            delay,
+        )
         slot.restart_at = time.monotonic() + delay
 
     # --- signals and stop ---------------------------------------------------------------------
@@ -260,8 +275,9 @@ class Pool:
         self._signals.extend(early_signals)
         try:
             if self.settings.metrics_port is not None:
-                self.http = HealthServer(_registry(self.endpoints), self.endpoints.live,
-                                         self.endpoints.ready)  # fmt: skip
+                self.http = HealthServer(
+                    _registry(self.endpoints), self.endpoints.live, self.endpoints.ready
+                )
                 try:
                     self.http.bind(self.settings.metrics_port)
                 except ConfigError as exc:  # the port is taken: before any child starts
@@ -294,8 +310,7 @@ class Pool:
                 if self._stop_at is not None and now > self._stop_at:
                     for s in self.slots:
                         if s.proc is not None and s.proc.poll() is None:
-                            log.error("process %d still runs past its deadlines: killing",
-                                      s.index)  # fmt: skip
+                            log.error("process %d still runs past its deadlines: killing", s.index)
                             s.proc.kill()
                     self._stop_at = None
             else:

@@ -95,8 +95,11 @@ class Runs:
             if old.claimed.attempt == claimed.attempt:
                 # The same run twice (a recovery and a claim reply both carrying it): it runs
                 # once.
-                log.warning("run %s attempt %d is already held here; not started again",
-                            run.task_id, claimed.attempt)  # fmt: skip
+                log.warning(
+                    "run %s attempt %d is already held here; not started again",
+                    run.task_id,
+                    claimed.attempt,
+                )
                 return
             # An older attempt of this task still runs here (this worker was frozen, its run
             # was reclaimed, and it has now claimed the task again): claim.lua starts a new
@@ -172,8 +175,9 @@ class Runs:
         """Count, log and announce a lost claim; stop the run (an async run is cancelled)."""
         env = self.env
         env.metrics.claims_lost.inc()
-        log.warning("claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt,
-                    why)  # fmt: skip
+        log.warning(
+            "claim lost: %s attempt %d %s; cancelling", run.task_id, run.claimed.attempt, why
+        )
         env.emit_event("claim_lost", f"{run.task_id}:{run.claimed.attempt}")
         self.stop(run, StopReason.CLAIM_LOST)
 
@@ -231,8 +235,12 @@ class Runs:
                     break
                 except Exception as exc:
                     if not is_transient(exc) or time.monotonic() > deadline:
-                        log.error("could not hand back %d runs of %s (%s); other workers will "
-                                  "reclaim them after the visibility timeout",
-                                  len(qruns), queue, exc)  # fmt: skip
+                        log.error(
+                            "could not hand back %d runs of %s (%s); other workers will "
+                            "reclaim them after the visibility timeout",
+                            len(qruns),
+                            queue,
+                            exc,
+                        )
                         break
                     await asyncio.sleep(backoff.failed(exc))

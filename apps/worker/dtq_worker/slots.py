@@ -237,8 +237,11 @@ class Slots:
             # Only a hint heard after the claim was sent is this run's (cancel.lua flags a
             # running task: this claim had run); an older one was for an earlier life.
             if heard is not None and heard >= run.leased_mono:
-                log.info("cancel requested before its claim's reply came: %s attempt %d",
-                         run.task_id, run.claimed.attempt)  # fmt: skip
+                log.info(
+                    "cancel requested before its claim's reply came: %s attempt %d",
+                    run.task_id,
+                    run.claimed.attempt,
+                )
                 run.stop(StopReason.CANCELLED, "cancelled by request")
                 return True
         if self.active - len(self.ready) <= self.concurrency and self.fresh(run):

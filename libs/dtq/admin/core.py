@@ -42,9 +42,11 @@ class AdminCore:
         # Calls beyond the pool's 100 connections wait for one (an API serving many requests
         # at once), as the SDK's AsyncClient's do.
         self.redis: aredis.Redis = redis_client or async_redis(
-            self.settings.redis_url, retries=self.settings.client_retries,
-            wait_for_connection=True, decode_responses=True,
-        )  # fmt: skip
+            self.settings.redis_url,
+            retries=self.settings.client_retries,
+            wait_for_connection=True,
+            decode_responses=True,
+        )
         # redis-py's command stubs are unions of bytes/str; this client decodes to str.
         self._r: Any = self.redis
         # With the app, enqueues get each task's declared defaults (queue, priority, limits).

@@ -170,9 +170,12 @@ class QueueOps(AdminCore):
         queued = scheduled = 0
         while True:
             call = purge_call(
-                qk, batch, self.settings.events_maxlen, nonce=sc.new_nonce(),
+                qk,
+                batch,
+                self.settings.events_maxlen,
+                nonce=sc.new_nonce(),
                 flow_ttl_s=self.settings.result_ttl_s,
-            )  # fmt: skip
+            )
             res = parse_purge(await self._run(call))
             queued += res.queued
             scheduled += res.scheduled

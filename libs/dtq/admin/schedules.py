@@ -61,9 +61,12 @@ class ScheduleOps(AdminCore):
             per_queue: list[list[tuple[str, float]]] = await pipe.execute()
         # The soonest ``limit`` over all queues are all that is shown: read only their records.
         soonest = sorted(
-            ((score, q, tid) for q, entries in zip(queues, per_queue, strict=True)
-             for tid, score in entries),
-        )[:limit]  # fmt: skip
+            (
+                (score, q, tid)
+                for q, entries in zip(queues, per_queue, strict=True)
+                for tid, score in entries
+            ),
+        )[:limit]
         async with self._r.pipeline(transaction=False) as pipe:
             for _, q, tid in soonest:
                 pipe.hmget(self.keys.queue(q).task(tid), [Field.NAME, Field.RETRIES])

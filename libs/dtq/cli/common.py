@@ -122,14 +122,20 @@ def _json_here_or_before(ctx: click.Context, _param: click.Parameter, value: boo
 
 
 json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON for scripts.",
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON for scripts.",
     callback=_json_here_or_before,
-)  # fmt: skip
+)
 
 
-def with_bar(label: str, total_fn: Callable[[Admin], Awaitable[int]],
-              op: Callable[[Admin, Callable[[int], None]], Awaitable[T]],
-              quiet: bool = False) -> T:  # fmt: skip
+def with_bar(
+    label: str,
+    total_fn: Callable[[Admin], Awaitable[int]],
+    op: Callable[[Admin, Callable[[int], None]], Awaitable[T]],
+    quiet: bool = False,
+) -> T:
     """Run a bulk operation with a progress bar on stderr (none when ``quiet``: --json)."""
 
     async def go(a: Admin) -> T:

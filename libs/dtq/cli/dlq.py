@@ -61,10 +61,9 @@ def dlq_list(
 
     def human() -> None:
         rows = [
-            (d["task_id"], d["name"], short_time(d["failed_at"]), d["attempt"],
-             clip(d["error"]))
+            (d["task_id"], d["name"], short_time(d["failed_at"]), d["attempt"], clip(d["error"]))
             for d in page.items
-        ]  # fmt: skip
+        ]
         table(rows, ["task", "name", "failed", "attempts", "error"])
         if page.next_cursor:
             echo(f"more: --cursor {page.next_cursor}")
@@ -91,8 +90,9 @@ def _bulk(
         what = " ".join(
             f"{k}={v}" for k, v in (("queue", queue), ("name", name), ("error", error)) if v
         )
-        click.confirm(f"{verb} every dead letter{' matching ' + what if what else ''}?",
-                      abort=True, err=True)  # fmt: skip
+        click.confirm(
+            f"{verb} every dead letter{' matching ' + what if what else ''}?", abort=True, err=True
+        )
 
     async def total(a: Admin) -> int:
         return len(ids) if ids else await a.dlq_count(queue)
@@ -119,11 +119,18 @@ def dlq_requeue(
 ) -> None:
     """Requeue dead letters: IDS, or all matching the filters. Ids and history are kept."""
     res = _bulk(
-        "requeue", ids, all_, queue, name, error, yes,
-        lambda a, tids, p: a.dlq_requeue(tids, queue=queue, name=name, error=error,
-                                         max_retries=max_retries, progress=p),
+        "requeue",
+        ids,
+        all_,
+        queue,
+        name,
+        error,
+        yes,
+        lambda a, tids, p: a.dlq_requeue(
+            tids, queue=queue, name=name, error=error, max_retries=max_retries, progress=p
+        ),
         as_json,
-    )  # fmt: skip
+    )
     _report("requeued", res, as_json)
 
 
@@ -144,10 +151,16 @@ def dlq_discard(
 ) -> None:
     """Delete dead letters for good: IDS, or all matching the filters."""
     res = _bulk(
-        "discard", ids, all_, queue, name, error, yes,
+        "discard",
+        ids,
+        all_,
+        queue,
+        name,
+        error,
+        yes,
         lambda a, tids, p: a.dlq_discard(tids, queue=queue, name=name, error=error, progress=p),
         as_json,
-    )  # fmt: skip
+    )
     _report("discarded", res, as_json)
 
 
@@ -158,10 +171,15 @@ def dlq_discard(
 def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
     """Delete every dead letter (of one queue, or all)."""
     if not yes:
-        click.confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True,
-                      err=True)  # fmt: skip
-    n = with_bar("purging", lambda a: a.dlq_count(queue),
-                  lambda a, p: a.dlq_purge(queue, progress=p), as_json)  # fmt: skip
+        click.confirm(
+            f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True, err=True
+        )
+    n = with_bar(
+        "purging",
+        lambda a: a.dlq_count(queue),
+        lambda a, p: a.dlq_purge(queue, progress=p),
+        as_json,
+    )
     emit({"discarded": n}, as_json, lambda: echo(f"discarded {n} dead letters"))
 
 

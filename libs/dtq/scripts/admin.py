@@ -74,9 +74,12 @@ def dlq_requeue_call(
     """``nonce``: a re-send of this very call gets its first reply (see new_nonce)."""
     keys = [*qk.streams, qk.dlq, qk.events, qk.task_base, qk.idem_base]
     args: list[Any] = [
-        events_maxlen, "" if max_retries is None else max_retries, ",".join(allowed), len(tids),
+        events_maxlen,
+        "" if max_retries is None else max_retries,
+        ",".join(allowed),
+        len(tids),
         *tids,
-    ]  # fmt: skip
+    ]
     if nonce is not None:
         keys.append(qk.reply(nonce))
         args.append(REPLY_TTL_MS)

@@ -328,9 +328,10 @@ class SyncScripts(_Registered):
         self._cluster = is_cluster(redis)
         lane = transport.fast_lane(fast_lane)
         self.lane = (
-            transport.SyncLane(redis, replay_safe=replay_safe) if lane and not self._cluster
+            transport.SyncLane(redis, replay_safe=replay_safe)
+            if lane and not self._cluster
             else None
-        )  # fmt: skip
+        )
         self.routes = (
             cluster.SyncRoutes(redis, replay_safe=replay_safe) if lane and self._cluster else None
         )

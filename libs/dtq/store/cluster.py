@@ -76,8 +76,9 @@ class SyncRoutes:
         known = self._nodes.get(node.name)
         if known is None or known[0] is not conn:
             known = self._nodes[node.name] = (
-                conn, transport.SyncLane(conn, replay_safe=self._replay_safe)
-            )  # fmt: skip
+                conn,
+                transport.SyncLane(conn, replay_safe=self._replay_safe),
+            )
         if len(self._by_tag) >= MAX_TAGS:
             self._by_tag.clear()
         lane = self._by_tag[tag] = known[1]
@@ -148,8 +149,9 @@ class AsyncRoutes:
         known = self._nodes.get(node.name)
         if known is None or known[0] is not node:
             known = self._nodes[node.name] = (
-                node, transport.AsyncLanes(self._client, _NodePool(node))
-            )  # fmt: skip
+                node,
+                transport.AsyncLanes(self._client, _NodePool(node)),
+            )
         if len(self._by_tag) >= MAX_TAGS:
             self._by_tag.clear()
         self._by_tag[tag] = known[1]

@@ -293,9 +293,11 @@ class _SyncBlockingSentinelPool(SyncSentinelPool, redis.BlockingConnectionPool):
 def _waiting(kwargs: dict[str, Any], pool_class: type) -> dict[str, Any]:
     """Sentinel's ``master_for`` arguments for a pool whose calls wait for a connection."""
     return {
-        **kwargs, "connection_pool_class": pool_class, "max_connections": POOL_CONNECTIONS,
+        **kwargs,
+        "connection_pool_class": pool_class,
+        "max_connections": POOL_CONNECTIONS,
         "timeout": POOL_WAIT_S,
-    }  # fmt: skip
+    }
 
 
 def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -341,9 +343,10 @@ def sync_redis(
             kwargs = {**kwargs, "redis_connect_func": check_connection}
         nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
         cluster = _SyncCluster(
-            startup_nodes=nodes, wait_for_connection=wait_for_connection,
+            startup_nodes=nodes,
+            wait_for_connection=wait_for_connection,
             **_cluster_kwargs(c, kwargs),
-        )  # fmt: skip
+        )
         return cast(redis.Redis, cluster)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
@@ -389,9 +392,10 @@ def async_redis(
         c = parse_cluster_url(url)
         anodes = [acluster.ClusterNode(h, p) for h, p in c.nodes]
         acl = _AsyncCluster(
-            startup_nodes=anodes, wait_for_connection=wait_for_connection,
+            startup_nodes=anodes,
+            wait_for_connection=wait_for_connection,
             **_cluster_kwargs(c, kwargs),
-        )  # fmt: skip
+        )
         if check_eviction:  # nothing is connected yet; later nodes are made from these kwargs
             checked = checking(acl.connection_kwargs["connection_class"])
             acl.connection_kwargs["connection_class"] = checked

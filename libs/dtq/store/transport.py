@@ -89,9 +89,10 @@ def missing() -> list[str]:
         gone.append("redis._parsers.hiredis._HiredisParser._buffer")
     async_conn = redis.asyncio.Connection
     wanted = {
-        "read_response": "disconnect_on_error", "send_packed_command": "check_health",
+        "read_response": "disconnect_on_error",
+        "send_packed_command": "check_health",
         "disconnect": "nowait",
-    }  # fmt: skip
+    }
     for name, param in wanted.items():
         if param not in _params(getattr(async_conn, name, None)):
             gone.append(f"redis.asyncio.Connection.{name}({param}=)")
@@ -236,8 +237,11 @@ class Stream:
         """Raise the first error reply; else the calls that answered NOSCRIPT (did not run)."""
         if self.error is not None:
             raise self.error
-        return [(k, c) for k, (c, r) in enumerate(zip(self.sent, self.replies, strict=True))
-                if r is MISS]  # fmt: skip
+        return [
+            (k, c)
+            for k, (c, r) in enumerate(zip(self.sent, self.replies, strict=True))
+            if r is MISS
+        ]
 
     def rerun(self, k: int, reply: Any) -> None:
         self.replies[k] = reply
