@@ -111,6 +111,23 @@ def test_a_lost_claims_run_may_exceed_the_cap_for_one_heartbeat() -> None:
     assert _check(runs, frozen=frozen) == ["at most 2 runs of a group at once"]
 
 
+def test_a_run_counts_until_its_task_ended() -> None:
+    # c (a sync task) was cancelled at 11.5 while its thread ran on to 12.5: its place went
+    # with the cancel, and b's run from 11.6 is within the cap
+    runs = _two_at_once()
+    runs["default:c"] = [_run("default:c", 11.0, 12.5)]
+    runs["default:b"] = [_run("default:b", 11.6, 13)]
+    records = {t: {"status": "succeeded", "grp": "g00"} for t in IDS.values()}
+    records["default:d"] = {"status": "succeeded"}
+    assert _check(runs, records=records) == ["at most 2 runs of a group at once"]
+    records["default:c"] |= {"status": "cancelled", "finished": "11500"}
+    assert _check(runs, records=records, plan=_plan({2: "cancel"})) == []
+    records["default:c"]["finished"] = "11700"  # ended after b started: over the cap
+    assert _check(runs, records=records, plan=_plan({2: "cancel"})) == [
+        "at most 2 runs of a group at once"
+    ]
+
+
 def test_a_start_while_held_fails_unless_claimed_before_the_hold() -> None:
     runs = _two_at_once()
     assert _check(runs, holds=[Hold("g00", 12.0, 14.0)]) == [
