@@ -79,15 +79,21 @@ demo:
 bench: install
 	PYTHONPATH=bench $(BIN)/python -m dtq_bench $(BENCH_ARGS)
 
+# Both lines with fair groups (tests/chaos/groups.py): 80% of the tasks in 16 groups (3 heavy),
+# each group capped at 4 running tasks fleet-wide, random groups paused and resumed meanwhile.
+CHAOS_GROUPS ?= --group-share 0.8 --group-cap 4 --group-holds
 chaos: install
-	$(BIN)/python -m tests.chaos.run --minutes 1
-	$(BIN)/python -m tests.chaos.run --minutes 1 --cluster --chord-share 0.2 --out build/chaos-cluster
+	$(BIN)/python -m tests.chaos.run --minutes 1 $(CHAOS_GROUPS)
+	$(BIN)/python -m tests.chaos.run --minutes 1 --cluster --chord-share 0.2 $(CHAOS_GROUPS) \
+		--out build/chaos-cluster
 
 # CI's soak (about 2.5 min): Redis restarts only, every 2-4 s, half the work as chords. Chords
 # enqueued while Redis loads after a restart are what it catches (docs/faults.md, "The chaos
-# soak"); a 1-minute mixed run seldom restarts Redis while one is sent.
+# soak"); a 1-minute mixed run seldom restarts Redis while one is sent. Fair groups as in
+# `make chaos`, with a cap of 6 (the run stays as long as without groups).
 chaos-ci: install
-	$(BIN)/python -m tests.chaos.run --minutes 2 --seed 23 --chord-share 0.5 --faults redis --out build/chaos-ci
+	$(BIN)/python -m tests.chaos.run --minutes 2 --seed 23 --chord-share 0.5 --faults redis \
+		--group-share 0.8 --group-cap 6 --group-holds --out build/chaos-ci
 
 chaos-long: install
 	$(BIN)/python -m tests.chaos.run --minutes 15

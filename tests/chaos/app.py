@@ -46,22 +46,34 @@ def _result(idx: int) -> dict[str, Any]:
     return {"idx": idx, "attempt": ctx.attempt, "worker": ctx.worker_id}
 
 
+class Planned(Exception):
+    """A failure the soak planned (``fail``): "once" raises in attempt 1, "always" in every."""
+
+
+def _raise_if_planned(fail: str, idx: int) -> None:
+    if fail == "always" or (fail == "once" and current_task().attempt == 1):
+        journal("raised", idx)
+        raise Planned(fail)
+
+
 @app.task(name="chaos.async", max_retries=50)
-async def work_async(idx: int, ms: int) -> dict[str, Any]:
+async def work_async(idx: int, ms: int, fail: str = "") -> dict[str, Any]:
     journal("start", idx)
     try:
         await asyncio.sleep(ms / 1000)
     except asyncio.CancelledError:
         journal("cancelled", idx)
         raise
+    _raise_if_planned(fail, idx)
     journal("finish", idx)
     return _result(idx)
 
 
 @app.task(name="chaos.sync", max_retries=50)
-def work_sync(idx: int, ms: int) -> dict[str, Any]:
+def work_sync(idx: int, ms: int, fail: str = "") -> dict[str, Any]:
     journal("start", idx)
     time.sleep(ms / 1000)
+    _raise_if_planned(fail, idx)
     journal("finish", idx)
     return _result(idx)
 

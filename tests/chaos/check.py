@@ -43,7 +43,7 @@ class Run:
     pid: int
     start: float
     end: float | None = None
-    end_kind: str = "open"  # finish | cancelled | killed | exited | open
+    end_kind: str = "open"  # finish | cancelled | raised | killed | exited | open
     causes: list[str] = field(default_factory=list)
 
 
@@ -59,7 +59,7 @@ def read_journals(directory: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _subtract(a: float, b: float, holes: list[tuple[float, float]]) -> float:
+def subtract(a: float, b: float, holes: list[tuple[float, float]]) -> float:
     """Length of [a, b] minus the union of ``holes``."""
     if b <= a:
         return 0.0
@@ -69,6 +69,50 @@ def _subtract(a: float, b: float, holes: list[tuple[float, float]]) -> float:
         if hi > lo:
             total -= hi - lo
     return max(0.0, total)
+
+
+def frozen_spans(faults: list[Fault]) -> dict[str, list[tuple[float, float]]]:
+    """Each worker's SIGSTOP spans: a stopped process executes nothing."""
+    frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for f in faults:
+        if f.kind == "stop":
+            frozen[f.worker].append((f.start, f.end))
+    return frozen
+
+
+def build_runs(journal: list[dict[str, Any]], workers: list[WorkerLife]) -> dict[str, list[Run]]:
+    """Every run the journals show, by task, in (attempt, start) order. A run without a
+    journaled end ends when its worker was killed or exited (open while the worker lives)."""
+    lives = {w.wid: w for w in workers}
+    starts, ends = _starts_ends(journal)
+    runs_by_task: dict[str, list[Run]] = defaultdict(list)
+    for (tid, attempt), evs in starts.items():
+        for s in evs:
+            run = Run(tid, attempt, s["worker"], s["pid"], s["t"])
+            end = ends.get((tid, attempt, s["pid"]))
+            life = lives.get(s["worker"])
+            if end is not None:
+                run.end, run.end_kind = end["t"], end["ev"]
+            elif life is not None and life.ended is not None:
+                run.end = life.killed_at or life.ended
+                run.end_kind = "killed" if life.killed_at else "exited"
+            runs_by_task[tid].append(run)
+    for runs in runs_by_task.values():
+        runs.sort(key=lambda r: (r.attempt, r.start))
+    return runs_by_task
+
+
+def _starts_ends(
+    journal: list[dict[str, Any]],
+) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[tuple[str, int, int], dict[str, Any]]]:
+    starts: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    ends: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for e in journal:
+        if e["ev"] == "start":
+            starts[(e["id"], e["attempt"])].append(e)
+        elif (e["id"], e["attempt"], e["pid"]) not in ends:
+            ends[(e["id"], e["attempt"], e["pid"])] = e
+    return starts, ends
 
 
 def analyze(
@@ -87,34 +131,10 @@ def analyze(
     adopted_logged: int = 0,
 ) -> dict[str, Any]:
     lives = {w.wid: w for w in workers}
-    frozen: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for f in faults:
-        if f.kind == "stop":
-            frozen[f.worker].append((f.start, f.end))
-
-    # --- runs from the journals -------------------------------------------------------------
-    starts: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    ends: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for e in journal:
-        if e["ev"] == "start":
-            starts[(e["id"], e["attempt"])].append(e)
-        elif (e["id"], e["attempt"], e["pid"]) not in ends:
-            ends[(e["id"], e["attempt"], e["pid"])] = e
+    frozen = frozen_spans(faults)
+    runs_by_task = build_runs(journal, workers)
+    starts, _ = _starts_ends(journal)
     duplicate_starts = sum(len(v) - 1 for v in starts.values() if len(v) > 1)
-    runs_by_task: dict[str, list[Run]] = defaultdict(list)
-    for (tid, attempt), evs in starts.items():
-        for s in evs:
-            run = Run(tid, attempt, s["worker"], s["pid"], s["t"])
-            end = ends.get((tid, attempt, s["pid"]))
-            life = lives.get(s["worker"])
-            if end is not None:
-                run.end, run.end_kind = end["t"], end["ev"]
-            elif life is not None and life.ended is not None:
-                run.end = life.killed_at or life.ended
-                run.end_kind = "killed" if life.killed_at else "exited"
-            runs_by_task[tid].append(run)
-    for runs in runs_by_task.values():
-        runs.sort(key=lambda r: (r.attempt, r.start))
 
     # --- 1. every task terminal, none lost ---------------------------------------------------
     status_count: dict[str, int] = defaultdict(int)
@@ -136,9 +156,13 @@ def analyze(
                 overlaps += 1
                 # Time the earlier run really executed alongside the later one: its frozen
                 # time does not count (a stopped process runs nothing).
-                live = _subtract(b.start, a_end, frozen.get(a.worker, []))
+                live = subtract(b.start, a_end, frozen.get(a.worker, []))
                 latencies.append(live)
-                if live > heartbeat_s + slack_s or a.end_kind not in ("cancelled", "finish"):
+                if live > heartbeat_s + slack_s or a.end_kind not in (
+                    "cancelled",
+                    "finish",
+                    "raised",
+                ):
                     bad_overlaps.append(
                         {"task": tid, "earlier": asdict(a), "later": asdict(b), "live_s": live}
                     )
@@ -177,6 +201,9 @@ def analyze(
             interrupted += 1
             lo = run.start - 0.2
             hi = (run.end if run.end is not None else run.start) + visibility_s + 1.0
+            if run.end_kind == "raised":  # a failure the soak planned (tests/chaos/app.py)
+                cause_count["raised"] += 1
+                continue
             # One cause per run: a kill or stop of its own worker if any, else the outage
             # (Redis restart or cut) that began nearest to the run's end.
             mine, shared = [], []

@@ -45,7 +45,17 @@ from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.settings import Settings
 from dtq.store.keys import Keys, split_task_id
-from tests.chaos.check import Fault, WorkerLife, analyze, check_chords, markdown, read_journals
+from tests.chaos import groups as grp
+from tests.chaos.check import (
+    Fault,
+    WorkerLife,
+    analyze,
+    build_runs,
+    check_chords,
+    frozen_spans,
+    markdown,
+    read_journals,
+)
 from tests.chaos.proxy import Proxy
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer, free_port
@@ -77,6 +87,13 @@ class Config:
     chord_share: float = 0.0  # share of the enqueue batches sent as one chord instead (CLI: 0.2)
     chord_members: int = 50  # members per chord (one enqueue batch's tasks)
     faults: tuple[str, ...] = ()  # the fault kinds (default: KINDS, or CLUSTER_KINDS)
+    # Fair groups (tests/chaos/groups.py): the share of tasks with a group (CLI: 0.5), among
+    # how many groups, the heavy ones first; the workers' cap per group (0: none); holds.
+    group_share: float = 0.0
+    groups: int = 16
+    heavy_groups: int = 3
+    group_cap: int = 0
+    group_holds: bool = False
 
 
 class Soak:
@@ -90,6 +107,9 @@ class Soak:
         self.faults: list[Fault] = []
         self.ids: dict[int, str] = {}
         self.chords: list[dict[str, Any]] = []  # flow, callback, cb_idx, members (idx in order)
+        self.gplan = grp.GroupPlan(cfg.group_share, cfg.groups, cfg.heavy_groups, cfg.seed)
+        self.holds: grp.HoldDriver | None = None
+        self.canceller: grp.Canceller | None = None
         self.n_spawned = 0
         self.stop_supervisor = threading.Event()
         self.paused: set[str] = set()
@@ -117,6 +137,9 @@ class Soak:
                 "PYTHONPATH": str(ROOT),
             }
         )
+        env.pop("DTQ_GROUP_CONCURRENCY", None)
+        if self.cfg.group_cap:
+            env["DTQ_GROUP_CONCURRENCY"] = f"default={self.cfg.group_cap}"
         log = (self.out / "logs" / f"{wid}.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "dtq_worker", "tests.chaos.app:app",
@@ -172,16 +195,17 @@ class Soak:
                     else rng.randint(6000, 10000)
                 )  # fmt: skip
                 sync = rng.random() < 0.15 and ms <= 500
-                items.append(
-                    {
-                        "name": "chaos.sync" if sync else "chaos.async",
-                        "kwargs": {"idx": idx, "ms": ms},
-                        "priority": rng.randint(0, 9),
-                        "max_retries": 50,
-                        # Retried batches after a Redis restart must not enqueue twice.
-                        "idempotency_key": f"chaos-{self.cfg.seed}-{idx}",
-                    }
-                )
+                item: dict[str, Any] = {
+                    "name": "chaos.sync" if sync else "chaos.async",
+                    "kwargs": {"idx": idx, "ms": ms},
+                    "priority": rng.randint(0, 9),
+                    "max_retries": 50,
+                    # Retried batches after a Redis restart must not enqueue twice.
+                    "idempotency_key": f"chaos-{self.cfg.seed}-{idx}",
+                }
+                opts, kw = self.gplan.options(idx)
+                item["kwargs"] |= kw
+                items.append(item | opts)
             while True:
                 try:
                     handles = client.enqueue_many(items)
@@ -189,7 +213,9 @@ class Soak:
                 except Exception:  # Redis restarting: retry the same (idempotent) batch
                     time.sleep(0.2)
             for item, h in zip(items, handles, strict=True):
-                self.ids[item["kwargs"]["idx"]] = h.id
+                self.ids[idx := item["kwargs"]["idx"]] = h.id
+                if idx in self.gplan.cancel_after and self.canceller is not None:
+                    self.canceller.add(time.time() + self.gplan.cancel_after[idx], h.id)
             # Spread the work over the fault window.
             due = start + (first + batch) / total * (until - start)
             time.sleep(max(0.0, due - time.time()))
@@ -204,10 +230,12 @@ class Soak:
         cb_idx = 1_000_000 + len(self.chords)
         members = [
             sig("chaos.async", [], {"idx": i, "ms": rng.randint(5, 300)}, max_retries=50,
-                priority=rng.randint(0, 9))
+                priority=rng.randint(0, 9), **self.gplan.options(i, fates=False)[0])
             for i in idxs
         ]  # fmt: skip
-        flow = chord(group(*members), sig("chaos.join", [], {"idx": cb_idx}, max_retries=50))
+        callback = sig("chaos.join", [], {"idx": cb_idx}, max_retries=50,
+                       **self.gplan.options(cb_idx, fates=False)[0])  # fmt: skip
+        flow = chord(group(*members), callback)
         p = wf.plan(flow, settings)
         call, away = wf.enqueue_call(Keys(PREFIX), p, settings.events_maxlen)
         assert not away  # every step on the home queue
@@ -350,7 +378,17 @@ class Soak:
             time.sleep(1.0)
             until = time.time() + cfg.seconds
             feeder = threading.Thread(target=self.enqueue_all, args=(until,), daemon=True)
+            settings = Settings(redis_url=self.redis.url, key_prefix=PREFIX)
+            if cfg.group_share > 0:
+                self.canceller = grp.Canceller(Client(settings=settings))
+                self.canceller.start()
             feeder.start()
+            if cfg.group_holds and cfg.group_share > 0:
+                client = Client(settings=settings)
+                self.holds = grp.HoldDriver(
+                    client, "default", self.gplan.names, cfg.seed * 31 + 7, until
+                )
+                self.holds.start()
             bag: list[str] = []
             while time.time() < until:
                 time.sleep(self.rng.uniform(*cfg.fault_gap_s))
@@ -363,6 +401,11 @@ class Soak:
                 print(f"[chaos] {time.time() - wall0:6.1f}s fault {kind}", flush=True)
                 self.fault(kind)
             feeder.join()
+            if self.holds is not None:
+                self.holds.join()
+            if self.canceller is not None:
+                self.canceller.done.set()
+                self.canceller.join()
             print(f"[chaos] faults over; {len(self.ids)} tasks; settling", flush=True)
             self.settle()
         finally:
@@ -425,6 +468,7 @@ class Soak:
             home, ftid = split_task_id(c["flow"])
             records[c["flow"]] = r.hgetall(keys.queue(home).flow(ftid))
         (self.out / "records.json").write_text(json.dumps(records))
+        self.leftover = grp.leftover_group_keys(r, keys.queue("default"))
         raw = r.hgetall(keys.queue("default").stats)
         stats = {k: int(v) for k, v in raw.items() if str(v).lstrip("-").isdigit()}
         return records, stats
@@ -436,10 +480,11 @@ class Soak:
         claims_lost = sum(t.count("claim lost: ") for t in logs)
         stale_logged = sum(t.count("stale outcome rejected") for t in logs)
         adopted = sum(t.count("adopted run after a lost reply") for t in logs)
+        journal = read_journals(self.journal_dir)
         result = analyze(
             ids=self.ids,
             records=records,
-            journal=read_journals(self.journal_dir),
+            journal=journal,
             faults=self.faults,
             workers=list(self.lives.values()),
             heartbeat_s=self.cfg.heartbeat_s,
@@ -450,14 +495,31 @@ class Soak:
             stale_rejected_logged=stale_logged,
             adopted_logged=adopted,
         )
-        chords = check_chords(self.chords, records, read_journals(self.journal_dir))
-        result["checks"] += chords["checks"]
-        result["ok"] = result["ok"] and all(c["ok"] for c in chords["checks"])
-        result["figures"] |= chords["figures"]
-        result["problems"]["chords"] = chords["problems"]
+        chords = check_chords(self.chords, records, journal)
+        parts = {"chords": chords}
+        if self.cfg.group_share > 0:
+            parts["groups"] = grp.check_groups(
+                ids=self.ids,
+                plan=self.gplan,
+                heavy=self.gplan.names[: self.cfg.heavy_groups],
+                records=records,
+                runs_by_task=build_runs(journal, list(self.lives.values())),
+                frozen=frozen_spans(self.faults),
+                holds=self.holds.holds if self.holds is not None else [],
+                leftover=self.leftover,
+                cap=self.cfg.group_cap,
+                heartbeat_s=self.cfg.heartbeat_s,
+                slack_s=self.cfg.slack_s,
+            )
+        for name, part in parts.items():
+            result["checks"] += part["checks"]
+            result["ok"] = result["ok"] and all(c["ok"] for c in part["checks"])
+            result["figures"] |= part["figures"]
+            result["problems"][name] = part["problems"]
         cfg = asdict(self.cfg)
         report = {"config": cfg, "wall_s": round(wall, 1), **result}
         report["faults"] = [asdict(f) for f in self.faults]
+        report["workers"] = [asdict(w) for w in self.lives.values()]
         (self.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
         (self.out / "report.md").write_text(markdown(report))
         return report
@@ -479,6 +541,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--chord-members", type=int, default=50, help="members per chord")
     p.add_argument(
+        "--group-share", type=float, default=0.5, help="share of the tasks with a fair group"
+    )
+    p.add_argument("--groups", type=int, default=16, help="how many groups")
+    p.add_argument(
+        "--heavy-groups", type=int, default=3, help="groups that get half the grouped tasks"
+    )
+    p.add_argument(
+        "--group-cap", type=int, default=0, help="DTQ_GROUP_CONCURRENCY of the workers (0: none)"
+    )
+    p.add_argument(
+        "--group-holds", action="store_true", help="pause and resume random groups meanwhile"
+    )
+    p.add_argument(
         "--faults",
         default="",
         help=f"comma-separated fault kinds (default {','.join(KINDS)}; with --cluster "
@@ -498,6 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         chord_share=args.chord_share,
         chord_members=args.chord_members,
         faults=faults,
+        group_share=args.group_share,
+        groups=args.groups,
+        heavy_groups=args.heavy_groups,
+        group_cap=args.group_cap,
+        group_holds=args.group_holds,
     )
     report = Soak(cfg, Path(args.out)).run()
     print((Path(args.out) / "report.md").read_text())
