@@ -165,7 +165,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- Fair groups (_common.lua): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. It must be its group's turn: an entry that is not (another task holds the
   -- turn: e.g. a task queued without a group before the queue's first group) waits in the
-  -- group's list; one whose group had no turn becomes it. A paused group, or one at its cap,
+  -- group's list; one whose group had no turn becomes it. A paused group, or one at its cap
+  -- (the cap is a named group's: tasks without a group are not capped, groups or none),
   -- has its turn withheld ('~') and the task goes back to the head of its list (no attempt is
   -- spent; the resume or the end of one of its runs gives the turn back). When it starts, the
   -- group's next task gets its turn, at the stream's end.
@@ -185,7 +186,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       redis.call('HSET', tk, f, tid)
     end
     if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 or
-        (gcap > 0 and group_full(gb, base, grp, gcap)) then
+        (gcap > 0 and grp ~= '' and group_full(gb, base, grp, gcap)) then
       drop_entry(KEYS[i], group, eid)
       redis.call('HDEL', rk, 'eid')
       redis.call('LPUSH', gb .. 'w:' .. f, tid)

@@ -286,3 +286,12 @@ def test_a_limited_task_parked_returns_to_its_group(
     assert [c.tid for c in second.runs] == [ts[1].tid]
     assert complete(run, qk, second.runs[0])
     assert group_keys(r, qk) == []
+
+
+def test_tasks_without_a_group_are_not_capped(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    """The cap is a named group's: with groups active, the plain tasks (group '') still run as
+    the slots allow."""
+    enqueue(run, qk, task("acme"), *[task() for _ in range(4)])
+    b = claim(run, qk, count=10, cap=1)
+    groups = [r.hget(qk.task(c.tid), "grp") for c in b.runs]
+    assert groups.count("") == 4 and groups.count("acme") == 1

@@ -508,7 +508,7 @@ class DtqModel(RuleBasedStateMachine):
             got = {k: int(v) for k, v in r.zrange(qk.group_running(g), 0, -1, withscores=True)}
             if got != running.get(g, {}):
                 raise Violation(f"group {g!r} running set {got} != running tasks {running.get(g)}")
-            if self.gcap and len(got) > self.gcap:
+            if self.gcap and g and len(got) > self.gcap:  # (no cap on tasks without a group)
                 raise Violation(f"group {g!r} runs {len(got)} tasks, over its cap {self.gcap}")
         for field, tid in turns.items():
             band, g = field.split(":", 1)
