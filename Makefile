@@ -48,8 +48,9 @@ test-fast: install
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
 # The script and lane tests on redis-py's usual path (no fast lane: dtq/store/transport.py).
-LANE_TESTS := tests/test_transport.py tests/test_lane.py tests/test_scripts.py \
-	tests/test_script_replay.py tests/test_sdk.py tests/test_sdk_blips.py tests/test_cluster_lane.py
+LANE_TESTS := tests/store/test_transport.py tests/store/test_lane.py tests/store/test_cluster_lane.py \
+	tests/lua/test_scripts.py tests/lua/test_script_replay.py tests/sdk/test_sdk.py \
+	tests/faults/test_sdk_blips.py
 test-lanes-off: install
 	DTQ_FAST_LANE=0 $(BIN)/pytest -q -p no:cacheprovider $(LANE_TESTS)
 

@@ -4,7 +4,7 @@
 
 What it checks, in order (each printed as it passes):
 1. hadolint on the Dockerfiles; kustomize renders of deploy/k8s validated by kubernetes-validate;
-   tests/test_deploy_files.py (the KEDA ScaledObject against KEDA's schema, promtool on the
+   tests/ops/test_deploy_files.py (the KEDA ScaledObject against KEDA's schema, promtool on the
    Prometheus configs and alert unit tests, dashboard and compose consistency).
 2. A private dockerd; every image built from a local debootstrap base (nothing pulled).
 3. The compose stack up (Redis AOF, two workers, the API, Prometheus): the API refuses a call
@@ -74,10 +74,10 @@ def lint() -> None:
             check(f"kubectl kustomize deploy/k8s/{kpath} | kubernetes-validate --strict "
                   "(core kinds; KEDA and Prometheus Operator kinds next)")  # fmt: skip
     run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header",
-         "tests/test_deploy_files.py"], cwd=ROOT)  # fmt: skip
+         "tests/ops/test_deploy_files.py"], cwd=ROOT)  # fmt: skip
     check(
         "ScaledObject vs KEDA's schema, promtool check config/rules + rule unit tests, "
-        "dashboard $queue filters, compose consistency (tests/test_deploy_files.py)"
+        "dashboard $queue filters, compose consistency (tests/ops/test_deploy_files.py)"
     )
 
 
@@ -114,7 +114,7 @@ class Stack:
 
     def up(self) -> None:
         # Grafana is not in Debian: the test runs the stack without it (its provisioning and
-        # dashboard are checked by tests/test_deploy_files.py and test_prometheus.py).
+        # dashboard are checked by tests/ops/test_deploy_files.py and test_prometheus.py).
         self.compose("up", "-d", "--no-build", "redis", "worker-a", "worker-b", "api",
                      "prometheus")  # fmt: skip
         wait_for("dtq-api /readyz", lambda: httpx.get(self.api + "/readyz").status_code == 200)

@@ -2,7 +2,7 @@
 them).
 
 `python -m tools.key_table` rewrites the table between the markers in docs/design.md;
-tests/test_docs.py fails when the page is out of date.
+tests/ops/test_docs.py fails when the page is out of date.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ tests' cluster (``tests/redis_cluster.py``). Each starts its own node processes 
 measure their CPU, the tests' are killed and restarted) and hands this module their ports.
 
 It lives in ``tools/``, beside the checkout's other developer tools: not in the wheel (neither
-``tools`` nor ``bench`` is a package of it; ``tests/test_packaging.py``), and importable by
+``tools`` nor ``bench`` is a package of it; ``tests/ops/test_packaging.py``), and importable by
 everything that runs from a checkout: pytest and ``python -m tests.chaos.run`` (the checkout is
 on ``sys.path``), ``make bench`` (``python -m`` from the checkout) and ``dtq bench`` (which puts
 the checkout on ``sys.path`` beside ``bench/``).

@@ -1,7 +1,7 @@
 """Render the configuration table from dtq.settings.Settings (its fields and docstrings).
 
 `python tools/settings_table.py` rewrites the table between the markers in
-docs/configuration.md; tests/test_docs.py fails when that page is out of date, and the
+docs/configuration.md; tests/ops/test_docs.py fails when that page is out of date, and the
 documentation site renders the table from the code when it is built (docs/hooks/dtq_docs.py).
 """
 

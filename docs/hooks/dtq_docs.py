@@ -3,7 +3,7 @@
 - The home page is the README, its links into docs/ made relative to the site.
 - The settings table (between ``<!-- settings-table:start -->`` and its end marker) is rendered
   from ``dtq.settings.Settings`` by tools/settings_table.py, so the site shows the code's
-  settings even where the committed page is behind (tests/test_docs.py checks it is not).
+  settings even where the committed page is behind (tests/ops/test_docs.py checks it is not).
 - The HTTP API page's endpoint table (between ``<!-- openapi:start -->`` and its end marker) is
   rendered from ``dtq_api.app.create_app().openapi()``, and the schema itself is published as
   ``reference/openapi.json``.

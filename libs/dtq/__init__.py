@@ -86,7 +86,7 @@ __all__ = [
 ]
 
 # Each public name and the module that defines it (the imports above say the same for type
-# checkers; tests/test_lazy_import.py checks that the two agree with __all__).
+# checkers; tests/sdk/test_lazy_import.py checks that the two agree with __all__).
 _HOMES: dict[str, str] = {
     "App": "dtq.app",
     **dict.fromkeys(("AsyncClient", "Client"), "dtq.sdk.client"),

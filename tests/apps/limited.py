@@ -1,4 +1,5 @@
-"""Tasks for the limits, fair-mode, queue-cap and retention tests (tests/test_limits.py etc.)."""
+"""Tasks for the limits, fair-mode, queue-cap and retention tests (tests/worker/test_limits.py
+etc.)."""
 
 from __future__ import annotations
 

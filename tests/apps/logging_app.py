@@ -1,4 +1,4 @@
-"""Tasks that log through their own loggers (tests/test_worker_logs.py)."""
+"""Tasks that log through their own loggers (tests/worker/test_worker_logs.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks with periodic schedules (tests/test_schedules.py)."""
+"""Tasks with periodic schedules (tests/worker/test_schedules.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two versions of one app sharing a queue during a rolling deploy (tests/test_rollout.py):
+"""Two versions of one app sharing a queue during a rolling deploy (tests/worker/test_rollout.py):
 ``v1`` knows task ``a`` and schedule ``s-a``; ``v2`` also knows task ``b`` and schedule ``s-b``."""
 
 from __future__ import annotations

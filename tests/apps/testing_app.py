@@ -1,4 +1,4 @@
-"""A small user app exercised through dtq.testing (tests/test_testing_helpers.py)."""
+"""A small user app exercised through dtq.testing (tests/sdk/test_testing_helpers.py)."""
 
 from __future__ import annotations
 

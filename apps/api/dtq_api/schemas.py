@@ -52,7 +52,7 @@ def _number(value: Any) -> Any:
 
 class EnqueueRequest(BaseModel):
     """The SDK's enqueue fields (``dtq.sdk.requests.ENQUEUE_FIELDS``, checked by
-    tests/test_enqueue_options.py). ``Idempotency-Key`` may also come as a header.
+    tests/sdk/test_enqueue_options.py). ``Idempotency-Key`` may also come as a header.
 
     ``delay`` and ``eta`` exclude each other.
     """

@@ -24,7 +24,7 @@ list), so the sync client, the async client, the admin and the worker share them
 ========================  ==============================================================
 
 :data:`REPLIES` names, per script, the enums of the sentinel values it can answer; a test
-(tests/test_record.py) reads every script and fails on a sentinel or error code not named.
+(tests/lua/test_record.py) reads every script and fails on a sentinel or error code not named.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ class EnqueueOptions(TypedDict, total=False):
     type checker reads them from here); :func:`build_task` checks them; an ``enqueue_many``
     item and a ``POST /api/v1/tasks`` body carry them as fields (:data:`ENQUEUE_FIELDS`);
     workflow steps and schedules take the subsets :data:`dtq.workflows.STEP_OPTIONS` and
-    :data:`SCHEDULE_OPTIONS`. tests/test_enqueue_options.py fails when one of those drifts
+    :data:`SCHEDULE_OPTIONS`. tests/sdk/test_enqueue_options.py fails when one of those drifts
     from this list. ``None`` for any of them means "not given"."""
 
     queue: str | None

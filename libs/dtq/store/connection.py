@@ -179,7 +179,7 @@ POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavaila
 # A cluster client's calls wait for one of POOL_CONNECTIONS places (dtq/store/inflight.py), but its
 # result() waits' subscribed connection comes out of a node's pool outside them: each node's
 # pool holds this many more, or 100 calls in flight on the subscription's node met a full pool
-# ("Too many connections"; tests/test_cluster_pool_room.py). One subscription per client, and
+# ("Too many connections"; tests/store/test_cluster_pool_room.py). One subscription per client, and
 # room for one being made again while the old one closes.
 SUBSCRIBED_ROOM = 4
 # The fast lane's kept connections on each node (dtq.cluster) come out of its pool outside those

@@ -8,7 +8,7 @@ registry) are global to the prefix.
 Every key is built here, by :class:`QueueKeys` (per queue) and :class:`Keys` (global); the Lua
 scripts receive them as KEYS (and build the per-limit keys from ``lim_base``). :func:`layout`
 describes each one: docs/design.md's key table is rendered from it (tools/key_table.py), and
-tests/test_keys.py checks that every key a workload creates is in it.
+tests/store/test_keys.py checks that every key a workload creates is in it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The task record: the hash ``P:{q}:t:<tid>`` (:meth:`dtq.store.keys.QueueKeys.task`), its fields
 named once, each with what it means.
 
-The Lua scripts spell the same names (a Lua script cannot import them); ``tests/test_record.py``
+The Lua scripts spell the same names (a Lua script cannot import them); ``tests/lua/test_record.py``
 fails when a script reads or writes a record field that is not here, or when docs/design.md's
 table ("The task record") leaves one out. Short names keep each record small: a queued task is
 about 360 bytes, and every name is stored in every record.
@@ -102,7 +102,7 @@ DEFAULT_MAX_RETRIES = 3
 
 # What a record leaves out while a field holds it (lua/_common.lua DEF_MAXR, DEF_PRIO): every
 # reader reads an absent field as its value here. (A null result is left out too; TaskInfo reads
-# its absence as None.) tests/test_record.py checks the scripts' constants against these.
+# its absence as None.) tests/lua/test_record.py checks the scripts' constants against these.
 DEFAULTS: Final[dict[str, str]] = {
     Field.ATTEMPT: "0",
     Field.RETRIES: "0",

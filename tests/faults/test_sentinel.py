@@ -105,7 +105,7 @@ async def test_worker_and_clients_follow_a_failover(
 async def test_many_calls_at_once_wait_for_a_connection(
     sentinel_setup: tuple[RedisServer, RedisServer, Sentinel], prefix: str
 ) -> None:
-    """As on one server (tests/test_result_waits.py): an AsyncClient's calls beyond its 100
+    """As on one server (tests/sdk/test_result_waits.py): an AsyncClient's calls beyond its 100
     connections wait for one. Before, the 101st call at once over Sentinel failed at once
     ("Too many connections", redis-py's Sentinel pool has no blocking form)."""
     _, _, sentinel = sentinel_setup

@@ -20,7 +20,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "libs", ROOT / "apps" / "api", ROOT / "apps" / "worker"]
 
 

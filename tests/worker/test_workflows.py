@@ -164,7 +164,7 @@ def test_the_examples_of_docs_workflows_run() -> None:
 
     from dtq.testing import TestQueue
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "workflows.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "workflows.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 2
     mod = types.ModuleType("flows_demo")

@@ -1,6 +1,6 @@
 """The dashboard draws a workflow as a tree with each step's status (renderFlowTree in
 apps/api/dtq_api/static/app.js), in a real headless browser (Debian chromium via Playwright,
-as tests/test_dashboard.py) against a running dtq-api."""
+as tests/api/test_dashboard.py) against a running dtq-api."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 import redis
 
 from dtq import Client, Settings, chain, group, sig
-from tests import test_dashboard as dash
+from tests.api import test_dashboard as dash
+from tests.api.test_dashboard import SHOTS, shot
 from tests.api_proc import ApiProc
-from tests.test_dashboard import SHOTS, shot
-from tests.test_workflow_scripts import claim, complete
+from tests.lua.test_workflow_scripts import claim, complete
 
 TOKEN = "flow-token-123"
-chromium = dash.chromium  # the fixtures of tests/test_dashboard.py
+chromium = dash.chromium  # the fixtures of tests/api/test_dashboard.py
 browser_page = dash.browser_page
 
 

@@ -1,6 +1,6 @@
 """Direct tests of the retention scripts (lua/retention_*.lua) and lua/limit_sweep.lua on a real
 redis-server: each branch of each script, through its wrapper in dtq.scripts. The retention pass
-that calls them is tested in tests/test_retention.py; these pin down what one call does."""
+that calls them is tested in tests/ops/test_retention.py; these pin down what one call does."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from dtq.store.record import MEANING, Field
 from tests.apps.basic import app as basic_app
 
 Q = "q1"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LUA = sorted((ROOT / "lua").glob("*.lua"))
 # A redis.call on a task record: the record key is one of these expressions in the scripts.
 RECORD_KEYS = r"rk|prk|k|base \.\. [\w\[\]]+|KEYS\[3\] \.\. prev|KEYS\[12\] \.\. last"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {  # the map's subsection (by the path in its heading) -> the files it must name
     "libs/dtq": "*.py",
     "apps/worker/dtq_worker": "*.py",

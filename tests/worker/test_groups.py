@@ -16,7 +16,7 @@ from dtq import Client, TaskStatus
 from dtq.settings import Settings
 from tests.apps.limited import app
 from tests.conftest import wait_until
-from tests.test_limits import APP, peak_overlap, spans
+from tests.worker.test_limits import APP, peak_overlap, spans
 
 pytestmark = pytest.mark.cluster
 

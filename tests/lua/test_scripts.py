@@ -402,7 +402,7 @@ def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys)
     assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     assert r.hget(qk.task(c.tid), "status") == "scheduled"
     assert r.zscore(qk.sched, c.tid) is not None
-    # A re-send (lost reply) is answered as the first send was (tests/test_script_replay.py).
+    # A re-send (lost reply) is answered as the first send was (tests/lua/test_script_replay.py).
     assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["scheduled"]
     p = sc.parse_promote(run(sc.promote_call(qk, 100, 100)))
     assert p.promoted == 1

@@ -24,7 +24,7 @@ from dtq.sdk import groupops as go
 from dtq.store.keys import Keys, QueueKeys
 from dtq_api.app import create_app
 from dtq_api.metrics import render
-from tests import test_dashboard as dash
+from tests.api import test_dashboard as dash
 from tests.api_proc import ApiProc
 
 Q = "gq"
@@ -380,7 +380,7 @@ def test_the_cli_lists_pauses_and_resumes_groups(r: redis.Redis, keys: Keys, dtq
 
 # --- the dashboard ------------------------------------------------------------------------
 
-chromium = dash.chromium  # the fixtures of tests/test_dashboard.py
+chromium = dash.chromium  # the fixtures of tests/api/test_dashboard.py
 browser_page = dash.browser_page
 
 

@@ -12,7 +12,7 @@ import redis
 
 from dtq import Client, Settings
 from tests.conftest import wait_until
-from tests.test_cli import client, dtq, make_dead_letters  # noqa: F401  (fixtures)
+from tests.ops.test_cli import client, dtq, make_dead_letters  # noqa: F401  (fixtures)
 
 
 def test_dlq_alone_lists_dead_letters(dtq: Any, client: Client) -> None:  # noqa: F811

@@ -153,7 +153,7 @@ async def test_a_stop_ends_every_idle_read_even_one_that_lost_its_cancel(
 ) -> None:
     # The idle wait's reads (one per queue) outlived the worker: a cancel lost at the stop
     # left one waiting on a client the worker had closed (seen in the API's event hub, which
-    # reads the same way: tests/test_api_events_hub.py).
+    # reads the same way: tests/api/test_api_events_hub.py).
     readers: list[asyncio.Task[Any]] = []
     monkeypatch.setattr(
         worker_module, "worker_clients", _losing_a_cancel(worker_module.worker_clients, readers)

@@ -21,7 +21,7 @@ from dtq import BatchInterrupted, Client, DtqError, RedisUnavailable, Settings
 from dtq.sdk.coalesce import SyncCoalescer, _interrupted
 from tests.conftest import make_settings, reap, wait_until
 from tests.redis_server import RedisServer
-from tests.test_coalesce import _evalsha_calls, _stream_args
+from tests.sdk.test_coalesce import _evalsha_calls, _stream_args
 
 N = 200
 

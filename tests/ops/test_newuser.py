@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A sitecustomize that makes `import fastapi` / `import uvicorn` fail, as in an install without
 # the `api` extra (simulated: uninstalling would break the shared venv).

@@ -23,7 +23,7 @@ from dtq.store import transport
 from dtq_worker.metrics import WorkerMetrics
 from tests.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Names of redis-py's (and hiredis') private parts the lane uses: an attribute with one of these
 # names, or an import from a private redis module, anywhere but store/transport.py fails the test.
 PRIVATE_ATTRS = {"_sock", "_parser", "_buffer", "_reader", "_host_error", "_next_response"}

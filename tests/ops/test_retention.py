@@ -16,7 +16,7 @@ from tests.apps.limited import app
 from tests.conftest import make_settings, running_worker, wait_until
 
 APP = "tests.apps.limited:app"
-# 100k is the documented full run (`DTQ_RETENTION_TASKS=100000 pytest tests/test_retention.py`);
+# 100k is the documented full run (`DTQ_RETENTION_TASKS=100000 pytest tests/ops/test_retention.py`);
 # CI runs a smaller count.
 N_TASKS = int(os.environ.get("DTQ_RETENTION_TASKS", "20000"))
 
