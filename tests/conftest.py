@@ -18,6 +18,8 @@ import redis
 from dtq import App
 from dtq.settings import Settings
 from dtq.store.keys import GROUP, QueueKeys
+from tests.apt_tools import ensure_apt
+from tests.helpers.browser import CHROMIUM_ARGS
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import RedisServer
 
@@ -260,3 +262,29 @@ def backend(request: pytest.FixtureRequest, backend_kind: str) -> RedisServer | 
     name = "redis_server" if backend_kind == "single" else "redis_cluster"
     found: RedisServer | RedisClusterFixture = request.getfixturevalue(name)
     return found
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The path of Debian's chromium, installed with apt-get when missing (or the test skips)."""
+    path = ensure_apt("chromium", "chromium")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("playwright (Python) is not installed: pip install -e '.[dev]'")
+    return path
+
+
+@pytest.fixture
+def browser_page(chromium: str) -> Iterator[Any]:
+    """A page of Debian's chromium (tests/helpers/browser.py), closed after the test."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(20_000)
+            yield page
+        finally:
+            browser.close()

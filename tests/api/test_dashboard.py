@@ -8,7 +8,6 @@ with apt-get when missing (or skips, saying why).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,61 +16,8 @@ import pytest
 
 from dtq import Client, Settings
 from tests.api_proc import ApiProc
-from tests.apt_tools import ensure_apt
-from tests.conftest import ROOT, wait_until
-
-SHOTS = ROOT / "build" / "screenshots"
-TOKEN = "dash-token-123"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    path = ensure_apt("chromium", "chromium")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("playwright (Python) is not installed: pip install -e '.[dev]'")
-    return path
-
-
-@pytest.fixture
-def browser_page(chromium: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.set_default_timeout(20_000)
-            yield page
-        finally:
-            browser.close()
-
-
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 800}
-
-
-def rendered(page: Any, state: str) -> None:
-    """Wait until the page says it rendered ``state`` (its hash): a state, not a time."""
-    page.wait_for_selector(f"#view[data-rendered='{state}']", timeout=60_000)
-
-
-def shot(page: Any, name: str) -> None:
-    """A desktop (1280x800) and a phone (390x844) screenshot of what the page shows."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size(DESKTOP)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-    page.set_viewport_size(PHONE)
-    page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=True)
-    # Nothing overflows the phone's width (wide tables scroll inside their own box).
-    width = page.evaluate("() => document.documentElement.scrollWidth")
-    assert width <= PHONE["width"], f"{name}: {width}px wide at 390 px"
-    page.set_viewport_size(DESKTOP)
+from tests.conftest import wait_until
+from tests.helpers.browser import SHOTS, TOKEN, rendered, shot
 
 
 @pytest.mark.slow

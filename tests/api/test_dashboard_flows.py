@@ -11,14 +11,11 @@ import pytest
 import redis
 
 from dtq import Client, Settings, chain, group, sig
-from tests.api import test_dashboard as dash
-from tests.api.test_dashboard import SHOTS, shot
 from tests.api_proc import ApiProc
-from tests.lua.test_workflow_scripts import claim, complete
+from tests.helpers.browser import SHOTS, shot
+from tests.helpers.flows import claim, complete
 
 TOKEN = "flow-token-123"
-chromium = dash.chromium  # the fixtures of tests/api/test_dashboard.py
-browser_page = dash.browser_page
 
 
 @pytest.mark.slow

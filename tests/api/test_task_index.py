@@ -120,7 +120,7 @@ async def test_task_pages_lose_and_repeat_nothing_when_ids_share_a_millisecond(
 async def test_newest_first_running_and_resume_span_nodes(backend: Any, prefix: str) -> None:
     """On a cluster each queue has its own slot: the index's reads, the running list and an
     event stream's resume read every queue's keys without one command spanning two slots."""
-    from tests.store.test_cluster import spread_queues
+    from tests.helpers import spread_queues
 
     queues = spread_queues(backend, prefix, 3)
     s = make_settings(backend.url, prefix)

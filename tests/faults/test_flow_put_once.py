@@ -21,7 +21,7 @@ from dtq import workflows as wf
 from dtq.store.keys import Keys, split_task_id
 from tests.apps.flows import app
 from tests.conftest import running_worker, wait_until
-from tests.lua.test_workflow_scripts import (
+from tests.helpers.flows import (
     claim,
     complete,
     qk_of,

@@ -16,7 +16,7 @@ from dtq.settings import Settings
 from dtq.store.keys import Keys, QueueKeys, new_tid
 from tests.apps.limited import app as limited_app
 from tests.conftest import create_groups, running_worker
-from tests.worker.test_limits import until
+from tests.helpers import until
 
 Q = "q1"
 LK = "acct"

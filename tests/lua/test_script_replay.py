@@ -12,7 +12,7 @@ import redis
 from dtq import scripts as sc
 from dtq.store.keys import GROUP, QueueKeys
 from tests.conftest import create_groups
-from tests.lua.test_scripts import Q, claim, enqueue, started, task
+from tests.helpers.scripts import Q, claim, enqueue, started, task
 
 
 def _marks(r: redis.Redis, qk: QueueKeys) -> tuple[int, str | None]:

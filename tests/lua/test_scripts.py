@@ -10,11 +10,10 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.store.keys import GROUP, QueueKeys, new_tid
+from dtq.store.keys import GROUP, QueueKeys
 from dtq.store.record import with_defaults
 from tests.conftest import create_groups
-
-Q = "q1"
+from tests.helpers.scripts import Q, claim, enqueue, started, task
 
 
 @pytest.fixture
@@ -24,25 +23,6 @@ def run(r: redis.Redis) -> Any:
 
 
 groups = create_groups
-
-
-def task(
-    prio: int = 5, delay_ms: int = 0, idem: str = "", max_retries: int = 3, **kw: Any
-) -> sc.NewTask:
-    base: dict[str, Any] = dict(
-        tid=new_tid(), name="t", args="[1]", kwargs="", priority=prio, max_retries=max_retries,
-        timeout=None, delay_ms=delay_ms, expires_ms=0, idempotency_key=idem, meta="",
-    )  # fmt: skip
-    base.update(kw)
-    return sc.NewTask(**base)
-
-
-def enqueue(run: Any, qk: QueueKeys, *tasks: sc.NewTask) -> list[sc.Enqueued]:
-    return sc.parse_enqueue(run(sc.enqueue_call(qk, list(tasks), 100)))
-
-
-def claim(run: Any, qk: QueueKeys, worker: str = "w1", count: int = 10) -> sc.ClaimBatch:
-    return sc.parse_claim(Q, run(sc.claim_call(qk, worker, count, 100, 60)))
 
 
 def test_enqueue_single_and_bulk(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -292,13 +272,6 @@ def test_two_claimers_race_each_entry_started_once(redis_server: Any, qk: QueueK
         t.join()
     assert sorted(got["a"] + got["b"]) == sorted(t.tid for t in tasks)
     assert not set(got["a"]) & set(got["b"])
-
-
-def started(run: Any, r: redis.Redis, qk: QueueKeys, t: sc.NewTask | None = None) -> sc.Claimed:
-    groups(r, qk)
-    t = t or task()
-    enqueue(run, qk, t)
-    return claim(run, qk).runs[0]
 
 
 def test_complete_is_fenced(r: redis.Redis, run: Any, qk: QueueKeys) -> None:

@@ -15,46 +15,14 @@ from dtq import Client, InvalidRequest, Settings, TaskFailed, chain, chord, grou
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.admin import dlq_requeue_call
-from dtq.store.keys import Keys, QueueKeys, split_task_id
-from tests.conftest import create_groups
-
-W = "w1"
+from dtq.store.keys import Keys, split_task_id
+from tests.helpers.flows import W, args_of, claim, complete, fail, outbox, qk_of
 
 
 @pytest.fixture
 def client(settings: Settings) -> Any:
     with Client(settings=settings) as c:
         yield c
-
-
-def qk_of(settings: Settings, queue: str) -> QueueKeys:
-    return Keys(settings.key_prefix).queue(queue)
-
-
-def claim(r: redis.Redis, settings: Settings, queue: str, worker: str = W) -> list[sc.Claimed]:
-    qk = qk_of(settings, queue)
-    create_groups(r, qk)
-    return sc.parse_claim(
-        queue, sc.SyncScripts(r).run(sc.claim_call(qk, worker, 100, 100, 60))
-    ).runs
-
-
-def complete(
-    r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, result: Any, worker: str = W
-) -> bool:
-    qk = qk_of(settings, queue)
-    s = sc.Success(c.tid, c.eid, c.attempt, "succeeded", json.dumps(result))
-    return sc.parse_complete(sc.SyncScripts(r).run(sc.complete_call(qk, worker, [s], 100, 60)))[0]
-
-
-def fail(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, err: str) -> str:
-    qk = qk_of(settings, queue)
-    f = sc.Failure(c.tid, c.eid, c.attempt, err, -1)  # no retry: ends failed
-    return sc.parse_verdicts(sc.SyncScripts(r).run(sc.fail_call(qk, W, [f], 100, 60)))[0]
-
-
-def args_of(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed) -> Any:
-    return json.loads(r.hget(qk_of(settings, queue).task(c.tid), "args"))  # type: ignore[arg-type]
 
 
 def test_chain_passes_each_result_on_and_ends_with_the_last(
@@ -212,11 +180,6 @@ def test_cancel_stops_waiting_steps_and_cancels_queued_ones(
     assert [s["status"] for s in info.steps] == ["cancelled", "waiting"]
     with pytest.raises(TaskFailed):
         client.result(h3.id, timeout=1)
-
-
-def outbox(r: redis.Redis, settings: Settings, queue: str) -> list[dict[str, str]]:
-    entries = r.xrange(qk_of(settings, queue).flowq)
-    return [f for _, f in entries]  # type: ignore[misc]
 
 
 def test_cross_slot_handover_is_moved_exactly_once(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import subprocess
 import sys
@@ -12,54 +10,9 @@ from typing import Any
 import pytest
 
 from dtq import Client, Settings
-from dtq import scripts as sc
-from dtq.cli import main
-from dtq.store.keys import GROUP, Keys
 from tests.conftest import ROOT
+from tests.helpers import make_dead_letters
 from tests.redis_server import free_port
-
-
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def dtq(settings: Settings, capsys: Any, monkeypatch: Any) -> Any:
-    monkeypatch.setenv("DTQ_REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("DTQ_KEY_PREFIX", settings.key_prefix)
-
-    def run(*argv: str, stdin: str = "") -> Run:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exc:
-            main(list(argv))
-        out, err = capsys.readouterr()
-        return Run(int(exc.value.code or 0), out, err)
-
-    return run
-
-
-@pytest.fixture
-def client(settings: Settings) -> Any:
-    with Client(settings=settings) as c:
-        yield c
-
-
-def make_dead_letters(client: Client, n: int, name: str = "job") -> list[str]:
-    keys = Keys(client.settings.key_prefix)
-    qk = keys.queue("default")
-    for s in qk.streams:
-        client.redis.xgroup_create(s, GROUP, id="0", mkstream=True)
-    hs = client.enqueue_many([{"name": name, "args": [i], "max_retries": 0} for i in range(n)])
-    scripts = sc.SyncScripts(client.redis)
-    runs = sc.parse_claim("default", scripts.run(sc.claim_call(qk, "w", n, 1000, 60))).runs
-    fails = [sc.Failure(r.tid, r.eid, r.attempt, f"RuntimeError: no {r.tid}", 0) for r in runs]
-    scripts.run(sc.fail_call(qk, "w", fails, 1000, 60))
-    return [h.id for h in hs]
 
 
 @pytest.mark.cluster

@@ -12,10 +12,10 @@ import redis
 
 from dtq import Client, Settings
 from tests.conftest import wait_until
-from tests.ops.test_cli import client, dtq, make_dead_letters  # noqa: F401  (fixtures)
+from tests.helpers import make_dead_letters
 
 
-def test_dlq_alone_lists_dead_letters(dtq: Any, client: Client) -> None:  # noqa: F811
+def test_dlq_alone_lists_dead_letters(dtq: Any, client: Client) -> None:
     ids = make_dead_letters(client, 2)
     r = dtq("dlq")
     assert r.code == 0, r.err
@@ -23,13 +23,13 @@ def test_dlq_alone_lists_dead_letters(dtq: Any, client: Client) -> None:  # noqa
     assert "Usage" not in r.out
 
 
-def test_version(dtq: Any) -> None:  # noqa: F811
+def test_version(dtq: Any) -> None:
     r = dtq("--version")
     assert r.code == 0
     assert r.out.strip() == f"dtq {version('dtq')}"
 
 
-def test_enqueue_refuses_arguments_of_the_wrong_shape_as_usage_errors(dtq: Any) -> None:  # noqa: F811
+def test_enqueue_refuses_arguments_of_the_wrong_shape_as_usage_errors(dtq: Any) -> None:
     for argv in (["--args", "1"], ["--args", '{"a": 1}'], ["--kwargs", "[1]"],
                  ["--metadata", "3"], ["--expires", "tomorrow"]):  # fmt: skip
         r = dtq("enqueue", "add", *argv)
@@ -37,7 +37,7 @@ def test_enqueue_refuses_arguments_of_the_wrong_shape_as_usage_errors(dtq: Any) 
         assert argv[0] in r.err
 
 
-def test_enqueue_expires_metadata_unique(dtq: Any, client: Client) -> None:  # noqa: F811
+def test_enqueue_expires_metadata_unique(dtq: Any, client: Client) -> None:
     argv = ["enqueue", "add", "--args", "[1, 2]", "--expires", "60", "--metadata",
             '{"tenant": "acme"}', "--unique", "--json"]  # fmt: skip
     first = dtq(*argv)
@@ -55,8 +55,8 @@ def test_enqueue_expires_metadata_unique(dtq: Any, client: Client) -> None:  # n
 
 
 def test_purge_json_prints_only_json_on_stdout_and_nothing_on_stderr(
-    dtq: Any,  # noqa: F811
-    client: Client,  # noqa: F811
+    dtq: Any,
+    client: Client,
 ) -> None:
     for i in range(3):
         client.enqueue("add", [i, i])
@@ -72,7 +72,7 @@ def test_purge_json_prints_only_json_on_stdout_and_nothing_on_stderr(
     assert r.code == 0 and r.json()["done"] == 2 and r.err == ""
 
 
-def test_cancel_with_a_reason_several_ids_and_in_bulk(dtq: Any, client: Client) -> None:  # noqa: F811
+def test_cancel_with_a_reason_several_ids_and_in_bulk(dtq: Any, client: Client) -> None:
     a = client.enqueue("add", [1, 1], delay=60)
     b = client.enqueue("add", [2, 2], delay=60)
     r = dtq("cancel", a.id, b.id, "--reason", "duplicate order")
@@ -91,7 +91,7 @@ def test_cancel_with_a_reason_several_ids_and_in_bulk(dtq: Any, client: Client) 
 
 
 def test_enqueue_warns_when_no_worker_declares_the_name(
-    dtq: Any,  # noqa: F811
+    dtq: Any,
     settings: Settings,
     r: redis.Redis,
     spawn_worker: Any,

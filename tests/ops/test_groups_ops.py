@@ -24,8 +24,8 @@ from dtq.sdk import groupops as go
 from dtq.store.keys import Keys, QueueKeys
 from dtq_api.app import create_app
 from dtq_api.metrics import render
-from tests.api import test_dashboard as dash
 from tests.api_proc import ApiProc
+from tests.helpers import browser as dash
 
 Q = "gq"
 
@@ -379,9 +379,6 @@ def test_the_cli_lists_pauses_and_resumes_groups(r: redis.Redis, keys: Keys, dtq
 
 
 # --- the dashboard ------------------------------------------------------------------------
-
-chromium = dash.chromium  # the fixtures of tests/api/test_dashboard.py
-browser_page = dash.browser_page
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from dtq.middleware import EnqueueRequest, Middleware
 from dtq.store.keys import split_task_id
 from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings
-from tests.lua.test_workflow_scripts import args_of, claim, complete, fail, outbox, qk_of
+from tests.helpers.flows import args_of, claim, complete, fail, outbox, qk_of
 from tests.redis_server import RedisServer, free_port
 
 

@@ -6,7 +6,6 @@ batch raises in each of its waiters. Real redis-servers (paused with SIGSTOP, ki
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
@@ -14,24 +13,11 @@ import redis
 
 from dtq import AsyncClient, RedisUnavailable, Settings
 from dtq import scripts as sc
-from dtq.store.keys import QueueKeys
 from tests.conftest import make_settings
+from tests.helpers import evalsha_calls, stream_args
 from tests.redis_server import RedisServer
 
 N = 200
-
-
-def _evalsha_calls(r: redis.Redis) -> int:
-    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-def _stream_args(r: redis.Redis, s: Settings, queue: str = "default") -> list[int]:
-    """The first argument of each task in the queue's default-priority stream, in stream order."""
-    qk = QueueKeys(s.key_prefix, queue)
-    out = []
-    for _, fields in r.xrange(qk.stream(5)):
-        out.append(json.loads(r.hget(qk.task(fields["t"]), "args") or "null")[0])
-    return out
 
 
 @pytest.mark.cluster
@@ -43,7 +29,7 @@ async def test_concurrent_enqueues_are_each_made_once_and_in_order(
     async with AsyncClient(settings=settings) as c:
         handles = await asyncio.gather(*(c.enqueue("job", args=[i]) for i in range(N)))
     assert len({h.id for h in handles}) == N and all(h.created for h in handles)
-    assert _stream_args(r, settings) == list(range(N))  # one entry each, in the calls' order
+    assert stream_args(r, settings) == list(range(N))  # one entry each, in the calls' order
 
 
 @pytest.mark.parametrize("coalesce", [True, False])
@@ -55,10 +41,10 @@ async def test_concurrent_enqueues_go_out_in_a_few_calls(
     n = 50  # (under redis-py's 100 connections, for the calls sent one by one)
     async with AsyncClient(settings=s) as c:
         await c.enqueue("job", args=[-1])  # registers the queue, loads the script
-        before = _evalsha_calls(r)
+        before = evalsha_calls(r)
         await asyncio.gather(*(c.enqueue("job", args=[i]) for i in range(n)))
-        calls = _evalsha_calls(r) - before
-    made = _stream_args(r, s)[1:]
+        calls = evalsha_calls(r) - before
+    made = stream_args(r, s)[1:]
     if coalesce:
         assert made == list(range(n))
         assert calls == 2  # the first alone, the other 49 in one batch when it returned
@@ -89,7 +75,7 @@ async def test_a_waiter_cancelled_before_its_batch_is_sent_is_not_enqueued(
         h1, h3 = await asyncio.wait_for(asyncio.gather(first, kept), 10)
         with pytest.raises(asyncio.CancelledError):
             await gone
-    assert _stream_args(r, s) == [0, 1, 3]
+    assert stream_args(r, s) == [0, 1, 3]
     assert h1.created and h3.created
     r.close()
 
@@ -123,7 +109,7 @@ async def test_an_idempotency_key_in_one_batch_makes_one_task(
         )
     assert len({h.id for h in hs[1:]}) == 1
     assert [h.created for h in hs[1:]] == [True, False, False]
-    assert _stream_args(r, s) == [0, 1, 2]
+    assert stream_args(r, s) == [0, 1, 2]
     r.close()
 
 
@@ -170,5 +156,5 @@ async def test_an_enqueue_made_inside_a_send_goes_out_on_its_own(
             fresh_redis.resume()
         done = await asyncio.wait_for(asyncio.gather(first, *rest), 10)
     assert all(h.created for h in done) and c.nested == [1, 3]  # the lone send, then the batch
-    assert sorted(_stream_args(r, s)) == [0, 1, 2, 3, 4, 101, 102]
+    assert sorted(stream_args(r, s)) == [0, 1, 2, 3, 4, 101, 102]
     r.close()

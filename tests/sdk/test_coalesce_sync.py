@@ -20,8 +20,8 @@ import redis
 from dtq import BatchInterrupted, Client, DtqError, RedisUnavailable, Settings
 from dtq.sdk.coalesce import SyncCoalescer, _interrupted
 from tests.conftest import make_settings, reap, wait_until
+from tests.helpers import evalsha_calls, stream_args
 from tests.redis_server import RedisServer
-from tests.sdk.test_coalesce import _evalsha_calls, _stream_args
 
 N = 200
 
@@ -74,7 +74,7 @@ def test_concurrent_enqueues_from_threads_are_each_made_once(
     errors = [g for g in got if isinstance(g, Exception)]
     assert not errors, errors[:1]
     assert len({h.id for h in got}) == N and all(h.created for h in got)
-    made = _stream_args(r, settings)
+    made = stream_args(r, settings)
     assert sorted(made) == list(range(N))  # one entry each
 
 
@@ -87,7 +87,7 @@ def test_enqueues_made_while_one_is_in_flight_go_out_in_one_call(
     n = 50
     with Client(settings=s) as c, ThreadPoolExecutor(n) as pool:
         c.enqueue("job", args=[-1])  # registers the queue, loads the script
-        before = _evalsha_calls(r)
+        before = evalsha_calls(r)
         fresh_redis.pause()  # the first enqueue stays in flight while the others are made
         try:
             first = pool.submit(c.enqueue, "job", args=[0])
@@ -103,9 +103,9 @@ def test_enqueues_made_while_one_is_in_flight_go_out_in_one_call(
         finally:
             fresh_redis.resume()
         handles = [f.result(30) for f in [first, *rest]]
-        calls = _evalsha_calls(r) - before
+        calls = evalsha_calls(r) - before
     assert len({h.id for h in handles}) == n and all(h.created for h in handles)
-    made = _stream_args(r, s)[1:]
+    made = stream_args(r, s)[1:]
     if coalesce:
         # The first alone, the other 49 in one batch in the order they waited (the order
         # their threads came to it, which the pool's start order does not fix).
@@ -150,7 +150,7 @@ def test_an_idempotency_key_in_one_batch_makes_one_task(
         assert first.result(30).created
     assert len({h.id for h in hs}) == 1
     assert sorted(h.created for h in hs) == [False, False, True]
-    assert _stream_args(r, s) == [0, 1, 2]
+    assert stream_args(r, s) == [0, 1, 2]
     r.close()
 
 
@@ -178,7 +178,7 @@ def test_a_forked_child_enqueues_while_the_parents_call_is_in_flight(
             fresh_redis.resume()
         assert reap(pid) == 0
         assert parent.result(30).created
-    assert sorted(_stream_args(r, s)) == [0, 1, 2]
+    assert sorted(stream_args(r, s)) == [0, 1, 2]
     r.close()
 
 
@@ -369,7 +369,7 @@ def test_a_batch_interrupted_in_its_sending_thread_is_sent_again_for_the_others(
         assert err is None, repr(err)
         h = later.result(0)
         assert h.created
-        made = _stream_args(r, s)
+        made = stream_args(r, s)
         assert made.count(2) == 1 and made.count(1) <= 1, made
         assert c.get(h.id).status == "queued"
         assert not _busy(c)

@@ -21,8 +21,8 @@ from dtq import (
 from dtq.errors import BadTaskId
 from tests.apps.basic import add, app
 from tests.conftest import make_settings, running_worker
+from tests.helpers import needs_lane
 from tests.redis_server import free_port
-from tests.store.test_lane import needs_lane
 
 
 @pytest.mark.cluster

@@ -26,26 +26,9 @@ from dtq_worker import consumer, retention
 from dtq_worker import worker as worker_module
 from tests.apps.basic import app
 from tests.conftest import create_groups, make_settings, running_worker
+from tests.helpers import spread_queues
 from tests.redis_cluster import RedisClusterFixture
 from tests.redis_server import free_port
-
-
-def spread_queues(backend: Any, prefix: str, n: int) -> list[str]:
-    """``n`` queue names; on the cluster, each served by a different master (so a command
-    naming two of them would span slots and nodes)."""
-    if not isinstance(backend, RedisClusterFixture):
-        return [f"q{i}" for i in range(n)]
-    names: list[str] = []
-    ports: set[int] = set()
-    keys = Keys(prefix)
-    for i in range(200):
-        port = backend.master_of(keys.queue(f"q{i}").streams[0]).port
-        if port not in ports:
-            ports.add(port)
-            names.append(f"q{i}")
-            if len(names) == n:
-                return names
-    raise AssertionError("could not spread queues over the masters")
 
 
 def test_cluster_urls_are_parsed_and_checked() -> None:

@@ -21,6 +21,7 @@ from dtq import scripts as sc
 from dtq.settings import Settings
 from dtq.store import transport
 from tests.conftest import make_settings
+from tests.helpers import needs_lane
 from tests.redis_server import RedisServer
 
 # Busy for about 0.3 s inside Redis, then answers its ARGV[1]: a call that can be cut mid-reply.
@@ -34,10 +35,6 @@ end
 return ARGV[1]
 """
 ECHO = "return ARGV[1]"
-
-needs_lane = pytest.mark.skipif(
-    not transport.fast_lane(), reason="the fast lane is off here (DTQ_FAST_LANE=0 or redis-py)"
-)
 
 
 def _with(scripts: Any, client: Any) -> Any:

@@ -15,7 +15,7 @@ from tests.apps.basic import app as basic_app
 from tests.apps.declared import app as declared_app
 from tests.apps.lifecycle import app
 from tests.conftest import running_worker
-from tests.worker.test_limits import until
+from tests.helpers import until
 
 
 def runs_of(r: redis.Redis, settings: Settings, task_id: str) -> list[str]:

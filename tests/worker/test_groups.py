@@ -16,7 +16,9 @@ from dtq import Client, TaskStatus
 from dtq.settings import Settings
 from tests.apps.limited import app
 from tests.conftest import wait_until
-from tests.worker.test_limits import APP, peak_overlap, spans
+from tests.helpers import peak_overlap, spans
+
+APP = "tests.apps.limited:app"
 
 pytestmark = pytest.mark.cluster
 

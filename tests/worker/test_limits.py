@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 
 import pytest
 import redis
@@ -16,27 +14,9 @@ from dtq.settings import Settings
 from dtq.store.keys import split_task_id
 from tests.apps.limited import app
 from tests.conftest import running_worker, wait_until
+from tests.helpers import peak_overlap, spans, until
 
 APP = "tests.apps.limited:app"
-
-
-def spans(settings: Settings, r: redis.Redis) -> list[tuple[str, float, float, str]]:
-    out = []
-    for raw in r.lrange(f"{settings.key_prefix}:test:spans", 0, -1):  # type: ignore[union-attr]
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        tag, start, end, tid, _ = text.split("|")
-        out.append((tag, float(start), float(end), tid))
-    return out
-
-
-def peak_overlap(intervals: list[tuple[float, float]]) -> int:
-    # Ends sort before starts at the same instant: back-to-back runs do not overlap.
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    level = peak = 0
-    for _, d in events:
-        level += d
-        peak = max(peak, level)
-    return peak
 
 
 def lim_keys(r: redis.Redis, settings: Settings) -> list[str]:
@@ -79,13 +59,6 @@ def test_enqueue_stores_the_key(settings: Settings, r: redis.Redis) -> None:
 
 
 # --- behaviour, one in-process worker ------------------------------------------------------------
-
-
-async def until(pred: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_concurrency_limit_parks_without_spending_attempts(
