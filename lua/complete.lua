@@ -148,7 +148,7 @@ for i = 0, n - 1 do
           redis.call('HSET', rk, 'result', payload, 'status', status, 'finished', nows)
         end
         redis.call('EXPIRE', rk, ttl_s)
-        redis.call('PUBLISH', done_prefix .. tid, status)
+        redis.call(done_pub(), done_prefix .. tid, status)
       end
     else
       -- The canceller's reason (the durable cancel flag) wins over the worker's generic one.
