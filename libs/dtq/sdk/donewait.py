@@ -201,13 +201,13 @@ class SyncDoneWaits:
                 self._events[channel] = {ev}
                 ready = self._ready[channel] = threading.Event()
                 self._todo.add(channel)
-                # (A new reader looks at _todo first; a cluster's reader after each short read.)
-                wake = self._reader is not None and not self._sharded
+                wake = self._reader is not None  # (a new reader looks at _todo first)
                 if not wake:
                     self._reader = threading.Thread(
                         target=self._read, name="dtq-result-waits", daemon=True
                     )
                     self._reader.start()
+                wake = wake and not self._sharded  # (a cluster's reader: after its short read)
         try:
             if wake:  # the reader may be blocked in its read
                 self._redis.publish(self._wake, "")
