@@ -54,6 +54,17 @@ local function nkeys()
   return n
 end
 
+-- The command that wakes result() waiters on a done channel (<P>:{q}:done:<id>, always in the
+-- calling script's slot): SPUBLISH on a Redis Cluster (the slot guard is there, see nkeys()),
+-- where a PUBLISH is broadcast by the cluster bus to every node and SPUBLISH stays on the
+-- slot's node, whose SSUBSCRIBE waiters it reaches (dtq/sdk/donewait.py); PUBLISH on one
+-- server. Found once per call, on the first publish.
+local DONE_PUB
+local function done_pub()
+  if not DONE_PUB then DONE_PUB = nkeys() < #KEYS and 'SPUBLISH' or 'PUBLISH' end
+  return DONE_PUB
+end
+
 -- A record leaves out a field while it holds dtq's default (docs/design.md, "Task record"):
 -- attempt, retries and intr while 0, maxr while DEFAULT_MAX_RETRIES, prio while
 -- DEFAULT_PRIORITY (dtq/record.py), result while the result is null. Every reader reads an
@@ -127,7 +138,7 @@ local function finish(rk, status, now, ttl, done_channel, idem_base)
   elseif idem and idem ~= '' then
     redis.call('EXPIRE', idem_base .. idem, ttl)
   end
-  redis.call('PUBLISH', done_channel, status)
+  redis.call(done_pub(), done_channel, status)
 end
 
 -- Count a failed attempt of a running task whose fence already passed: retry it later

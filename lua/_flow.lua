@@ -104,7 +104,7 @@ local function flow_lib()
     local _, nows = now_ms()
     redis.call('HSET', fkey, 'status', nfs, 'finished', nows, 'error', err)
     redis.call('EXPIRE', fkey, K.ttl)
-    redis.call('PUBLISH', K.done_prefix .. ftid, nfs)
+    redis.call(done_pub(), K.done_prefix .. ftid, nfs)
     flow_event(K, 'flow_' .. nfs, ftid, detail)
   end
 
@@ -161,7 +161,7 @@ local function flow_lib()
         redis.call('HSET', fkey, 'status', nfs, 'finished', nows,
           'error', 'step ' .. i .. ' (' .. f[3] .. ') ' .. status .. ': ' .. payload)
         redis.call('EXPIRE', fkey, K.ttl)
-        redis.call('PUBLISH', K.done_prefix .. ftid, nfs)
+        redis.call(done_pub(), K.done_prefix .. ftid, nfs)
         flow_event(K, 'flow_' .. nfs, ftid, 'step ' .. i)
       end
       return 1
@@ -209,7 +209,7 @@ local function flow_lib()
       redis.call('HSET', fkey, 'status', 'succeeded', 'finished', nows,
         'result', flow_value(fkey, redis.call('HGET', fkey, 'root')))
       redis.call('EXPIRE', fkey, K.ttl)
-      redis.call('PUBLISH', K.done_prefix .. ftid, 'succeeded')
+      redis.call(done_pub(), K.done_prefix .. ftid, 'succeeded')
       flow_event(K, 'flow_succeeded', ftid, '')
     end
     return 1

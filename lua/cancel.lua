@@ -43,7 +43,7 @@ local function cancel()
   elseif status == 'running' then
     if r[6] then return {'requested', status} end
     redis.call('HSET', rk, 'cancel', ARGV[6])
-    redis.call('PUBLISH', ARGV[5], tid)
+    redis.call('PUBLISH', ARGV[5], tid)  -- (every worker's channel, no slot's: never SPUBLISH)
     emit(KEYS[12], maxlen, 'cancel_requested', tid, r[4] or '0', r[5], ARGV[6])
     return {'requested', status}
   else

@@ -88,6 +88,7 @@ end
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
 local n = tonumber(ARGV[6])
+local pub = n > 0 and done_pub()  -- (found once per call: lua/_common.lua)
 local claim_count = tonumber(ARGV[7])
 local base = KEYS[14]
 local now, nows = now_ms()
@@ -148,7 +149,7 @@ for i = 0, n - 1 do
           redis.call('HSET', rk, 'result', payload, 'status', status, 'finished', nows)
         end
         redis.call('EXPIRE', rk, ttl_s)
-        redis.call('PUBLISH', done_prefix .. tid, status)
+        redis.call(pub, done_prefix .. tid, status)
       end
     else
       -- The canceller's reason (the durable cancel flag) wins over the worker's generic one.

@@ -25,7 +25,7 @@ if st == 'running' or st == 'failed' then
   local _, nows = now_ms()
   redis.call('HSET', fkey, 'status', 'cancelled', 'finished', nows, 'error', ARGV[1])
   redis.call('EXPIRE', fkey, ARGV[2])
-  redis.call('PUBLISH', ARGV[3], 'cancelled')
+  redis.call(done_pub(), ARGV[3], 'cancelled')
   local maxlen = tonumber(ARGV[4])
   local ftid = string.match(fkey, ':f:(.*)$')
   emit(KEYS[2], maxlen, 'flow_cancelled', ftid, '', '', ARGV[1])

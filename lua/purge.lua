@@ -55,7 +55,7 @@ local function forget(tid)
     redis.call('DEL', idem_base .. idem)
   end
   redis.call('DEL', rk)
-  redis.call('PUBLISH', done_prefix .. tid, 'purged')
+  redis.call(done_pub(), done_prefix .. tid, 'purged')
   if r[2] then flow_purged(r[2]) end
   -- A released task's place goes on (to the stream, which a later batch purges too): a purge
   -- stopped between batches strands no parked task.

@@ -15,6 +15,16 @@ the reader may be blocked reading; a channel given up is unsubscribed at the rea
 A wait is woken, never told the outcome: ``result()`` reads the record after each wake-up and at
 least every 5 s, so a message lost (the connection dropped and was made again, which redis-py
 follows by subscribing the channels again) costs time, never a result.
+
+On a Redis Cluster the scripts announce an end with SPUBLISH (lua/_common.lua, done_pub): a
+PUBLISH there is sent by the cluster bus to every node, a cost on every node for every task,
+while a done channel carries its queue's hash tag, so its slot's node alone needs it. The waits
+then SSUBSCRIBE, through redis-py's ClusterPubSub: one connection per node that owns a waited
+channel's slot; it moves a channel to its slot's new owner after a MOVED, a failover or a slot
+migration (a message sent meanwhile is lost: the 5 s poll holds). Its reads poll the nodes in
+turn, a subscription waiting for the node's read in progress: there a read lasts
+:data:`CLUSTER_READ_S`, and the blocking Client's reader needs no wake channel (it looks for new
+channels after each read).
 """
 
 from __future__ import annotations
@@ -29,11 +39,34 @@ from collections.abc import Callable
 from typing import Any
 
 from dtq.sdk import forkreset
+from dtq.store.connection import is_cluster
 
 log = logging.getLogger("dtq.sdk.client")
 
 CONFIRM_S = 5.0  # a subscription not confirmed by then is waited on anyway (the 5 s poll holds)
 IDLE_READ_S = 1.0  # the reader's read timeout: it ends once no channel has been wanted that long
+CLUSTER_READ_S = 0.05  # the read timeout on a cluster (see above)
+
+
+class _Sub:
+    """The calls of a PubSub for done channels: SUBSCRIBE and its messages on one server, their
+    sharded forms (SSUBSCRIBE, smessage) on a cluster."""
+
+    def __init__(self, ps: Any, sharded: bool) -> None:
+        self.ps = ps
+        self.sharded = sharded
+        self.subscribe = ps.ssubscribe if sharded else ps.subscribe
+        self.unsubscribe = ps.sunsubscribe if sharded else ps.unsubscribe
+        self.confirm, self.message = (
+            ("ssubscribe", "smessage") if sharded else ("subscribe", "message")
+        )
+        self.timeout = CLUSTER_READ_S if sharded else IDLE_READ_S
+
+    def read(self) -> Any:
+        """The next message (an awaitable for an asyncio PubSub), None after the timeout."""
+        if self.sharded:
+            return self.ps.get_sharded_message(timeout=self.timeout)
+        return self.ps.get_message(timeout=self.timeout)
 
 
 class DoneWaits:
@@ -42,7 +75,7 @@ class DoneWaits:
 
     def __init__(self, redis: Any) -> None:
         self._redis = redis
-        self._ps: Any = None
+        self._ps: _Sub | None = None
         self._reader: asyncio.Task[None] | None = None
         self._events: dict[str, set[asyncio.Event]] = {}
         self._ready: dict[str, asyncio.Future[None]] = {}  # channel -> subscription confirmed
@@ -57,7 +90,7 @@ class DoneWaits:
             evs.add(ev)
             try:
                 if self._ps is None:
-                    self._ps = self._redis.pubsub()
+                    self._ps = _Sub(self._redis.pubsub(), is_cluster(self._redis))
                 # One at a time: each SUBSCRIBE sent while the connection was not yet made would
                 # make one of its own (and all but the last leak out of the pool).
                 async with self._sending:
@@ -87,6 +120,7 @@ class DoneWaits:
             ready.cancel()
         with contextlib.suppress(Exception):  # (down: redis-py drops it when it reconnects)
             async with self._sending:
+                assert self._ps is not None  # (made by the add() of the channel)
                 await self._ps.unsubscribe(channel)
 
     async def _read(self) -> None:
@@ -94,9 +128,11 @@ class DoneWaits:
         channel is wanted; on a connection error it backs off and reads again (redis-py
         reconnects and subscribes the channels again)."""
         delay = 0.05
+        sub = self._ps
+        assert sub is not None  # (made before the reader)
         while True:
             try:
-                msg = await self._ps.get_message(timeout=IDLE_READ_S)
+                msg = await sub.read()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -112,11 +148,11 @@ class DoneWaits:
             channel = msg.get("channel")
             if isinstance(channel, bytes):
                 channel = channel.decode()
-            if msg.get("type") == "subscribe":
+            if msg.get("type") == sub.confirm:
                 ready = self._ready.get(channel)
                 if ready is not None and not ready.done():
                     ready.set_result(None)
-            elif msg.get("type") == "message":
+            elif msg.get("type") == sub.message:
                 for ev in self._events.get(channel, ()):
                     ev.set()
 
@@ -126,7 +162,7 @@ class DoneWaits:
             await asyncio.gather(self._reader, return_exceptions=True)
         if self._ps is not None:
             with contextlib.suppress(Exception):
-                await self._ps.aclose()
+                await self._ps.ps.aclose()
             self._ps = None
 
 
@@ -139,6 +175,7 @@ class SyncDoneWaits:
         """``wake_channel(token)``: the name of this client's wake channel (Keys.wake_channel)."""
         self._redis = redis
         self._wake_of = wake_channel
+        self._sharded = is_cluster(redis)  # (no wake channel then: see the module's doc)
         self._reset()
         forkreset.track(self)
 
@@ -170,6 +207,7 @@ class SyncDoneWaits:
                         target=self._read, name="dtq-result-waits", daemon=True
                     )
                     self._reader.start()
+                wake = wake and not self._sharded  # (a cluster's reader: after its short read)
         try:
             if wake:  # the reader may be blocked in its read
                 self._redis.publish(self._wake, "")
@@ -207,7 +245,7 @@ class SyncDoneWaits:
         return add, drop
 
     def _read(self) -> None:  # the reader thread
-        ps = self._redis.pubsub()
+        sub = _Sub(self._redis.pubsub(), self._sharded)
         subscribed: set[str] = set()
         idle, delay = False, 0.05
         try:
@@ -218,16 +256,16 @@ class SyncDoneWaits:
                     return
                 add, drop = turn
                 try:
-                    if self._wake not in subscribed:
-                        ps.subscribe(self._wake)
+                    if not self._sharded and self._wake not in subscribed:
+                        sub.subscribe(self._wake)
                         subscribed.add(self._wake)
                     if add:
-                        ps.subscribe(*add)
+                        sub.subscribe(*add)
                         subscribed.update(add)
                     if drop:
-                        ps.unsubscribe(*drop)
+                        sub.unsubscribe(*drop)
                         subscribed.difference_update(drop)
-                    msg = ps.get_message(timeout=IDLE_READ_S)
+                    msg = sub.read()
                 except Exception as exc:
                     # The waits that asked for a channel now are told; the others keep theirs
                     # (redis-py subscribes them again when it makes the connection again).
@@ -241,10 +279,10 @@ class SyncDoneWaits:
                 delay = 0.05
                 idle = msg is None
                 if msg is not None:
-                    self._deliver(msg)
+                    self._deliver(sub, msg)
         finally:
             with contextlib.suppress(Exception):
-                ps.close()
+                sub.ps.close()
 
     def _fail(self, add: list[str], drop: list[str], exc: Exception) -> None:
         """The waits of the channels just asked for raise ``exc``; a channel still wanted is
@@ -258,17 +296,17 @@ class SyncDoneWaits:
             self._todo.update(add)
             self._todo.update(drop)
 
-    def _deliver(self, msg: dict[str, Any]) -> None:
+    def _deliver(self, sub: _Sub, msg: dict[str, Any]) -> None:
         channel = msg.get("channel")
         if isinstance(channel, bytes):
             channel = channel.decode()
         with self._lock:
-            if msg.get("type") == "subscribe":
+            if msg.get("type") == sub.confirm:
                 ready = self._ready.get(str(channel))
                 if ready is not None:
                     self._failed.pop(str(channel), None)
                     ready.set()
-            elif msg.get("type") == "message":
+            elif msg.get("type") == sub.message:
                 for ev in self._events.get(str(channel), ()):
                     ev.set()
 
@@ -278,6 +316,7 @@ class SyncDoneWaits:
             self._closed = True
             reader = self._reader
         if reader is not None:
-            with contextlib.suppress(Exception):
-                self._redis.publish(self._wake, "")
+            if not self._sharded:  # (a cluster's reader sees it after its short read)
+                with contextlib.suppress(Exception):
+                    self._redis.publish(self._wake, "")
             reader.join(IDLE_READ_S + 1.0)

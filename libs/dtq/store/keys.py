@@ -443,7 +443,8 @@ def layout(prefix: str = "P", queue: str = "q") -> list[KeyDoc]:
         KeyDoc(qk.paused, "string", "exists while the queue is paused"),
         KeyDoc(qk.events, "stream", "capped lifecycle events (`DTQ_EVENTS_MAXLEN`)"),
         KeyDoc(qk.done_channel("<tid>"), "pub/sub channel",
-               "announces the task's terminal state (no key is stored)"),
+               "announces the task's terminal state (no key is stored; sharded on a "
+               "cluster: SPUBLISH)"),
         KeyDoc(lim + ":run", "zset", "tid → attempt: runs holding a place of limit key k"),
         KeyDoc(lim + ":held", "list", "tids parked behind k's concurrency limit (status queued)"),
         KeyDoc(lim + ":rate", "zset", "start log of k over its rate window (expires when idle)"),
