@@ -169,7 +169,23 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- has its turn withheld ('~') and the task goes back to the head of its list (no attempt is
   -- spent; the resume or the end of one of its runs gives the turn back). When it starts, the
   -- group's next task gets its turn, at the stream's end.
+  local any_paused = nil  -- whether any group of the queue is paused (read once per call)
+  -- The turns this read pass of a band gave (group -> the tid now holding it; groups in order),
+  -- and the tasks issue_ahead() gave entries ahead of their turn (see the strict loop below).
+  local passed, passed_groups, ahead = {}, {}, {}
+  local function pass_turn(prio, grp)
+    local t = group_issue(gb, KEYS, base, prio, grp)
+    if t then
+      if not passed[grp] then passed_groups[#passed_groups + 1] = grp end
+      passed[grp] = t
+    end
+  end
+
   local function group_take(i, eid, tid, rk, prio, grp, legacy)
+    if ahead[tid] then  -- its turn, issued ahead in this call: the group's next has its entry
+      ahead[tid] = nil
+      return true
+    end
     local f = prio .. ':' .. grp
     local tk = gb .. 'tk'
     local turn = redis.call('HGET', tk, f)
@@ -184,7 +200,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       redis.call('HSET', tk, f, tid)
     end
-    if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 or
+    if any_paused == nil then any_paused = redis.call('EXISTS', gb .. 'paused') == 1 end
+    if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or
         (gcap > 0 and group_full(gb, base, grp, gcap)) then
       drop_entry(KEYS[i], group, eid)
       redis.call('HDEL', rk, 'eid')
@@ -192,16 +209,44 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       redis.call('HSET', tk, f, '~')
       return false
     end
-    group_issue(gb, KEYS, base, prio, grp)
+    pass_turn(prio, grp)
     return true
   end
 
   -- A task of group grp that held its turn (entry in band prio) ends before it starts.
   local function group_left(tid, prio, grp)
     if redis.call('HGET', gb .. 'tk', prio .. ':' .. grp) == tid then
-      group_issue(gb, KEYS, base, prio, grp)
+      pass_turn(prio, grp)
     end
     group_settle(gb, KEYS, base, grp)
+  end
+
+  -- Band i's read returned every entry it had, and the claim has slots left: the stream now
+  -- holds only the turns this pass gave, one per group with more waiting. Re-reading it would
+  -- cost an XREADGROUP per round of those groups (per task for a group alone in its band). So
+  -- each of them gets its equal share of the slots left now: its next tasks get their entries
+  -- (behind its turn, the last one holding the turn), all delivered by the next read of this
+  -- very call and started without passing the turn again. No claim sees them waiting, so the
+  -- order between groups is that of one round each; not with a cap (the running set decides).
+  local function issue_ahead(i, prio)
+    local k = #passed_groups
+    local q = math.floor((remaining - k) / k)
+    if gcap > 0 or q < 1 or scanned + remaining > budget then return end
+    for _, grp in ipairs(passed_groups) do
+      local f = prio .. ':' .. grp
+      local holder = passed[grp]
+      local tids = redis.call('LPOP', gb .. 'w:' .. f, q)
+      for _, t in ipairs(tids or {}) do
+        local rk = base .. t
+        local st = redis.call('HMGET', rk, 'status', 'eid')
+        if st[1] == 'queued' and not st[2] then  -- (else no longer waiting: dropped)
+          redis.call('HSET', rk, 'eid', redis.call('XADD', KEYS[i], '*', 't', t))
+          ahead[holder] = true
+          holder = t
+        end
+      end
+      if holder ~= passed[grp] then redis.call('HSET', gb .. 'tk', f, holder) end
+    end
   end
 
   -- Handle one delivered entry of band i; returns true when a run started.
@@ -305,9 +350,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     -- Strict priority: drain a band (re-reading past parked or absorbed entries) before the next.
     for i = 1, 10 do
       while remaining > 0 and scanned < budget do
-        local entries = read(i, remaining)
+        local asked = remaining
+        local entries = read(i, asked)
         if not entries then break end
+        if #passed_groups > 0 then passed, passed_groups = {}, {} end
         for _, entry in ipairs(entries) do take(i, entry) end
+        if #entries < asked and #passed_groups > 0 and remaining > 1 then
+          issue_ahead(i, string.format('%d', 10 - i))
+        end
       end
       if remaining <= 0 or scanned >= budget then break end
     end

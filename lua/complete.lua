@@ -89,6 +89,7 @@ local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
 local n = tonumber(ARGV[6])
 local claim_count = tonumber(ARGV[7])
+local uncapped = (ARGV[9] or '0') == '0'  -- no group cap on this worker (see group_end)
 local base = KEYS[14]
 local now, nows = now_ms()
 local out = {}
@@ -132,7 +133,9 @@ for i = 0, n - 1 do
     local ids = acks[si]
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
-    if r[9] then group_end(group_base(base), KEYS, base, r[9], tid) end
+    if r[9] then
+      group_end(group_base(base), KEYS, base, r[9], tid, uncapped and (r[4] or DEF_PRIO))
+    end
     local reason = payload  -- what the flow's join is told: the result, or the cancel reason
     if status == 'succeeded' then
       if r[7] then redis.call('HDEL', rk, 'error') end
