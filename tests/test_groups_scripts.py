@@ -101,6 +101,20 @@ def test_a_claim_reads_a_lone_groups_batch_in_two_reads(
     assert r.hget(qk.group_turns, "5:solo") is None and r.zcard(qk.group_running("solo")) == 30
 
 
+def test_a_lone_groups_batch_enters_and_leaves_its_running_set_in_one_call_each(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task("solo") for _ in range(30)])
+    r.config_resetstat()
+    b = claim(run, qk, count=16)
+    assert r.zcard(qk.group_running("solo")) == 16
+    outs = [sc.Success.of(c, "succeeded", "null") for c in b.runs]
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", outs, 100, 60))) == [True] * 16
+    assert r.zcard(qk.group_running("solo")) == 0 and r.hget(qk.group_turns, "5:solo")
+    stats = r.info("commandstats")
+    assert int(stats["cmdstat_zadd"]["calls"]) == 1 and int(stats["cmdstat_zrem"]["calls"]) == 1
+
+
 def test_groups_that_read_their_band_dry_share_the_batch(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
