@@ -162,6 +162,44 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return r
   end
 
+  -- Runs started in this call go into their group's running set; without a cap the runs one
+  -- group starts one after another (a group alone in its band: the whole batch) in one ZADD
+  -- (run_flush), before anything reads that set (settle: group_settle) and at the end.
+  local add_grp, add_args, add_n = nil, nil, 0
+  local function run_flush()
+    if add_n > 0 then
+      redis.call('ZADD', gb .. 'run:' .. add_grp, unpack(add_args, 1, add_n))
+      add_n = 0
+    end
+  end
+  local function settle(grp)
+    run_flush()
+    group_settle(gb, KEYS, base, grp)
+  end
+
+  -- The turns this read pass of a band gave (group -> the tid now holding it; groups in order),
+  -- and the tasks issue_ahead() gave entries ahead of their turn (see the strict loop below);
+  -- track: how many more groups this pass may note (-1: none, it cannot issue ahead). Tables
+  -- are made when first needed: a claim of tasks without a group makes none.
+  local passed, passed_groups, ahead, unwritten, track = nil, nil, nil, nil, -1
+  local function pass_turn(prio, grp)
+    local t = group_issue(gb, KEYS, base, prio, grp)
+    if t and track >= 0 then
+      if not passed then passed, passed_groups = {}, {} end
+      if not passed[grp] then
+        if track == 0 then
+          track = -1
+          return
+        end
+        track = track - 1
+        passed_groups[#passed_groups + 1] = grp
+      end
+      passed[grp] = t
+    end
+  end
+
+  local any_paused = nil  -- whether any group of the queue is paused (read once per call)
+
   -- Fair groups (_common.lua): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. It must be its group's turn: an entry that is not (another task holds the
   -- turn: e.g. a task queued without a group before the queue's first group) waits in the
@@ -171,6 +209,10 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- spent; the resume or the end of one of its runs gives the turn back). When it starts, the
   -- group's next task gets its turn, at the stream's end.
   local function group_take(i, eid, tid, rk, prio, grp, legacy)
+    if ahead and ahead[tid] then  -- its turn, issued ahead: the group's next has its entry
+      ahead[tid] = nil
+      return true
+    end
     local f = prio .. ':' .. grp
     local tk = gb .. 'tk'
     local turn = redis.call('HGET', tk, f)
@@ -185,7 +227,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       redis.call('HSET', tk, f, tid)
     end
-    if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 or
+    if any_paused == nil then any_paused = redis.call('EXISTS', gb .. 'paused') == 1 end
+    if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or
         (gcap > 0 and grp ~= '' and group_full(gb, base, grp, gcap)) then
       drop_entry(KEYS[i], group, eid)
       redis.call('HDEL', rk, 'eid')
@@ -193,16 +236,46 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       redis.call('HSET', tk, f, '~')
       return false
     end
-    group_issue(gb, KEYS, base, prio, grp)
+    pass_turn(prio, grp)
     return true
   end
 
   -- A task of group grp that held its turn (entry in band prio) ends before it starts.
   local function group_left(tid, prio, grp)
     if redis.call('HGET', gb .. 'tk', prio .. ':' .. grp) == tid then
-      group_issue(gb, KEYS, base, prio, grp)
+      pass_turn(prio, grp)
     end
-    group_settle(gb, KEYS, base, grp)
+    settle(grp)
+  end
+
+  -- Band i's read returned every entry it had, and the claim has slots left: the stream now
+  -- holds only the turns this pass gave, one per group with more waiting. Re-reading it would
+  -- cost an XREADGROUP per round of those groups (per task for a group alone in its band). So
+  -- each of them gets its equal share of the slots left now: its next tasks get their entries
+  -- (behind its turn, the last one holding the turn), all delivered by the next read of this
+  -- very call and started without passing the turn again. No claim sees them waiting, so the
+  -- order between groups is that of one round each; not with a cap (the running set decides).
+  local function issue_ahead(i, prio)
+    local k = #passed_groups
+    local q = math.floor((remaining - k) / k)
+    if gcap > 0 or q < 1 or scanned + remaining > budget then return end
+    ahead, unwritten = ahead or {}, unwritten or {}
+    for _, grp in ipairs(passed_groups) do
+      local f = prio .. ':' .. grp
+      local holder = passed[grp]
+      local tids = redis.call('LPOP', gb .. 'w:' .. f, q)
+      for _, t in ipairs(tids or {}) do
+        local rk = base .. t
+        local st = redis.call('HMGET', rk, 'status', 'eid')
+        if st[1] == 'queued' and not st[2] and not unwritten[t] then  -- (else dropped: gone)
+          -- (The record's eid is written with its run's start, in take(): in this call.)
+          unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
+          ahead[holder] = true
+          holder = t
+        end
+      end
+      if holder ~= passed[grp] then redis.call('HSET', gb .. 'tk', f, holder) end
+    end
   end
 
   -- Handle one delivered entry of band i; returns true when a run started.
@@ -212,6 +285,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local tid = fields[2]
     local rk = base .. tid
     local r = read_record(rk)
+    local weid = unwritten and unwritten[tid]  -- issued ahead in this call: no eid written yet
+    if weid == eid and not r[2] then r[2] = eid end
     if r[1] == 'queued' and r[2] == eid then
       local grp, legacy = r[24], false
       if not grp then
@@ -245,15 +320,31 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       if not admit(i, eid, tid, rk, r) then  -- (parked by a limit: out of its group till then)
         held = held + 1
-        if grp then group_settle(gb, KEYS, base, grp) end
+        if grp then settle(grp) end
         return false
       end
       local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: _common.lua)
       local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
-      redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
-        'started', nows, unpack(fill))
+      if weid then
+        redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
+          'started', nows, 'eid', eid, unpack(fill))
+      else
+        redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
+          'started', nows, unpack(fill))
+      end
       if r[23] then redis.call('HDEL', rk, 'lown') end  -- the place is taken: owed no more
-      if grp then redis.call('ZADD', gb .. 'run:' .. grp, attempt_s, tid) end
+      if grp and gcap > 0 then
+        redis.call('ZADD', gb .. 'run:' .. grp, attempt_s, tid)
+      elseif grp then  -- (run_flush)
+        if grp ~= add_grp or add_n >= 400 then  -- (400: unpack's bound on the Lua stack)
+          run_flush()
+          add_grp = grp
+        end
+        add_args = add_args or {}
+        add_args[add_n + 1] = attempt_s
+        add_args[add_n + 2] = tid
+        add_n = add_n + 2
+      end
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
@@ -306,9 +397,17 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     -- Strict priority: drain a band (re-reading past parked or absorbed entries) before the next.
     for i = 1, 10 do
       while remaining > 0 and scanned < budget do
-        local entries = read(i, remaining)
+        local asked = remaining
+        local entries = read(i, asked)
         if not entries then break end
+        passed, passed_groups = nil, nil
+        -- (A full read leaves entries behind: no issue ahead, nothing to note. Else each
+        -- group needs 2 slots left of the read's count to be given 1 more.)
+        track = (#entries < asked and gcap == 0) and math.floor(asked / 2) or -1
         for _, entry in ipairs(entries) do take(i, entry) end
+        if track >= 0 and passed and remaining > 1 then
+          issue_ahead(i, string.format('%d', 10 - i))
+        end
       end
       if remaining <= 0 or scanned >= budget then break end
     end
@@ -350,6 +449,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     redis.call('HSET', KEYS[18], unpack(save))
   end
 
+  run_flush()
   emit_batch(KEYS[12], maxlen, 'started', started, started_at, worker)
   out[2], out[3], out[4] = absorbed, expired, nrun
   out[#out + 1] = held

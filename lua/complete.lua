@@ -90,7 +90,17 @@ local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- 
 local n = tonumber(ARGV[6])
 local pub = n > 0 and done_pub()  -- (found once per call: lua/_common.lua)
 local claim_count = tonumber(ARGV[7])
+local uncapped = (ARGV[9] or '0') == '0'  -- no group cap on this worker (see group_end)
 local base = KEYS[14]
+-- Without a cap, the ended runs of one fair group that follow one another (a group alone in
+-- its band: the whole batch) leave its running set together (group_end).
+local end_grp, end_band, end_tids, end_n = nil, nil, {}, 0
+local function end_flush()
+  if end_n > 0 then
+    group_end(group_base(base), KEYS, base, end_grp, end_tids, end_band, end_n)
+    end_n = 0
+  end
+end
 local now, nows = now_ms()
 local out = {}
 local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per stream, at the end
@@ -111,29 +121,43 @@ for i = 0, n - 1 do
   -- while a run holds the task) the fence reads 3 fields that are there; without, all 8.
   -- (The cancel flag is read on the cancelled path only, for the same reason: most outcomes
   -- are successes.)
+  -- (A run of a fair group reads its group with the fence: flag g.)
   local r
+  local g = flags ~= '' and flags ~= '-' and string.find(flags, 'g', 1, true)
   if flags == '' then
     r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'idem', 'lk', 'error',
       'flow', 'grp')
+  elseif g then
+    r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'grp')
   else
     r = redis.call('HMGET', rk, 'status', 'attempt', 'worker')
   end
   if r[1] == 'running' and r[2] == attempt and r[3] == worker then
     if flags ~= '' then
+      if g then r[9] = r[4] end
       r[4] = ARGV[o + 5]
       if flags ~= '-' then
         r[5] = string.find(flags, 'i', 1, true)
         r[6] = string.find(flags, 'l', 1, true)
         r[7] = string.find(flags, 'e', 1, true)
         if string.find(flags, 'f', 1, true) then r[8] = redis.call('HGET', rk, 'flow') end
-        if string.find(flags, 'g', 1, true) then r[9] = redis.call('HGET', rk, 'grp') end
       end
     end
     local si = stream_index(r[4])
     local ids = acks[si]
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
-    if r[9] then group_end(group_base(base), KEYS, base, r[9], tid) end
+    if r[9] and not uncapped then
+      group_end(group_base(base), KEYS, base, r[9], tid)
+    elseif r[9] then
+      if r[9] ~= end_grp or end_n >= 200 then  -- (200: unpack's bound on the Lua stack)
+        end_flush()
+        end_grp = r[9]
+      end
+      end_n = end_n + 1
+      end_tids[end_n] = tid
+      end_band = r[4] or DEF_PRIO
+    end
     local reason = payload  -- what the flow's join is told: the result, or the cancel reason
     if status == 'succeeded' then
       if r[7] then redis.call('HDEL', rk, 'error') end
@@ -190,6 +214,7 @@ for _, st in ipairs({'succeeded', 'cancelled'}) do  -- (a fixed order, not the t
   local e = ended[st]
   if e then emit_batch(KEYS[12], maxlen, st, e[1], e[2], worker) end
 end
+end_flush()
 for si, ids in pairs(acks) do ack_and_delete(KEYS[si], group, ids) end
 if hist_ttl then hist_add(KEYS[22], hist_ttl, now, hist) end
 if claim_count > 0 then

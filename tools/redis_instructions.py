@@ -16,6 +16,13 @@ The history (dtq.stats) is written as at the default retention where the version
 ``--batch K``: the cycle's outcomes and claims per call (default 32; ``make bench``'s worker
 sends 16 at its concurrency 32).
 
+``--groups 0,1,100,10000``: the same phases once per count of fair groups (docs/groups.md), each
+on a queue of its own: the tasks go to that many groups in turn (0: none, a queue without
+groups); N is raised to twice the largest count. The cycle stops after N of the 1.5 N queued
+tasks, so every group still has a task waiting (all of them stay active: the steady cost), then
+"tail" runs the rest, where each task is its group's last (the group leaves the active groups),
+and the queue's group keys left once it is empty are counted (an idle group must leave none).
+
 ``--keep`` leaves the callgrind dumps and prints their folder: ``callgrind_annotate
 --inclusive=yes <the dump whose "Trigger" names the phase>`` then shows where a phase's
 instructions go, command by command (hmgetCommand, xdelCommand, ...) and in the Lua glue
@@ -52,10 +59,12 @@ EM, TTL, BATCH = 10_000, 3600, 32
 HIST = "hist_ttl_s" in inspect.signature(sc.enqueue_call).parameters
 
 
-def _task(unset: str = "") -> sc.NewTask:
-    """A plain no-op task; ``unset``: what its enqueue left to the declaration (by name)."""
+def _task(unset: str = "", group: str = "") -> sc.NewTask:
+    """A plain no-op task; ``unset``: what its enqueue left to the declaration (by name);
+    ``group``: its fair group (a version without groups is never given one)."""
+    kw = {"group": group} if group else {}
     return sc.NewTask(
-        new_tid(), "noop", "[]", "", 5, DEFAULT_MAX_RETRIES, None, 0, 0, "", "", unset=unset
+        new_tid(), "noop", "[]", "", 5, DEFAULT_MAX_RETRIES, None, 0, 0, "", "", unset=unset, **kw
     )
 
 
@@ -83,19 +92,29 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _flag(argv: list[str], name: str) -> str | None:
+    """The value after ``name`` in argv (both removed), or None."""
+    if name not in argv:
+        return None
+    i = argv.index(name)
+    v = argv[i + 1]
+    del argv[i : i + 2]
+    return v
+
+
 def main() -> None:
     argv = sys.argv[1:]
-    batch = BATCH
-    if "--batch" in argv:  # outcomes (and claims) per call of the cycle
-        i = argv.index("--batch")
-        batch = int(argv[i + 1])
-        del argv[i : i + 2]
+    batch = int(_flag(argv, "--batch") or BATCH)  # outcomes (and claims) per call of the cycle
+    counts = _flag(argv, "--groups")
     global HIST
     HIST = HIST and "--no-hist" not in argv
     args = [a for a in argv if a not in ("--keep", "--by-name", "--no-hist")]
     keep = "--keep" in argv
     unset = declared.FIELDS if "--by-name" in argv else ""
     n = int(args[0]) if args else 2000
+    groups = [int(x) for x in counts.split(",")] if counts else None
+    if groups:
+        n = max(n, 2 * max(groups))
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian package valgrind)")
     out = tempfile.mkdtemp(prefix="dtq-callgrind-")
@@ -123,50 +142,33 @@ def main() -> None:
             for path in sorted(glob.glob(f"{out}/cg.{pid}.*"), key=os.path.getmtime)[::-1]:
                 with open(path) as f:
                     text = f.read()
-                if f"Trigger: dump {name}" in text:
+                if re.search(f"^desc: Trigger: dump {re.escape(name)}$", text, re.M):
                     m = re.search(r"^summary: (\d+)", text, re.M)
                     assert m is not None
-                    return int(m.group(1)) / tasks
+                    return int(m.group(1)) / max(1, tasks)
             raise RuntimeError(f"no callgrind dump for {name}")
 
-        qk = Keys("ri").queue("default")
-        for s in qk.streams:
-            r.xgroup_create(s, GROUP, id="0", mkstream=True)
         run = sc.SyncScripts(r).run
-        hist: dict[str, Any] = {"hist_ttl_s": 168 * 3600} if HIST else {}
-
-        def done_hist(outs: list[Any]) -> dict[str, Any]:  # each run in the 1 ms bucket
-            return {"hist": sc.History(168 * 3600, [0] * len(outs))} if HIST else {}
-
-        if unset:  # what a worker declares for a plain task
-            r.hset(qk.decl, "noop", declared.encode(TaskDefaults()))
-        # Loads the scripts outside the measure.
-        run(sc.enqueue_call(qk, [_task(unset), _task(unset)], EM, **hist))
-        done = _outcomes(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
-        run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1, **done_hist(done)))
-
-        def bulk() -> int:
-            for i in range(0, n, 500):
-                run(sc.enqueue_call(qk, [_task(unset) for _ in range(min(500, n - i))], EM, **hist))
-            return n
-
-        def single() -> int:
-            for _ in range(n // 2):
-                run(sc.enqueue_call(qk, [_task(unset)], EM, **hist))
-            return n // 2
-
-        def cycle() -> int:
-            outs, count = _outcomes(run(sc.claim_call(qk, "w1", batch, EM, TTL))), 0
-            while outs:
-                count += len(outs)
-                raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=batch, **done_hist(outs)))
-                outs = _outcomes(raw[-1]) if raw and isinstance(raw[-1], list) else []
-            return count
-
         print(f"history: {'on' if HIST else 'off'}")
-        print(f"bulk enqueue: {phase('bulk', bulk):,.0f} instructions per task")
-        print(f"single enqueue: {phase('single', single):,.0f} instructions per task")
-        print(f"claim + complete ({batch} per call): {phase('cycle', cycle):,.0f} per task")
+        if groups is None:
+            res = _measure(r, run, phase, Keys("ri").queue("default"), n, unset, batch)
+            print(f"bulk enqueue: {res['bulk']:,.0f} instructions per task")
+            print(f"single enqueue: {res['single']:,.0f} instructions per task")
+            print(f"claim + complete ({batch} per call): {res['cycle']:,.0f} per task")
+            return
+        print(f"{n:,} tasks in bulk, {n // 2:,} one by one; claim + complete {batch} per call")
+        print("groups | bulk enqueue | single enqueue | claim + complete | tail | group keys left")
+        rows: dict[int, dict[str, float]] = {}
+        for k in groups:
+            qk = Keys(f"ri{k}").queue("default")
+            res = rows[k] = _measure(r, run, phase, qk, n, unset, batch, groups=k)
+            cells = []
+            for f in ("bulk", "single", "cycle", "tail"):
+                cell = f"{res[f]:,.0f}"
+                if 0 in rows and k != 0:
+                    cell += f" ({res[f] / rows[0][f]:.2f}x)"
+                cells.append(cell)
+            print(f"{k:,} | " + " | ".join(cells) + f" | {res['keys_left']:.0f}", flush=True)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -174,6 +176,63 @@ def main() -> None:
             print(f"callgrind dumps kept in {out}")
         else:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _measure(
+    r: redis.Redis, run: Any, phase: Any, qk: Any, n: int, unset: str, batch: int,
+    groups: int | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """The phases on queue ``qk``: bulk enqueue, single enqueue, claim + complete; with
+    ``groups`` (a count, 0: none) the tasks go to that many groups in turn, the cycle stops after
+    ``n`` tasks, then the tail (the rest) and the group keys left are measured."""
+    for s in qk.streams:
+        r.xgroup_create(s, GROUP, id="0", mkstream=True)
+    hist: dict[str, Any] = {"hist_ttl_s": 168 * 3600} if HIST else {}
+
+    def done_hist(outs: list[Any]) -> dict[str, Any]:  # each run in the 1 ms bucket
+        return {"hist": sc.History(168 * 3600, [0] * len(outs))} if HIST else {}
+
+    if unset:  # what a worker declares for a plain task
+        r.hset(qk.decl, "noop", declared.encode(TaskDefaults()))
+    # Loads the scripts outside the measure.
+    run(sc.enqueue_call(qk, [_task(unset), _task(unset)], EM, **hist))
+    done = _outcomes(run(sc.claim_call(qk, "w0", 2, EM, TTL)))
+    run(sc.complete_call(qk, "w0", done, EM, TTL, claim=1, **done_hist(done)))
+    made = 0
+
+    def task() -> sc.NewTask:
+        nonlocal made
+        made += 1
+        return _task(unset, f"g{made % groups}" if groups else "")
+
+    def bulk() -> int:
+        for i in range(0, n, 500):
+            run(sc.enqueue_call(qk, [task() for _ in range(min(500, n - i))], EM, **hist))
+        return n
+
+    def single() -> int:
+        for _ in range(n // 2):
+            run(sc.enqueue_call(qk, [task()], EM, **hist))
+        return n // 2
+
+    def cycle(stop: int | None) -> int:
+        outs, count = _outcomes(run(sc.claim_call(qk, "w1", batch, EM, TTL))), 0
+        while outs:
+            count += len(outs)
+            more = batch if stop is None or count + batch <= stop else max(0, stop - count)
+            raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=more, **done_hist(outs)))
+            outs = _outcomes(raw[-1]) if more and raw and isinstance(raw[-1], list) else []
+        return count
+
+    at = "" if groups is None else f" g{groups}"  # each dump's name says its queue
+    res = {"bulk": phase("bulk" + at, bulk), "single": phase("single" + at, single)}
+    if groups is None:
+        res["cycle"] = phase("cycle", lambda: cycle(None))
+        return res
+    res["cycle"] = phase("cycle" + at, lambda: cycle(n))
+    res["tail"] = phase("tail" + at, lambda: cycle(None))
+    res["keys_left"] = len(list(r.scan_iter(match=qk.task_base[:-2] + "g:*", count=1000)))
+    return res
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq_bench import flowcost, scalereport
+from dtq_bench import fairness, flowcost, scalereport
 
 Rec = dict[str, Any]
 DTQ = "dtq"
@@ -375,6 +375,8 @@ def markdown(data: Rec) -> str:
         lines.append("")
     if med.get("S"):
         lines += scalereport.markdown(med["S"], med.get("A2", {}), _fmt)
+    if med.get("T"):
+        lines += fairness.markdown(med["T"], _fmt)
     wcost = med.get("W", {}).get(DTQ)
     if wcost:
         lines += flowcost.markdown(wcost, _fmt)

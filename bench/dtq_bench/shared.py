@@ -22,6 +22,8 @@ import redis
 
 DONE_KEY = "bench:done"
 LAT_KEY = "bench:lat"
+# Workload T (dtq only): one "<group> <enqueued at> <started at>" line per task of a new group.
+FAIR_KEY = "bench:fair"
 
 
 class DoneCounter:

@@ -2,8 +2,8 @@
 
 The suite starts its own ``redis-server`` on a free port, runs workloads A-G (see
 docs/performance.md), S (scale: Redis CPU per task, worker processes, cluster shards; on
-servers of its own, :mod:`dtq_bench.scale`) and W (workflow cost, docs/workflows.md) against
-dtq and, when
+servers of its own, :mod:`dtq_bench.scale`), W (workflow cost, docs/workflows.md) and T (fair
+groups, :mod:`dtq_bench.fairness`) against dtq and, when
 ``bench/peers`` and its virtualenv are available, against each peer through
 ``bench/peers/run_peer.py``; each run is repeated (3 times by default) and the medians are
 written to ``build/bench/results.md`` and ``results.json`` with the ratio
@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtq_bench import ceiling, flowcost, report, shapes
+from dtq_bench import ceiling, fairness, flowcost, report, shapes
 from dtq_bench.peers import LIBS, VARIANTS, Peers, repo_root
 from dtq_bench.scale import ROWS, ScaleBench
 from dtq_bench.server import BenchRedis
 from dtq_bench.workloads import DtqBench
 
-ALL = "ABCDEFGSWMP"
+ALL = "ABCDEFGSWMPT"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark dtq against its peers on a private redis-server "
         "(workloads A-G, see docs/performance.md; S: scale, Redis CPU per task, worker "
         "processes and cluster shards; W: workflow cost, docs/workflows.md; M: burn-down of "
-        "1M queued tasks, with and without AOF; P: 20,000 tasks, 10 worker processes).",
+        "1M queued tasks, with and without AOF; P: 20,000 tasks, 10 worker processes; T: fair "
+        "groups, a 100,000-task backlog in one group and 100 new groups).",
     )
     p.add_argument(
         "--quick",
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reps", type=int, help="repetitions per measurement (default 3; 1 if --quick)")
     p.add_argument(
-        "--workloads", default=ALL, help="which of A-G, S, W, M and P to run (default: all)"
+        "--workloads", default=ALL, help="which of A-G, S, W, M, P and T to run (default: all)"
     )
     p.add_argument(
         "--peers",
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-s", type=int, help="S: tasks per scale row (default 20000)")
     p.add_argument("--n-m", type=int, help="M: tasks of the burn-down (default 1000000)")
     p.add_argument("--n-p", type=int, help="P: tasks for 10 worker processes (default 20000)")
+    p.add_argument("--n-t", type=int, help="T: the big group's backlog (default 100000)")
     p.add_argument(
         "--peer-n",
         default="rq:A=4000,rq:D=1000",
@@ -116,6 +118,7 @@ def _sizes(args: argparse.Namespace) -> dict[str, Any]:
         "S": pick(args.n_s, 20_000, 2_000),
         "M": pick(args.n_m, 1_000_000, 100_000),
         "P": pick(args.n_p, 20_000, 2_000),
+        "T": pick(args.n_t, 100_000, 10_000),
         "reps": args.reps or (1 if q else 3),
     }
 
@@ -309,6 +312,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "M" in wanted:
                 for row, res in shapes.burn_down_rows(srv, sz["M"], sz["C"], args.log_level):
                     record("M", row, res)
+            if "T" in wanted:
+                for row, grouped in fairness.ROWS:
+                    fair = lambda: fairness.fairness(b, sz["T"], grouped=grouped)  # noqa: B023, E731
+                    record("T", row, guard(fair))
             if "W" in wanted:
                 srv.flush()
                 record("W", "dtq", guard(lambda: flowcost.flow_cost(srv.url, sz["W"])))

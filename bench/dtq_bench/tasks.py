@@ -2,8 +2,9 @@
 
 The bodies match the peers' (bench/peers/common.py) so every queue does the same work per task:
 ``noop`` only counts itself done, ``stamp`` RPUSHes its pickup latency in ms, ``sleep`` awaits
-then counts itself done. Counting is :class:`dtq_bench.shared.DoneCounter`, the one the peers
-use too, so a no-op costs no Redis round trip of its own. ``bare`` does nothing at all:
+then counts itself done (``fair``, dtq's only, workload T: RPUSHes its group and times).
+Counting is :class:`dtq_bench.shared.DoneCounter`, the one the peers use too, so a no-op costs no
+Redis round trip of its own. ``bare`` does nothing at all:
 completion is then read from the queue itself (used where the benchmark wants only dtq's own
 Redis traffic, e.g. commands per task).
 
@@ -20,7 +21,7 @@ import time
 import redis.asyncio as aredis
 
 from dtq.app import App
-from dtq_bench.shared import LAT_KEY, DoneCounter
+from dtq_bench.shared import FAIR_KEY, LAT_KEY, DoneCounter
 
 app = App()
 _clients: dict[int, aredis.Redis] = {}
@@ -55,6 +56,12 @@ async def bare() -> None:
 async def stamp(enqueued_at: float) -> None:
     started = time.time()
     await _client().rpush(LAT_KEY, (started - enqueued_at) * 1000.0)
+
+
+@app.task(name="fair")
+async def fair(group: str, enqueued_at: float) -> None:
+    """Workload T's task of a new group: its group, enqueue and start time (epoch seconds)."""
+    await _client().rpush(FAIR_KEY, f"{group} {enqueued_at!r} {time.time()!r}")
 
 
 @app.task(name="sleep")

@@ -48,14 +48,17 @@ class Workers:
     def __init__(
         self, url: str, concurrency: int, procs: int, log_level: str, *, pool: bool = False,
         counter_url: str | None = None, queues: Sequence[str] = (QUEUE,),
+        prefetch: int | None = None,
     ) -> None:  # fmt: skip
         self.logdir = Path(tempfile.mkdtemp(prefix="dtq-bench-w-"))
         self.procs: list[subprocess.Popen[bytes]] = []
         env = dict(os.environ)
         # Runs claimed ahead of free slots (DTQ_WORKER_PREFETCH, default 0 in dtq): half the
-        # concurrency here, as the peers prefetch by default (dramatiq, celery); reported in
-        # each row's setting. DTQ_WORKER_PREFETCH in the environment overrides it.
-        self.prefetch = int(env.get("DTQ_WORKER_PREFETCH") or concurrency // 2)
+        # concurrency here, as the peers prefetch by default (dramatiq, celery), unless
+        # ``prefetch`` says; reported in each row's setting. DTQ_WORKER_PREFETCH in the
+        # environment overrides it.
+        mine = concurrency // 2 if prefetch is None else prefetch
+        self.prefetch = int(env.get("DTQ_WORKER_PREFETCH") or mine)
         how = f"--processes {procs}" if pool else f"{procs} process(es)"
         self.setting = (
             f"{how} x concurrency {concurrency}, prefetch {self.prefetch}; uvloop, hiredis"
@@ -205,10 +208,13 @@ class DtqBench:
     def client(self) -> Client:
         return Client(settings=self.settings)
 
-    def workers(self, concurrency: int, procs: int = 1, *, pool: bool = False) -> Workers:
+    def workers(
+        self, concurrency: int, procs: int = 1, *, pool: bool = False,
+        prefetch: int | None = None,
+    ) -> Workers:  # fmt: skip
         return Workers(
             self.data.url, concurrency, procs, self.log_level, pool=pool,
-            counter_url=self.server.url, queues=self.queues,
+            counter_url=self.server.url, queues=self.queues, prefetch=prefetch,
         )  # fmt: skip
 
     # --- helpers ---------------------------------------------------------------------------

@@ -48,8 +48,8 @@ def claim(run: Any, qk: QueueKeys, count: int = 1, cap: int = 0, w: str = "w1") 
     return sc.parse_claim(Q, run(sc.claim_call(qk, w, count, 100, 60, group_cap=cap)))
 
 
-def complete(run: Any, qk: QueueKeys, c: sc.Claimed, w: str = "w1") -> bool:
-    out = sc.complete_call(qk, w, [sc.Success.of(c, "succeeded", "null")], 100, 60)
+def complete(run: Any, qk: QueueKeys, c: sc.Claimed, w: str = "w1", cap: int = 0) -> bool:
+    out = sc.complete_call(qk, w, [sc.Success.of(c, "succeeded", "null")], 100, 60, group_cap=cap)
     return sc.parse_complete(run(out)) == [True]
 
 
@@ -83,6 +83,49 @@ def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: Queu
     assert [c.tid for c in b.runs] == [t.tid for t in ts[:10]]
     assert all("g" in c.flags for c in b.runs)
     assert r.zcard(qk.group_running("solo")) == 10
+
+
+def test_a_claim_reads_a_lone_groups_batch_in_two_reads(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The claim that read its band dry gives the group's next tasks their entries at once (not
+    an XREADGROUP per task); the next turn stays in the stream for the next claim."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    ts = [task("solo") for _ in range(30)]
+    enqueue(run, qk, *ts)
+    r.config_resetstat()
+    b = claim(run, qk, count=16)
+    assert [c.tid for c in b.runs] == [t.tid for t in ts[:16]]
+    assert int(r.info("commandstats")["cmdstat_xreadgroup"]["calls"]) == 2
+    # The next turn's entry, behind the 16 delivered ones (pending until their runs end).
+    assert r.hget(qk.group_turns, "5:solo") == ts[16].tid and r.xlen(qk.stream(5)) == 17
+    assert r.llen(qk.group_waiting(5, "solo")) == 13
+    assert [c.tid for c in claim(run, qk, count=16).runs] == [t.tid for t in ts[16:]]
+    assert r.hget(qk.group_turns, "5:solo") is None and r.zcard(qk.group_running("solo")) == 30
+
+
+def test_a_lone_groups_batch_enters_and_leaves_its_running_set_in_one_call_each(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task("solo") for _ in range(30)])
+    r.config_resetstat()
+    b = claim(run, qk, count=16)
+    assert r.zcard(qk.group_running("solo")) == 16
+    outs = [sc.Success.of(c, "succeeded", "null") for c in b.runs]
+    assert sc.parse_complete(run(sc.complete_call(qk, "w1", outs, 100, 60))) == [True] * 16
+    assert r.zcard(qk.group_running("solo")) == 0 and r.hget(qk.group_turns, "5:solo")
+    stats = r.info("commandstats")
+    assert int(stats["cmdstat_zadd"]["calls"]) == 1 and int(stats["cmdstat_zrem"]["calls"]) == 1
+
+
+def test_groups_that_read_their_band_dry_share_the_batch(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    enqueue(run, qk, *[task("a") for _ in range(20)], *[task("b") for _ in range(3)])
+    b = claim(run, qk, count=8)
+    assert sorted(r.hget(qk.task(c.tid), "grp") for c in b.runs) == ["a"] * 5 + ["b"] * 3
+    assert r.hget(qk.group_turns, "5:b") is None and r.xlen(qk.stream(5)) == 8 + 1  # a's turn
 
 
 def test_tasks_without_a_group_are_one_group_while_groups_are_active(
@@ -125,9 +168,23 @@ def test_a_cap_withholds_the_turn_until_a_run_ends(r: redis.Redis, run: Any, qk:
     assert r.hget(qk.group_turns, "5:capped") == "~"
     assert not claim(run, qk, count=10, cap=2).runs  # nothing more: no busy loop either
     first = next(c for c in b.runs if r.hget(qk.task(c.tid), "grp") == "capped")
-    assert complete(run, qk, first)
+    assert complete(run, qk, first, cap=2)  # (a worker sends its cap with its outcomes too)
     b2 = claim(run, qk, count=10, cap=2)
     assert len(b2.runs) == 1 and r.hget(qk.task(b2.runs[0].tid), "grp") == "capped"
+
+
+def test_a_turn_another_workers_cap_withheld_goes_out_with_the_groups_last_run(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """A worker without a cap ends a run and reads no turn while the group runs others (a run's
+    end lifts no pause): a turn a capped worker withheld waits for the group's last run."""
+    enqueue(run, qk, *[task("capped") for _ in range(4)])
+    a, b = claim(run, qk, count=10, cap=2).runs
+    assert r.hget(qk.group_turns, "5:capped") == "~"
+    assert complete(run, qk, a)  # no cap here: the group still runs b
+    assert r.hget(qk.group_turns, "5:capped") == "~" and not claim(run, qk, count=10, cap=2).runs
+    assert complete(run, qk, b)  # its last run: the turn goes out
+    assert len(claim(run, qk, count=10, cap=2).runs) == 2
 
 
 def test_a_paused_group_holds_only_itself(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
