@@ -22,6 +22,8 @@ groups); N is raised to twice the largest count. The cycle stops after N of the 
 tasks, so every group still has a task waiting (all of them stay active: the steady cost), then
 "tail" runs the rest, where each task is its group's last (the group leaves the active groups),
 and the queue's group keys left once it is empty are counted (an idle group must leave none).
+``--group-cap N``: the worker's cap per group (DTQ_GROUP_CONCURRENCY) in those claims and
+completions (default 0: none).
 
 ``--keep`` leaves the callgrind dumps and prints their folder: ``callgrind_annotate
 --inclusive=yes <the dump whose "Trigger" names the phase>`` then shows where a phase's
@@ -106,6 +108,7 @@ def main() -> None:
     argv = sys.argv[1:]
     batch = int(_flag(argv, "--batch") or BATCH)  # outcomes (and claims) per call of the cycle
     counts = _flag(argv, "--groups")
+    cap = int(_flag(argv, "--group-cap") or 0)
     global HIST
     HIST = HIST and "--no-hist" not in argv
     args = [a for a in argv if a not in ("--keep", "--by-name", "--no-hist")]
@@ -156,12 +159,15 @@ def main() -> None:
             print(f"single enqueue: {res['single']:,.0f} instructions per task")
             print(f"claim + complete ({batch} per call): {res['cycle']:,.0f} per task")
             return
-        print(f"{n:,} tasks in bulk, {n // 2:,} one by one; claim + complete {batch} per call")
+        print(
+            f"{n:,} tasks in bulk, {n // 2:,} one by one; claim + complete {batch} per call"
+            + (f", group cap {cap}" if cap else "")
+        )
         print("groups | bulk enqueue | single enqueue | claim + complete | tail | group keys left")
         rows: dict[int, dict[str, float]] = {}
         for k in groups:
             qk = Keys(f"ri{k}").queue("default")
-            res = rows[k] = _measure(r, run, phase, qk, n, unset, batch, groups=k)
+            res = rows[k] = _measure(r, run, phase, qk, n, unset, batch, groups=k, cap=cap)
             cells = []
             for f in ("bulk", "single", "cycle", "tail"):
                 cell = f"{res[f]:,.0f}"
@@ -180,7 +186,7 @@ def main() -> None:
 
 def _measure(
     r: redis.Redis, run: Any, phase: Any, qk: Any, n: int, unset: str, batch: int,
-    groups: int | None = None,
+    groups: int | None = None, cap: int = 0,
 ) -> dict[str, float]:  # fmt: skip
     """The phases on queue ``qk``: bulk enqueue, single enqueue, claim + complete; with
     ``groups`` (a count, 0: none) the tasks go to that many groups in turn, the cycle stops after
@@ -216,11 +222,14 @@ def _measure(
         return n // 2
 
     def cycle(stop: int | None) -> int:
-        outs, count = _outcomes(run(sc.claim_call(qk, "w1", batch, EM, TTL))), 0
+        gc = {"group_cap": cap} if cap else {}
+        outs, count = _outcomes(run(sc.claim_call(qk, "w1", batch, EM, TTL, **gc))), 0
         while outs:
             count += len(outs)
             more = batch if stop is None or count + batch <= stop else max(0, stop - count)
-            raw = run(sc.complete_call(qk, "w1", outs, EM, TTL, claim=more, **done_hist(outs)))
+            raw = run(
+                sc.complete_call(qk, "w1", outs, EM, TTL, claim=more, **done_hist(outs), **gc)
+            )
             outs = _outcomes(raw[-1]) if more and raw and isinstance(raw[-1], list) else []
         return count
 

@@ -2,7 +2,7 @@
 
 One worker process at dtq's default settings (concurrency 16, no prefetch). ``backlog`` no-op
 tasks of one group (``big``) are queued in bulk and the worker starts on them; once it has run a
-tenth of them (at most 2,000: warm), ``groups`` new groups arrive ``spacing_s`` apart, each with
+fifth of them, ``groups`` new groups arrive ``spacing_s`` apart, each with
 ``per_group`` tasks in one ``enqueue_many`` call. A new group's task records its group, its
 enqueue time and its start (the ``fair`` task, :mod:`dtq_bench.tasks`); the big group's starts
 are read from the done counter, sampled at every poll (a no-op ends as it starts). The run ends
@@ -12,8 +12,10 @@ then the new tasks wait behind what is left of the backlog.
 Reported per row: each new group's first-start delay (from its enqueue to its first task's
 start: p50, p99, max), every new task's start delay (p50, p99), the seconds from the first
 arrival to the last new task's start, the big group's share of the starts in that span and
-the start rate over it (a fair queue keeps serving the big group: work conserving), and the
-starts per window of ``window_s`` from the first arrival (big, new) in results.json.
+the start rate over it (a fair queue keeps serving the big group: work conserving), the big
+group's rate before the arrivals, from its first tenth done to its fifth (alone, it has the
+whole worker), and the starts per window of ``window_s`` from the first arrival (big, new) in
+results.json.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ def fairness(
                     w.check()
                     time.sleep(POLL_S)
 
-            mark = max(1, min(backlog // 10, 2000))
-            poll(lambda: bool(samples) and samples[-1][1] >= mark)
+            poll(lambda: bool(samples) and samples[-1][1] >= max(1, backlog // 10))
+            t_a, n_a = samples[-1]
+            poll(lambda: samples[-1][1] >= max(2, backlog // 5))
+            t_b, n_b = samples[-1]
             nxt = time.monotonic()
             for g in range(groups):
                 poll(lambda: time.monotonic() >= nxt)  # noqa: B023
@@ -82,6 +86,7 @@ def fairness(
         w.cleanup()
     b.flush()
     res = summary(arrived, lines, samples, window_s)
+    res["big_alone_per_s"] = round((n_b - n_a) / (t_b - t_a), 1) if t_b > t_a else None
     setting = f"1 process x concurrency {conc}, prefetch {w.prefetch} (dtq's defaults)"
     return {
         "backlog": backlog, "groups": groups, "per_group": per_group,
@@ -152,8 +157,9 @@ def markdown(rows: dict[str, dict[str, Any]], fmt: Callable[[Any], str]) -> list
         "first new group's arrival to the last new task's start.",
         "",
         "| row | new group's first start p50 / p99 / max ms | new task p50 / p99 ms | "
-        "all new started (s) | big group's share of starts meanwhile | starts/s meanwhile |",
-        "|---|---:|---:|---:|---:|---:|",
+        "all new started (s) | big group's share of starts meanwhile | starts/s meanwhile | "
+        "big group alone, tasks/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row, r in rows.items():
         if r.get("errors"):
@@ -164,6 +170,6 @@ def markdown(rows: dict[str, dict[str, Any]], fmt: Callable[[Any], str]) -> list
             f" / {fmt(r.get('first_start_max_ms'))} | {fmt(r.get('new_task_p50_ms'))} / "
             f"{fmt(r.get('new_task_p99_ms'))} | {fmt(r.get('all_new_started_s'))} | "
             f"{fmt(r.get('big_share_while_new_wait'))} | "
-            f"{fmt(r.get('starts_per_s_while_new_wait'))} |"
+            f"{fmt(r.get('starts_per_s_while_new_wait'))} | {fmt(r.get('big_alone_per_s'))} |"
         )
     return [*lines, ""]
