@@ -40,7 +40,7 @@ def _subscribed_node(cluster: RedisClusterFixture) -> RedisServer:
     found = []
     for node in cluster.live_nodes():
         with node.client() as r:
-            if any(int(c["sub"]) > 0 for c in r.client_list()):
+            if any(_subscribed(c) for c in r.client_list()):
                 found.append(node)
     assert len(found) == 1, [n.port for n in found]
     return found[0]
@@ -106,8 +106,12 @@ def test_an_asyncio_client_keeps_room_for_its_subscription(
         async with AsyncClient(settings=make_settings(cluster.url, prefix)) as c:
             never = await c.enqueue("add", [0, 0])
             waiting = asyncio.create_task(c.result(never.id, timeout=30))
-            while not await asyncio.to_thread(_has_subscriber, cluster):
+            for _ in range(400):  # (bounded: a subscription never seen fails, not hangs)
+                if await asyncio.to_thread(_has_subscriber, cluster):
+                    break
                 await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the result() wait never subscribed")
             node = await asyncio.to_thread(_subscribed_node, cluster)
             q = await asyncio.to_thread(_queue_on, cluster, prefix, node)
             h = await c.enqueue("add", [1, 2], queue=q)
@@ -131,10 +135,16 @@ def test_an_asyncio_client_keeps_room_for_its_subscription(
     assert not errors, f"{len(errors)} calls failed, e.g. {errors[0]!r}"
 
 
+def _subscribed(conn: dict[str, Any]) -> bool:
+    """A connection subscribed to a channel: sharded (SSUBSCRIBE, a cluster's done waits) or
+    not."""
+    return int(conn.get("sub", 0)) > 0 or int(conn.get("ssub", 0)) > 0
+
+
 def _has_subscriber(cluster: RedisClusterFixture) -> bool:
     for node in cluster.live_nodes():
         with node.client() as r:
-            if any(int(c["sub"]) > 0 for c in r.client_list()):
+            if any(_subscribed(c) for c in r.client_list()):
                 return True
     return False
 
