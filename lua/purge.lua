@@ -62,6 +62,19 @@ local function forget(tid)
   if r[3] then limit_pass_on(KEYS[15], base, KEYS, r[4], r[5]) end
 end
 
+-- Pop the ids of list key (up to the call's budget) and forget those still waiting there
+-- (queued, no entry); a dead id is dropped all the same. Held lists and group lists alike.
+local function forget_listed(key)
+  for _, tid in ipairs(redis.call('LPOP', key, math.max(1, limit - seen)) or {}) do
+    local r = redis.call('HMGET', base .. tid, 'status', 'eid')
+    if r[1] == 'queued' and not r[2] then
+      forget(tid)
+      nq = nq + 1
+    end
+    seen = seen + 1
+  end
+end
+
 -- The first id no consumer of the group has been given: '-' when the group does not exist.
 local function undelivered_start(stream)
   local groups = redis.call('XINFO', 'GROUPS', stream)
@@ -115,15 +128,7 @@ if seen < limit then
     if seen >= limit then break end
     local held = KEYS[15] .. lk .. ':held'
     seen = seen + 1
-    local ids = redis.call('LPOP', held, math.max(1, limit - seen))
-    for _, tid in ipairs(ids or {}) do
-      local r = redis.call('HMGET', base .. tid, 'status', 'eid')
-      if r[1] == 'queued' and not r[2] then
-        forget(tid)
-        nq = nq + 1
-      end
-      seen = seen + 1
-    end
+    forget_listed(held)
     if redis.call('LLEN', held) == 0 then redis.call('SREM', index, lk) end
   end
 end
@@ -137,15 +142,7 @@ if seen < limit then
     if seen >= limit then break end
     seen = seen + 1
     local w = gb .. 'w:' .. f
-    local ids = redis.call('LPOP', w, math.max(1, limit - seen))
-    for _, tid in ipairs(ids or {}) do
-      local r = redis.call('HMGET', base .. tid, 'status', 'eid')
-      if r[1] == 'queued' and not r[2] then
-        forget(tid)
-        nq = nq + 1
-      end
-      seen = seen + 1
-    end
+    forget_listed(w)
     if redis.call('EXISTS', w) == 0 then
       local t = redis.call('HGET', gb .. 'tk', f)
       if t and (t == '~' or redis.call('HGET', base .. t, 'status') ~= 'queued') then
