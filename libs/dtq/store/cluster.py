@@ -1,24 +1,15 @@
 """A Redis Cluster beside redis-py's cluster client: the fast lane per node (script calls), and
 keyless commands (SCAN of one queue's slot, and SCAN of every primary).
 
-**The lanes.** A script call through redis-py's cluster command path spends client CPU on slot
-computation for every key, node lookup and command policies, on top of the pool and retry layers
-the one-server fast lane already skips (dtq.transport). So a cluster client gets lanes too, one
-set per node (:class:`SyncRoutes`, :class:`AsyncRoutes`): a call goes to the lane of the node
-that serves its keys' hash tag, the tag's lanes cached (a dict lookup per call, whatever the
-number of nodes). The slot map is the cluster client's: a cached tag is looked up again (and the
-map consulted) only after a call on its lane did not run there: a redirect (``MOVED``, ``ASK``),
-``TRYAGAIN``, ``CLUSTERDOWN`` (the caller then sends it through the cluster client, which
-follows the redirect and refreshes its map) or a dropped connection. Each of those replies
-means the script did not run (a ``MOVED`` or ``ASK`` comes before any key is touched, and the
-slot guard, dtq.scripts.runner, makes a migrating slot answer so to every script call).
+**The lanes** (docs/performance.md, "Redis Cluster"): a call goes to the lane of the node serving
+its keys' hash tag, cached per tag. A cached tag is looked up again only after a call did not
+run there: ``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN`` (the caller then goes through the
+cluster client, which follows the redirect) or a dropped connection. None of those ran the
+script (the slot guard, dtq.scripts.runner, covers a migrating slot).
 
-A queue's keys share its hash tag, so they live in one slot on one node: a SCAN for them goes
-to that node. A SCAN over the whole prefix (retention, a task list across queues) walks every
-primary in turn; its cursor is ``"<primary index>:<node cursor>"`` then (``"0"`` starts and
-ends a walk, as SCAN's own cursor does on one server). A walk in progress while the slot map
-changes (a failover, a reshard) may list a key twice or miss one moved meanwhile, as a SCAN
-may on one server for keys changed during it: the callers already take that.
+A queue's keys share one slot, so a SCAN for them goes to its node. A SCAN over the whole prefix
+walks every primary in turn, its cursor ``"<primary index>:<node cursor>"`` (``"0"`` starts and
+ends it); a slot map change during a walk may list a key twice or miss one, as SCAN may anyway.
 """
 
 from __future__ import annotations

@@ -25,10 +25,8 @@ GROUP = "workers"
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
 
 
-# Random parts of task ids, drawn from the OS 256 at a time: one getrandom call per id cost
-# about half the time of making it (a bulk enqueue makes one per task). list.pop and extend are
-# atomic, so threads never share a part; a forked child starts with an empty pool, or parent
-# and child would hand out the same parts.
+# Random parts of task ids, drawn from the OS 256 at a time (a system call per id is costly).
+# list.pop and extend are atomic; a forked child empties the pool so it never repeats the parent's.
 _RANDOM_PARTS: list[str] = []
 os.register_at_fork(after_in_child=_RANDOM_PARTS.clear)
 
@@ -44,9 +42,8 @@ def _random_part() -> str:
 
 def new_tid() -> str:
     """A time-ordered 28-hex-digit id: 12 digits of milliseconds, 16 random."""
-    # Hand-written on purpose: python-ulid gives this format as ULID().hex[:28] (48 bits of
-    # milliseconds, then random) at several times the cost, paid once per enqueued task
-    # (docs/performance.md, "Hand-written code"); the stdlib's uuid7 is Python 3.14+.
+    # Hand-written: python-ulid's ULID().hex[:28] costs more (docs/performance.md,
+    # "Hand-written code"); the stdlib's uuid7 is Python 3.14+.
     return f"{int(time.time() * 1000):012x}{_random_part()}"
 
 
@@ -86,8 +83,7 @@ def make_task_id(queue: str, tid: str) -> str:
     return QueueRef.parse(queue).task_id(tid)
 
 
-# A queue name, matched whole: with ``$`` "default\n" would pass (``$`` matches before a final
-# newline) and name a queue no worker consumes. Use ``fullmatch`` (``\Z`` keeps ``match`` safe).
+# A queue name, matched whole: ``\Z``, not ``$``, which would let "default\n" pass.
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}\Z")
 _TASK_ID_RE = re.compile(r"([A-Za-z0-9_.\-]{1,100}):([A-Za-z0-9_.\-]{1,128}?)(~[1-9][0-9]{0,2})?")
 
@@ -273,9 +269,7 @@ class QueueKeys:
         return f"{self.base}:{_FLOW_PART}{ftid}"
 
     def flow_put(self, tid: str) -> str:
-        """String: a workflow step's "put" was delivered to this queue (or its flow cancelled
-        first): a later move of the same put creates nothing. Without a TTL until the put's
-        outbox entry is acknowledged (dtq_worker.flowmover), then DTQ_RESULT_TTL_S."""
+        """String: a workflow step's "put" was delivered here (see :func:`layout`)."""
         return f"{self.base}:{_FLOW_PUT_PART}{tid}"
 
     @property
@@ -295,17 +289,14 @@ class QueueKeys:
 
     @property
     def decl_seen(self) -> str:
-        """Hash: task name -> when a live worker consuming this queue last declared it (ms,
-        Redis clock; refreshed by every heartbeat). A worker that does not know a task's name
-        hands it back while this is within DTQ_DECLARATION_GRACE_S (lua/requeue.lua); a client
-        enqueueing by name reads it to warn about a name no live worker declares (clientbase)."""
+        """Hash: task name -> when a live worker of this queue last declared it (ms, Redis
+        clock; see :func:`layout`; lua/requeue.lua, clientbase)."""
         return f"{self.base}:decl:seen"
 
     @property
     def schedules_seen(self) -> str:
         """Hash: code schedule name -> when a live worker last declared it (ms, Redis clock;
-        refreshed by every heartbeat). The leader keeps a code schedule while this is within
-        DTQ_DECLARATION_GRACE_S (dtq.schedules.runner)."""
+        dtq.schedules.runner)."""
         return f"{self.base}:schedules:seen"
 
     def all_fixed(self) -> list[str]:

@@ -1,22 +1,13 @@
-"""The fast lane: dtq's own way of sending script calls, under redis-py's command layer.
+"""The fast lane: script calls written to a kept connection, under redis-py's command layer.
 
-A script call through redis-py's command layer (pool checkout with its readiness check, the
-retry wrapper, instrumentation) spends client CPU on each of those layers on top of the round
-trip; a single enqueue is one call, so they were a large share of its time (the figures:
-docs/performance.md, "Hand-written code"). A lane is one connection of its
-client's pool, kept, to which packed EVALSHAs are written directly. Whatever a lane cannot do
-goes the usual way (the caller's, :mod:`dtq.scripts`): a NOSCRIPT (redis-py loads the script
-and calls again: nothing ran), a lane busy with another call (a second thread or task), a broken
-connection (dropped; the usual path reconnects and retries, as redis-py does).
+That layer costs more client CPU than the round trip of a small call (docs/performance.md,
+"Hand-written code"). Whatever a lane cannot do goes the usual way (:mod:`dtq.scripts`): a
+NOSCRIPT, a lane busy with another call, a broken connection (dropped; the usual path retries).
 
-This is the only module of dtq that touches redis-py's private parts (a test fails when another
-one does): the socket and hiredis reader of a blocking connection (``_sock``, ``_parser``,
-``_buffer``, ``NOT_ENOUGH_DATA``, ``_host_error``), a connection class made with ``type(...)``
-so asyncio connections pack with hiredis, and keyword arguments of the asyncio connection's
-methods. Any redis-py release may change them. So :func:`fast_lane` decides once per process
-whether they are all there (:func:`missing`); when one is not, or ``DTQ_FAST_LANE=0``, there is
-no lane: every call takes redis-py's public path (logged once, and the worker's gauge
-``dtq_fast_lane_enabled`` reads 0). dtq then works the same, with more client CPU per call.
+This is the only module that touches redis-py's private parts (a test enforces it), which any
+release may change: :func:`fast_lane` checks once per process that they are all there
+(:func:`missing`); if not, or with ``DTQ_FAST_LANE=0``, every call takes redis-py's public path
+(logged once; the worker's gauge ``dtq_fast_lane_enabled`` reads 0).
 """
 
 from __future__ import annotations
@@ -158,12 +149,8 @@ def packed(conn: Any, args: Sequence[Any]) -> list[bytes]:
 
 
 class _HiredisPacking:
-    """Connection mixin: pack commands with hiredis, as redis-py's sync connections already do.
-
-    redis-py's asyncio connections pack in Python and copy the growing buffer once per
-    argument, which adds up on the batched claim and complete calls (hundreds of arguments);
-    hiredis packs the same bytes in C (the figures: docs/performance.md, "Hand-written code").
-    """
+    """Connection mixin: pack commands with hiredis, as redis-py's sync connections do (the
+    asyncio ones pack in Python; docs/performance.md, "Hand-written code")."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if isinstance(args[0], str):
@@ -307,18 +294,12 @@ class AsyncLane:
     async def call_pair(
         self, first: Sequence[Any], then: Sequence[Any], timeout: float
     ) -> tuple[Any, Any]:
-        """Send two commands in one write and read both replies (an error reply is returned
-        as its :class:`ResponseError`, not raised, so the lane stays in step).
+        """Send two commands in one write and read both replies (an error reply is returned,
+        not raised, so the lane stays in step); Redis runs ``then`` right after ``first``.
 
-        Redis runs ``then`` as soon as ``first`` has been served on this connection, a blocking
-        ``first`` included: no round trip through this process between the two.
-
-        ``timeout`` (from the send) bounds a hung connection: past it the lane is dropped and
-        :class:`TimeoutError` raised. A process frozen past it (SIGSTOP, a VM pause) resumes
-        with the deadline already gone and the replies already in its socket: those are still
-        read (for up to :data:`LATE_REPLY_S`), not thrown away with the connection, which would
-        lose what ``then`` did. (Without the fast lane they are thrown away: a worker finds the
-        runs such a lost claim started, lua/recover.lua.)
+        Past ``timeout`` the lane is dropped and :class:`TimeoutError` raised. A process frozen
+        past it (SIGSTOP) still reads replies already in its socket for :data:`LATE_REPLY_S`,
+        so what ``then`` did is not lost (without the fast lane it is: lua/recover.lua).
         """
         conn = await self.connection()
         try:
@@ -430,10 +411,8 @@ os.register_at_fork(after_in_child=_count_fork)
 def _send(conn: Any, chunks: list[bytes]) -> None:
     """Send a packed command on a blocking connection: one ``write`` for a plain socket.
 
-    A socket with a timeout (redis-py's default is 5 s) makes Python ``poll`` before every
-    send; a request of a few hundred bytes always fits the send buffer, so that poll is a
-    system call for nothing. What the write did not take (a large call) and any other socket
-    (TLS) go the usual way, which waits with the timeout.
+    A socket with a timeout makes Python ``poll`` before every send, for nothing when a small
+    request fits the send buffer. The rest of a large call, and TLS, go the usual way.
     """
     sock = conn._sock
     if type(sock) is not socket.socket or len(chunks) != 1:
@@ -454,16 +433,11 @@ def _send(conn: Any, chunks: list[bytes]) -> None:
 def _read(conn: Any) -> Any:
     """The next reply on a blocking connection, read by its hiredis reader directly.
 
-    ``Connection.read_response`` wraps each read in layers the lane does not need (the host's
-    name formatted for a message, health-check bookkeeping, RESP3 push handling); what it
-    guarantees is kept: a timeout or a socket error drops the connection and raises redis-py's
-    TimeoutError / ConnectionError, an error reply raises. Other parsers and sockets go the
-    usual way.
-
-    Every error reply raises, whatever its class: redis-py makes ``LOADING`` (Redis loading
-    its data after a restart), ``NOAUTH`` / ``WRONGPASS`` and ``max number of clients`` into
-    ``ConnectionError`` subclasses, not ``ResponseError`` ones; returned, such an error was
-    taken for the script's reply (a chord enqueue refused while Redis loaded counted as done).
+    Keeps what ``Connection.read_response`` guarantees without its other layers: a timeout or a
+    socket error drops the connection and raises redis-py's TimeoutError / ConnectionError.
+    Every error reply raises, whatever its class: redis-py makes ``LOADING``, ``NOAUTH`` and
+    ``max number of clients`` ``ConnectionError`` subclasses, which must not pass for a reply.
+    Other parsers and sockets go the usual way.
     """
     parser = conn._parser
     reader = getattr(parser, "_reader", None)
