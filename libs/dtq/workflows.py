@@ -157,8 +157,9 @@ def sigs(flow: Flow) -> list[Sig]:
     if isinstance(flow, Sig):
         return [flow]
     if isinstance(flow, Chain | Group):
-        return [s for x in (flow.steps if isinstance(flow, Chain) else flow.members)
-                for s in sigs(x)]  # fmt: skip
+        return [
+            s for x in (flow.steps if isinstance(flow, Chain) else flow.members) for s in sigs(x)
+        ]
     if isinstance(flow, Chord):
         return [*sigs(flow.header), *sigs(flow.body)]
     raise InvalidRequest(f"not a workflow: {type(flow).__name__}")
@@ -183,8 +184,9 @@ def plan(
             if d is None and defaults_for is not None:
                 d = defaults_for(node.name)
             if requests is None:
-                q, t = build_task(settings, node.name, list(node.args), node.kwargs, defaults=d,
-                                  **node.options)  # fmt: skip
+                q, t = build_task(
+                    settings, node.name, list(node.args), node.kwargs, defaults=d, **node.options
+                )
             else:
                 rq = requests[len(steps)]
                 q, t = build_task(
@@ -334,14 +336,16 @@ def flow_record(task_id: str, fh: dict[str, str], step_recs: list[Any]) -> dict[
     return {
         "status": st,
         "rec": {  # the flow as a task record (its hash shares these names)
-            Field.NAME: "workflow", Field.STATUS: st, Field.ENQUEUED: fh.get("enq", ""),
+            Field.NAME: "workflow",
+            Field.STATUS: st,
+            Field.ENQUEUED: fh.get("enq", ""),
             **({Field.FINISHED: fh["finished"]} if "finished" in fh else {}),
             **({Field.RESULT: fh["result"]} if "result" in fh else {}),
             **({Field.ERROR: fh["error"]} if "error" in fh else {}),
         },
         "steps": steps,
         "tree": json.loads(fh.get("tree", "null")),
-    }  # fmt: skip
+    }
 
 
 def render_tree(tree: Any, steps: list[dict[str, Any]]) -> list[str]:

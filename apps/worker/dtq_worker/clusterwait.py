@@ -1,14 +1,10 @@
 """The idle wake-up on a Redis Cluster: one XREAD per queue, in parallel.
 
-On one server the idle XREAD names every band of every queue in one command, with the claim
-pipelined behind it on the same connection (consumer.py). On a cluster that XREAD would span
-slots (each queue has its own hash tag) and a kept connection does not know the slot map. So
-here each queue gets its own XREAD over its bands (one slot), sent through the cluster client;
-the wait ends when any of them is served. A read still pending when the wait ends is kept for
-the next wait (an older cursor only wakes it sooner), so an idle worker holds one blocked read
-per queue, never more. The claim then goes the usual way (one more round trip than on one
-server, only for the first task after an idle spell). A read whose cancel is lost goes on
-(dtq/aiotasks.py): :meth:`close` cancels again until every read has ended.
+On one server one XREAD names every band of every queue, the claim pipelined behind it
+(consumer.py); on a cluster that would span slots. So each queue gets its own XREAD through the
+cluster client, and the wait ends when any is served. A read still pending is kept for the next
+wait, so an idle worker holds one blocked read per queue. The claim then takes one more round
+trip. A read whose cancel is lost goes on (dtq/aiotasks.py): :meth:`close` cancels again.
 """
 
 from __future__ import annotations

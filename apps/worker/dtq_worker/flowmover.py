@@ -1,20 +1,9 @@
-"""The flow mover: moves workflow handovers between slots (docs/workflows.md, "Cluster").
+"""The flow mover: moves workflow handovers between slots (docs/workflows.md, "Redis Cluster").
 
-A workflow's join runs in the script that stores a step's outcome when the flow's state lives
-in the same slot. When it does not (a step on another queue than the flow's home), that script
-writes the handover to its own queue's outbox stream ``P:{q}:flowq``, in the same atomic step
-as the outcome; this loop moves it on, for every queue the worker consumes:
-
-* ``note`` (a step ended): ``flow_apply.lua`` at the flow's home; counted once per step.
-* ``put`` (a step released, or a flow's first step on another queue): ``flow_put.lua`` on the
-  step's queue; creates its record only if neither it nor the step's put marker exists (its
-  tid was fixed at the enqueue). The marker has no TTL until the entry is acknowledged: the
-  record expires after DTQ_RESULT_TTL_S, the entry may be moved again later than that.
-
-Both are idempotent by (flow, step), so an entry moved twice (a mover that died between the
-move and its acknowledgement: another worker claims the entry after the visibility timeout)
-changes nothing the second time: exactly once by construction. An entry is acknowledged and
-deleted only after its move succeeded.
+For every queue the worker consumes, the entries of its outbox ``P:{q}:flowq``: a ``note`` (a
+step ended) goes to ``flow_apply.lua`` at the flow's home, a ``put`` (a step released) to
+``flow_put.lua`` on the step's queue. Both are idempotent by (flow, step), so an entry moved
+twice changes nothing; an entry is acknowledged and deleted only after its move succeeded.
 """
 
 from __future__ import annotations
@@ -38,11 +27,8 @@ log = logging.getLogger("dtq.worker.flows")
 MOVERS = "movers"  # the consumer group of every outbox
 BATCH = 100
 BLOCK_MS = 1000
-# Readers doing their calls (a take-over sweep, moving what they read) at once, on the worker's
-# calls client. On a cluster there is a reader per outbox: a worker of 300 queues had all 300
-# sweep together at its start, about 100 calls per node, that node's whole pool, so the other
-# loops' calls failed meanwhile ("Too many connections"). Their blocking reads are not counted:
-# they are on the blocking client, sized for them.
+# Readers making their other calls (a take-over sweep, the moves) at once: on a cluster, one
+# reader per outbox must not fill a node's pool of the calls client. (Blocking reads: not counted.)
 AT_ONCE = 8
 
 
@@ -68,11 +54,9 @@ class FlowMover:
             self._grouped.add(s)
 
     async def loop(self) -> None:
-        """On one server, one blocking read over every outbox: one connection, whatever the
-        number of queues (a reader per outbox held one each, and past 98 queues the blocking
-        client's 100 ran out). On a cluster each outbox is in its own slot, so one blocking
-        XREADGROUP cannot name two of them: one reader per outbox, side by side (the worker
-        sizes its blocking client's pools for them)."""
+        """On one server, one blocking read over every outbox (one connection, whatever the
+        number of queues); on a cluster, where one XREADGROUP cannot name two slots, one reader
+        per outbox (the worker sizes its blocking client's pools for them)."""
         streams = list(self._outboxes())
         await self._ensure_groups(streams)
         if not is_cluster(self.env.blocking):

@@ -61,12 +61,10 @@ class Heartbeat:
         self_stop: Callable[[], None],
         schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """``tasks``: the app's tasks by name (their names are published, and declared with
-        every beat on each queue consumed, as ``schedules``, queue -> the names of the code
-        schedules of that queue, are: see :meth:`_declare`); ``counters``: the
-        outcomes so far (published); ``on_beat()``: after every beat Redis
-        took (the recovery's periodic check); ``self_stop()``: no beat got through for the
-        heartbeat TTL. A touch's reports go to ``runs`` (a claim lost, a cancel flag)."""
+        """``tasks`` (the app's tasks by name) and ``schedules`` (queue -> its code schedules'
+        names) are declared with every beat (:meth:`_declare`); ``counters``: the outcomes so
+        far; ``on_beat()``: after every beat Redis took; ``self_stop()``: no beat got through
+        for the heartbeat TTL. A touch's reports (a claim lost, a cancel flag) go to ``runs``."""
         self.env = env
         self.runs = runs
         self.slots = runs.slots
@@ -150,16 +148,11 @@ class Heartbeat:
         """Start under this worker id once no live worker of another process holds it; False
         when this worker was stopped while it waited (it holds nothing then).
 
-        Two processes with one id would share a consumer name, a heartbeat and the scheduler
-        lock token (both would lead). The heartbeat hash lives while its worker beats (its TTL
-        is 3 intervals), so a live one is there; HSETNX of the ``owner`` field makes the check
-        and the claim one step, so of two workers started at once one is refused.
-
-        A live holder that is stopping (its heartbeat says ``draining``: the earlier self of a
-        restarted worker, a --processes child whose parent was killed) is waited for, up to
-        :meth:`claim_wait_s`; past it :class:`IdStillHeld` (exit 4). One that still beats as a
-        running worker a heartbeat TTL into the wait is a second worker given this id:
-        ConfigError (exit 2).
+        Two processes with one id would share a consumer name and the scheduler lock; HSETNX of
+        the heartbeat hash's ``owner`` makes the check and the claim one step. A stopping holder
+        (``draining``: a restarted worker's earlier self) is waited for up to
+        :meth:`claim_wait_s`, then :class:`IdStillHeld` (exit 4); one still running a heartbeat
+        TTL into the wait is a second worker given this id: ConfigError (exit 2).
         """
         env = self.env
         s = env.settings

@@ -1,11 +1,9 @@
 """Per-run metrics updated without locks, exported at scrape time.
 
-prometheus_client's Counter and Histogram take a lock per update (a histogram two), a visible
-share of a short run's worker CPU for the three updates every run makes (the figures:
-docs/performance.md, "Hand-written code"). These are only ever
-updated by the event loop thread, so plain ints and floats do. The scrape (another thread) copies
-the bucket list in one step, so each histogram it sees is consistent: count is the sum of its
-buckets; the sum may miss a run that ended during the copy.
+prometheus_client's Counter and Histogram lock per update (docs/performance.md, "Hand-written
+code"); these are updated by the event loop thread only, so plain ints and floats do. The scrape
+copies the bucket list in one step: its count is the sum of its buckets (its sum may miss a run
+ending during the copy).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-# prometheus_client's default buckets, so the exported series are what they were.
+# prometheus_client's default buckets.
 DEFAULT_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"),
 )  # fmt: skip

@@ -1,4 +1,5 @@
-"""The worker's Prometheus metrics (names from CONTRACT.md). Labels are bounded: no task ids."""
+"""The worker's Prometheus metrics (listed in docs/operations.md). Labels are bounded: no task
+ids."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from dtq.store import transport
 from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
 
-# Task run and wait times span milliseconds to hours: prometheus_client's default buckets stop
-# at 10 s, so a 120 s task read as p95 = 10 s. Each bound at most ~2.5x the one before.
+# Task run and wait times span milliseconds to hours (prometheus_client's default buckets stop
+# at 10 s). Each bound at most ~2.5x the one before.
 TASK_TIME_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
     600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, float("inf"),

@@ -1,28 +1,7 @@
 """``dtq-worker APP --processes N``: a parent that supervises N full worker processes.
 
-How children start: the parent imports the app first (to refuse a bad APP or setting once,
-exit 2, before any child), then forks each child while it runs no other thread, so children do
-not import dtq and the app again; a fresh ``python -m dtq_worker`` otherwise (poolfork.py: when
-a fork is safe, and why). With DTQ_METRICS_PORT the first children are forked after the port is
-bound and before its thread serves it; a restart then starts a fresh interpreter.
-
-- Ids: with DTQ_WORKER_ID (or ``--worker-id``) set, child ``i`` is ``<id>-<i>`` (a restarted
-  child keeps it: its earlier self's runs are left to the reaper, docs/design.md); otherwise
-  each child generates its own.
-- Restarts: a child that dies is started again after a backoff of 0.25 s x 2^k, k being how
-  many times in a row that slot's child died within ``stable_s`` of its start (capped at
-  ``BACKOFF_MAX_S``). "They keep dying" means: one slot's child died ``RESTART_LIMIT`` times
-  in a row, each time within ``stable_s`` of its start. Then the parent stops the others
-  (drain) and exits 1. A child that ran ``stable_s`` or more resets its slot's count.
-  ``stable_s`` is ``STABLE_S`` (30 s), or twice the heartbeat TTL if that is longer.
-- A child that exits 2 (bad configuration found at its start, e.g. the schema version or the
-  eviction policy) is not restarted: a restart cannot mend it. The others drain; exit 2.
-- Signals: the first SIGTERM/SIGINT is sent on to every child (each drains); a second one is
-  sent on too (each skips its drain). Children run in their own session, so a terminal's ^C
-  reaches them once, through the parent. A child gets one SIGTERM should the parent die (Linux,
-  poolchild.py); the same command started again waits for such children to drain (their ids).
-- Exit code after a stop: 2 if a child exited 2, 1 if a child exited otherwise than cleanly
-  (1 for Redis loss, or killed), else 0.
+The behaviour (forked children, ids, restarts with backoff, giving up, signals, exit codes) is
+described in docs/operations.md, "Worker processes"; when a fork is safe: poolfork.py.
 """
 
 from __future__ import annotations

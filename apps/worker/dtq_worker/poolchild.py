@@ -6,11 +6,9 @@ Two things, both driven by variables the parent sets (underscored: not settings)
   loopback port the kernel picks, and write that port to this file, for the parent to read and
   aggregate. A child never binds DTQ_METRICS_PORT: the parent serves it.
 - ``_DTQ_POOL_PARENT``: the parent's pid. The child asks the kernel for a signal should the
-  parent die (Linux), so a SIGKILLed parent does not leave orphans running tasks: they drain.
-  Not SIGTERM itself: the kernel sends it again as each thread of the dying parent exits (the
-  child is handed to the next live thread first), and a second SIGTERM skips the drain. A
-  real-time signal is asked for instead; its first arrival becomes one SIGTERM, later ones are
-  ignored.
+  parent die (Linux), so it drains instead of running on orphaned. A real-time signal, turned
+  into one SIGTERM: the kernel repeats it as each of the parent's threads exits, and a second
+  SIGTERM would skip the drain.
 
 Imports nothing heavy: the worker's entry point imports it before the app.
 """

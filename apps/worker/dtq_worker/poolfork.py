@@ -1,23 +1,13 @@
 """How a ``--processes`` parent starts a child: a fork of itself when that is safe, else a fresh
 ``python -m dtq_worker`` (pool.py decides which, each time a child starts).
 
-**A fork** inherits what the parent already imported (dtq, the worker, the APP: about 0.5 s of
-CPU that a fresh interpreter pays again) and runs the same entry point a fresh child runs,
-``main.main`` with the child's arguments (``main.forked_child``, handed down by main.py: this
-module does not import it back), so settings, logging and the app are set up the same
-way. It is safe only while the parent runs one thread: fork copies the calling thread alone,
-so a lock another thread held (logging's, an HTTP server's, an app's) would stay held in the
-child for good. :func:`can_fork` counts the process's threads as the kernel sees them
-(``/proc/self/task``), which includes threads a C extension started. The parent runs none of
-its own until its HTTP port serves (DTQ_METRICS_PORT; the first children are forked before
-that thread starts); an APP that starts threads at import makes every child a fresh one.
-Nothing of the parent's runs in a child: the parent holds no Redis connection and no event
-loop (dtq's clients reset themselves in a forked child anyway: dtq/sdk/forkreset.py), the child
-closes the parent's listening socket, and it leaves with ``os._exit`` (never unwinding into the
-parent's supervision loop and its clean-up).
-
-Signals: SIGTERM and SIGINT are blocked across the fork, so one that arrives before the child
-has installed its own handlers waits for them instead of reaching the parent's.
+A fork skips re-importing dtq and the APP (docs/operations.md, "Worker processes") and runs the
+entry point a fresh child runs (``main.forked_child``, handed down: not imported back). It is
+safe only while the parent runs one thread (fork copies the calling thread alone, so another's
+lock would stay held): :func:`can_fork` counts the kernel's threads, C extensions' included.
+The child closes the parent's listening socket and leaves with ``os._exit``, never unwinding
+into the parent's loop. SIGTERM and SIGINT are blocked across the fork until the child's own
+handlers are installed.
 """
 
 from __future__ import annotations

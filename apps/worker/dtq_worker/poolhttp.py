@@ -1,20 +1,10 @@
 """The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all.
 
-Each child serves its own registry on a private loopback port (poolchild.py); a scrape of the
-parent fetches every child's ``/metrics`` and merges them: samples with the same name and labels
-are added (counters, histograms), gauges take the largest value (the heartbeat age: the worst
-child) and ``_created`` the earliest. Series that carry ``worker_id`` stay one per child.
-
-Why not prometheus_client's multiprocess mode: it only sees metrics kept in its mmap files, so
-the worker's lock-free per-run counters and histograms (hotmetrics.py) and its scrape-time
-gauges (in-flight count, heartbeat age) would vanish or need rewriting, and every update on the
-hot path would pay the mmap write. Here the children are untouched and the cost is one local
-HTTP fetch per child per scrape.
-
-A child that dies takes its counters with it; so a summed series does not go down (which a
-``rate()`` reads as a counter reset), the counter and histogram samples of its last scrape are
-kept ("retired") and added to every later scrape, as multiprocess mode keeps dead processes'
-files. What a child counted after the last scrape before its death is lost.
+A scrape of the parent fetches every child's ``/metrics`` (poolchild.py) and merges them: same
+name and labels are added (counters, histograms), gauges take the largest value, ``_created`` the
+earliest. A dead child's last counters are kept ("retired") and added to later scrapes, so a
+summed series never goes down. The rules, and why not multiprocess mode: docs/operations.md,
+"Worker processes".
 """
 
 from __future__ import annotations

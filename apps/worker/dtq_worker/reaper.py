@@ -51,9 +51,11 @@ class Reaper:
                             "cancelled as requested)", lost, queue, res.failed,
                             res.cancelled)  # fmt: skip
             total = sc.ReclaimResult(
-                total.requeued + res.requeued, total.failed + res.failed,
-                total.absorbed + res.absorbed, cancelled=total.cancelled + res.cancelled,
-            )  # fmt: skip
+                total.requeued + res.requeued,
+                total.failed + res.failed,
+                total.absorbed + res.absorbed,
+                cancelled=total.cancelled + res.cancelled,
+            )
         return total
 
     async def _pass(self, queue: str) -> sc.ReclaimResult | None:

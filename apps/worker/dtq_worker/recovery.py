@@ -1,17 +1,9 @@
 """Finding the runs a lost reply hid from this worker (lua/recover.lua), and taking them up.
 
-A claim whose reply never came back (the connection dropped after Redis ran it) has marked its
-runs running under this worker; nothing else would ever touch them, and after the visibility
-timeout the reaper would call them lost and spend a retry. After every call that may have
-claimed and failed that way (scripts.AsyncScripts.on_reply_lost, the idle claim pair), and
-periodically, recover.lua returns them; they are launched here (or handed back, spending
-nothing, while the worker stops).
-
-The race: a claim whose reply is merely slow has runs that look exactly like lost ones. So a
-recovery of a queue is sent only while no claim of that queue is in flight, and no claim of it is
-sent while its recovery is pending (the poll loop and the idle claim pair ask
-:meth:`Recovery.active`, the outcome writer's refill ``Slots.recovering``); ``Runs.launch`` also
-refuses a second copy of a run it holds.
+Otherwise the reaper would call such runs lost after the visibility timeout and spend a retry
+(docs/faults.md, "Lost replies"; docs/design.md, "recovery"). A slow reply looks like a lost
+one, so a queue's recovery waits for its claims in flight, and no claim of it is sent meanwhile
+(:meth:`Recovery.active`, ``Slots.recovering``).
 """
 
 from __future__ import annotations
@@ -31,9 +23,8 @@ if TYPE_CHECKING:
     from dtq_worker.runs import Runs
 
 log = logging.getLogger("dtq.recovery")
-# Recoveries sent at once: the periodic check asks for every queue together, and a worker of
-# hundreds of queues sending them all at once took every connection of its client's pool (100),
-# failing the other loops' calls meanwhile ("Too many connections").
+# Recoveries sent at once: the periodic check of hundreds of queues must not take every
+# connection of the client's pool (100) from the other loops.
 AT_ONCE = 8
 
 

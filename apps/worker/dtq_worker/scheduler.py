@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dtq.scheduler")
 LEASE_MS = 10_000
-# How often each queue's lock is taken or renewed (a quarter of the lease), not every tick: a
-# tick every second per queue cost a script call each, on every worker, for all queues.
+# How often each queue's lock is taken or renewed (a quarter of the lease), not every tick: that
+# would be a script call per queue per second on every worker.
 LOCK_EVERY_S = LEASE_MS / 4000
 BATCH = 1000
 SWEEP_CALLS = 20  # limit_sweep calls per queue per tick (5000 parked ids each at most)
