@@ -5,8 +5,8 @@ write fenced by the attempt that claimed it.
 
 The public names load on first use (PEP 562): ``import dtq``, or importing one of its
 submodules (as the worker and the API do), runs none of the SDK's modules until a name is
-asked for, so a process pays only for what it uses at start. ``from dtq import X`` and
-``dtq.X`` work as before; type checkers read the imports under ``TYPE_CHECKING``.
+asked for, so a process pays only for what it uses at start; type checkers read the imports
+under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Ending asyncio tasks for sure: a cancel can be lost, so it is given again until they end.
 
-On Python 3.11, ``asyncio.wait_for`` returns its inner result, not the cancel, when the cancel
-lands just as the inner awaitable completes: a task cancelled at that moment goes on as if it
-had not been. redis-py sends every command under ``wait_for`` (its ``socket_timeout``), so a
-read cancelled as its command is sent goes on waiting for the reply, on a connection its client
-may already have closed: on a cluster such reads went on for 15 to 55 s after the API's event
-hub closed (about one close in 100; docs/operations.md, "Server-sent events").
+On Python 3.11, ``asyncio.wait_for`` drops a cancel that lands as its inner awaitable
+completes, and redis-py sends every command under it: a read cancelled as its command is sent
+goes on waiting for the reply (docs/operations.md, "Server-sent events").
 """
 
 from __future__ import annotations

@@ -5,10 +5,9 @@ The wire stays plain JSON, what other languages and the HTTP API see: a datetime
 string, a date ``YYYY-MM-DD``, a UUID its canonical text, a Decimal its text (no float rounding),
 bytes base64, an enum its value, a dataclass or a pydantic model an object of its fields.
 
-The encoder is msgspec's, picked by measurement (docs/performance.md, "Hand-written code";
-docs/arguments.md): it ties with orjson on plain JSON and is several times faster than the
-stdlib encoder it replaced; it encodes Decimal, bytes and date without a Python hook, and its
-``convert`` decodes by type annotation, so one dependency does both.
+The encoder is msgspec's, picked by measurement (docs/performance.md, "Hand-written code"): it
+encodes Decimal, bytes and date without a Python hook, and its ``convert`` decodes by type
+annotation, so one dependency does both.
 """
 
 from __future__ import annotations
@@ -48,17 +47,15 @@ def _builtins(obj: Any) -> Any:
 
 
 # Used only to find out why a value holding ``null`` was encoded: msgspec writes NaN and
-# infinities as null, this refuses them (as dtq always did: they are not JSON).
+# infinities as null, this refuses them (they are not JSON).
 _strict = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_builtins
 )
 
 
 MAX_DEPTH = 64
-"""Deepest nesting of arrays and objects in one encoded value (the args list is a level). Far
-past any real data's, well below what readers can take back: pydantic's JSON parser stops at
-200 levels and its encoder near 255 (an API answer), msgspec's and the stdlib's decoders at
-Python's recursion limit (about 1000)."""
+"""Deepest nesting of arrays and objects in one encoded value (the args list is a level): far
+past any real data's, well below what readers take back (pydantic's JSON parser stops at 200)."""
 UNDECODABLE = f"nested deeper than {MAX_DEPTH} levels"
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
@@ -66,11 +63,8 @@ _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def too_deep(raw: bytes | str) -> bool:
-    """Whether JSON text ``raw`` nests arrays and objects deeper than :data:`MAX_DEPTH`.
-
-    Counting brackets (two C-speed counts) settles almost every value; past that, strings are
-    cut out and the running depth of what is left is taken, still without a Python loop.
-    """
+    """Whether JSON text ``raw`` nests arrays and objects deeper than :data:`MAX_DEPTH`
+    (counted without a Python loop: brackets first, then the depth with strings cut out)."""
     if isinstance(raw, str):
         if raw.count("[") + raw.count("{") <= MAX_DEPTH:
             return False
@@ -124,7 +118,7 @@ _SCALARS = frozenset({str, int, bool, type(None)})
 
 def _finite(value: Any) -> bool:
     """False when ``value`` may hold a NaN or an infinity: walks lists, tuples and dicts of plain
-    values (a fraction of the stdlib re-encode it spares); anything else is left to that."""
+    values (cheaper than the stdlib re-encode); anything else is left to that."""
     t = type(value)
     if t in _SCALARS:
         return True
@@ -134,7 +128,7 @@ def _finite(value: Any) -> bool:
         value = value.values()
     elif t is not list and t is not tuple:
         return False
-    # A loop, not all(...): the generator made this check cost half again as much.
+    # A loop, not all(...): a generator costs half again as much here.
     for v in value:  # noqa: SIM110
         if type(v) not in _SCALARS and not _finite(v):
             return False
@@ -193,7 +187,7 @@ def is_plain(tp: Any) -> bool:
 def convertible(tp: Any) -> bool:
     """True when :func:`convert` can make a ``tp`` from JSON: every type inside it is one msgspec
     knows or a pydantic model. A parameter of any other class (a ``Callable``, a class of the
-    user's own) is handed what JSON decoding gave, as before dtq converted anything."""
+    user's own) is handed what JSON decoding gave."""
     try:
         info = msgspec.inspect.type_info(tp)
     except Exception:  # whatever the annotation is, registering the task must not fail

@@ -1,15 +1,13 @@
 """Defaults a worker declares (``@app.task(max_retries=, timeout=, expires=)``), for tasks
 enqueued by clients that never imported the task.
 
-A client that knows the task fills the declared values into the record at enqueue, as before.
-One that does not (a plain ``Client``, the HTTP API without ``--app``, ``dtq enqueue``) writes
-what it was given and names what it left unset in the record field ``dflt``: letters of
-:data:`FIELDS` (``m`` max_retries, ``t`` timeout, ``e`` expires). ``maxr`` is written either
-way (dtq's default where unset), so a worker older than this reads the record as before.
-Workers publish their declarations per queue in ``P:{q}:decl`` (task name -> :func:`encode`)
-when they start, and the first claim of the task fills the record's unset fields from it
-(``lua/_claim.lua``), so every script after it (fail, reclaim, requeue) reads the effective
-values from the record.
+A client that knows the task fills the declared values into the record at enqueue. One that
+does not (a plain ``Client``, the HTTP API without ``--app``, ``dtq enqueue``) writes what it was
+given and names what it left unset in the record field ``dflt``: letters of :data:`FIELDS`
+(``m`` max_retries, ``t`` timeout, ``e`` expires); ``maxr`` is written either way (dtq's default
+where unset). Workers publish their declarations per queue in ``P:{q}:decl`` (task name ->
+:func:`encode`) when they start, and the first claim fills the record's unset fields from it
+(``lua/_claim.lua``), so every later script reads the effective values from the record.
 
 Where no worker declared the name the claim uses dtq's defaults: ``DEFAULT_MAX_RETRIES``
 retries, no timeout, no expiry.

@@ -11,10 +11,8 @@ from pythonjsonlogger.msgspec import MsgspecFormatter
 class JsonFormatter(MsgspecFormatter):
     """One JSON object per line (``ts``, ``level``, ``logger``, ``msg``, ``exc`` when there is a
     traceback); extra fields (task_id, queue, attempt, ...) become keys; what JSON cannot hold
-    is written as its ``str``.
-
-    python-json-logger's msgspec formatter, replacing a hand-written one: it writes the same
-    keys and is no slower (docs/performance.md, "Hand-written code").
+    is written as its ``str``. python-json-logger's msgspec formatter (docs/performance.md,
+    "Hand-written code").
     """
 
     def __init__(self) -> None:

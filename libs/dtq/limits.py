@@ -29,9 +29,8 @@ from typing import Any
 from dtq.errors import InvalidRequest
 
 MAX_KEY_LEN = 200
-# Hand-written on purpose: the `limits` package's parse() reads "10/second" and "3/10 seconds"
-# but none of the forms documented here ("10/s", "3/10s", "20/500ms": whole-second granularity
-# at best), and is slower where it can (docs/performance.md, "Hand-written code").
+# Hand-written: the `limits` package's parse() reads none of the forms documented here ("10/s",
+# "3/10s", "20/500ms") and is slower (docs/performance.md, "Hand-written code").
 _RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

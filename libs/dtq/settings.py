@@ -20,7 +20,7 @@ from dtq.store.keys import QUEUE_NAME_RE
 
 WORKER_ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # Characters no name may hold: C0 and C1 controls, DEL, and the Unicode line separators (a
-# name with a newline forged a whole log line and a CLI table row).
+# name with a newline would forge a log line or a CLI table row).
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -103,20 +103,18 @@ class Settings(BaseSettings):
     timed out), with a jittered backoff from 50 ms up to 1 s; 0 raises at once. Only calls
     that are safe to re-send are (docs/client.md, "Connection blips")."""
     client_coalesce: bool = True
-    """A client sends the single enqueues of one queue that its coroutines (AsyncClient) or
-    threads (Client) make while one is in flight as one bulk call when it returns (the first
-    goes out at once): many concurrent enqueues cost Redis a few calls, not one each. 0 sends
-    every enqueue on its own."""
+    """Single enqueues to one queue that a client's coroutines or threads make while one is in
+    flight go out together as one bulk call when it returns (the first goes out at once). 0
+    sends every enqueue on its own."""
     client_warn_undeclared: bool = True
     """A client's first enqueue by name of each queue and task name checks (one read, again at
     most every 5 minutes) that a live worker declared the name within DTQ_DECLARATION_GRACE_S,
     and issues ``dtq.UndeclaredTaskWarning`` once if none did, as ``dtq enqueue`` warns. 0 skips
     the check."""
     fast_lane: bool = True
-    """Send script calls on dtq's fast lane (a kept connection written to directly, skipping
-    redis-py's per-call layers, so less client CPU per call; dtq/store/transport.py). It is used
-    only where the redis-py installed has what it needs (else off, logged once); 0 turns it off:
-    every call then takes redis-py's usual path. The worker's gauge ``dtq_fast_lane_enabled``
+    """Send script calls on dtq's fast lane: a kept connection written to directly, skipping
+    redis-py's per-call layers (dtq/store/transport.py). Off (logged once) where the installed
+    redis-py lacks what it needs; 0 turns it off. The worker's gauge ``dtq_fast_lane_enabled``
     says which."""
     events_maxlen: int = Field(10_000, ge=0)
     """Approximate cap of each queue's lifecycle event stream, in entries (one entry holds the

@@ -1,21 +1,15 @@
 """History: per-minute counts per queue that outlive every process (docs/operations.md,
 "History").
 
-The scripts that enqueue and end runs write them in the same call: enqueue.lua counts
-``enqueued`` with one ``INCR`` of the minute's counter ``P:{q}:he:<minute since the epoch>`` (an
-integer string; the minute by the client's clock, named by the client: the cheapest count a
-single enqueue can make), complete.lua ``succeeded`` and ``cancelled``, fail.lua ``failed``,
-``retried`` and ``cancelled`` (lua/_common.lua, hist_add); the outcome scripts also count each
-stored run's run time in a fixed-bucket histogram (the worker sends each run's bucket,
-:func:`bucket_of`, with its outcome). One outcome call adds one ``BITFIELD`` for all it counts.
+The scripts that enqueue and end runs count in the same call: enqueue.lua ``INCR``s the minute's
+counter ``P:{q}:he:<minute>`` (named by the client), the outcome scripts add to the hour string
+``P:{q}:h:<hour>`` in one ``BITFIELD`` (lua/_common.lua, hist_add), with each run's run-time
+bucket (:func:`bucket_of`) sent by the worker.
 
-Layout: one string per physical queue and hour, ``P:{q}:h:<hour since the epoch>`` (under the
-queue's hash tag), :data:`SLOTS` unsigned 32-bit big-endian counters per minute of the hour
-(:data:`COUNTERS`, then the :data:`NBUCKETS` run-time buckets; ``enqueued``'s stays 0, its count
-is the minute key's), so at most :data:`HOUR_BYTES` bytes per queue and hour; an hour with
-nothing counted has no key. Each hour key expires ``DTQ_STATS_RETENTION_H`` hours after its hour
-ends, each minute key that long after its minute. Readers sum the partitions of a queue, and the
-queues when none is named; percentiles come from the summed bucket counts (:func:`percentile`).
+An hour string holds :data:`SLOTS` unsigned 32-bit big-endian counters per minute
+(:data:`COUNTERS`, then the :data:`NBUCKETS` run-time buckets; ``enqueued``'s stays 0: the minute
+key holds it), at most :data:`HOUR_BYTES` bytes. Readers sum a queue's partitions (and every
+queue when none is named); percentiles come from the summed buckets (:func:`percentile`).
 """
 
 from __future__ import annotations
