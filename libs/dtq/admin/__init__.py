@@ -7,17 +7,13 @@ coroutines with :func:`asyncio.run`; ``dtq-api`` awaits them directly.
 
 Costs worth knowing:
 
-* :meth:`Admin.list_queues` is a fixed handful of commands per queue (pipelined), whatever
-  the queue lengths.
-* :meth:`Admin.recent_tasks` (the API's and dashboard's list) reads tasks newest first from
-  the queues' event streams, which every enqueue already writes (:mod:`dtq.admin.task_index`).
-* :meth:`Admin.list_tasks` walks task records with ``SCAN`` (the CLI's complete walk), so
-  one page costs O(keys scanned), not O(page). A status filter on ``failed`` or ``scheduled``
-  with a queue uses the dead-letter/schedule zsets instead. Pages are cursor based;
-  as with any ``SCAN``, a task may appear twice across pages while Redis rehashes, and
-  records created during the walk may or may not be seen.
-* Purge and bulk requeue/discard run in bounded batches (one short script call per batch), so
-  Redis is never blocked for long and progress can be reported.
+* :meth:`Admin.list_queues`: a fixed handful of pipelined commands per queue.
+* :meth:`Admin.recent_tasks` (the API's list) reads the queues' event streams newest first
+  (:mod:`dtq.admin.task_index`).
+* :meth:`Admin.list_tasks` (the CLI's) walks task records with ``SCAN``: a page costs O(keys
+  scanned), and as with any ``SCAN`` a task may appear twice across pages. ``failed`` or
+  ``scheduled`` with a queue reads the dead-letter/schedule zsets instead.
+* Purge and bulk requeue/discard run in bounded batches (one short script call each).
 
 The package splits :class:`Admin` by concern; each part is a mixin over :class:`AdminCore`
 (``core.py``: connection, script runner, queue registry): ``queues.py``, ``tasks.py``,

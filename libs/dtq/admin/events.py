@@ -96,12 +96,9 @@ class EventOps(AdminCore):
         """On a cluster, where one XREAD cannot span the queues' slots: one XREAD per stream,
         in parallel, until the first has events or fails (its error is raised).
 
-        The reads still waiting are kept for the next call, which passes the same cursors for
-        them, rather than cancelled: a cancel that lands just as a command is sent is lost
-        (dtq/aiotasks.py), leaving a read whose error (at the close of its connection) nobody
-        takes ("Task exception was never retrieved" in the log). :meth:`close` ends them, and
-        the reads cancelled for an older cursor, cancelling again until they end. Every read's
-        outcome is taken when it ends.
+        The reads still waiting are kept for the next call rather than cancelled: a cancel can
+        be lost (dtq/aiotasks.py), leaving a read whose error nobody takes. :meth:`close` ends
+        them, cancelling again until they end.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000

@@ -1,26 +1,11 @@
 """The newest-first task list, read from indexes Redis already keeps (no SCAN, no new write).
 
-Why no index of its own: every enqueue (``enqueue.lua``, ``_flow.lua``, ``schedule_fire.lua``)
-already appends an ``enqueued`` event, with the task's tid, to its queue's capped event stream
-``P:{q}:events``. Stream ids are time-ordered, so that stream *is* a newest-first index of
-the queue's tasks, and a dedicated zset would cost every enqueue one more write (the hot path)
-for the same order. The running tasks are the pending entries of the queues' consumer groups.
-
-What that costs and bounds:
-
-* A page reads the event streams backwards in chunks (``XREVRANGE``), picks the ``enqueued``
-  events, and reads those records newest first, in pipelined batches of what the page still
-  needs (at least ``FETCH_MIN``); it stops after ``INDEX_BUDGET`` stream entries or
-  ``RECORD_BUDGET`` records, whichever comes first, with a cursor to continue from (a filter
-  matching few tasks answers a short page). The cursor can point inside a bulk entry.
-* The index reaches back as far as the stream's cap (``DTQ_EVENTS_MAXLEN`` events per queue):
-  an older task is not listed, but is still found by id (``GET /api/v1/tasks/{id}``).
-  With ``DTQ_EVENTS_MAXLEN=0`` there is no index; :meth:`dtq.admin.Admin.list_tasks` (SCAN)
-  remains for that case and for the CLI.
-* The cursor is the place of the last task listed: its event's stream id, its queue (two
-  queues' streams may hold the same id) and, when that entry holds the events of a bulk
-  enqueue (several tids, ``dtq.admin.views.events_from``), its index there: written
-  ``<ms>.<seq>.<queue>``, or ``<ms>.<seq>-<index>.<queue>`` for an index above 0.
+Every enqueue already appends an ``enqueued`` event with the tid to its queue's capped,
+time-ordered event stream: that stream is a newest-first index, where a zset of its own would
+cost every enqueue one more write. The running tasks are the consumer groups' pending entries.
+The bounds (``INDEX_BUDGET``, ``RECORD_BUDGET``), the reach (``DTQ_EVENTS_MAXLEN``) and the
+cursor: docs/operations.md, "Pagination". A cursor is ``<ms>.<seq>.<queue>``, or
+``<ms>.<seq>-<index>.<queue>`` for a place inside a bulk entry (:data:`Pos`).
 """
 
 from __future__ import annotations
@@ -156,7 +141,7 @@ async def newest(
                         cands.append((pos, tid))
         cands.sort(reverse=True)
         # Records are read in batches, newest first, only as far as the page needs them
-        # (a bulk entry holds up to 250 tids: reading all of a round's ran to 250 000).
+        # (a round's candidates can run to hundreds of thousands: bulk entries hold 250 tids).
         done = 0
         while done < len(cands):
             if fetched >= RECORD_BUDGET:  # resume after the last one read, mid-entry or not
