@@ -2,11 +2,9 @@
 than an inline script, so the page runs under the dashboard's own Content-Security-Policy
 ('self' only).
 
-The files come from ``fastapi-offline`` (PyPI, MIT; Swagger UI itself is Apache-2.0): it ships
-a current Swagger UI 5 build, which renders FastAPI's OpenAPI 3.1 document, and needs nothing
-but FastAPI. ``swagger-ui-bundle`` was tried first: its newest release ships Swagger UI 4.15,
-which refuses OpenAPI 3.1 ("Unable to render this definition"). Only the static files are
-used, not its ``FastAPIOffline`` class.
+The files come from ``fastapi-offline`` (MIT; Swagger UI is Apache-2.0): its Swagger UI 5
+renders FastAPI's OpenAPI 3.1 (``swagger-ui-bundle``'s 4.15 refuses it). Only its static files
+are used, not its ``FastAPIOffline`` class.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Server-sent event streams: many subscribers, one Redis reader.
 
-Each ``GET /api/v1/events`` used to hold a pooled Redis connection in a blocking XREAD, so a
-hundred open dashboards took the whole pool and every other route answered 503. Now one
-:class:`EventHub` per process reads the event streams on its own connection (its own
-:class:`~dtq.admin.Admin`, outside the routes' pool) and hands each batch to every subscriber's
-bounded queue. Subscribers are capped (``DTQ_API_MAX_STREAMS``): past the cap a stream is
-refused, so one process never holds more than that many open responses. A subscriber that
-does not keep up (its queue full) is dropped with an ``error`` event, and may reconnect.
+One :class:`EventHub` per process reads the event streams on its own connection (its own
+:class:`~dtq.admin.Admin`), so open dashboards never take the routes' pool, and hands each batch
+to every subscriber's bounded queue. Past ``DTQ_API_MAX_STREAMS`` subscribers a stream is
+refused; one that does not keep up (its queue full) is dropped with an ``error`` event.
 """
 
 from __future__ import annotations
@@ -89,8 +86,7 @@ class EventHub:
         for sub in list(self._subs):
             sub.close()
         if self._reader is not None:
-            # Cancelled again until it ends: on one server its read is a redis-py call, which
-            # can lose a cancel (dtq/aiotasks.py), and then closing waited for it for ever.
+            # Cancelled again until it ends: a redis-py read can lose a cancel (dtq/aiotasks.py).
             if await cancel_until_done([self._reader], READER_END_S):
                 log.warning("the event reader did not end within %.0fs", READER_END_S)
             elif not self._reader.cancelled():
@@ -127,10 +123,9 @@ class EventHub:
                 self._deliver(evs)
 
 
-# SSE frames are written by hand on purpose: sse-starlette's ServerSentEvent(..., sep="\n")
-# .encode() makes the same bytes for these one-line JSON payloads at about twice the cost per
-# event (docs/performance.md, "Hand-written code"), and its EventSourceResponse would replace
-# the slow-client cut and idle ping this stream does with its own.
+# SSE frames are written by hand: sse-starlette's costs more per event (docs/performance.md,
+# "Hand-written code"), and its EventSourceResponse would replace this stream's slow-client cut
+# and idle ping with its own.
 def _error(message: str) -> bytes:
     return f"event: error\ndata: {json.dumps({'message': message})}\n\n".encode()
 
@@ -203,10 +198,8 @@ async def sse(
         sub.close()
 
 
-# The hub's own client may hold this many connections (per node of a cluster): on a cluster
-# its reader holds one blocking XREAD per event stream (dtq/admin/events.py), one per queue, and
-# no calls-in-flight cap may hold some back while the others block (events of the queues held
-# back waited for a read's 5 s block to end).
+# The hub's own client may hold this many connections (per node): on a cluster its reader holds
+# one blocking XREAD per queue (dtq/admin/events.py), and a cap would hold some reads back.
 READER_CONNECTIONS = 100_000
 
 
