@@ -305,10 +305,6 @@ def parse_flow_key(prefix: str, flow_field: str) -> tuple[str, str, str]:
 # --- what get() shows ---------------------------------------------------------------------
 
 
-def step_fields(n: int) -> list[str]:
-    return [f"q{i}" for i in range(n)]
-
-
 def flow_record(task_id: str, fh: dict[str, str], step_recs: list[Any]) -> dict[str, Any]:
     """The flow as a task-like record, plus its steps (index, id, name, status) and tree.
     ``step_recs``: [status, name] of each step's task record (None: not created yet)."""

@@ -299,10 +299,6 @@ class QueueKeys:
         dtq.schedules.runner)."""
         return f"{self.base}:schedules:seen"
 
-    def all_fixed(self) -> list[str]:
-        """Every key of the queue that is not per task: what purge and retention must know."""
-        return [*self.streams, self.sched, self.dlq, self.stats, self.paused, self.events]
-
 
 @dataclass(frozen=True, slots=True)
 class Keys:
