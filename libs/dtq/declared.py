@@ -1,21 +1,14 @@
 """Defaults a worker declares (``@app.task(max_retries=, timeout=, expires=)``), for tasks
-enqueued by clients that never imported the task.
+enqueued by clients that never imported the task (docs/design.md, "Declared defaults").
 
-A client that knows the task fills the declared values into the record at enqueue. One that
-does not (a plain ``Client``, the HTTP API without ``--app``, ``dtq enqueue``) writes what it was
-given and names what it left unset in the record field ``dflt``: letters of :data:`FIELDS`
-(``m`` max_retries, ``t`` timeout, ``e`` expires); ``maxr`` is written either way (dtq's default
-where unset). Workers publish their declarations per queue in ``P:{q}:decl`` (task name ->
-:func:`encode`) when they start, and the first claim fills the record's unset fields from it
-(``lua/_claim.lua``), so every later script reads the effective values from the record.
+Such a client names the fields it left unset in the record's ``dflt`` (letters of
+:data:`FIELDS`); workers publish their declarations per queue in ``P:{q}:decl`` (task name ->
+:func:`encode`), and the first claim fills the unset fields from it (``lua/_claim.lua``), or
+from dtq's defaults where no worker declared the name.
 
-Where no worker declared the name the claim uses dtq's defaults: ``DEFAULT_MAX_RETRIES``
-retries, no timeout, no expiry.
-
-Each worker also publishes the names of the tasks it runs (a JSON list, :data:`TASKS_FIELD` of
-its heartbeat hash, which expires with the worker) for ``dtq workers``; whether a live worker of
-a queue declares a name (for the clients' UndeclaredTaskWarning and ``dtq enqueue``) is read from
-the queue's ``decl:seen`` stamps instead (dtq.sdk.clientbase).
+Each worker also publishes the names it runs (:data:`TASKS_FIELD` of its heartbeat hash) for
+``dtq workers``; whether a live worker declares a name is read from ``decl:seen`` instead
+(dtq.sdk.clientbase).
 """
 
 from __future__ import annotations

@@ -77,8 +77,6 @@ class WorkerMetrics:
         for loop in LOOPS:
             self.redis_errors.labels(loop)
             self.loop_restarts.labels(loop)
-        # Read at scrape time (heartbeat.py points it at its clock): it keeps growing while a
-        # heartbeat hangs, not only when one fails.
         # Read at scrape time: dtq/store/transport.py decides once per process.
         self.fast_lane = Gauge(
             "dtq_fast_lane_enabled",
@@ -87,6 +85,8 @@ class WorkerMetrics:
             registry=r,
         )
         self.fast_lane.set_function(lambda: 1.0 if transport.in_use() else 0.0)
+        # Read at scrape time (heartbeat.py points it at its clock): it keeps growing while a
+        # heartbeat hangs, not only when one fails.
         self.heartbeat_age = Gauge(
             "dtq_worker_heartbeat_age_seconds", "Seconds since the last good heartbeat", registry=r
         )

@@ -1,17 +1,11 @@
-"""Partitioned queues (``DTQ_QUEUE_PARTITIONS=bulk=4``): one logical queue over several hash tags.
+"""Partitioned queues (``DTQ_QUEUE_PARTITIONS=bulk=4``): one logical queue over several hash tags
+(docs/operations.md, "Partitioned queues").
 
-Partition 0 of ``bulk`` is the queue ``bulk`` itself (its keys, its hash tag): a queue with one
-partition is exactly an unpartitioned queue. Partition ``i`` > 0 is the internal queue
-``bulk~i`` (tag ``{P:bulk~i}``), a queue like any other to the scripts, the worker's loops and
-retention; ``~`` is not allowed in a queue name, so no user queue can collide with it. A task id
-names the logical queue and carries its partition at the end of the tid (``bulk:<tid>~2``), so
-``get``, ``cancel`` and a DLQ requeue find its keys without scanning (dtq.store.keys.split_task_id).
-
-The count is recorded in Redis (``P:partitions``, logical queue -> count, absent for 1) and
-checked by clients (on the first enqueue to a queue, and again with each re-registration) and by
-workers at start: a different count is refused while tasks wait in the recorded partitions
-(:class:`dtq.errors.ConfigError`, exit 2 for a command); once they are empty the new count is
-recorded (docs/operations.md, "Partitioned queues").
+Partition 0 of ``bulk`` is the queue ``bulk`` itself; partition ``i`` > 0 is the internal queue
+``bulk~i``, a queue like any other to the scripts and the worker (``~`` is not allowed in a queue
+name). A task id carries its partition (``bulk:<tid>~2``), so its keys are found without a scan.
+The count is recorded in ``P:partitions`` and checked by clients and workers: a different count
+is refused (:class:`dtq.errors.ConfigError`) while tasks wait in the recorded partitions.
 """
 
 from __future__ import annotations
