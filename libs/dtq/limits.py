@@ -1,21 +1,8 @@
 """Fleet-wide limits declared on a task: concurrency per key and rate (starts per window).
 
-A limit is declared once, on the task::
-
-    from dtq import App, Limit
-
-    @app.task(limit=Limit(key=lambda tenant, **_: tenant, concurrency=2, rate="10/s"))
-    async def sync_account(tenant: str, account: int) -> None: ...
-
-The key is computed from the task's arguments when it is enqueued (through a client that knows
-the app, e.g. ``sync_account.enqueue(...)`` or ``app.client()``) and stored in the task record
-with the limits (fields ``lk``, ``lc``, ``lrn``, ``lrw``). The claim (lua/claim.lua) enforces them
-for every worker at once: a task whose key is at its concurrency limit is parked (status stays
-``queued``, no attempt spent) until a run with that key ends; a task whose key used up its rate is
-parked in the schedule (status ``scheduled``) until the window has room. Other tasks keep flowing.
-
-Limits are per queue: two tasks in one queue whose keys are equal share the same counters.
-Without ``key`` the task name is the key (one limit for the task across the fleet).
+The key is computed from the task's arguments at enqueue (by a client that knows the app) and
+stored in the task record with the limits; the claim (lua/claim.lua) enforces them for every
+worker at once, parking a task over its limit without spending an attempt (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -65,8 +52,9 @@ class Limit:
     """A limit shared by every worker, declared with ``@app.task(limit=Limit(...))``.
 
     ``key`` is called with the task's positional and keyword arguments and returns the limit key
-    (e.g. the tenant); ``concurrency`` caps runs of one key at a time; ``rate`` caps starts of one
-    key per window (``"10/s"`` or a :class:`Rate`). At least one of the two caps is needed.
+    (e.g. the tenant; without it the task name is the key; keys are per queue); ``concurrency``
+    caps runs of one key at a time; ``rate`` caps starts of one key per window (``"10/s"`` or a
+    :class:`Rate`). At least one of the two caps is needed.
     """
 
     key: Callable[..., Any] | None = None

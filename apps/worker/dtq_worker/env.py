@@ -126,13 +126,11 @@ class WorkerEnv:
 
         async def go() -> None:
             try:
+                ts = int(time.time() * 1000)
+                fields = {"type": etype, "worker": self.worker_id, "detail": detail, "ts": ts}
                 await self.redis.xadd(
-                    self.keys.worker_events,
-                    {"type": etype, "worker": self.worker_id, "detail": detail,
-                     "ts": int(time.time() * 1000)},
-                    maxlen=1000,
-                    approximate=True,
-                )  # fmt: skip
+                    self.keys.worker_events, fields, maxlen=1000, approximate=True
+                )
             except Exception as exc:
                 log.debug("worker event %s not written: %s", etype, exc)
 
