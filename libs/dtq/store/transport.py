@@ -1,6 +1,6 @@
 """The fast lane: script calls written to a kept connection, under redis-py's command layer.
 
-That layer costs more client CPU than the round trip of a small call (docs/performance.md,
+That layer costs client CPU on every call, and a single enqueue is one call (docs/performance.md,
 "Hand-written code"). Whatever a lane cannot do goes the usual way (:mod:`dtq.scripts`): a
 NOSCRIPT, a lane busy with another call, a broken connection (dropped; the usual path retries).
 
