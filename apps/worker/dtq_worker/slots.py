@@ -1,21 +1,10 @@
 """A worker's capacity: which runs it holds, how many bodies run, and what claims may still take.
 
-A run holds a slot from its launch until its body is over (its outcome write begins): while its
-body runs, or while it waits in ``ready`` because it was claimed ahead of a free slot
-(DTQ_WORKER_PREFETCH) or its lease may have lapsed. A claim in flight reserves the slots it asks
-for until its reply has been launched. So:
-
-* at most ``concurrency`` bodies run: ``active - len(ready)``;
-* a claim asks for no more than ``concurrency + prefetch - active - claiming`` runs, and for no
-  more than a queue's cap less the runs of that queue held or being claimed (waiting runs count:
-  Redis counted them against the queue's fleet limit when it handed them out);
-* a drain sees every run in flight: a claim's runs are launched in the same step that gives its
-  reservation back, so ``inflight`` or ``claiming`` always shows them.
-
-Also kept here, because they decide whether a launched run may start: the cancel hints heard
-for runs not (yet) held (a claim's reply may still be on its way) and the guard that launches a
-run only once. Waits are on signals, never on polling: the poll loop waits for a freed slot, the
-drain for any change, a queue's recovery for its claims in flight to end.
+A run holds a slot from its launch until its body is over; a claim in flight reserves the slots
+it asks for until its runs are launched, in the same step. The invariants this keeps (bodies
+within the concurrency, claims within the free slots and queue caps, a drain that sees every run
+in flight): docs/design.md, "The slots". Also here, as they decide whether a launched run may
+start: the cancel hints for runs not (yet) held and the guard that launches a run only once.
 
 Nothing here touches Redis or creates tasks: Runs (runs.py) passes ``start`` (begin a run's task).
 """
