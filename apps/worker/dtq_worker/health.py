@@ -1,15 +1,9 @@
 """The worker's HTTP port (DTQ_METRICS_PORT): ``/metrics``, ``/healthz`` and ``/readyz``.
 
-It runs in its own thread so it answers whatever the event loop is doing, and says so:
-
-- ``/healthz`` (liveness) asks the event loop to run a no-op and waits for it. A loop held by a
-  blocking call, or a frozen process, fails it (503, or no answer at all): restarting such a
-  process is the cure. A Redis outage does not fail it: a restart would not help.
-- ``/readyz`` (readiness) answers 200 while Redis is reachable and heartbeats land, 503 while
-  they fail or the worker drains. It tells a rollout or a PodDisruptionBudget whether this
-  worker takes work; it costs nothing per task (it reads what the heartbeat loop records).
-
-Answers are JSON ``{"status": ...}``: ``ok`` or why not.
+It runs in its own thread so it answers whatever the event loop is doing: ``/healthz``
+(liveness) waits for the loop to run a no-op, so a blocked loop or a frozen process fails it but
+a Redis outage does not; ``/readyz`` reads what the heartbeat loop records. Answers are JSON
+``{"status": ...}``, ``ok`` or why not (docs/operations.md, the probes' table).
 """
 
 from __future__ import annotations
