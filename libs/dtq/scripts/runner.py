@@ -53,6 +53,16 @@ def _lua_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "lua"
 
 
+INCLUDE = "-- include: "
+"""A line (from column 0) naming one include of a script or of another include:
+``-- include: <name>`` is ``lua/includes/<name>.lua``."""
+
+
+class IncludeError(ValueError):
+    """A script or an include names an include that does not exist, or includes that include
+    one another."""
+
+
 @cache
 def source(name: str) -> str:
     """The full text of a script as sent to Redis: the shared helpers it uses, then the script.
@@ -112,6 +122,69 @@ def _definitions(common: str) -> list[tuple[frozenset[str], str]]:
             blocks[-1] = (blocks[-1][0], blocks[-1][1] + "".join(lead) + line)
             lead = []
     return blocks
+
+
+def assemble(lua_dir: Path, name: str) -> str:
+    """The text of script ``<lua_dir>/<name>.lua`` with its includes before it.
+
+    A script names each include it uses by an ``-- include: <name>`` line: the file
+    ``<lua_dir>/includes/<name>.lua``, which defines one helper (a ``local function`` of that
+    name, with the constants or state it keeps) and names the includes it uses in turn. Each
+    include is sent once, after those it includes, so a Lua local is defined before its first
+    use; only the includes named are sent, directly or through one another, since Redis runs a
+    script's whole text on every call and every helper it defines is a closure made per call.
+    Full-line comments and blank lines are left out of the text sent but the script's first
+    line, which names it (none of the files uses a long string or a long comment): the text is
+    what SCRIPT LOAD, and in a cluster pipeline every EVAL, sends. Raises
+    :class:`IncludeError` for a missing include or a cycle.
+    """
+    text = (lua_dir / f"{name}.lua").read_text()
+    parts: list[str] = []
+    done: set[str] = set()
+
+    def add(inc: str, chain: tuple[str, ...]) -> None:
+        if inc in done:
+            return
+        if inc in chain:
+            raise IncludeError("includes form a cycle: " + " -> ".join([*chain, inc]))
+        try:
+            deps, code = _include(lua_dir, inc)
+        except FileNotFoundError:
+            by = chain[-1] if chain else f"{name}.lua"
+            raise IncludeError(f"{by} includes {inc}: no {lua_dir}/includes/{inc}.lua") from None
+        for dep in deps:
+            add(dep, (*chain, inc))
+        done.add(inc)
+        parts.append(code)
+
+    for inc in includes_of(text):
+        add(inc, ())
+    first, _, rest = text.partition("\n")
+    return "".join([first, "\n", *parts, _code(rest)])
+
+
+def includes_of(text: str) -> list[str]:
+    """The includes a file names, in its order."""
+    return [
+        line.removeprefix(INCLUDE).strip() for line in text.splitlines() if line.startswith(INCLUDE)
+    ]
+
+
+@cache
+def _include(lua_dir: Path, name: str) -> tuple[list[str], str]:
+    """An include's own includes and its text as sent (read once per process: every script's
+    source asks, and a worker builds them all at start)."""
+    text = (lua_dir / "includes" / f"{name}.lua").read_text()
+    return includes_of(text), _code(text)
+
+
+def _code(text: str) -> str:
+    """``text`` without its full-line comments and blank lines."""
+    return "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if line.strip() and not line.lstrip().startswith("--")
+    )
 
 
 class ScriptError(StrEnum):
