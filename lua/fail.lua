@@ -14,9 +14,9 @@
 -- KEYS[14]     P:{q}:stats
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
--- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
+-- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see includes/limit_release.lua)
 -- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
---              fails (cancels) its flow in this same call (flow_note in _flow.lua)
+--              fails (cancels) its flow in this same call (includes/flow_note.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
@@ -25,11 +25,20 @@
 --              the record's 'tb' field; '' removes a kept one. Absent: 'tb' is left as it is.
 -- ARGV[7+6n]   optional (after the tracebacks): history TTL (s; '' or absent: no history,
 --              dtq/stats.py), then per run its run-time bucket ('': not counted); KEYS[20]
---              P:{q}:h: is given with them. Counted in one BITFIELD (hist_add, _common.lua).
+--              P:{q}:h: is given with them. Counted in one BITFIELD (includes/hist_add.lua).
 -- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
 --              the status the record has now ('scheduled', 'failed', 'cancelled', or what
 --              followed: 'queued', ...)
--- include: _flow
+-- include: drop_entry
+-- include: end_cancelled
+-- include: flow_note
+-- include: group_base
+-- include: group_end
+-- include: hist_add
+-- include: limit_release
+-- include: now_ms
+-- include: spend_retry
+-- include: stream_index
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -71,7 +80,7 @@ for i = 0, n - 1 do
       redis.call('HSET', rk, 'tb', tb)
     end
     if r[8] and out[#out] ~= 'scheduled' then
-      flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
+      flow_note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
         fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
         done_prefix = done_prefix}, r[8], out[#out], r[7] or err)
     end

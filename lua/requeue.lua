@@ -16,9 +16,9 @@
 -- KEYS[14]     P:{q}:stats
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
--- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
+-- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see includes/limit_release.lua)
 -- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
---              fails (cancels) its flow in this same call (flow_note in _flow.lua)
+--              fails (cancels) its flow in this same call (includes/flow_note.lua)
 -- KEYS[20]     P:{q}:decl:seen  (task name -> ms a live worker last declared it)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
@@ -29,7 +29,17 @@
 -- ARGV[11..]   per run, 3 fields: tid, eid, attempt
 -- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale' |
 --              'unknown'; for a re-send, the status the record has now
--- include: _flow
+-- include: drop_entry
+-- include: emit
+-- include: end_cancelled
+-- include: flow_note
+-- include: group_base
+-- include: group_end
+-- include: group_requeue
+-- include: limit_release
+-- include: now_ms
+-- include: spend_retry
+-- include: stream_index
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -85,7 +95,7 @@ for i = 0, n - 1 do
     end
     local res = out[#out]
     if r[9] and (res == 'failed' or res == 'cancelled') then
-      flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
+      flow_note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
         fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
         done_prefix = done_prefix}, r[9], res, redis.call('HGET', rk, 'error') or res)
     end

@@ -13,6 +13,7 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] n
 -- ARGV[4..]    per run, 3 fields: tid, eid, attempt
 -- Returns      {lost tids..., '|', cancel-requested tids...}
+-- include: stream_index
 
 local group, worker, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local base = KEYS[11]

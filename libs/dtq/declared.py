@@ -8,8 +8,8 @@ what it was given and names what it left unset in the record field ``dflt``: let
 way (dtq's default where unset), so a worker older than this reads the record as before.
 Workers publish their declarations per queue in ``P:{q}:decl`` (task name -> :func:`encode`)
 when they start, and the first claim of the task fills the record's unset fields from it
-(``lua/_claim.lua``), so every script after it (fail, reclaim, requeue) reads the effective
-values from the record.
+(``lua/includes/claim_entries.lua``), so every script after it (fail, reclaim, requeue) reads
+the effective values from the record.
 
 Where no worker declared the name the claim uses dtq's defaults: ``DEFAULT_MAX_RETRIES``
 retries, no timeout, no expiry.

@@ -5,7 +5,7 @@ The scripts that enqueue and end runs write them in the same call: enqueue.lua c
 ``enqueued`` with one ``INCR`` of the minute's counter ``P:{q}:he:<minute since the epoch>`` (an
 integer string; the minute by the client's clock, named by the client: the cheapest count a
 single enqueue can make), complete.lua ``succeeded`` and ``cancelled``, fail.lua ``failed``,
-``retried`` and ``cancelled`` (lua/_common.lua, hist_add); the outcome scripts also count each
+``retried`` and ``cancelled`` (lua/includes/hist_add.lua); the outcome scripts also count each
 stored run's run time in a fixed-bucket histogram (the worker sends each run's bucket,
 :func:`bucket_of`, with its outcome). One outcome call adds one ``BITFIELD`` for all it counts.
 

@@ -1,15 +1,23 @@
 """The scripts' includes (lua/includes/<name>.lua, one helper per file): the loader
 (dtq.scripts.runner.assemble) sends each include a script names, directly or through another
 include, once and before its first use, and nothing else; it refuses a missing include and a
-cycle."""
+cycle. And the real files name exactly the includes their code uses."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from dtq.scripts import runner
+from tests.conftest import ROOT
+
+LUA = ROOT / "lua"
+INCLUDES = sorted((LUA / "includes").glob("*.lua"))
+SCRIPTS = sorted(LUA.glob("*.lua"))
+# A top-level definition: ``local function f(`` or ``local a, b = ...`` / ``local A`` (column 0).
+DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*(?:=|$))", re.M)
 
 
 def _write(d: Path, files: dict[str, str]) -> Path:
@@ -72,3 +80,59 @@ def test_a_cycle_is_refused(tmp_path: Path) -> None:
     _write(d, {"includes/self": "local function self_() return 1 end\n"})
     _write(d, {"b": "-- b.lua\n-- include: self\nreturn self_()\n"})
     assert runner.assemble(d, "b").endswith("local function self_() return 1 end\nreturn self_()\n")
+
+
+def _defined(text: str) -> set[str]:
+    names: set[str] = set()
+    for m in DEFINES.finditer(text):
+        names |= {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
+    return names
+
+
+def _code_words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", "\n".join(line.split("--", 1)[0] for line in text.splitlines())))
+
+
+def test_every_file_includes_exactly_what_its_code_uses() -> None:
+    """A name an include defines, used without its include line, would be a nil global where it
+    runs (on a rare path, maybe: the claim's expiry of a workflow step); an include named but
+    not used is text sent for nothing and a closure made on every call."""
+    defines = {p.stem: _defined(p.read_text()) for p in INCLUDES}
+    wrong = {}
+    for path in [*SCRIPTS, *INCLUDES]:
+        text = path.read_text()
+        own = _defined(text) if path.parent.name == "includes" else set()
+        used = _code_words(text) - own
+        needed = {inc for inc, names in defines.items() if names & used}
+        named = set(runner.includes_of(text))
+        if named != needed:
+            wrong[path.relative_to(LUA).as_posix()] = (
+                sorted(named - needed),
+                sorted(needed - named),
+            )
+    assert wrong == {}, "(named but unused, used but not named)"
+
+
+def test_each_include_is_one_helper_named_as_its_file_and_is_used() -> None:
+    used = set()
+    for p in [*SCRIPTS, *INCLUDES]:
+        used |= set(runner.includes_of(p.read_text()))
+    for p in INCLUDES:
+        names = _defined(p.read_text())
+        functions = set(re.findall(r"^local function (\w+)", p.read_text(), re.M))
+        # One function, named as the file, with the constants or state it keeps; or constants.
+        assert functions == {p.stem} or (not functions and all(n.isupper() for n in names)), p
+        assert p.stem in used, f"{p.name}: no script includes it"
+
+
+def test_the_real_scripts_carry_only_what_they_include() -> None:
+    enqueue = runner.source("enqueue")
+    assert "local function emit(" in enqueue and "local function finish(" not in enqueue
+    complete = runner.source("complete")
+    assert complete.startswith("-- complete.lua: ")
+    assert complete.count("local function finish(") == 1  # (complete and claim_entries use it)
+    assert complete.index("local function finish(") < complete.index(
+        "local function claim_entries("
+    )
+    for p in SCRIPTS:
+        assert "\n--" not in runner.source(p.stem), p.name  # comments stay in the files

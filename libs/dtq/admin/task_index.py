@@ -1,6 +1,6 @@
 """The newest-first task list, read from indexes Redis already keeps (no SCAN, no new write).
 
-Why no index of its own: every enqueue (``enqueue.lua``, ``_flow.lua``, ``schedule_fire.lua``)
+Why no index of its own: every enqueue (``enqueue.lua``, a workflow step's, ``schedule_fire.lua``)
 already appends an ``enqueued`` event, with the task's tid, to its queue's capped event stream
 ``P:{q}:events``. Stream ids are time-ordered, so that stream *is* a newest-first index of
 the queue's tasks, and a dedicated zset would cost every enqueue one more write (the hot path)

@@ -9,7 +9,6 @@ sibling modules of this package, one per family of scripts.
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -65,63 +64,8 @@ class IncludeError(ValueError):
 
 @cache
 def source(name: str) -> str:
-    """The full text of a script as sent to Redis: the shared helpers it uses, then the script.
-
-    A script line ``-- include: _part`` prepends ``lua/_part.lua`` too (after the helpers):
-    claim.lua and complete.lua share the claim transition that way. Of ``_common.lua`` only the
-    definitions the script (or a definition it keeps) names are sent: Redis runs a script's
-    whole text on every call, and each helper it defines is a closure made and collected per
-    call (about 1 us per call for all of them, cache-cold, on a single enqueue).
-    """
-    d = _lua_dir()
-    text = (d / f"{name}.lua").read_text()
-    parts = []
-    for line in text.splitlines():
-        if line.startswith("-- include: "):
-            parts.append((d / f"{line.removeprefix('-- include: ').strip()}.lua").read_text())
-    body = "\n".join([*parts, text])
-    return "\n".join([helpers_for(body, (d / "_common.lua").read_text()), body])
-
-
-_DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*=)", re.MULTILINE)
-
-
-_WORDS = re.compile(r"\w+")
-
-
-def helpers_for(body: str, common: str) -> str:
-    """The definitions of ``common`` that ``body`` needs, directly or through one another, in
-    their order (a Lua local can only name locals defined before it). A definition starts at a
-    ``local`` line in column 0 and takes the comment lines just above it."""
-    blocks = _definitions(common)
-    used = [False] * len(blocks)
-    words = set(_WORDS.findall(body))  # every name the text needing helpers mentions
-    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
-        names, block = blocks[i]
-        if not names.isdisjoint(words):
-            used[i] = True
-            words.update(_WORDS.findall(block))
-    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
-
-
-@cache
-def _definitions(common: str) -> list[tuple[frozenset[str], str]]:
-    """``common`` cut into its top-level definitions: (the names each defines, its text). Made
-    once per process (every script's source asks; a worker builds them all at start)."""
-    blocks: list[tuple[frozenset[str], str]] = []
-    lead: list[str] = []  # comment lines waiting for their definition
-    for line in common.splitlines(keepends=True):
-        m = _DEFINES.match(line)
-        if m:
-            names = {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
-            blocks.append((frozenset(names), "".join(lead) + line))
-            lead = []
-        elif line.startswith("--") or not line.strip() or not blocks:
-            lead.append(line)  # a comment or blank line: the next definition's, or ...
-        else:  # ... the definition goes on (any code line, in or after its body)
-            blocks[-1] = (blocks[-1][0], blocks[-1][1] + "".join(lead) + line)
-            lead = []
-    return blocks
+    """The full text of ``lua/<name>.lua`` as sent to Redis: see :func:`assemble`."""
+    return assemble(_lua_dir(), name)
 
 
 def assemble(lua_dir: Path, name: str) -> str:
@@ -233,7 +177,7 @@ class Call:
 # so no script runs at all until the migration ends, and then it runs whole on the new owner.
 # TRYAGAIN means "not run": the cluster client waits it out (connection.py). On a stable slot
 # the guard costs nothing (Redis looks keys up only for slots in migration). Scripts that count
-# their KEYS leave it out (``nkeys()`` in lua/_common.lua).
+# their KEYS leave it out (lua/includes/nkeys.lua).
 SLOT_GUARD = ":~slotguard"
 
 
@@ -459,12 +403,13 @@ def to_str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-# How long a state-changing SDK call's reply is kept for its re-send (lua/_replay.lua): longer
-# than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus timeouts).
+# How long a state-changing SDK call's reply is kept for its re-send (lua/includes/replayed.lua):
+# longer than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus
+# timeouts).
 REPLY_TTL_MS = 60_000
 
 
 def new_nonce() -> str:
     """A per-call nonce: the same call re-sent after a blip carries it and gets the first
-    send's reply (lua/_replay.lua)."""
+    send's reply (lua/includes/replayed.lua)."""
     return secrets.token_hex(8)
