@@ -44,6 +44,7 @@
 -- include: limit_release
 -- include: now_ms
 -- include: record_defaults
+-- include: run_fence
 -- include: stream_index
 
 -- Whether stream entry id a ("ms-seq") is below id b. Compared as text, not as numbers
@@ -145,7 +146,8 @@ for i = 0, n - 1 do
   else
     r = redis.call('HMGET', rk, 'status', 'attempt', 'worker')
   end
-  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker, KEYS[13], status)
+  if fence == 'run' then
     if flags ~= '' then
       if g then r[9] = r[4] end
       r[4] = ARGV[o + 5]
@@ -215,11 +217,8 @@ for i = 0, n - 1 do
       if sl then hist[sl] = (hist[sl] or 0) + 1 end
     end
     out[i + 1] = 1
-  elseif r[1] == status and r[2] == attempt and r[3] == worker then
-    out[i + 1] = 1  -- a replay (see above): only reached when the fence failed
   else
-    redis.call('HINCRBY', KEYS[13], 'stale_writes', 1)
-    out[i + 1] = 0
+    out[i + 1] = fence == 'replay' and 1 or 0  -- (a replay: see above)
   end
 end
 for _, st in ipairs({'succeeded', 'cancelled'}) do  -- (a fixed order, not the table's)

@@ -37,6 +37,7 @@
 -- include: hist_add
 -- include: limit_release
 -- include: now_ms
+-- include: run_fence
 -- include: spend_retry
 -- include: stream_index
 
@@ -58,7 +59,8 @@ for i = 0, n - 1 do
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
     'cancel', 'flow', 'grp')
-  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker, KEYS[14])
+  if fence == 'run' then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
     if r[9] then group_end(group_base(base), KEYS, base, r[9], tid) end
@@ -84,10 +86,9 @@ for i = 0, n - 1 do
         fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
         done_prefix = done_prefix}, r[8], out[#out], r[7] or err)
     end
-  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
-    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
+  elseif fence == 'replay' then
+    out[#out + 1] = r[1]  -- (see above)
   else
-    redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'
   end
 end

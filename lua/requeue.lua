@@ -38,6 +38,7 @@
 -- include: group_requeue
 -- include: limit_release
 -- include: now_ms
+-- include: run_fence
 -- include: spend_retry
 -- include: stream_index
 
@@ -62,9 +63,10 @@ for i = 0, n - 1 do
     local seen = tonumber(redis.call('HGET', KEYS[20], r[10] or '') or '')
     live = seen ~= nil and now - seen <= grace
   end
-  if not live and r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker, KEYS[14])
+  if fence == 'run' and not live then
     out[#out + 1] = 'unknown'
-  elseif r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  elseif fence == 'run' then
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
@@ -99,10 +101,9 @@ for i = 0, n - 1 do
         fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
         done_prefix = done_prefix}, r[9], res, redis.call('HGET', rk, 'error') or res)
     end
-  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
-    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
+  elseif fence == 'replay' then
+    out[#out + 1] = r[1]  -- (see above)
   else
-    redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'
   end
 end
