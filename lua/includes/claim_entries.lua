@@ -211,7 +211,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
 
   local any_paused = nil  -- whether any group of the queue is paused (read once per call)
 
-  -- Fair groups (_common.lua): whether entry eid of band i (task tid of group grp, band prio)
+  -- Fair groups (docs/groups.md): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. It must be its group's turn: an entry that is not (another task holds the
   -- turn: e.g. a task queued without a group before the queue's first group) waits in the
   -- group's list; one whose group had no turn becomes it. A paused group, or one at its cap
@@ -334,8 +334,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         if grp then settle(grp) end
         return false
       end
-      local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: _common.lua)
-      local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
+      local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: record_defaults)
+      local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (docs/design.md)
       if weid then
         redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
           'started', nows, 'eid', eid, unpack(fill))

@@ -1,13 +1,4 @@
--- Fair groups (docs/groups.md). Keys under <gb> = group_base(<record prefix>), in the queue's
--- hash tag: per band (a priority digit) and group, at most ONE stream entry is the group's turn
--- (hash <gb>tk, field "<band>:<group>" -> that task's tid; '~' while the turn is withheld by the
--- group's pause or its cap); the group's other waiting tasks queue in list <gb>w:<band>:<group>.
--- The claim that takes a turn appends the group's next task to the end of the stream, behind
--- every other active group's turn: the stream is the band's round-robin of active groups, kept
--- in Redis and advanced inside the claim, so every worker serves the same order and a claim's
--- work does not grow with the number of groups. <gb>run:<group> (tid -> attempt) holds a group's
--- running tasks, <gb>idx the active groups (waiting or running; score: ms active since),
--- <gb>paused the held ones. While <gb>idx exists, a task without a group is group '' (its record
--- field grp = ''); while it does not, such a task goes to its stream as ever, and a queue that
--- never sees a group has no group key. An idle group (nothing waiting or running) leaves no key.
+-- The prefix <gb> of a queue's fair-group keys (P:{q}:g:), from its task record prefix tbase
+-- (P:{q}:t:). The keys and their invariants: docs/design.md, "Fair groups and limits in the
+-- scripts".
 local function group_base(tbase) return string.sub(tbase, 1, -3) .. 'g:' end

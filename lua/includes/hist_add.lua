@@ -1,12 +1,9 @@
--- History (dtq/stats.py): per-minute counters of a queue, one string per hour <hist_base><hour>,
--- HIST_SLOTS unsigned 32-bit counters per minute: slot 0 enqueued (not written here: enqueue.lua
--- counts in a key per minute, P:{q}:he:<minute>, one INCR), 1 succeeded, 2 failed,
--- 3 retried, 4 cancelled, 5.. the run-time buckets. hist_add adds by_slot[slot] (the slots a
--- call counted) to the minute of now (ms) in ONE BITFIELD (a call counts all it did at once).
--- The first count of a minute (the key may be new) sets the key's expiry: ttl (text, seconds) after its hour
--- ends; so EXPIREAT runs about once a minute, not once a call. ttl nil, '' or '0': no history.
--- (Counters wrap past 2^32 - 1 in a minute: 71 million a second. Numbers concatenate as
--- integers below 1e14, hours and offsets among them.)
+-- The history's counters (layout: dtq/stats.py): hist_add adds by_slot[slot] (what one call
+-- counted; slot 1 succeeded, 2 failed, 3 retried, 4 cancelled, 5.. the run-time buckets; 0,
+-- enqueued, is enqueue.lua's own key) to the minute of now (ms) in the hour string
+-- <hist_base><hour>, in ONE BITFIELD. The first count of a minute (the key may be new) sets the
+-- key's expiry, ttl (text, s) after its hour ends: about one EXPIREAT a minute, not one a call.
+-- ttl nil, '' or '0': no history. (A counter wraps past 2^32 - 1 in a minute.)
 local HIST_SLOTS = 16
 -- A run-time bucket's text (dtq.stats.bucket_of, as the worker sends it) -> its slot: a table,
 -- not 5 + tonumber(b), which parses with strtod for every run.

@@ -1,12 +1,6 @@
 -- include: group_requeue
 -- include: now_ms
--- Limits (dtq/limits.py). A running task with a limit key k holds a place in the zset
--- <lim_base>k:run (tid -> attempt); tasks parked behind k's concurrency limit wait in the list
--- <lim_base>k:held with status "queued" and no entry. Two sets of limit keys sit beside them
--- (no limit key makes these names: every key of a limit ends in :run, :held, :rate or :rwait):
--- <lim_base>~parked lists the keys whose held list may be non-empty (purge.lua reads it) and
--- <lim_base>~owed the keys whose release ran out of budget (limit_sweep.lua finishes it).
---
+-- Limits: the keys and their invariants, docs/design.md, "Fair groups and limits in the scripts".
 -- limit_unpark puts up to n parked tasks of key lk back into their priority streams (n nil: as
 -- many as the limit has room for: lc of the first live one minus the runs holding a place),
 -- looking at no more than budget parked ids. Dead ids (cancelled, purged, record gone) are
