@@ -9,7 +9,7 @@
 -- KEYS[14]     P:{q}:idem:
 -- KEYS[15]     P:{q}:reply:<nonce> (optional): this call's kept reply, for its re-send
 -- KEYS[16..17] P:{q}:f:, P:{q}:flowq (optional, with KEYS[15]): a workflow step that ends
---              cancelled here cancels its flow in this same call (flow_note in _flow.lua)
+--              cancelled here cancels its flow in this same call (includes/flow_note.lua)
 -- KEYS[18]     P:{q}:lim: (optional, with KEYS[15]): a task released from behind a concurrency
 --              limit and cancelled before its run passes its place on (limit_pass_on)
 -- ARGV[1]      tid, ARGV[2] events maxlen, ARGV[3] record TTL (s), ARGV[4] done channel,
@@ -17,10 +17,18 @@
 -- ARGV[7]      how long the reply is kept for a re-send (ms; with KEYS[15])
 -- Returns      {outcome, status}: outcome 'cancelled' | 'requested' | 'unchanged' | 'missing'
 --              A re-send of a call (same nonce) gets the first send's reply and changes nothing
---              (see _replay.lua).
+--              (see includes/replayed.lua).
 --
--- include: _replay
--- include: _flow
+-- include: emit
+-- include: finish
+-- include: flow_note
+-- include: group_base
+-- include: group_pass
+-- include: keep_reply
+-- include: limit_pass_on
+-- include: now_ms
+-- include: replayed
+-- include: stream_index
 
 local reply_key = KEYS[15]
 local again = replayed(reply_key)
@@ -58,7 +66,7 @@ local function cancel()
   -- A queued task of a group: its turn passes on, or it leaves its group's list.
   if r[11] and status == 'queued' then group_pass(group_base(base), KEYS, base, r[3], r[11], tid) end
   if r[7] and KEYS[17] then
-    flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
+    flow_note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
       fbase = KEYS[16], flowq = KEYS[17], maxlen = maxlen, ttl = ttl,
       done_prefix = string.sub(KEYS[16], 1, -3) .. 'done:'},
       r[7], 'cancelled', ARGV[6])

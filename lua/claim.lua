@@ -27,7 +27,7 @@
 -- ARGV[7]      1 = fair mode: bands are picked by smooth weighted round-robin (band p weighs
 --              p+1, credits kept in KEYS[18] across calls and workers); 0 = strict priority
 -- ARGV[8]      the group cap: how many tasks of one group of this queue may run at once
---              (DTQ_GROUP_CONCURRENCY; 0: no cap; fair groups: _common.lua, docs/groups.md)
+--              (DTQ_GROUP_CONCURRENCY; 0: no cap; fair groups: docs/groups.md)
 -- Returns      {now_ms, absorbed, expired, n, then 8 fields per started task:
 --               tid, eid, attempt, name, args, kwargs, numbers, idem, then held, more, then
 --               2 fields per started task that carries headers: its index among the n (from
@@ -48,15 +48,15 @@
 -- are running (zset lim:<lk>:run, stale members dropped when found full) and fewer than lrn
 -- starts fall in the last lrw ms (zset lim:<lk>:rate). Otherwise its entry is acknowledged and
 -- deleted and the task parked: behind the concurrency limit in list lim:<lk>:held (status stays
--- queued, eid cleared; the end of a run of that key releases one, see _common.lua), behind the
+-- queued, eid cleared; the end of a run of that key releases one, see includes/limit_release.lua), behind the
 -- rate in the schedule (status scheduled, due when the window has room). A parked task spends
 -- no attempt and COUNT is not spent on it, so other entries keep flowing past it.
 -- Errors       NOGROUP when a stream or the group is missing (the worker recreates them).
 --
--- The transition itself is claim_entries() in _claim.lua, which complete.lua also runs to
+-- The transition itself is includes/claim_entries.lua, which complete.lua also runs to
 -- refill the slots its runs free (one round trip per batch on the hot path).
--- include: _flow
--- include: _claim
+-- include: claim_entries
+-- include: events_maxlen
 
 return claim_entries(ARGV[1], ARGV[2], tonumber(ARGV[3]), events_maxlen(ARGV[4]),
   tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1', tonumber(ARGV[8] or '0'))

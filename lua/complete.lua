@@ -8,14 +8,14 @@
 -- was, and writes nothing again (no event, no stale count).
 --
 -- Then, when ARGV[7] > 0, it claims up to that many new entries exactly as claim.lua does
--- (claim_entries() in _claim.lua): the worker refills the slots this batch frees in the same
+-- (includes/claim_entries.lua): the worker refills the slots this batch frees in the same
 -- round trip. The outcomes are written first, so a run's end and the next start are ordered.
 --
 -- KEYS[1..19]  as claim.lua: streams p9..p0, paused, events, stats, t:, idem:, sched, lim:
---              (a limited run frees its place, see _common.lua), fair, decl
+--              (a limited run frees its place, see includes/limit_release.lua), fair, decl
 -- KEYS[20]     P:{q}:f: (workflows homed here), KEYS[21] P:{q}:flowq (workflow outbox), as
 --              claim.lua: a workflow step's outcome runs its flow's join in this same call
---              (flow_note in _flow.lua; a plain task pays one more HMGET field, nothing else)
+--              (includes/flow_note.lua; a plain task pays one more HMGET field, nothing else)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s),
 -- ARGV[5]      done channel prefix, ARGV[6] n
 -- ARGV[7]      claim count (0: claim nothing), ARGV[8] 1 = fair mode (see claim.lua)
@@ -26,12 +26,26 @@
 -- ARGV[10+7n]  optional: history TTL (s; '' or absent: no history, dtq/stats.py), then per
 --              run (in the same order) its run-time bucket ('': not counted); KEYS[22]
 --              P:{q}:h: (the history's hour keys) is given with them. The stored outcomes are
---              counted in one BITFIELD (hist_add in _common.lua).
+--              counted in one BITFIELD (includes/hist_add.lua).
 -- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
 --              0 rejected (stale); when ARGV[7] > 0 one more
 --              element follows: claim.lua's reply
--- include: _flow
--- include: _claim
+-- include: claim_entries
+-- include: done_pub
+-- include: emit
+-- include: emit_batch
+-- include: events_maxlen
+-- include: finish
+-- include: flow_detail
+-- include: flow_note
+-- include: group_base
+-- include: group_end
+-- include: hist_add
+-- include: limit_release
+-- include: now_ms
+-- include: record_defaults
+-- include: run_fence
+-- include: stream_index
 
 -- Whether stream entry id a ("ms-seq") is below id b. Compared as text, not as numbers
 -- (tonumber parses with strtod): ms parts of different lengths decide by length; of the same
@@ -88,7 +102,7 @@ end
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl_s, done_prefix = events_maxlen(ARGV[3]), ARGV[4], ARGV[5]  -- ttl_s: text
 local n = tonumber(ARGV[6])
-local pub = n > 0 and done_pub()  -- (found once per call: lua/_common.lua)
+local pub = n > 0 and done_pub()  -- (found once per call: done_pub)
 local claim_count = tonumber(ARGV[7])
 local uncapped = (ARGV[9] or '0') == '0'  -- no group cap on this worker (see group_end)
 local base = KEYS[14]
@@ -105,7 +119,7 @@ local now, nows = now_ms()
 local out = {}
 local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per stream, at the end
 -- status -> {tids, attempts} of the outcomes that are not workflow steps: one event entry per
--- status, at the end (emit_batch in _common.lua)
+-- status, at the end (includes/emit_batch.lua)
 local ended = {}
 local hist_ttl = ARGV[10 + n * 7]
 local hist = {}  -- history slot -> count of this call's stored outcomes
@@ -132,7 +146,8 @@ for i = 0, n - 1 do
   else
     r = redis.call('HMGET', rk, 'status', 'attempt', 'worker')
   end
-  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker, KEYS[13], status)
+  if fence == 'run' then
     if flags ~= '' then
       if g then r[9] = r[4] end
       r[4] = ARGV[o + 5]
@@ -166,7 +181,7 @@ for i = 0, n - 1 do
         finish(rk, status, nows, ttl_s, done_prefix .. tid, KEYS[15])
       else
         -- finish() for a task without an idempotency key, in one HSET instead of three calls.
-        -- A null result is not stored (absent reads as null: _common.lua, DEF_MAXR).
+        -- A null result is not stored (absent reads as null: docs/design.md, "The task record").
         if payload == 'null' then
           redis.call('HSET', rk, 'status', status, 'finished', nows)
         else
@@ -190,9 +205,8 @@ for i = 0, n - 1 do
         ended[status] = {{tid}, {attempt}}
       end
     else  -- a workflow step: its event names the flow; then the flow's join, in this call
-      local F = flow_lib()
-      emit(KEYS[12], maxlen, status, tid, attempt, worker, F.detail(r[8]))
-      F.note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
+      emit(KEYS[12], maxlen, status, tid, attempt, worker, flow_detail(r[8]))
+      flow_note({streams = KEYS, sched = KEYS[16], events = KEYS[12], tbase = base,
         fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl_s,
         done_prefix = done_prefix}, r[8], status, reason)
     end
@@ -203,11 +217,8 @@ for i = 0, n - 1 do
       if sl then hist[sl] = (hist[sl] or 0) + 1 end
     end
     out[i + 1] = 1
-  elseif r[1] == status and r[2] == attempt and r[3] == worker then
-    out[i + 1] = 1  -- a replay (see above): only reached when the fence failed
   else
-    redis.call('HINCRBY', KEYS[13], 'stale_writes', 1)
-    out[i + 1] = 0
+    out[i + 1] = fence == 'replay' and 1 or 0  -- (a replay: see above)
   end
 end
 for _, st in ipairs({'succeeded', 'cancelled'}) do  -- (a fixed order, not the table's)

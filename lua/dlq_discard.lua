@@ -12,9 +12,11 @@
 -- ARGV[3 + n]  how long the reply is kept for a re-send (ms; with KEYS[5])
 -- Returns      list of n: 'discarded' | 'missing' (no record and not listed) | the unchanged
 --              task's status. A re-send of a call (same nonce) gets the first send's reply and
---              changes nothing (see _replay.lua).
+--              changes nothing (see includes/replayed.lua).
 --
--- include: _replay
+-- include: emit
+-- include: keep_reply
+-- include: replayed
 
 local maxlen, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local base, idem_base = KEYS[3], KEYS[4]

@@ -22,9 +22,12 @@
 -- ARGV[5 + n]  how long the reply is kept for a re-send (ms; with KEYS[15])
 -- Returns      list of n: 'requeued' | 'missing' | the unchanged task's status
 --              A re-send of a call (same nonce) gets the first send's reply and changes nothing
---              (see _replay.lua).
+--              (see includes/replayed.lua).
 --
--- include: _replay
+-- include: emit
+-- include: group_requeue
+-- include: keep_reply
+-- include: replayed
 
 local maxlen, new_maxr, allowed, n = tonumber(ARGV[1]), ARGV[2], ',' .. ARGV[3] .. ',', tonumber(ARGV[4])
 local base, idem_base = KEYS[13], KEYS[14]

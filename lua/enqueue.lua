@@ -42,6 +42,13 @@
 --
 -- A single enqueue is the hot path (docs/performance.md, B): it builds no table but its reply,
 -- and a plain task's record is written by the one HSET below with nothing unpacked after it.
+-- include: emit
+-- include: emit_batch
+-- include: events_maxlen
+-- include: group_base
+-- include: group_put
+-- include: now_ms
+-- include: record_defaults
 
 local maxlen = events_maxlen(ARGV[1])
 local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
@@ -50,7 +57,7 @@ if #ARGV == 3 + 5 * n then F = 5 end
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[6], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
--- The keys but the slot guard (_common.lua's key count, inlined: every key from KEYS[6] on is a
+-- The keys but the slot guard (nkeys(), inlined: every key from KEYS[6] on is a
 -- stream, which ends in its band digit; the guard ends in 'd').
 local nk = #KEYS
 if string.byte(KEYS[nk], -1) == 100 then nk = nk - 1 end
@@ -72,7 +79,7 @@ end
 
 local NONE = {}
 -- A bulk call's 'enqueued' events, by status (the event's detail): one entry each, at the end
--- (emit_batch in _common.lua); a single enqueue emits its one event as it goes.
+-- (includes/emit_batch.lua); a single enqueue emits its one event as it goes.
 local batch = n > 1 and {queued = {{}, {}}, scheduled = {{}, {}}} or nil
 local now, nows = nil, nil  -- the call's time: number, and its text for the record
 local out = nil
@@ -109,7 +116,7 @@ for i = 0, n - 1 do
       if grp == '' and gmode == nil then
         gmode = redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
       end
-      if grp ~= '' or gmode then  -- its group's turn, or its group's list (_common.lua)
+      if grp ~= '' or gmode then  -- its group's turn, or its group's list (group_put)
         local eid, store = group_put(sk, KEYS[3], tid, prio, grp ~= '' and grp or nil, gmode)
         gstore = store
         if eid then wk, wv = 'eid', eid else wk, wv = 'status', status end

@@ -14,9 +14,9 @@
 -- KEYS[14]     P:{q}:stats
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
--- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
+-- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see includes/limit_release.lua)
 -- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
---              fails (cancels) its flow in this same call (flow_note in _flow.lua)
+--              fails (cancels) its flow in this same call (includes/flow_note.lua)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
@@ -25,11 +25,21 @@
 --              the record's 'tb' field; '' removes a kept one. Absent: 'tb' is left as it is.
 -- ARGV[7+6n]   optional (after the tracebacks): history TTL (s; '' or absent: no history,
 --              dtq/stats.py), then per run its run-time bucket ('': not counted); KEYS[20]
---              P:{q}:h: is given with them. Counted in one BITFIELD (hist_add, _common.lua).
+--              P:{q}:h: is given with them. Counted in one BITFIELD (includes/hist_add.lua).
 -- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
 --              the status the record has now ('scheduled', 'failed', 'cancelled', or what
 --              followed: 'queued', ...)
--- include: _flow
+-- include: drop_entry
+-- include: end_cancelled
+-- include: flow_note
+-- include: group_base
+-- include: group_end
+-- include: hist_add
+-- include: limit_release
+-- include: now_ms
+-- include: run_fence
+-- include: spend_retry
+-- include: stream_index
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -49,7 +59,8 @@ for i = 0, n - 1 do
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
     'cancel', 'flow', 'grp')
-  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker, KEYS[14])
+  if fence == 'run' then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
     if r[9] then group_end(group_base(base), KEYS, base, r[9], tid) end
@@ -71,14 +82,13 @@ for i = 0, n - 1 do
       redis.call('HSET', rk, 'tb', tb)
     end
     if r[8] and out[#out] ~= 'scheduled' then
-      flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
+      flow_note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
         fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
         done_prefix = done_prefix}, r[8], out[#out], r[7] or err)
     end
-  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
-    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
+  elseif fence == 'replay' then
+    out[#out + 1] = r[1]  -- (see above)
   else
-    redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'
   end
 end

@@ -2,7 +2,7 @@
 --
 -- A worker moves a "note" from a step queue's outbox (P:{q}:flowq) to the flow's home slot
 -- with this script: the same transition complete.lua and fail.lua run in place when the flow
--- shares their slot (flow_apply in _flow.lua). Idempotent by (flow, step): a step is counted
+-- shares their slot (includes/flow_apply.lua). Idempotent by (flow, step): a step is counted
 -- once however often its note is moved (a mover that died before acknowledging it).
 --
 -- KEYS[1..10]  home queue's priority streams p9..p0
@@ -13,9 +13,9 @@
 --              ('succeeded' | 'failed' | 'cancelled' | 'expired'), ARGV[7] payload
 -- Returns      1 when the note changed the flow, 0 when it was counted before (or the flow
 --              is gone)
--- include: _flow
+-- include: flow_apply
 
 local K = {streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = KEYS[13],
   fbase = KEYS[14], flowq = KEYS[15], maxlen = tonumber(ARGV[1]), ttl = ARGV[2],
   done_prefix = ARGV[3]}
-return flow_lib().apply(K, K.fbase .. ARGV[4], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+return flow_apply(K, K.fbase .. ARGV[4], ARGV[4], ARGV[5], ARGV[6], ARGV[7])

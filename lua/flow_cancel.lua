@@ -11,9 +11,13 @@
 -- ARGV[5]      how long the reply is kept for a re-send (ms; with KEYS[3])
 -- Returns      {status before ('' = no such flow), task ids...}
 --              A re-send of a call (same nonce) gets the first send's reply and changes nothing
---              (see _replay.lua): a cancel whose reply was lost still reports it cancelled.
+--              (see includes/replayed.lua): a cancel whose reply was lost still reports it cancelled.
 --
--- include: _replay
+-- include: done_pub
+-- include: emit
+-- include: keep_reply
+-- include: now_ms
+-- include: replayed
 
 local fkey, reply_key = KEYS[1], KEYS[3]
 local again = replayed(reply_key)

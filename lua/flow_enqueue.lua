@@ -17,11 +17,12 @@
 --              may have (DTQ_MAX_PAYLOAD_BYTES; kept as the flow's field maxp)
 -- ARGV[7..]    per step, 5 fields: task id (queue:tid), waits (number of steps it waits for),
 --              dependents ("3,4" or ''), input expression ('' = none), spec (JSON, see
---              flow_create_step in _flow.lua)
+--              includes/flow_create_step.lua)
 -- Returns      {status, created (1 | 0: a re-send)}
--- include: _flow
+-- include: flow_create_step
+-- include: flow_event
+-- include: now_ms
 
-local F = flow_lib()
 local K = {streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = KEYS[13],
   fbase = KEYS[14], flowq = KEYS[15], maxlen = tonumber(ARGV[1])}
 local ftid, n = ARGV[2], tonumber(ARGV[3])
@@ -53,11 +54,11 @@ for i = 0, n - 1 do
   if ARGV[o + 1] == '0' then
     local spec = cjson.decode(ARGV[o + 4])
     if spec[13] == K.tbase then
-      F.create_step(K, spec, spec[4])
+      flow_create_step(K, spec, spec[4])
     else
       redis.call('XADD', K.flowq, '*', 'k', 'put', 'spec', ARGV[o + 4], 'args', spec[4])
     end
   end
 end
-F.event(K, 'flow_enqueued', ftid, tostring(n) .. ' steps')
+flow_event(K, 'flow_enqueued', ftid, tostring(n) .. ' steps')
 return {'running', 1}

@@ -12,13 +12,13 @@
 -- KEYS[1..10]  the step queue's priority streams p9..p0
 -- KEYS[11]     P:{q}:sched, KEYS[12] P:{q}:events, KEYS[13] P:{q}:t:
 -- KEYS[14]     P:{q}:fput:<tid> (the step's put marker)
--- ARGV[1]      events maxlen, ARGV[2] spec (JSON, see flow_create_step in _flow.lua),
+-- ARGV[1]      events maxlen, ARGV[2] spec (JSON, see includes/flow_create_step.lua),
 -- ARGV[3]      the step's args (JSON, its input first)
 -- Returns      1 created, 0 it existed already (or was delivered before, or cancelled)
--- include: _flow
+-- include: flow_create_step
 
 if redis.call('EXISTS', KEYS[14]) == 1 then return 0 end
 redis.call('SET', KEYS[14], 'put')
 local K = {streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = KEYS[13],
   maxlen = tonumber(ARGV[1])}
-return flow_lib().create_step(K, cjson.decode(ARGV[2]), ARGV[3])
+return flow_create_step(K, cjson.decode(ARGV[2]), ARGV[3])

@@ -11,6 +11,7 @@
 -- KEYS[1]      P:{q}:t:<tid>  (the step's record), KEYS[2] P:{q}:fput:<tid> (its put marker)
 -- ARGV[1]      reason, ARGV[2] record TTL (s)
 -- Returns      1 written, 0 the record (or the marker) exists
+-- include: now_ms
 
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local _, nows = now_ms()

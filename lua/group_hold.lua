@@ -1,7 +1,7 @@
 -- group_hold.lua: pause or resume one fair group of a queue (docs/groups.md).
 --
 -- A paused group starts nothing: the claim that meets its turn puts the task back at the head of
--- the group's list and withholds the turn ('~', _common.lua); tasks enqueued meanwhile wait in
+-- the group's list and withholds the turn ('~', docs/groups.md); tasks enqueued meanwhile wait in
 -- the list. The resume gives each band's withheld turn back (at the end of the band's stream:
 -- behind the groups that kept running). Other groups and the queue are not touched.
 --
@@ -11,6 +11,11 @@
 -- KEYS[13]     P:{q}:events
 -- ARGV[1]      group, ARGV[2] '1' pause | '0' resume, ARGV[3] events maxlen
 -- Returns      1 when the group's state changed, 0 when it was so already
+-- include: emit
+-- include: events_maxlen
+-- include: group_issue
+-- include: group_settle
+-- include: group_turns
 
 local gb, grp = KEYS[12], ARGV[1]
 local maxlen = events_maxlen(ARGV[3])

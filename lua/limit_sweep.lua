@@ -1,6 +1,6 @@
 -- limit_sweep.lua: keep tasks parked behind a concurrency limit moving (dtq/limits.py).
 --
--- The end of each limited run releases one parked task (see _common.lua), looking at a bounded
+-- The end of each limited run releases one parked task (see includes/limit_release.lua), looking at a bounded
 -- number of parked ids; when dead ids (cancelled, expired, purged) use that up, the key is owed
 -- a release in <lim:>~owed and this script, called by the scheduler each tick with no keys,
 -- goes on from there. Should a run vanish without ending (its record purged), its place is
@@ -12,6 +12,7 @@
 -- KEYS[12]     P:{q}:lim:  (prefix: <lim:>k:run, <lim:>k:held, the sets <lim:>~owed, ~parked)
 -- ARGV[1..]    limit keys to sweep; none: the keys owed a release (<lim:>~owed)
 -- Returns      {parked tasks released, more: 1 when the budget ran out (call again)}
+-- include: limit_unpark
 
 local base, lim_base = KEYS[11], KEYS[12]
 local owed = lim_base .. '~owed'

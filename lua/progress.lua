@@ -8,6 +8,7 @@
 -- ARGV[1]  tid, ARGV[2] attempt, ARGV[3] worker id, ARGV[4] progress JSON,
 -- ARGV[5]  events maxlen
 -- Returns  1 stored, 0 rejected (the run no longer holds the task)
+-- include: emit
 
 local r = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'worker')
 if r[1] ~= 'running' or r[2] ~= ARGV[2] or r[3] ~= ARGV[3] then

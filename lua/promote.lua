@@ -14,6 +14,9 @@
 --              next_fire_ms or -1 (a disabled schedule, at +inf, is never next), now_ms}
 --              The last two spare the scheduler a call of each per queue and tick while there
 --              is nothing to sweep or fire (apps/worker/dtq_worker/scheduler.py).
+-- include: emit
+-- include: group_requeue
+-- include: now_ms
 
 local limit, maxlen = tonumber(ARGV[1]), tonumber(ARGV[2])
 local base = KEYS[13]

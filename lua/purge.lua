@@ -2,7 +2,7 @@
 -- keys: first the queued entries no worker has taken yet (those after the group's
 -- last-delivered id), then the scheduled tasks (delays and retries), then the tasks parked
 -- behind a concurrency limit (the held lists named in <lim:>~parked), then the tasks waiting in
--- their fair group's list (the turn fields of <g:>tk name them, _common.lua). Running tasks, finished
+-- their fair group's list (the turn fields of <g:>tk name them, docs/groups.md). Running tasks, finished
 -- records and the dead-letter queue are never touched. Called repeatedly until it reports no
 -- more, so each call stays short however long the queue is.
 --
@@ -11,7 +11,7 @@
 -- KEYS[12]     P:{q}:events
 -- KEYS[13]     P:{q}:t:      (task record key prefix)
 -- KEYS[14]     P:{q}:idem:
--- KEYS[15]     P:{q}:lim:    (prefix: <lim:>k:held lists, the set <lim:>~parked, _common.lua)
+-- KEYS[15]     P:{q}:lim:    (prefix: <lim:>k:held lists, the set <lim:>~parked, docs/limits.md)
 -- ARGV[1]      consumer group
 -- ARGV[2]      limit: most entries/tasks/held lists examined in this call (>= 1)
 -- ARGV[3]      events maxlen
@@ -19,15 +19,21 @@
 -- ARGV[4]      done channel prefix (waiters of a purged task are woken with 'purged')
 -- ARGV[5]      how long the reply is kept for a re-send (ms; with KEYS[16])
 -- KEYS[17..18] P:{q}:f:, P:{q}:flowq (optional, with KEYS[16]): a purged workflow step ends
---              its flow "cancelled" in this same call (flow_note in _flow.lua: in place when
+--              its flow "cancelled" in this same call (includes/flow_note.lua: in place when
 --              the flow is homed here, else a note in this queue's outbox)
 -- ARGV[6]      TTL (s) of a flow that ends here (with KEYS[17])
 -- Returns      {queued removed, scheduled removed, more (1 when the limit was reached)}
 --              A re-send of a call (same nonce) gets the first send's reply and changes nothing
---              (see _replay.lua): the counts stay those of the batch it removed.
+--              (see includes/replayed.lua): the counts stay those of the batch it removed.
 --
--- include: _replay
--- include: _flow
+-- include: done_pub
+-- include: emit
+-- include: flow_note
+-- include: group_base
+-- include: group_settle
+-- include: keep_reply
+-- include: limit_pass_on
+-- include: replayed
 
 local group, limit, maxlen, done_prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local base, idem_base = KEYS[13], KEYS[14]
@@ -36,15 +42,13 @@ local reply_key = KEYS[16]
 local again = replayed(reply_key)
 if again then return again end
 
-local flows = nil  -- flow_lib() and its K, made at the first purged workflow step
+local flow_k = nil  -- the flows' K (flow_note), made at the first purged workflow step
 local function flow_purged(fl)
   if not KEYS[17] then return end
-  if not flows then
-    flows = {flow_lib(), {streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
-      fbase = KEYS[17], flowq = KEYS[18], maxlen = maxlen, ttl = ARGV[6],
-      done_prefix = done_prefix}}
-  end
-  flows[1].note(flows[2], fl, 'cancelled', 'purged')
+  flow_k = flow_k or {streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
+    fbase = KEYS[17], flowq = KEYS[18], maxlen = maxlen, ttl = ARGV[6],
+    done_prefix = done_prefix}
+  flow_note(flow_k, fl, 'cancelled', 'purged')
 end
 
 local function forget(tid)

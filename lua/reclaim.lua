@@ -22,7 +22,7 @@
 -- KEYS[15]     P:{q}:idem:
 -- KEYS[16]     P:{q}:lim:  (limit key prefix: a lost limited run frees its place)
 -- KEYS[17]     P:{q}:f:, KEYS[18] P:{q}:flowq: a workflow step that ends failed or cancelled
---              here fails (cancels) its flow in this same call (flow_note in _flow.lua)
+--              here fails (cancels) its flow in this same call (includes/flow_note.lua)
 -- ARGV[1]      group, ARGV[2] reclaimer's worker id, ARGV[3] min idle ms (visibility timeout),
 -- ARGV[4]      max entries to adopt in this call (the COUNT of its XAUTOCLAIMs),
 -- ARGV[5]      events maxlen, ARGV[6] record TTL (s) of a failed task, ARGV[7] done channel
@@ -32,7 +32,17 @@
 -- ARGV[10]     max XAUTOCLAIM calls in this call (default 10)
 -- Returns      {requeued, failed, absorbed, next band (0: the pass is complete), next cursor,
 --              XAUTOCLAIM calls made, cancelled}
--- include: _flow
+-- include: drop_entry
+-- include: emit
+-- include: end_cancelled
+-- include: finish
+-- include: flow_note
+-- include: group_base
+-- include: group_end
+-- include: group_requeue
+-- include: limit_release
+-- include: now_ms
+-- include: record_defaults
 
 local group, worker = ARGV[1], ARGV[2]
 local min_idle, left = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -44,7 +54,7 @@ local now = now_ms()
 local k = {dlq = KEYS[11], events = KEYS[12], idem_base = KEYS[15], maxlen = maxlen, ttl = ttl,
   done_prefix = done_prefix, now = now, worker = worker}
 local function note(r8, status, payload)  -- a step of a workflow ended here
-  flow_lib().note({streams = KEYS, events = KEYS[12], tbase = base, fbase = KEYS[17],
+  flow_note({streams = KEYS, events = KEYS[12], tbase = base, fbase = KEYS[17],
     flowq = KEYS[18], maxlen = maxlen, ttl = ttl, done_prefix = done_prefix}, r8, status,
     payload)
 end

@@ -25,6 +25,12 @@
 -- ARGV[6]      n, then ARGV[7..] n known runs, 2 fields each: priority, entry id
 -- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 8 fields per run (as claim.lua),
 --              0, 0, then index and headers of each run that has headers}
+-- include: drop_entry
+-- include: emit
+-- include: events_maxlen
+-- include: now_ms
+-- include: record_defaults
+-- include: stream_index
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen = events_maxlen(ARGV[3])

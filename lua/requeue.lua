@@ -16,9 +16,9 @@
 -- KEYS[14]     P:{q}:stats
 -- KEYS[15]     P:{q}:t:
 -- KEYS[16]     P:{q}:idem:
--- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see _common.lua)
+-- KEYS[17]     P:{q}:lim:  (limit key prefix: a limited run frees its place, see includes/limit_release.lua)
 -- KEYS[18]     P:{q}:f:, KEYS[19] P:{q}:flowq: a workflow step that ends failed or cancelled
---              fails (cancels) its flow in this same call (flow_note in _flow.lua)
+--              fails (cancels) its flow in this same call (includes/flow_note.lua)
 -- KEYS[20]     P:{q}:decl:seen  (task name -> ms a live worker last declared it)
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
@@ -29,7 +29,18 @@
 -- ARGV[11..]   per run, 3 fields: tid, eid, attempt
 -- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale' |
 --              'unknown'; for a re-send, the status the record has now
--- include: _flow
+-- include: drop_entry
+-- include: emit
+-- include: end_cancelled
+-- include: flow_note
+-- include: group_base
+-- include: group_end
+-- include: group_requeue
+-- include: limit_release
+-- include: now_ms
+-- include: run_fence
+-- include: spend_retry
+-- include: stream_index
 
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -52,9 +63,10 @@ for i = 0, n - 1 do
     local seen = tonumber(redis.call('HGET', KEYS[20], r[10] or '') or '')
     live = seen ~= nil and now - seen <= grace
   end
-  if not live and r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker, KEYS[14])
+  if fence == 'run' and not live then
     out[#out + 1] = 'unknown'
-  elseif r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  elseif fence == 'run' then
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
@@ -85,14 +97,13 @@ for i = 0, n - 1 do
     end
     local res = out[#out]
     if r[9] and (res == 'failed' or res == 'cancelled') then
-      flow_lib().note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
+      flow_note({streams = KEYS, sched = KEYS[11], events = KEYS[13], tbase = base,
         fbase = KEYS[18], flowq = KEYS[19], maxlen = maxlen, ttl = ttl,
         done_prefix = done_prefix}, r[9], res, redis.call('HGET', rk, 'error') or res)
     end
-  elseif r[2] == attempt and r[3] == worker and r[1] and r[1] ~= 'running' then
-    out[#out + 1] = r[1]  -- a replay (see above): only reached when the fence failed
+  elseif fence == 'replay' then
+    out[#out + 1] = r[1]  -- (see above)
   else
-    redis.call('HINCRBY', KEYS[14], 'stale_writes', 1)
     out[#out + 1] = 'stale'
   end
 end

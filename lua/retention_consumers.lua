@@ -6,6 +6,7 @@
 -- KEYS[1..10]  priority streams p9..p0
 -- ARGV[1]      consumer group, ARGV[2] idle age (ms) past which an empty consumer goes
 -- Returns      number of consumers deleted
+-- include: nkeys
 
 local group, idle_ms = ARGV[1], tonumber(ARGV[2])
 local removed = 0

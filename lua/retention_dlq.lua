@@ -10,6 +10,7 @@
 --          (a worker's clock may be skewed), ARGV[2] cap (0 = none),
 -- ARGV[3]  most entries to look at in this call
 -- Returns  {removed, remaining}
+-- include: now_ms
 
 local cutoff = now_ms() - tonumber(ARGV[1])
 local cap, budget = tonumber(ARGV[2]), tonumber(ARGV[3])

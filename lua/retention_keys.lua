@@ -8,6 +8,7 @@
 -- KEYS[3..] the keys to check (records or idempotency keys of this queue)
 -- ARGV[1]  TTL in seconds for terminal records
 -- Returns  {idempotency keys deleted, records given a TTL}
+-- include: nkeys
 
 local base, idem_base, ttl = KEYS[1], KEYS[2], tonumber(ARGV[1])
 local terminal = {succeeded = true, failed = true, cancelled = true, expired = true}

@@ -22,6 +22,10 @@
 -- ARGV[19]     the task's fair group ('' or absent = none; field grp, docs/groups.md)
 -- Returns      {outcome, tid}: outcome 'fired' | 'overlap' (skipped, previous run active) |
 --              'missed' (skipped, past the grace period) | 'stale' (someone else moved it)
+-- include: emit
+-- include: group_requeue
+-- include: now_ms
+-- include: record_defaults
 
 local name, expected, nxt = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local maxlen = tonumber(ARGV[7])

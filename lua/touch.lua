@@ -13,6 +13,8 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] n
 -- ARGV[4..]    per run, 3 fields: tid, eid, attempt
 -- Returns      {lost tids..., '|', cancel-requested tids...}
+-- include: run_fence
+-- include: stream_index
 
 local group, worker, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local base = KEYS[11]
@@ -21,10 +23,11 @@ for i = 0, n - 1 do
   local o = 4 + i * 3
   local tid, eid, attempt = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local r = redis.call('HMGET', base .. tid, 'status', 'attempt', 'worker', 'prio', 'cancel')
-  if r[1] == 'running' and r[2] == attempt and r[3] == worker then
+  local fence = run_fence(r, attempt, worker)  -- (a lost run is not a stale write)
+  if fence == 'run' then
     redis.call('XCLAIM', KEYS[stream_index(r[4])], group, worker, 0, eid, 'JUSTID')
     if r[5] then cancel[#cancel + 1] = tid end
-  elseif r[2] == attempt and r[3] == worker then
+  elseif fence == 'replay' then
     -- Not lost: this run's own outcome (or hand-back) landed after the heartbeat listed it.
   else
     lost[#lost + 1] = tid

@@ -3,13 +3,15 @@
 The measurements are workload W of the bench suite (``dtq_bench.flowcost``; ``make
 bench`` reports them in build/bench/results.md). This tool runs them on its own redis-server,
 REPS times, and adds the same plain tasks with the Lua scripts as they were before workflows
-were merged (``git show BEFORE:lua/...``), to show what the flow branch costs a plain task.
+were merged (that commit's own loader and lua/), to show what the flow branch costs a plain task.
 
     PYTHONPATH=bench .venv/bin/python -m tools.flow_cost [N] [REPS]
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -26,15 +28,20 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "451d3a5^1"  # main just before the merge of the workflows branch (h/flows)
 
 
-def _old_lua() -> Path:
+def _old_sources() -> dict[str, str]:
+    """The hot-path scripts' texts as sent before workflows were merged, built by that version's
+    own loader (``git archive BEFORE libs lua``, imported in a process of its own)."""
     old = Path(tempfile.mkdtemp(prefix="dtq-main-lua-"))
-    for f in (ROOT / "lua").glob("*.lua"):
-        src = subprocess.run(
-            ["git", "show", f"{BEFORE}:lua/{f.name}"], cwd=ROOT, capture_output=True, text=True
-        )
-        if src.returncode == 0:
-            (old / f.name).write_text(src.stdout)
-    return old
+    tree = subprocess.run(["git", "archive", BEFORE, "libs", "lua"], cwd=ROOT, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(old)], input=tree.stdout, check=True)
+    code = "import json; from dtq import scripts as s; "
+    code += "print(json.dumps({n: s.source(n) for n in s.SCRIPT_NAMES}))"
+    env = {**os.environ, "PYTHONPATH": str(old / "libs")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=old, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    texts: dict[str, str] = json.loads(out)
+    return texts
 
 
 def main() -> None:
@@ -44,7 +51,7 @@ def main() -> None:
     try:
         r = redis.Redis.from_url(srv.url, decode_responses=True)
         s = Scenarios(r, n)
-        old, new_dir = _old_lua(), sc.runner._lua_dir
+        old, new_source = _old_sources(), sc.runner.source
         rows: dict[str, list[tuple[float, float]]] = {}
 
         def rec(name: str, enq: Enqueue, batch: int) -> None:
@@ -53,12 +60,10 @@ def main() -> None:
         for _ in range(reps):
             rec("plain task, batch 1", s.plain, 1)
             rec("plain task, batch 16", s.plain, 16)
-            sc.runner._lua_dir = lambda: old  # type: ignore[assignment]
-            sc.source.cache_clear()
+            sc.runner.source = old.__getitem__  # type: ignore[assignment]
             rec("plain task, batch 1 (complete.lua before workflows)", s.plain, 1)
             rec("plain task, batch 16 (complete.lua before workflows)", s.plain, 16)
-            sc.runner._lua_dir = new_dir  # type: ignore[assignment]
-            sc.source.cache_clear()
+            sc.runner.source = new_source
             rec("chain step, batch 1", s.chain, 1)
             rec("chord member (+ callback), batch 16", s.chord, 16)
         print(f"Redis time (EVALSHA usec) per task, median of {reps}, N={n}:")

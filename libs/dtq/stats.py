@@ -3,7 +3,7 @@
 
 The scripts that enqueue and end runs count in the same call: enqueue.lua ``INCR``s the minute's
 counter ``P:{q}:he:<minute>`` (named by the client), the outcome scripts add to the hour string
-``P:{q}:h:<hour>`` in one ``BITFIELD`` (lua/_common.lua, hist_add), with each run's run-time
+``P:{q}:h:<hour>`` in one ``BITFIELD`` (lua/includes/hist_add.lua), with each run's run-time
 bucket (:func:`bucket_of`) sent by the worker.
 
 An hour string holds :data:`SLOTS` unsigned 32-bit big-endian counters per minute

@@ -6,7 +6,7 @@ through :func:`dtq.sdk.requests.build_task`, as an enqueue would), and turns the
 that wait for one another: each step knows how many steps it waits for, which steps wait for
 it, and its *input*: the expression (JSON of step indices) whose value is put first in its
 arguments when it is released. ``lua/flow_enqueue.lua`` then creates the flow in one call;
-``lua/_flow.lua`` runs the joins inside the scripts that store the steps' outcomes.
+``lua/includes/flow_*.lua`` run the joins inside the scripts that store the steps' outcomes.
 """
 
 from __future__ import annotations

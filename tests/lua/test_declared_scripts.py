@@ -1,5 +1,5 @@
-"""enqueue.lua and the claim (lua/_claim.lua) on values an enqueue left to the declaration:
-raw keys in, reply and record out, on a real Redis."""
+"""enqueue.lua and the claim (lua/includes/claim_entries.lua) on values an enqueue left to the
+declaration: raw keys in, reply and record out, on a real Redis."""
 
 from __future__ import annotations
 

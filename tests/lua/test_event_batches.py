@@ -1,7 +1,7 @@
 """Events in batches: a claim writes one ``started`` entry for all the runs it starts, a
 completion one entry per outcome status, and every reader (recent events, live reads, a task's
 history, the resume after ``Last-Event-ID``, throughput, the SSE frames) gives one event per
-task, as if each had its own entry (lua/_common.lua ``emit_batch``, dtq/admin/views.py
+task, as if each had its own entry (lua/includes/emit_batch.lua, dtq/admin/views.py
 ``events_from``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Fair groups in the Lua transitions (lua/_common.lua, _claim.lua): each active group of a band
-has one turn in the stream, so claims serve the groups in turn; caps and pauses withhold a
-group's turn; no group key outlives the group's last task."""
+"""Fair groups in the Lua transitions (lua/includes/group_*.lua, claim_entries.lua): each active
+group of a band has one turn in the stream, so claims serve the groups in turn; caps and pauses
+withhold a group's turn; no group key outlives the group's last task."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ from tests.apps.basic import app as basic_app
 
 Q = "q1"
 ROOT = Path(__file__).resolve().parents[2]
-LUA = sorted((ROOT / "lua").glob("*.lua"))
+SCRIPTS = sorted((ROOT / "lua").glob("*.lua"))
+LUA = SCRIPTS + sorted((ROOT / "lua" / "includes").glob("*.lua"))  # and their helpers
 # A redis.call on a task record: the record key is one of these expressions in the scripts.
 RECORD_KEYS = r"rk|prk|k|base \.\. [\w\[\]]+|KEYS\[3\] \.\. prev|KEYS\[12\] \.\. last"
 
@@ -55,7 +56,7 @@ def _args(text: str, start: int) -> list[str]:
 
 
 # A table of record fields by name, for a record read whole (HGETALL): ``local FIELD = {status =
-# 1, ...}`` in lua/_claim.lua. Its keys are field names too.
+# 1, ...}`` in lua/includes/claim_entries.lua. Its keys are field names too.
 FIELD_TABLE = re.compile(r"local (?:\w+_)?FIELD = \{([^}]*)\}")
 
 
@@ -86,7 +87,8 @@ def test_every_field_a_script_uses_is_defined_once_with_a_meaning() -> None:
 
 
 def test_the_scan_sees_reads_and_writes() -> None:
-    text = (ROOT / "lua" / "complete.lua").read_text() + (ROOT / "lua" / "_claim.lua").read_text()
+    text = (ROOT / "lua" / "complete.lua").read_text()
+    text += (ROOT / "lua" / "includes" / "claim_entries.lua").read_text()
     got = record_fields_in(text)
     assert {"status", "attempt", "worker", "cancel", "flow", "hdr", "result", "started"} <= got
     assert "running" not in got and "expired before it started" not in got  # values, not fields
@@ -123,8 +125,8 @@ def test_every_script_error_code_is_named(r: redis.Redis, qk: QueueKeys) -> None
 # - a literal pushed on the reply table (a table the script returns): ``out[#out + 1] = 'x'``;
 # - a bare number returned (a flag: ``return 0``), or a negative number ending a returned table
 #   (``return {now, -1}``).
-# The script's own text is read, with the parts it includes (_claim.lua), except the shared
-# libraries _flow.lua and _replay.lua; a local function's body counts only when a top-level
+# The script's own text is read, with the transition it includes (claim_entries), not the other
+# helpers; a local function's body counts only when a top-level
 # ``return`` line names the function (its value is the reply: cancel.lua's cancel()), and a
 # nested one's never, so a helper's own values (purge.lua's stream bound '-', the claim's list
 # of record fields to write) are not taken for replies.
@@ -142,8 +144,9 @@ NESTED_FUNCTION = re.compile(r"^( +)local function \w+\(.*?^\1end\b", re.M | re.
 def _script_text(path: Path) -> str:
     text = path.read_text()
     parts = re.findall(r"^-- include: (\w+)", text, re.M)
+    inc = ROOT / "lua" / "includes"
     return "\n".join(
-        [*((ROOT / "lua" / f"{p}.lua").read_text() for p in parts if p == "_claim"), text]
+        [*((inc / f"{p}.lua").read_text() for p in parts if p == "claim_entries"), text]
     )
 
 
@@ -167,7 +170,7 @@ def sentinels_in(text: str, header: str) -> set[str | int]:
 
 
 def test_every_sentinel_a_script_answers_is_named_by_its_enum() -> None:
-    scripts = [p for p in LUA if not p.name.startswith("_")]
+    scripts = SCRIPTS
     assert set(sc.REPLIES) <= {p.stem for p in scripts}
     unnamed = {}
     for p in scripts:
@@ -181,8 +184,8 @@ def test_every_sentinel_a_script_answers_is_named_by_its_enum() -> None:
 def test_the_sentinel_scan_sees_each_form() -> None:
     """The scan above finds each way a script answers a sentinel (it cannot pass by finding
     nothing)."""
-    read = {p.stem: sentinels_in(_script_text(p), p.read_text()) for p in LUA}
-    assert {-1, -2} <= read["claim"]  # _claim.lua's (included), in claim_entries()
+    read = {p.stem: sentinels_in(_script_text(p), p.read_text()) for p in SCRIPTS}
+    assert {-1, -2} <= read["claim"]  # claim_entries's (included)
     assert read["fail"] >= {"scheduled", "failed", "cancelled", "stale", "queued"}  # header
     assert read["schedule_fire"] == {"fired", "overlap", "missed", "stale"}
     assert read["touch"] == {"|"}  # pushed on the reply table
@@ -293,7 +296,7 @@ def test_the_defaults_a_record_leaves_out_agree_in_python_and_lua() -> None:
     from dtq.sdk.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY
     from dtq.store.record import DEFAULTS
 
-    common = (ROOT / "lua" / "_common.lua").read_text()
+    common = (ROOT / "lua" / "includes" / "record_defaults.lua").read_text()
     m = re.search(r"^local DEF_MAXR, DEF_PRIO = '(\d+)', '(\d+)'$", common, re.M)
     assert m is not None
     assert DEFAULTS[Field.MAX_RETRIES] == m.group(1) == str(DEFAULT_MAX_RETRIES)

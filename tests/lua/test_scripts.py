@@ -537,36 +537,3 @@ def test_lock_compare_and_set(r: redis.Redis, run: Any, prefix: str) -> None:
     assert unlock("b") is sc.Unlock.NOT_HOLDER
     assert unlock("a") is sc.Unlock.RELEASED
     assert lock("b", 1000) is sc.Lock.HELD
-
-
-def test_scripts_carry_only_the_helpers_they_use() -> None:
-    """A script's text has the _common.lua definitions it names, and those they name in turn,
-    in their order; no others (Redis makes each one a closure on every call)."""
-    common = """-- header
-
--- a
-local function a()
-  return 1
-end
-
--- b uses a
-local function b()
-  return a() + 1
-end
-local x_n, x_s = nil, nil
-local function c()
-  return x_n
-end
-"""
-    assert sc.helpers_for("return b()", common) == (
-        "-- header\n\n-- a\nlocal function a()\n  return 1\nend\n\n"
-        "-- b uses a\nlocal function b()\n  return a() + 1\nend\n"
-    )
-    assert sc.helpers_for("return c()", common) == (
-        "local x_n, x_s = nil, nil\nlocal function c()\n  return x_n\nend\n"
-    )
-    assert sc.helpers_for("return 1", common) == ""
-    # The real scripts: each keeps what it calls, drops the rest.
-    enqueue = sc.source("enqueue")
-    assert "local function emit" in enqueue and "local function finish" not in enqueue
-    assert "local function finish" in sc.source("complete")

@@ -5,7 +5,7 @@ checks").
 
 The call builders and reply parsers are dtq's (``dtq.scripts``); only the transport is this
 module's: each script is registered with the text :func:`dtq.scripts.source` makes, its one
-read of the server's time (``redis.call('TIME')`` in ``now_ms`` of lua/_common.lua) adding the
+read of the server's time (``redis.call('TIME')`` in lua/includes/now_ms.lua) adding the
 offset in the key :data:`CLOCK`, so expiry, delays and rate windows follow the model's clock.
 """
 

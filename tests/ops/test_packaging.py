@@ -23,7 +23,8 @@ def test_wheel_contains_lua_and_loads_it(tmp_path: Path) -> None:
     )  # fmt: skip
     (wheel,) = tmp_path.glob("dtq-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    lua = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
+    lua = sorted(p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua"))
+    assert any(n.startswith("includes/") for n in lua)
     assert {f"dtq/lua/{n}" for n in lua} <= names
     assert {"dtq/py.typed", "dtq_worker/py.typed", "dtq_worker/main.py"} <= names
     site = tmp_path / "site"

@@ -1,5 +1,5 @@
 """On a Redis Cluster the end of a task is announced with SPUBLISH on its queue's slot and the
-``result()`` waits SSUBSCRIBE at that slot's node (lua/_common.lua done_pub, dtq/sdk/donewait.py):
+``result()`` waits SSUBSCRIBE at that slot's node (lua/includes/done_pub.lua, dtq/sdk/donewait.py):
 a PUBLISH there is relayed by the cluster bus to every node, a cost on each of them per task.
 Here the waits read the record only at their deadline (no 5 s poll), so a wait that ends in time
 was woken by the announcement; and the cluster bus carried no PUBLISH, to any node."""

@@ -187,7 +187,7 @@ def events_from(stream: str, eid: str, f: dict[str, str]) -> list[Event]:
     workers', in order.
 
     An entry is one event, or the events of one type that one script call made for several
-    tasks (``emit_batch`` in lua/_common.lua): then its ``tid`` field holds their tids and its
+    tasks (lua/includes/emit_batch.lua): then its ``tid`` field holds their tids and its
     ``attempt`` field their attempts, separated by single spaces. Every event of an entry has
     the entry's stream id.
     """

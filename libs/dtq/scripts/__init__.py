@@ -1,7 +1,8 @@
 """The Lua scripts and one typed wrapper per script: ``from dtq import scripts as sc``.
 
 Each script lives in ``lua/<name>.lua`` (shipped in the wheel as ``dtq/lua``) with a header that
-lists its KEYS, ARGV and return value; the helpers of ``lua/_common.lua`` it uses are prepended.
+lists its KEYS, ARGV and return value, and names the helpers it uses (``lua/includes/``), which
+are prepended (:func:`dtq.scripts.runner.assemble`).
 :mod:`dtq.scripts.runner` loads and runs them (EVALSHA, the fast lane, the error codes); the
 other modules each hold one family's wrappers: a call builder (a pure function returning a
 :class:`Call`), a reply parser, and what it returns (a frozen dataclass or an enum, never a raw
@@ -131,7 +132,6 @@ from dtq.scripts.runner import (
     Call,
     ScriptError,
     SyncScripts,
-    helpers_for,
     hiredis_packing,
     new_nonce,
     source,
@@ -236,7 +236,6 @@ __all__ = [
     "flow_put_call",
     "flow_tomb_call",
     "group_hold_call",
-    "helpers_for",
     "hiredis_packing",
     "hist_fold_call",
     "limit_sweep_call",

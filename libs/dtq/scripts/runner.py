@@ -9,7 +9,6 @@ sibling modules of this package, one per family of scripts.
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,65 +52,83 @@ def _lua_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "lua"
 
 
+INCLUDE = "-- include: "
+"""A line (from column 0) naming one include of a script or of another include:
+``-- include: <name>`` is ``lua/includes/<name>.lua``."""
+
+
+class IncludeError(ValueError):
+    """A script or an include names an include that does not exist, or includes that include
+    one another."""
+
+
 @cache
 def source(name: str) -> str:
-    """The full text of a script as sent to Redis: the shared helpers it uses, then the script.
+    """The full text of ``lua/<name>.lua`` as sent to Redis: see :func:`assemble`."""
+    return assemble(_lua_dir(), name)
 
-    A script line ``-- include: _part`` prepends ``lua/_part.lua`` too (after the helpers):
-    claim.lua and complete.lua share the claim transition that way. Of ``_common.lua`` only the
-    definitions the script (or a definition it keeps) names are sent: Redis runs a script's
-    whole text on every call, and each helper it defines is a closure made and collected per
-    call (about 1 us per call for all of them, cache-cold, on a single enqueue).
+
+def assemble(lua_dir: Path, name: str) -> str:
+    """The text of script ``<lua_dir>/<name>.lua`` with its includes before it.
+
+    A script names each include it uses by an ``-- include: <name>`` line: the file
+    ``<lua_dir>/includes/<name>.lua``, which defines one helper (a ``local function`` of that
+    name, with the constants or state it keeps) and names the includes it uses in turn. Each
+    include is sent once, after those it includes, so a Lua local is defined before its first
+    use; only the includes named are sent, directly or through one another, since Redis runs a
+    script's whole text on every call and every helper it defines is a closure made per call.
+    Full-line comments and blank lines are left out of the text sent but the script's first
+    line, which names it (none of the files uses a long string or a long comment): the text is
+    what SCRIPT LOAD, and in a cluster pipeline every EVAL, sends. Raises
+    :class:`IncludeError` for a missing include or a cycle.
     """
-    d = _lua_dir()
-    text = (d / f"{name}.lua").read_text()
-    parts = []
-    for line in text.splitlines():
-        if line.startswith("-- include: "):
-            parts.append((d / f"{line.removeprefix('-- include: ').strip()}.lua").read_text())
-    body = "\n".join([*parts, text])
-    return "\n".join([helpers_for(body, (d / "_common.lua").read_text()), body])
+    text = (lua_dir / f"{name}.lua").read_text()
+    parts: list[str] = []
+    done: set[str] = set()
+
+    def add(inc: str, chain: tuple[str, ...]) -> None:
+        if inc in done:
+            return
+        if inc in chain:
+            raise IncludeError("includes form a cycle: " + " -> ".join([*chain, inc]))
+        try:
+            deps, code = _include(lua_dir, inc)
+        except FileNotFoundError:
+            by = chain[-1] if chain else f"{name}.lua"
+            raise IncludeError(f"{by} includes {inc}: no {lua_dir}/includes/{inc}.lua") from None
+        for dep in deps:
+            add(dep, (*chain, inc))
+        done.add(inc)
+        parts.append(code)
+
+    for inc in includes_of(text):
+        add(inc, ())
+    first, _, rest = text.partition("\n")
+    return "".join([first, "\n", *parts, _code(rest)])
 
 
-_DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*=)", re.MULTILINE)
-
-
-_WORDS = re.compile(r"\w+")
-
-
-def helpers_for(body: str, common: str) -> str:
-    """The definitions of ``common`` that ``body`` needs, directly or through one another, in
-    their order (a Lua local can only name locals defined before it). A definition starts at a
-    ``local`` line in column 0 and takes the comment lines just above it."""
-    blocks = _definitions(common)
-    used = [False] * len(blocks)
-    words = set(_WORDS.findall(body))  # every name the text needing helpers mentions
-    for i in range(len(blocks) - 1, -1, -1):  # later definitions can only use earlier ones
-        names, block = blocks[i]
-        if not names.isdisjoint(words):
-            used[i] = True
-            words.update(_WORDS.findall(block))
-    return "".join(b for (_, b), u in zip(blocks, used, strict=True) if u)
+def includes_of(text: str) -> list[str]:
+    """The includes a file names, in its order."""
+    return [
+        line.removeprefix(INCLUDE).strip() for line in text.splitlines() if line.startswith(INCLUDE)
+    ]
 
 
 @cache
-def _definitions(common: str) -> list[tuple[frozenset[str], str]]:
-    """``common`` cut into its top-level definitions: (the names each defines, its text). Made
-    once per process (every script's source asks; a worker builds them all at start)."""
-    blocks: list[tuple[frozenset[str], str]] = []
-    lead: list[str] = []  # comment lines waiting for their definition
-    for line in common.splitlines(keepends=True):
-        m = _DEFINES.match(line)
-        if m:
-            names = {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
-            blocks.append((frozenset(names), "".join(lead) + line))
-            lead = []
-        elif line.startswith("--") or not line.strip() or not blocks:
-            lead.append(line)  # a comment or blank line: the next definition's, or ...
-        else:  # ... the definition goes on (any code line, in or after its body)
-            blocks[-1] = (blocks[-1][0], blocks[-1][1] + "".join(lead) + line)
-            lead = []
-    return blocks
+def _include(lua_dir: Path, name: str) -> tuple[list[str], str]:
+    """An include's own includes and its text as sent (read once per process: every script's
+    source asks, and a worker builds them all at start)."""
+    text = (lua_dir / "includes" / f"{name}.lua").read_text()
+    return includes_of(text), _code(text)
+
+
+def _code(text: str) -> str:
+    """``text`` without its full-line comments and blank lines."""
+    return "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if line.strip() and not line.lstrip().startswith("--")
+    )
 
 
 class ScriptError(StrEnum):
@@ -160,7 +177,7 @@ class Call:
 # so no script runs at all until the migration ends, and then it runs whole on the new owner.
 # TRYAGAIN means "not run": the cluster client waits it out (connection.py). On a stable slot
 # the guard costs nothing (Redis looks keys up only for slots in migration). Scripts that count
-# their KEYS leave it out (``nkeys()`` in lua/_common.lua).
+# their KEYS leave it out (lua/includes/nkeys.lua).
 SLOT_GUARD = ":~slotguard"
 
 
@@ -386,12 +403,13 @@ def to_str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-# How long a state-changing SDK call's reply is kept for its re-send (lua/_replay.lua): longer
-# than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus timeouts).
+# How long a state-changing SDK call's reply is kept for its re-send (lua/includes/replayed.lua):
+# longer than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus
+# timeouts).
 REPLY_TTL_MS = 60_000
 
 
 def new_nonce() -> str:
     """A per-call nonce: the same call re-sent after a blip carries it and gets the first
-    send's reply (lua/_replay.lua)."""
+    send's reply (lua/includes/replayed.lua)."""
     return secrets.token_hex(8)

@@ -16,7 +16,7 @@ A wait is woken, never told the outcome: ``result()`` reads the record after eac
 least every 5 s, so a message lost (the connection dropped and was made again, which redis-py
 follows by subscribing the channels again) costs time, never a result.
 
-On a Redis Cluster the scripts announce an end with SPUBLISH (lua/_common.lua, done_pub): a
+On a Redis Cluster the scripts announce an end with SPUBLISH (lua/includes/done_pub.lua): a
 PUBLISH there is sent by the cluster bus to every node, a cost on every node for every task,
 while a done channel carries its queue's hash tag, so its slot's node alone needs it. The waits
 then SSUBSCRIBE, through redis-py's ClusterPubSub: one connection per node that owns a waited

@@ -140,7 +140,7 @@ def _names_steps(
     return found, f"{phase}{at}.{pos}" + (f".{skip}" if skip else "")
 
 
-WITHHELD = "~"  # a turn field's value while the turn is held back (_common.lua)
+WITHHELD = "~"  # a turn field's value while the turn is held back (docs/groups.md)
 
 
 def _state(keys: Keys, parts: Sequence[str], names: Sequence[str]) -> Step:

@@ -320,7 +320,7 @@ UNIQUE_PREFIX = "~u:"
 def unique_key(name: str, args_json: str, kwargs: Mapping[str, Any] | None) -> str:
     """The idempotency key of a unique task: a hash of its name and arguments.
 
-    Keys with this prefix are released as soon as the task ends (see finish() in _common.lua).
+    Keys with this prefix are released as soon as the task ends (see lua/includes/finish.lua).
     """
     kw = json.dumps(dict(kwargs or {}), sort_keys=True, separators=(",", ":"), default=str)
     digest = hashlib.sha256("\0".join((name, args_json, kw)).encode()).hexdigest()

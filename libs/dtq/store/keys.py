@@ -237,7 +237,8 @@ class QueueKeys:
         return f"{self.base}:schedules:next"
 
     def reply(self, nonce: str) -> str:
-        """String: the kept reply of the state-changing call ``nonce`` (lua/_replay.lua)."""
+        """String: the kept reply of the state-changing call ``nonce``
+        (lua/includes/replayed.lua)."""
         return f"{self.base}:reply:{nonce}"
 
     @property
@@ -252,7 +253,7 @@ class QueueKeys:
 
     @property
     def lim_parked(self) -> str:
-        """Set of limit keys that have parked tasks (lua/_common.lua)."""
+        """Set of limit keys that have parked tasks (lua/includes/limit_unpark.lua)."""
         return f"{self.base}:lim:~parked"
 
     @property

@@ -100,7 +100,7 @@ MEANING: Final[dict[Field, str]] = {
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
 
-# What a record leaves out while a field holds it (lua/_common.lua DEF_MAXR, DEF_PRIO): every
+# What a record leaves out while a field holds it (lua/includes/record_defaults.lua): every
 # reader reads an absent field as its value here. (A null result is left out too; TaskInfo reads
 # its absence as None.) tests/lua/test_record.py checks the scripts' constants against these.
 DEFAULTS: Final[dict[str, str]] = {

@@ -1,6 +1,17 @@
--- _claim.lua: the claim transition as a function, shared by claim.lua and complete.lua.
--- Not a script of its own: a script that starts with "-- include: _claim" gets it prepended
--- (after _common.lua, see dtq/scripts/runner.py). Both callers pass the same KEYS layout:
+-- include: drop_entry
+-- include: emit
+-- include: emit_batch
+-- include: finish
+-- include: flow_note
+-- include: group_base
+-- include: group_full
+-- include: group_issue
+-- include: group_settle
+-- include: limit_pass_on
+-- include: now_ms
+-- include: record_defaults
+-- The claim transition as a function, shared by claim.lua and complete.lua. Both callers
+-- pass the same KEYS layout:
 --
 -- KEYS[1..10]  priority streams p9..p0
 -- KEYS[11]     P:{q}:paused  (while it exists nothing is claimed)
@@ -9,11 +20,11 @@
 -- KEYS[14]     P:{q}:t:      (task record key prefix)
 -- KEYS[15]     P:{q}:idem:
 -- KEYS[16]     P:{q}:sched   (rate-limited tasks wait there until their window has room)
--- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py and _common.lua)
+-- KEYS[17]     P:{q}:lim:    (limit key prefix, see dtq/limits.py and limit_unpark.lua)
 -- KEYS[18]     P:{q}:fair    (fair mode: each band's credit in the weighted round-robin)
 -- KEYS[19]     P:{q}:decl    (task name -> "max_retries|timeout|expires_ms" workers declared)
 -- KEYS[20]     P:{q}:f:, KEYS[21] P:{q}:flowq: a workflow step found expired ends its flow
---              (flow_note in _flow.lua; the including script includes _flow too)
+--              (flow_note)
 --
 -- claim_entries(group, worker, count, maxlen, ttl, done_prefix, fair, gcap[, now, nows]) returns
 -- the claim reply documented in claim.lua. gcap: the queue's group cap (DTQ_GROUP_CONCURRENCY;
@@ -200,7 +211,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
 
   local any_paused = nil  -- whether any group of the queue is paused (read once per call)
 
-  -- Fair groups (_common.lua): whether entry eid of band i (task tid of group grp, band prio)
+  -- Fair groups (docs/groups.md): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. It must be its group's turn: an entry that is not (another task holds the
   -- turn: e.g. a task queued without a group before the queue's first group) waits in the
   -- group's list; one whose group had no turn becomes it. A paused group, or one at its cap
@@ -308,7 +319,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         if grp then group_left(tid, r[13] or DEF_PRIO, grp) end
         local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
         if fl then
-          flow_lib().note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
+          flow_note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
             fbase = KEYS[20], flowq = KEYS[21], maxlen = maxlen, ttl = ttl,
             done_prefix = done_prefix}, fl, 'expired', 'expired before it started')
         end
@@ -323,8 +334,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         if grp then settle(grp) end
         return false
       end
-      local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: _common.lua)
-      local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (_common.lua)
+      local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: record_defaults)
+      local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (docs/design.md)
       if weid then
         redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
           'started', nows, 'eid', eid, unpack(fill))

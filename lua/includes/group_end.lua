@@ -1,0 +1,33 @@
+-- include: group_issue
+-- include: group_settle
+-- include: group_turns
+-- A run of group grp ended or went back to waiting: it leaves the group's running set; a turn
+-- withheld by the cap goes out again (the highest band's: one run ended, one may start), unless
+-- the group is paused.
+-- band (a band digit of the runs): given by a caller without a cap (complete.lua, its worker's
+-- DTQ_GROUP_CONCURRENCY 0 for the queue), with tid a list of n of the group's ended runs
+-- (n <= 200: unpack's bound on the Lua stack). Then while the group runs other tasks, or has a
+-- live turn in that band, nothing else is read: without caps a turn is withheld only by a
+-- pause, which a run's end does not lift; a turn another worker's cap withheld goes out at the
+-- end of the group's last run (group_settle) instead, as the group still runs or has a live
+-- turn.
+local function group_end(gb, streams, tbase, grp, tid, band, n)
+  if band then
+    if redis.call('ZREM', gb .. 'run:' .. grp, unpack(tid, 1, n)) == 0 then return end
+    if redis.call('EXISTS', gb .. 'run:' .. grp) == 1 then return end
+    local t = redis.call('HGET', gb .. 'tk', band .. ':' .. grp)
+    if t and t ~= '~' then return end
+  elseif redis.call('ZREM', gb .. 'run:' .. grp, tid) == 0 then
+    return
+  end
+  local turns = group_turns(gb, grp)
+  if redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
+    for j = 1, 10 do
+      if turns[j] == '~' then
+        turns[j] = group_issue(gb, streams, tbase, string.format('%d', 10 - j), grp)
+        if turns[j] then break end
+      end
+    end
+  end
+  group_settle(gb, streams, tbase, grp, turns)
+end

@@ -1,0 +1,36 @@
+-- include: group_base
+-- include: now_ms
+-- include: record_defaults
+-- Where a task that is to wait (queued) goes: returns its stream entry's id when it gets one
+-- (its group's turn; or no group while no group is active), else false (it waits in its group's
+-- list: the caller clears the record's eid); and the group to store as the record's grp when
+-- that changes ('' for an ungrouped task while groups are active), else nil.
+-- stream: the task's band's stream; prio: its band (a digit, nil for the default); grp: its
+-- record's grp (nil: none); gmode: whether groups are active (nil: not known yet).
+local function group_put(stream, tbase, tid, prio, grp, gmode)
+  prio = prio or DEF_PRIO
+  local gb = group_base(tbase)
+  local store = nil
+  if not grp or grp == '' then
+    if gmode == nil then gmode = redis.call('EXISTS', gb .. 'idx') == 1 end
+    if not gmode then
+      return redis.call('XADD', stream, '*', 't', tid), nil
+    end
+    if grp ~= '' then store = '' end
+    grp = ''
+  end
+  local f = prio .. ':' .. grp
+  if redis.call('HEXISTS', gb .. 'tk', f) == 1 then
+    -- (A group with a turn, live or withheld, is among the active groups already.)
+    redis.call('RPUSH', gb .. 'w:' .. f, tid)
+    return false, store
+  end
+  redis.call('ZADD', gb .. 'idx', 'NX', now_ms(), grp)
+  if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 then
+    redis.call('RPUSH', gb .. 'w:' .. f, tid)
+    redis.call('HSET', gb .. 'tk', f, '~')
+    return false, store
+  end
+  redis.call('HSET', gb .. 'tk', f, tid)
+  return redis.call('XADD', stream, '*', 't', tid), store
+end
