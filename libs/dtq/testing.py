@@ -15,7 +15,8 @@ use ``eager=True``)::
             [info] = tq.drain()                  # runs everything due, retries included
             assert info.status == "succeeded"
 
-A result or an exception becomes the run's outcome by the worker's own rules
+Each task runs as a worker runs it (:mod:`dtq.run`: arguments, context, timeout, middleware,
+progress) and its result or exception becomes the outcome by the worker's own rules
 (:mod:`dtq.retrypolicy`: the same errors, the same capped backoff with jitter). Differences
 from a worker, on purpose: tasks run one at a time in the calling thread (async tasks on an
 event loop of their own), a sync task's timeout is not enforced, and retries are due at once
@@ -27,13 +28,13 @@ worker (``before_enqueue`` in the clients, ``around_task`` and ``on_outcome`` ar
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from datetime import UTC, datetime
 from itertools import chain
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 try:
     import fakeredis
@@ -43,40 +44,50 @@ except ImportError as exc:  # the `testing` extra: not every user of dtq needs i
 from dtq import scripts as sc
 from dtq import workflows as wf
 from dtq.app import App
-from dtq.context import TaskContext, set_current
-from dtq.errors import Fail
-from dtq.middleware import RunOutcome, around, notify_outcome
+from dtq.context import set_current
 from dtq.models import TaskHandle, TaskInfo
-from dtq.retrypolicy import TaskTimeout, failure_item, result_item
+from dtq.retrypolicy import failure_item, result_item
+from dtq.run import Attempt, Runner
 from dtq.schedules import ScheduleRunner
 from dtq.schedules import declared as declared_schedules
 from dtq.sdk.client import AsyncClient, Client
 from dtq.settings import Settings
 from dtq.store.cluster import task_key_pages
 from dtq.store.keys import GROUP, Keys, make_task_id, split_task_id
-from dtq.store.partitions import logical, within
+from dtq.store.partitions import within
 from dtq.store.record import Field
 
 __all__ = ["TestQueue"]
 
 WORKER_ID = "dtq-testing"
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-class _Hooks:
-    def __init__(self, tq: TestQueue, queue: str, c: sc.Claimed) -> None:
-        self.tq, self.queue, self.c = tq, queue, c
+class _Inline(Executor):
+    """Runs a sync body at once, in the calling thread (so its timeout is not enforced)."""
 
-    def report_progress(self, payload: str) -> None:
-        qk = self.tq.keys.queue(self.queue)
-        call = sc.progress_call(qk, self.c.tid, self.c.attempt, WORKER_ID, payload, 1000)
-        self.tq._scripts.run(call)
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        f: Future[T] = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # as a pool thread hands it over
+            f.set_exception(exc)
+        return f
 
-    def stop_requested(self) -> bool:
-        rec = self.tq.redis.hget(self.tq.keys.queue(self.queue).task(self.c.tid), Field.CANCEL)
-        return rec is not None
 
-    def headers(self) -> str:
-        return self.c.headers
+class _Runner(Runner):
+    """The worker's runner on the fake server: a run is stopped once its cancel is stored."""
+
+    def __init__(self, tq: TestQueue) -> None:
+        r = fakeredis.FakeAsyncRedis(server=tq.server, decode_responses=True)
+        s = tq.settings
+        super().__init__(tq.app, _Inline(), WORKER_ID, sc.AsyncScripts(r), tq.keys, s.events_maxlen)
+        self.tq = tq
+
+    def stopped(self, run: Attempt) -> bool:
+        c = run.claimed
+        return bool(self.tq.redis.hexists(self.keys.queue(c.queue).task(c.tid), Field.CANCEL))
 
 
 class TestQueue:
@@ -308,13 +319,14 @@ class TestQueue:
             return []  # eager enqueue from inside a task: the outer drain picks it up
         self._draining.on = True
         ran: dict[str, None] = {}
+        runner = _Runner(self)
         try:
             for _ in range(max_runs):
                 runs = self._claim_one(include_delayed)
                 if runs is None:
                     break
                 queue, c = runs
-                await self._run(queue, c)
+                await self._run(runner, queue, c)
                 ran[make_task_id(queue, c.tid)] = None
             else:
                 raise RuntimeError(f"drain() stopped after {max_runs} runs: a task loop?")
@@ -375,37 +387,21 @@ class TestQueue:
                 return q, batch.runs[0]
         return None
 
-    async def _run(self, queue: str, c: sc.Claimed) -> None:
+    async def _run(self, runner: _Runner, queue: str, c: sc.Claimed) -> None:
         s = self.settings
         qk = self.keys.queue(queue)
+        run = Attempt(c)
         item: sc.Success | sc.Failure
-        mw = self.app.hooks()  # middleware, as a worker runs it (dtq.middleware)
-        ctx = TaskContext(
-            id=make_task_id(queue, c.tid),
-            name=c.name,
-            queue=logical(queue),
-            attempt=c.attempt,
-            retries=c.retries,
-            max_retries=c.max_retries,
-            worker_id=WORKER_ID,
-            deadline=None if c.timeout is None else time.time() + c.timeout,
-            hooks=_Hooks(self, queue, c),
-        )
-        started = time.monotonic()
-        result: Any = None
-        raised: BaseException | None = None
-        # The worker's own rules turn the result or the exception into the outcome.
+        # The worker's own rules run the body and turn its end into the outcome.
         try:
-            if mw is None or not mw.around_task:
-                result = await self._invoke(ctx, c)
-            else:
-                result = await around(mw, ctx, lambda: self._invoke(ctx, c))
-            item = result_item(c, result, s.max_result_bytes)
+            item = result_item(c, await runner.call(run), s.max_result_bytes)
         except Exception as exc:
-            raised = exc
             item = failure_item(c, exc, s)
-        if self.redis.hexists(qk.task(c.tid), Field.CANCEL) and isinstance(item, sc.Success):
+        finally:
+            set_current(None)
+        if isinstance(item, sc.Success) and runner.stopped(run):
             item = sc.Success.of(c, "cancelled", "cancelled by request")
+        verdict: str
         if isinstance(item, sc.Success):
             call = sc.complete_call(qk, WORKER_ID, [item], s.events_maxlen, s.result_ttl_s)
             stored = sc.parse_complete(self._scripts.run(call))[0]
@@ -413,39 +409,7 @@ class TestQueue:
         else:
             call = sc.fail_call(qk, WORKER_ID, [item], s.events_maxlen, s.dlq_ttl_s)
             verdict = sc.parse_verdicts(self._scripts.run(call))[0]
-        if mw is not None and mw.on_outcome:
-            verdict = "retried" if verdict == "scheduled" else verdict
-            error = item.error if isinstance(item, sc.Failure) else None
-            outcome = RunOutcome(
-                verdict,
-                time.monotonic() - started,
-                error,
-                raised,
-                result if isinstance(item, sc.Success) else None,
-            )
-            await notify_outcome(mw, ctx, outcome)
-
-    async def _invoke(self, ctx: TaskContext, c: sc.Claimed) -> Any:
-        task = self.app.tasks.get(c.name)
-        if task is None:
-            raise Fail(f"unknown task {c.name!r}: not registered on this app")
-        args = json.loads(c.args)
-        kwargs = json.loads(c.kwargs) if c.kwargs else {}
-        if task.arg_types is not None:  # as the worker does (docs/arguments.md)
-            try:
-                args, kwargs = task.arg_types.decode(args, kwargs)
-            except ValueError as exc:
-                raise Fail(str(exc)) from None
-        token = set_current(ctx)
-        try:
-            if task.is_async:
-                return await asyncio.wait_for(task.fn(*args, **kwargs), c.timeout)  # type: ignore[arg-type]
-            return task.fn(*args, **kwargs)
-        except TimeoutError:
-            raise TaskTimeout(f"timed out after {c.timeout}s") from None
-        finally:
-            set_current(None)
-            del token
+        await runner.notify(run, verdict, item)
 
     def _after_enqueue(self) -> None:
         if self.eager and not getattr(self._draining, "on", False):

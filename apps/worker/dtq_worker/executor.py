@@ -1,11 +1,9 @@
-"""Running one claimed task: async on the event loop, sync in the thread pool, with timeout."""
+"""A claimed task's run in the worker: its body (dtq.run), its outcome written, its metrics
+and log lines; a stopped run (cancel, claim lost, shutdown) and a name not known here."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import json
 import logging
 import time
 from concurrent.futures import Executor as Executor_
@@ -13,15 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq.app import App
-from dtq.context import TaskContext, set_current
-from dtq.errors import Fail
-from dtq.middleware import Hooks, RunOutcome, around, notify_outcome
-from dtq.progress import ProgressWriter
-from dtq.retrypolicy import TaskTimeout, failure_item, result_item
+from dtq.retrypolicy import failure_item, result_item
+from dtq.run import Runner, UnknownName
 from dtq.stats import bucket_of
 from dtq.store.partitions import logical
 from dtq_worker.outcomes import Outcome
-from dtq_worker.slots import Hooked, Run, StopReason
+from dtq_worker.slots import Run, StopReason
 
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
@@ -32,10 +27,6 @@ log = logging.getLogger("dtq.executor")
 # A task whose name this worker does not know, handed back while a live worker declares it
 # (a rolling deploy), is due again this much later: this worker does not claim it again at once.
 UNKNOWN_HANDBACK_MS = 1000
-
-
-class UnknownName(Fail):
-    """The claimed task's name is not registered on this worker."""
 
 
 def _extra(run: Run, worker_id: str) -> dict[str, Any]:
@@ -62,68 +53,6 @@ def _log_failure(run: Run, item: sc.Failure, outcome: str, elapsed: float, worke
     if level == logging.ERROR and item.traceback:
         rec.exc_text = item.traceback.rstrip("\n")  # written after the line, as exc_info's is
     log.handle(rec)
-
-
-def _detach(ex: Executor, fut: asyncio.Future[Any]) -> None:
-    """Let a sync task's thread run on after its run was stopped (a thread cannot be killed).
-
-    Its outcome is discarded: the exception it may end with (a ``Fail`` after a cancel) is
-    taken here, or asyncio would log "Future exception was never retrieved" with a traceback.
-    """
-    ex.detached_threads += 1
-
-    def done(f: asyncio.Future[Any]) -> None:
-        if not f.cancelled():
-            f.exception()
-        ex.detached_threads -= 1
-
-    fut.add_done_callback(done)
-
-
-class _Hooks:
-    """A run's :class:`dtq.progress.RunHooks`; the progress writer is made on first use.
-
-    Most tasks never report progress, so the writer (and its flush after the body) is skipped
-    for them. Reports from other threads create it on the event loop.
-    """
-
-    __slots__ = ("_env", "_loop", "_run", "writer")
-
-    def __init__(self, env: WorkerEnv, run: Run, loop: asyncio.AbstractEventLoop) -> None:
-        self._env = env
-        self._run = run
-        self._loop = loop
-        self.writer: ProgressWriter | None = None
-
-    def start(self) -> ProgressWriter:
-        if self.writer is None:
-            env, c, run = self._env, self._run.claimed, self._run
-            self.writer = ProgressWriter(
-                env.scripts, env.keys.queue(c.queue), c.tid, c.attempt, env.worker_id,
-                env.settings.events_maxlen, lambda: run.stop_reason is not None,
-                gate=env.progress_writes,
-            )  # fmt: skip
-        return self.writer
-
-    def stop_requested(self) -> bool:
-        return self._run.stop_reason is not None
-
-    def headers(self) -> str:
-        return self._run.claimed.headers
-
-    def report_progress(self, payload: str) -> None:
-        if self.writer is not None:
-            self.writer.report_progress(payload)
-            return
-        try:
-            on_loop = asyncio.get_running_loop() is self._loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            self.start().report_progress(payload)
-        else:
-            with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
-                self._loop.call_soon_threadsafe(self.report_progress, payload)
 
 
 class _Record:
@@ -157,18 +86,16 @@ class Executor:
         """``pool`` runs sync tasks; ``counters``: outcomes so far, by kind (published by the
         heartbeat)."""
         self.env = env
-        self.tasks = app.tasks
-        self.pool = pool
         self.outcomes = outcomes
         self.slots = slots
         self.counters = counters
-        self.detached_threads = 0  # sync tasks' threads left running after their run ended
+        self.runner = Runner(
+            app, pool, env.worker_id, env.scripts, env.keys, env.settings.events_maxlen,
+            env.progress_writes,
+        )  # fmt: skip
+        self.mw = self.runner.mw  # the app's middleware, None when it has none
         self._children: dict[tuple[Any, ...], Any] = {}
         self._records: dict[tuple[str, str], _Record] = {}
-        # The app's middleware (dtq.middleware), None when it has none: then a run costs one
-        # attribute test more than without the feature. Read once: middleware added after the
-        # worker started is not seen.
-        self.mw: Hooks | None = app.hooks()
         # Which per-task lines are logged (DTQ_LOG_TASKS), decided once.
         info = log.isEnabledFor(logging.INFO)
         self.log_starts = info and env.settings.log_tasks == "all"
@@ -200,7 +127,7 @@ class Executor:
             if run.stop_reason is not None:
                 # Stopped while it waited for a slot (claimed ahead): its body never runs.
                 raise asyncio.CancelledError
-            result = await (self._invoke(run) if self.mw is None else self._around(run))
+            result = await self.runner.call(run)
             item = result_item(c, result, env.settings.max_result_bytes)
         except asyncio.CancelledError:
             reason = run.stop_reason
@@ -210,11 +137,11 @@ class Executor:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
                             extra=_extra(run, env.worker_id))  # fmt: skip
                 if self.mw is not None:
-                    await self._notify(run, "lost", None)
+                    await self.runner.notify(run, "lost", None)
                 return
             else:
                 if self.mw is not None:
-                    await self._notify(run, "interrupted", None)
+                    await self.runner.notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
         except Exception as exc:  # Retry, Fail, a timeout, any error (dtq.retrypolicy)
             if isinstance(exc, UnknownName) and await self._hand_back_unknown(run):
@@ -223,7 +150,7 @@ class Executor:
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
             if self.mw is not None:
-                await self._notify(run, "lost", item)
+                await self.runner.notify(run, "lost", item)
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success.of(c, "cancelled", run.cancel_detail)
@@ -240,13 +167,12 @@ class Executor:
             )
         except BaseException:
             if self.mw is not None:  # every hooked run hears its end (spans are not left open)
-                await self._notify(run, "lost", item)
+                await self.runner.notify(run, "lost", item)
             raise
         run.answered = verdict is not None
         self._record(run, item, verdict)
         if self.mw is not None:
-            v = "lost" if verdict is None else "retried" if verdict == "scheduled" else verdict
-            await self._notify(run, v, item)
+            await self.runner.notify(run, verdict, item)
 
     async def _hand_back_unknown(self, run: Run) -> bool:
         """Hand a task whose name this worker does not know back (requeue.lua, spending
@@ -269,46 +195,8 @@ class Executor:
                  "worker (%s)", c.name, run.task_id, c.attempt, verdict,
                  extra=_extra(run, env.worker_id))  # fmt: skip
         if self.mw is not None:
-            await self._notify(run, "interrupted", None)
+            await self.runner.notify(run, "interrupted", None)
         return True
-
-    def _context(self, run: Run, progress: _Hooks | None, deadline: float | None) -> TaskContext:
-        c = run.claimed
-        return TaskContext(
-            id=run.task_id, name=c.name, queue=logical(c.queue), attempt=c.attempt,
-            retries=c.retries, max_retries=c.max_retries, worker_id=self.env.worker_id,
-            deadline=deadline,
-            hooks=progress,
-        )  # fmt: skip
-
-    async def _around(self, run: Run) -> Any:
-        """The run inside the middleware's ``around_task`` hooks (one context for all)."""
-        assert self.mw is not None
-        timeout = run.claimed.timeout
-        deadline = None if timeout is None else time.time() + timeout
-        ctx = self._context(run, _Hooks(self.env, run, asyncio.get_running_loop()), deadline)
-        hk = run.hooked = Hooked(ctx)
-        set_current(ctx)
-        try:
-            hk.result = await around(self.mw, ctx, lambda: self._invoke(run))
-        except BaseException as exc:
-            hk.raised = exc
-            raise
-        return hk.result
-
-    async def _notify(self, run: Run, verdict: str, item: sc.Success | sc.Failure | None) -> None:
-        """Tell the ``on_outcome`` hooks what became of the run (never raises)."""
-        mw, hk = self.mw, run.hooked
-        run.hooked = None  # run -> ctx -> its hooks -> run: no cycle left behind
-        if mw is None or not mw.on_outcome:
-            return
-        if hk is None:  # a run stopped before its body
-            hk = Hooked(self._context(run, _Hooks(self.env, run, asyncio.get_running_loop()), None))
-        error = item.error if isinstance(item, sc.Failure) else None
-        raised = None if isinstance(hk.raised, asyncio.CancelledError) else hk.raised
-        result = hk.result if isinstance(item, sc.Success) else None
-        elapsed = time.monotonic() - run.started_mono
-        await notify_outcome(mw, hk.ctx, RunOutcome(verdict, elapsed, error, raised, result))
 
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         env, c = self.env, run.claimed
@@ -334,79 +222,3 @@ class Executor:
         elif self.log_outcomes:
             log.info("%s %s %s attempt %d in %.3fs", outcome, c.name, run.task_id,
                      c.attempt, elapsed, extra=_extra(run, env.worker_id))  # fmt: skip
-
-    async def _invoke(self, run: Run) -> Any:
-        env, c = self.env, run.claimed
-        task = self.tasks.get(c.name)
-        if task is None:
-            raise UnknownName(f"unknown task {c.name!r}: not registered on worker {env.worker_id}")
-        try:
-            args = json.loads(c.args) if c.args != "[]" else []
-            kwargs = json.loads(c.kwargs) if c.kwargs else {}
-        except ValueError as exc:
-            raise Fail(f"arguments are not valid JSON: {exc}") from None
-        if task.arg_types is not None:  # typed parameters (datetime, UUID, models...): convert
-            try:
-                args, kwargs = task.arg_types.decode(args, kwargs)
-            except ValueError as exc:
-                raise Fail(str(exc)) from None
-        timeout = c.timeout
-        loop = asyncio.get_running_loop()
-        # Made already when middleware wraps the run (_around). No local more than without
-        # middleware: see execute().
-        ctx = None if run.hooked is None else run.hooked.ctx
-        if ctx is None:
-            deadline = None if timeout is None else time.time() + timeout
-            hooks = _Hooks(env, run, loop)
-        else:
-            deadline = ctx.deadline
-            hooks = ctx.hooks  # type: ignore[assignment]
-
-        def context() -> TaskContext:  # made once: a child task asking later gets the same
-            nonlocal ctx
-            if ctx is None:
-                ctx = self._context(run, hooks, deadline)
-            return ctx
-
-        if task.is_async:
-            # Made on the task's first current_task() (most never ask).
-            set_current(context)
-            coro = task.fn(*args, **kwargs)
-            try:
-                if timeout is None:
-                    result = await coro  # no wait_for layer: one coroutine fewer per resume
-                else:
-                    result = await asyncio.wait_for(coro, timeout)
-            except TimeoutError:
-                if run.stop_reason is not None:
-                    raise asyncio.CancelledError() from None
-                raise TaskTimeout(f"timed out after {timeout}s") from None
-            if hooks.writer is not None:
-                await hooks.writer.flush()  # the last progress report lands before the outcome
-            return result
-        set_current(context())
-        writer = hooks.start()  # a sync task reports from its thread: the writer must exist
-        cv = contextvars.copy_context()
-        # The pool's future is the body's start gate: a thread starts the body only if it can
-        # mark the future running, and cancel() succeeds only while it is not (both under the
-        # future's lock). An attempt that ends while its body waits for a thread cancels it
-        # there and then, so that body never starts (docs/faults.md, hung sync tasks).
-        gate = self.pool.submit(cv.run, task.fn, *args, **kwargs)
-        fut = asyncio.wrap_future(gate, loop=loop)
-        try:
-            return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
-        except TimeoutError:
-            if gate.cancel():
-                raise TaskTimeout(
-                    f"timed out after {timeout}s (sync task: no pool thread came free, "
-                    "its body never started)"
-                ) from None
-            # A thread cannot be killed: it runs on, its result discarded (see docs).
-            _detach(self, fut)
-            raise TaskTimeout(
-                f"timed out after {timeout}s (sync task: its thread was left to finish)"
-            ) from None
-        except asyncio.CancelledError:
-            if not gate.cancel():  # (cancelled: its body never starts)
-                _detach(self, fut)
-            raise

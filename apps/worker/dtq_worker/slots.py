@@ -21,24 +21,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from dtq.context import TaskContext
-from dtq.scripts import Claimed, RunRef
-from dtq.store.keys import make_task_id
+from dtq.run import Attempt
+from dtq.scripts import RunRef
 from dtq.store.partitions import logical
 
 log = logging.getLogger("dtq.worker")
 
 # At most this many cancel hints are kept for tasks not held here (Slots.hint).
 CANCEL_HINTS_MAX = 4096
-
-
-@dataclass(slots=True)
-class Hooked:
-    """What middleware needs of a run beyond the run itself: made only when there is some."""
-
-    ctx: TaskContext
-    result: Any = None
-    raised: BaseException | None = None  # what the around_task chain raised
 
 
 class StopReason(Enum):
@@ -48,9 +38,9 @@ class StopReason(Enum):
 
 
 @dataclass(eq=False)
-class Run:
-    claimed: Claimed
-    started_mono: float = field(default_factory=time.monotonic)  # reset when its body starts
+class Run(Attempt):
+    """One attempt held here: what the runner reads (dtq.run.Attempt), and its slot and lease."""
+
     # Its lease is held from no earlier than this (monotonic): when its claim was sent, then
     # when a heartbeat that renewed it was sent (Slots.fill).
     leased_mono: float = field(default_factory=time.monotonic)
@@ -61,7 +51,6 @@ class Run:
     holds_slot: bool = False  # counted in Slots.active: see Slots.release
     answered: bool = False  # the fence answered the outcome write (stored or stale)
     waiting: bool = False  # claimed ahead (prefetch): in Slots.ready, its body not started
-    hooked: Hooked | None = None  # only when the app has middleware (Executor._around)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -71,10 +60,6 @@ class Run:
     def ref(self) -> RunRef:
         c = self.claimed
         return RunRef(c.tid, c.eid, c.attempt)
-
-    @property
-    def task_id(self) -> str:
-        return make_task_id(self.claimed.queue, self.claimed.tid)
 
     def stop(self, reason: StopReason, detail: str = "") -> None:
         """Stop the run; the first reason wins."""
