@@ -275,14 +275,25 @@ async def test_a_lost_reply_of_the_idle_pair_asks_for_recovery_and_a_noscript_do
     t = Setup({"default": []}, concurrency=2)
     t.lane.wake.set()
     t.lane.fault = NoScriptError("NOSCRIPT No matching script")
-    assert await t.consumer.wait_for_work(NOW_MS) is None  # the claim did not run
+    # The claim behind the wait did not run: it is sent again the usual way (which loads it).
+    assert await t.consumer.claim_once(NOW_MS) == (0, NOW_MS, True)
+    assert t.lane.pairs == 1 and t.scripts.claims == [("default", 2)]
     assert t.recovery.requested == [] and t.slots.claiming == 0
 
     async def lost(*args: Any) -> Any:
         raise RedisConnectionError("reset by peer")
 
     t.lane.call_pair = lost  # type: ignore[method-assign,assignment]
-    assert await t.consumer.wait_for_work(NOW_MS) is None
+    # In the loop (its first pass finds the queue empty, the next one waits): the lost reply
+    # is counted and backed off (the stop ends the backoff's sleep).
+    real_failed = t.consumer.backoff.failed
+
+    def failed(exc: BaseException) -> float:
+        t.env.stop_event.set()
+        return real_failed(exc)
+
+    t.consumer.backoff.failed = failed  # type: ignore[method-assign]
+    await asyncio.wait_for(t.consumer.loop(), 5)
     assert t.recovery.requested == ["default"]
     assert t.slots.claiming == 0 and t.consumer.backoff.failures == 1
 

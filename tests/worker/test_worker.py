@@ -168,7 +168,7 @@ async def test_graceful_stop_finishes_running_tasks(settings: Settings) -> None:
 async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Settings) -> None:
     """The stop arrives between a claim's work in Redis and its reply: the run it started must
     still run inside the drain (it was neither handed back nor left "running"). The claim of an
-    idle worker rides behind its XREAD (Consumer.wait_for_work); a busy one's goes alone."""
+    idle worker rides behind its XREAD (Consumer.claim_once); a busy one's goes alone."""
     from dtq import scripts as sc
 
     gate = asyncio.Event()

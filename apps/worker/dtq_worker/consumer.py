@@ -1,8 +1,9 @@
 """The poll loop: claim up to the free slots, highest priority first; block while idle.
 
-While idle it blocks in XREAD on every band with the claim pipelined behind it on the same
-connection: Redis runs the claim the moment the XREAD is served, so a task enqueued to an idle
-worker is started without a round trip through the worker in between.
+One claim path (Consumer.claim_once), whose first claim waits while idle: blocked in XREAD on
+every band with the claim pipelined behind it on the same connection, Redis runs the claim the
+moment the XREAD is served, so a task enqueued to an idle worker is started without a round
+trip through the worker in between (on a cluster, one XREAD per queue, then the claim).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class Consumer:
         self._ensure_groups = ensure_groups
         self.backoff = Backoff(log, "poll")
         self._turn = 0  # claim passes so far: which partition of a queue comes first
+        # A capped queue may claim again, or its streams were recreated: the next pass is sent
+        # at once, not behind the idle wait (which new entries alone would end).
+        self._again = False
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
         # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
         # layer on the pickup path; its reply is not needed, only the wake-up).
@@ -72,27 +76,25 @@ class Consumer:
 
     async def loop(self) -> None:
         env = self.env
-        woke: tuple[int, int, bool] | None = None  # the claim pipelined behind the idle XREAD
+        idle, now_ms = False, 0  # idle: the last pass left nothing, the next one waits first
         while not env.stopping:
             if not env.healthy.is_set():
-                woke = None
+                idle = False
                 await env.wait_or_stop(env.healthy.wait(), 1.0)
                 continue
             if env.evicting is not None:  # Redis may evict what it would claim: wait for the fix
-                woke = None
+                idle = False
                 await env.sleep(min(env.settings.heartbeat_interval_s, 1.0))
                 continue
             if self.slots.unheld <= 0:
-                woke = None
+                idle = False
                 await self.wait_slot(1.0)  # the drain's start wakes it too
                 continue
             try:
-                if woke is None:
-                    claimed, now_ms, drained = await self.claim_once()
-                else:
-                    (claimed, now_ms, drained), woke = woke, None
+                claimed, now_ms, drained = await self.claim_once(now_ms if idle else None)
                 self.backoff.ok()
             except Exception as exc:
+                idle = False
                 if is_nogroup(exc):
                     await self._ensure_groups()
                     continue
@@ -101,32 +103,34 @@ class Consumer:
                 env.metrics.redis_errors.labels("poll").inc()
                 await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
-            if (claimed == 0 or drained) and not self.runs.more and not env.stopping:
-                # Nothing left to take (a claim that got fewer runs than it asked for emptied
-                # every band): block at once rather than spend a round trip on an empty claim
-                # (that claim would also delay the start of the runs just launched).
-                if claimed:
-                    # Let the runs just launched start before the XREAD is sent: sending it
-                    # wakes Redis, which on a small machine competes for the CPU they need.
-                    await asyncio.sleep(0)
-                    if env.stopping:
-                        break
-                woke = await self.wait_for_work(now_ms)
+            # Nothing left to take (a claim that got fewer runs than it asked for emptied every
+            # band): the next pass waits first rather than spend a round trip on an empty claim
+            # (that claim would also delay the start of the runs just launched).
+            idle = claimed == 0 or drained
+            idle = idle and not (self.runs.more or self._again or env.stopping)
+            if idle and claimed:
+                # Let the runs just launched start before the XREAD is sent: sending it wakes
+                # Redis, which on a small machine competes for the CPU they need.
+                await asyncio.sleep(0)
 
     def _order(self) -> list[str]:
         """The queues in claim order: a partitioned queue's partitions take turns, the turn
-        moving on with each claim sent (_next_turn), so successive claims start at successive
+        moving on with each pass that sends a claim, so successive passes start at successive
         partitions whatever the waits and empty passes between them."""
         env = self.env
         if not env.partitions_of:
             return env.queues
         return partitions.poll_order(env.queues, self._turn)
 
-    def _next_turn(self) -> None:
-        self._turn += 1
+    async def claim_once(self, idle_ms: int | None = None) -> tuple[int, int, bool]:
+        """One claim pass over the queues in order: every claim of the poll loop.
 
-    async def claim_once(self) -> tuple[int, int, bool]:
-        """One claim pass over the queues in order.
+        ``idle_ms`` (the last pass, at that server time, left nothing to take): the pass waits
+        first, until an entry newer than that lands in any band, a block (1 s) ends, or a run
+        of a queue at its cap ends. The wait has two modes: on one server the pass's first
+        claim rides behind the XREAD on the same connection (:meth:`_behind_xread`); on a
+        cluster the claims follow the per-queue XREADs (clusterwait.py). XREAD (not
+        XREADGROUP) only watches: the claim script does the taking.
 
         Returns (runs started, server ms, drained): drained is true when every queue was asked
         and each gave fewer runs than free slots, i.e. its bands held nothing more to start.
@@ -135,7 +139,20 @@ class Consumer:
         total, now_ms = 0, 0
         drained = True
         self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
+        self._again = False
         order, sent = self._order(), False
+        # Entries added after the last pass's claim have ids above ``idle_ms - 1``: none is
+        # missed between the two calls.
+        after = None if idle_ms is None else f"{max(0, idle_ms - 1)}-{MAX_SEQ}"
+        capped = [q for q in order if self.slots.free(q) <= 0] if after else []
+        if after and len(capped) == len(order):
+            # Every queue is at its cap: new entries cannot be taken before a run ends, so
+            # wait for that, not for entries.
+            await self.wait_slot(IDLE_BLOCK_MS / 1000)
+            after = None
+        elif after and self._cluster is not None:
+            await self._wait_cluster(self._cluster, after, capped)
+            after = None
         # Partitioned queues whose claim in this pass got all the slots it asked for: a slot
         # that frees later in the pass (while it waits for a recovery or a claim) is the next
         # pass's, which starts at the next partition: so each claim starts at the next one.
@@ -152,14 +169,34 @@ class Consumer:
                 continue
             t0 = time.perf_counter()
             call = self._claim_call(queue, free)
+            direct = partial(env.scripts.run, call)
+            send: Callable[[], Awaitable[Any]] = direct
+            if after is not None:  # the pass's first claim: behind the idle XREAD
+                pair, after = await self._behind_xread(after, call, capped), None
+                if env.stopping or self.recovery.active(queue):
+                    # (came while the lane was readied) the loop ends, or the next pass
+                    # waits for the recovery
+                    drained = False
+                    continue
+                if self._freed(capped):
+                    self._again = True  # a capped queue may claim: no wait, the next pass
+                else:
+                    send = pair
             if not sent:
                 sent = True
-                self._next_turn()
-            batch = await self._claim(queue, free, partial(env.scripts.run, call))
-            env.metrics.claim_latency.observe(time.perf_counter() - t0)
+                self._turn += 1
+            try:
+                batch = await self._claim(queue, free, send)
+            except NoScriptError:  # the pair's claim did not run: sent the usual way (loads it)
+                batch = await self._claim(queue, free, direct)
+            if send is direct:
+                env.metrics.claim_latency.observe(time.perf_counter() - t0)
+            elif self._freed(capped):
+                self._again = True  # (a run of a capped queue ended the wait)
             now_ms = batch.now_ms
             if batch.missing_streams:
                 drained = False
+                self._again = True
                 continue
             total += len(batch.runs)
             if len(batch.runs) >= free:
@@ -195,53 +232,48 @@ class Consumer:
             s.group_cap(queue),
         )  # fmt: skip
 
-    async def wait_for_work(self, now_ms: int) -> tuple[int, int, bool] | None:
-        """Block until an entry newer than ``now_ms`` lands in any band (or 1 s passes); return
-        what the claim pipelined behind the wait took, as claim_once does, or None.
-
-        XREAD (not XREADGROUP) only watches: the claim script does the taking, sent in the same
-        write for the first queue's free slots (held meanwhile, so a drain waits for it; the stop
-        unblocks the XREAD at once, see interrupt()). Entries added after the last claim have
-        ids above ``now_ms - 1``, so none is missed between the two calls.
-        """
+    async def _behind_xread(
+        self, after: str, call: sc.Call, capped: list[str]
+    ) -> Callable[[], Awaitable[Any]]:
+        """The idle wait on one server: a send of ``call`` pipelined behind an XREAD of every
+        band from ``after``, over the lane's kept connection (whose CLIENT ID is learnt here:
+        a stop, or a run of a ``capped`` queue that ends, unblocks the XREAD at once)."""
         env = self.env
-        order = self._order()
-        capped = [q for q in order if self.slots.free(q) <= 0]
-        if len(capped) == len(order):
-            # Every queue is at its cap (the loop waits elsewhere while no slot is free): new
-            # entries cannot be taken before a run ends, so wait for that, not for entries.
-            await self.wait_slot(IDLE_BLOCK_MS / 1000)
-            return None
-        after = f"{max(0, now_ms - 1)}-{MAX_SEQ}"
-        if self._cluster is not None:
-            await self._wait_cluster(self._cluster, after, capped)
-            return None
+        async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):  # (a hung connection)
+            conn = await self._wake.connection()
+            if conn is not self._wake_conn:  # a new connection: learn its id for CLIENT UNBLOCK
+                self._wake_conn, self._wake_id = None, None
+                self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
+                self._wake_conn = conn
         if self._streams is None:
             self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
         streams = self._streams
-        args = (
+        xread = (
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
             *([after] * len(streams)),
         )  # fmt: skip
-        queue = next(q for q in order if q not in capped)  # the claim behind the wait: its turn
-        env.idle = True
-        try:
-            # Awaited directly (no wrapper task per wake-up: this is the pickup path). The
-            # block bounds how long it waits; the timeout bounds a hung connection.
-            if env.stopping or self.recovery.active(queue):
-                async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
-                    await self._wake.call(args)
-                return None
-            return await self._wake_and_claim(args, queue, self.slots.free(queue), capped)
-        except TimeoutError:
-            return None
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
-            return None
-        finally:
-            env.idle = False
+        claim, wake_id = env.scripts.evalsha(call), self._wake_id
+
+        async def send() -> Any:
+            # From the pass's checks to the write nothing yields: a stop that comes later finds
+            # ``env.idle`` set and the id known, and unblocks the XREAD (interrupt()).
+            env.idle = True
+            freed = (
+                asyncio.ensure_future(self._unblock_when_freed(capped, wake_id)) if capped else None
+            )
+            try:
+                # The pair's own deadline: replies that came while this process was frozen
+                # past it are still read (call_pair), so the runs the claim took are not lost.
+                _, raw = await self._wake.call_pair(xread, claim, IDLE_WAIT_TIMEOUT_S)
+            finally:
+                env.idle = False
+                if freed is not None:
+                    freed.cancel()
+            if isinstance(raw, ResponseError):
+                raise raw
+            return raw
+
+        return send
 
     async def _wait_cluster(self, cw: ClusterWait, after: str, capped: list[str]) -> None:
         self.env.idle = True
@@ -249,10 +281,6 @@ class Consumer:
         try:
             if not self.env.stopping:
                 await cw.wait(after, freed)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            await self.env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
         finally:
             self.env.idle = False
             if freed is not None:
@@ -268,57 +296,10 @@ class Consumer:
         while not self._freed(capped):
             await self.slots.changed.wait()
 
-    async def _unblock_when_freed(self, capped: list[str], client_id: int) -> None:
+    async def _unblock_when_freed(self, capped: list[str], client_id: int | None) -> None:
         await self._slot_for(capped)
-        await self._unblock(client_id)
-
-    async def _wake_and_claim(
-        self, xread: tuple[Any, ...], queue: str, free: int, capped: list[str]
-    ) -> tuple[int, int, bool] | None:
-        env = self.env
-        async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):
-            conn = await self._wake.connection()
-            if conn is not self._wake_conn:  # a new connection: learn its id for CLIENT UNBLOCK
-                self._wake_conn, self._wake_id = None, None
-                self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
-                self._wake_conn = conn
-        claim = env.scripts.evalsha(self._claim_call(queue, free))
-        if env.stopping or self.recovery.active(queue) or self._freed(capped):
-            # The stop came during the awaits above (no claim now: the loop ends), a recovery
-            # of the queue is pending (the loop's next claim waits for it), or a capped queue's
-            # run ended meanwhile (the loop's next claim takes its backlog).
-            return None
-        # From here to the write (call_pair) nothing yields: a stop that comes later finds
-        # ``env.idle`` set and the id known, and unblocks the XREAD.
-
-        async def send() -> Any:
-            # The pair's own deadline: replies that came while this process was frozen past
-            # it are still read (call_pair), so the runs the claim took are not lost.
-            _, raw = await self._wake.call_pair(xread, claim, IDLE_WAIT_TIMEOUT_S)
-            if isinstance(raw, ResponseError):
-                raise raw
-            return raw
-
-        self.runs.more = False
-        self._next_turn()
-        assert self._wake_id is not None  # (learnt above)
-        freed = (
-            asyncio.ensure_future(self._unblock_when_freed(capped, self._wake_id))
-            if capped
-            else None
-        )
-        try:
-            batch = await self._claim(queue, free, send)
-        except NoScriptError:
-            return None  # it did not run; claim_once loads the script
-        finally:
-            if freed is not None:
-                freed.cancel()
-        if batch.missing_streams or self._freed(capped):
-            return None  # (a capped queue may claim again: claim_once takes its backlog)
-        # Drained when the only queue had fewer runs than free slots (as claim_once says).
-        drained = len(env.queues) == 1 and len(batch.runs) < free
-        return len(batch.runs), batch.now_ms, drained
+        if client_id is not None:
+            await self._unblock(client_id)
 
     def interrupt(self) -> None:
         """Shutdown: end the idle XREAD now (CLIENT UNBLOCK), so the claim behind it runs and
