@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
+import logging
 import time
 from collections.abc import Awaitable
 from concurrent.futures import Executor
@@ -26,10 +27,14 @@ from dtq.app import App
 from dtq.context import TaskContext, set_current
 from dtq.errors import Fail
 from dtq.middleware import RunOutcome, around, notify_outcome
-from dtq.progress import ProgressWriter
 from dtq.retrypolicy import TaskTimeout
 from dtq.store.keys import Keys, make_task_id
 from dtq.store.partitions import logical
+
+log = logging.getLogger("dtq.run")
+# The last report's wait before the outcome write: it may queue behind the worker's other runs'
+# writes (16 in flight at once), seconds on a loaded host with hundreds of runs reporting.
+FLUSH_TIMEOUT_S = 10.0
 
 
 class UnknownName(Fail):
@@ -74,28 +79,19 @@ def _detach(fut: asyncio.Future[Any]) -> None:
 
 
 class Reports:
-    """A run's :class:`dtq.progress.RunHooks`; the progress writer is made on first use.
-
-    Most tasks never report progress, so the writer (and its flush after the body) is skipped
-    for them. Reports from other threads create it on the event loop.
+    """A run's :class:`dtq.progress.RunHooks`. Its reports are written in the background
+    (``progress.lua``, fenced), only the latest kept while a write is under way, and the last
+    one before the outcome (:meth:`flush`); a sync task's thread hands them to the event loop.
     """
 
-    __slots__ = ("_loop", "_run", "_runner", "writer")
+    __slots__ = ("_loop", "_pending", "_run", "_runner", "writing")
 
     def __init__(self, runner: Runner, run: Attempt, loop: asyncio.AbstractEventLoop) -> None:
         self._runner = runner
         self._run = run
         self._loop = loop
-        self.writer: ProgressWriter | None = None
-
-    def start(self) -> ProgressWriter:
-        if self.writer is None:
-            r, c = self._runner, self._run.claimed
-            self.writer = ProgressWriter(
-                r.scripts, r.keys.queue(c.queue), c.tid, c.attempt, r.worker_id, r.events_maxlen,
-                self.stop_requested, gate=r.gate,
-            )  # fmt: skip
-        return self.writer
+        self._pending: str | None = None
+        self.writing: asyncio.Task[None] | None = None  # made by the first report (most: none)
 
     def stop_requested(self) -> bool:
         return self._runner.stopped(self._run)
@@ -104,18 +100,41 @@ class Reports:
         return self._run.claimed.headers
 
     def report_progress(self, payload: str) -> None:
-        if self.writer is not None:
-            self.writer.report_progress(payload)
-            return
         try:
             on_loop = asyncio.get_running_loop() is self._loop
         except RuntimeError:
             on_loop = False
         if on_loop:
-            self.start().report_progress(payload)
-        else:
+            self._submit(payload)
+        else:  # a sync task's thread
             with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
-                self._loop.call_soon_threadsafe(self.report_progress, payload)
+                self._loop.call_soon_threadsafe(self._submit, payload)
+
+    def _submit(self, payload: str) -> None:
+        self._pending = payload
+        if self.writing is None or self.writing.done():
+            self.writing = self._loop.create_task(self._write())
+
+    async def _write(self) -> None:
+        r, c = self._runner, self._run.claimed
+        gate: contextlib.AbstractAsyncContextManager[Any] = r.gate or contextlib.nullcontext()
+        while self._pending is not None:
+            try:
+                async with gate:  # (the latest report is taken once its turn came)
+                    payload, self._pending = self._pending, None
+                    await r.scripts.run(sc.progress_call(
+                        r.keys.queue(c.queue), c.tid, c.attempt, r.worker_id, payload,
+                        r.events_maxlen,
+                    ))  # fmt: skip
+            except Exception as exc:  # progress is best effort; the outcome write is not
+                log.debug("progress of %s not written: %s", c.tid, exc)
+
+    async def flush(self) -> None:
+        """Wait (briefly) until the latest report is written."""
+        task = self.writing
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), FLUSH_TIMEOUT_S)
 
 
 class Runner:
@@ -238,11 +257,10 @@ class Runner:
                 if run.stop_reason is not None:
                     raise asyncio.CancelledError() from None
                 raise TaskTimeout(f"timed out after {timeout}s") from None
-            if hooks.writer is not None:
-                await hooks.writer.flush()  # the last progress report lands before the outcome
+            if hooks.writing is not None:
+                await hooks.flush()  # the last progress report lands before the outcome
             return result
         set_current(context())
-        writer = hooks.start()  # a sync task reports from its thread: the writer must exist
         cv = contextvars.copy_context()
         # The pool's future is the body's start gate: a thread starts the body only if it can
         # mark the future running, and cancel() succeeds only while it is not (both under the
@@ -251,7 +269,7 @@ class Runner:
         gate = self.pool.submit(cv.run, task.fn, *args, **kwargs)
         fut = asyncio.wrap_future(gate, loop=loop)
         try:
-            return await writer.after(asyncio.wait_for(asyncio.shield(fut), timeout))
+            result = await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
             if gate.cancel():
                 raise TaskTimeout(
@@ -267,3 +285,6 @@ class Runner:
             if not gate.cancel():  # (cancelled: its body never starts)
                 _detach(fut)
             raise
+        if hooks.writing is not None:  # (its thread's reports were handed over before its end)
+            await hooks.flush()
+        return result

@@ -76,7 +76,7 @@ class WorkerEnv:
         # The poll loop is blocked waiting for new entries (the queues were empty): outcome
         # writes claim no refill meanwhile (OutcomeWriter._can_refill).
         self.idle = False
-        # The runs' progress writes in flight at once (dtq.progress): hundreds of runs
+        # The runs' progress writes in flight at once (dtq.run): hundreds of runs
         # reporting together would take every connection of the client's pool (100).
         self.progress_writes = asyncio.Semaphore(PROGRESS_WRITES_AT_ONCE)
         self._bg: set[asyncio.Task[Any]] = set()
