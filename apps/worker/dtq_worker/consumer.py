@@ -141,18 +141,7 @@ class Consumer:
         self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
         self._again = False
         order, sent = self._order(), False
-        # Entries added after the last pass's claim have ids above ``idle_ms - 1``: none is
-        # missed between the two calls.
-        after = None if idle_ms is None else f"{max(0, idle_ms - 1)}-{MAX_SEQ}"
-        capped = [q for q in order if self.slots.free(q) <= 0] if after else []
-        if after and len(capped) == len(order):
-            # Every queue is at its cap: new entries cannot be taken before a run ends, so
-            # wait for that, not for entries.
-            await self.wait_slot(IDLE_BLOCK_MS / 1000)
-            after = None
-        elif after and self._cluster is not None:
-            await self._wait_cluster(self._cluster, after, capped)
-            after = None
+        after, capped = (None, []) if idle_ms is None else await self._idle_wait(idle_ms, order)
         # Partitioned queues whose claim in this pass got all the slots it asked for: a slot
         # that frees later in the pass (while it waits for a recovery or a claim) is the next
         # pass's, which starts at the next partition: so each claim starts at the next one.
@@ -204,6 +193,23 @@ class Consumer:
                 if queue in env.partitions_of:
                     full.add(partitions.logical(queue))
         return total, now_ms, drained
+
+    async def _idle_wait(self, idle_ms: int, order: list[str]) -> tuple[str | None, list[str]]:
+        """An idle pass's wait, and the queues at their cap as it began. Returns the XREAD's
+        cursor when the pass's first claim is to ride behind it (one server), else None: the
+        wait is over (every queue at its cap: until a run ends; a cluster: clusterwait.py)."""
+        # Entries added after the last pass's claim have ids above ``idle_ms - 1``: none is
+        # missed between the two calls.
+        after = f"{max(0, idle_ms - 1)}-{MAX_SEQ}"
+        capped = [q for q in order if self.slots.free(q) <= 0]
+        if len(capped) == len(order):
+            # New entries cannot be taken before a run ends: wait for that, not for entries.
+            await self.wait_slot(IDLE_BLOCK_MS / 1000)
+            return None, capped
+        if self._cluster is not None:
+            await self._wait_cluster(self._cluster, after, capped)
+            return None, capped
+        return after, capped
 
     async def _claim(
         self, queue: str, free: int, send: Callable[[], Awaitable[Any]]
