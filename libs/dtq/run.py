@@ -56,7 +56,7 @@ class Attempt:
 
     claimed: sc.Claimed
     started_mono: float = field(default_factory=time.monotonic)  # reset when its body starts
-    stop_reason: Enum | None = None  # why it was stopped (cancel, claim lost...); None: not
+    stop_reason: Enum | None = None  # why it was stopped (the worker's StopReason), else None
     hooked: Hooked | None = None  # only when the app has middleware (Runner._around)
 
     @property
@@ -138,6 +138,8 @@ class Reports:
 
 
 class Runner:
+    """Runs claimed tasks' bodies for a worker or a TestQueue (:meth:`call`, :meth:`notify`)."""
+
     def __init__(
         self,
         app: App,
