@@ -11,17 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dtq import scripts as sc
 from dtq.errors import InvalidRequest
-from dtq.sdk.clientbase import CANCEL_REASON, Pipelined, Steps, TaskScan
+from dtq.sdk.clientbase import CANCEL_REASON, ClientBase, Pipelined, Steps, TaskScan
 from dtq.store.keys import make_task_id
 from dtq.store.partitions import expand
 from dtq.store.record import Field
-
-if TYPE_CHECKING:
-    from dtq.sdk.client import AsyncClient, Client
 
 PAGE = 500
 UNFINISHED = ("queued", "scheduled", "running")
@@ -67,10 +64,11 @@ def _summary(replies: Iterable[Any]) -> CancelSummary:
     )
 
 
-def _steps(
-    client: Client | AsyncClient, queue: str | None, name: str | None, reason: str | None
+def cancel_many_steps(
+    client: ClientBase, queue: str | None, name: str | None, reason: str | None
 ) -> Steps[CancelSummary]:
-    """A bulk cancel, written once for both clients (each drives its I/O; see dtq.sdk.client)."""
+    """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``:
+    a bulk cancel, written once for both clients (each drives its I/O; see dtq.sdk.client)."""
     _check(queue, name)
     found: Any = (
         expand([queue], client.settings.queue_partitions)  # its partitions (dtq.store.partitions)
@@ -103,20 +101,3 @@ def _statuses(r: Any, keys: list[Any]) -> Any:
     for k in keys:
         pipe.hmget(k, [Field.STATUS, Field.NAME])
     return pipe.execute()
-
-
-def cancel_many(
-    client: Client, queue: str | None = None, name: str | None = None, reason: str | None = None
-) -> CancelSummary:
-    """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``."""
-    return client._drive(_steps(client, queue, name, reason))
-
-
-async def acancel_many(
-    client: AsyncClient,
-    queue: str | None = None,
-    name: str | None = None,
-    reason: str | None = None,
-) -> CancelSummary:
-    """:func:`cancel_many` for asyncio."""
-    return await client._drive(_steps(client, queue, name, reason))

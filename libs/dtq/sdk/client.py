@@ -22,22 +22,23 @@ from dtq import workflows as wf
 from dtq.errors import RedisUnavailable
 from dtq.middleware import before_enqueue_async, before_enqueue_sync
 from dtq.models import TaskHandle, TaskInfo
+from dtq.schedules import ops as sched
+from dtq.schedules.model import Schedule, ScheduleInfo
+from dtq.sdk.cancellation import CancelSummary, cancel_many_steps
 from dtq.sdk.clientbase import (
-    BLIPS,
     CANCEL_REASON,
     REFUSED,
-    REGISTER_EVERY_S,
     ClientBase,
     Hooked,
     P,
+    Pause,
     Pipelined,
     R,
-    ResultWait,
     Steps,
+    Streamed,
     T,
     TaskScan,
     refused,
-    resend_delay,
     unavailable,
 )
 from dtq.sdk.coalesce import Coalescer, SyncCoalescer
@@ -45,14 +46,12 @@ from dtq.sdk.donewait import DoneWaits, SyncDoneWaits
 from dtq.sdk.groupops import AsyncGroups, SyncGroups
 from dtq.sdk.requests import EnqueueOptions, TaskDefaults
 from dtq.settings import Settings
-from dtq.store import partitions
 from dtq.store.cluster import ascan_tasks, scan_tasks
 from dtq.store.connection import async_redis, sync_redis
 from dtq.task import Task
 
 if TYPE_CHECKING:
     from dtq.app import App
-    from dtq.sdk.cancellation import CancelSummary
 
 __all__ = ["AsyncClient", "Client"]
 
@@ -202,43 +201,8 @@ class AsyncClient(AsyncGroups, ClientBase):
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
     ) -> list[TaskHandle]:
-        out: list[TaskHandle | None] = [None] * n
-        if not by_queue:
-            return []
-        plan = self._plan(by_queue)
-
-        def place(k: int, raw: Any) -> None:
-            self._place(out, plan[k][0], plan[k][1], raw)
-
-        async def go() -> None:
-            new = self._unregistered(by_queue)
-            if new:  # once per queue and client: the registry lists the queues for operators
-                await partitions.aregister(
-                    self.redis, self.keys, self.settings.queue_partitions, new
-                )
-                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
-            if len(plan) == 1:  # one round trip
-                place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
-            else:  # streamed: Redis runs one part while the next is encoded
-                await self._scripts.run_many(
-                    (self._enqueue_call(*self._part(p)) for p in plan), place
-                )
-
-        # A streamed batch cut by a blip is sent again whole (redis-py re-sends single calls):
-        # every task keeps its id, and enqueue.lua answers the parts that ran with their tasks.
-        async def send() -> None:
-            attempt = 0
-            while True:
-                try:
-                    return await go()
-                except BLIPS:
-                    if len(plan) == 1 or attempt >= self.settings.client_retries:
-                        raise
-                await asyncio.sleep(resend_delay(attempt))
-                attempt += 1
-
-        await self._io(send)
-        return [h for h in out if h is not None]
+        """Enqueue the tasks of ``by_queue`` (see ClientBase._send_steps); dtq.testing's hook."""
+        return await self._drive(self._send_steps(by_queue, n))
 
     async def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
@@ -249,13 +213,19 @@ class AsyncClient(AsyncGroups, ClientBase):
         return self._flow_handle(p, await self._drive(self._workflow_steps(p, call, away)))
 
     async def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see ClientBase._get_steps)."""
-        reply: Any = None
-        try:
-            while True:
-                reply = await self._io(partial(self._step, steps.send(reply)))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """Do a shared request's I/O (see ClientBase._get_steps): each step's reply is sent
+        back, its error (RedisUnavailable for Redis's) raised at the step."""
+        go: Callable[[Any], Any] = steps.send
+        arg: Any = None
+        while True:
+            try:
+                step = go(arg)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                arg, go = await self._io(partial(self._step, step)), steps.send
+            except BaseException as exc:  # (also a cancel: a wait's finally unsubscribes)
+                arg, go = exc, steps.throw
 
     async def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
@@ -269,6 +239,14 @@ class AsyncClient(AsyncGroups, ClientBase):
                 for call in step.calls:
                     await self._scripts.run(call, pipe)
                 return await pipe.execute()
+        if isinstance(step, Streamed):
+            return await self._scripts.run_many(step.calls, step.each)
+        if isinstance(step, Pause):
+            if step.woken is None:
+                return await asyncio.sleep(step.seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(step.woken.wait(), step.seconds)
+            return None
         return await step(self.redis)
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -288,24 +266,7 @@ class AsyncClient(AsyncGroups, ClientBase):
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
         Given a handle typed by its task's result, mypy knows the result's type.
         """
-        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
-        try:
-            while True:
-                try:
-                    if woken is None:  # (one subscription for all waits)
-                        woken = await self._io(lambda: self._done.add(wait.channel))
-                    woken.clear()  # (an announcement from here on is not missed: read after it)
-                    info = await self.get(wait.task_id)
-                except RedisUnavailable as exc:  # Redis away: read again until the deadline
-                    await asyncio.sleep(wait.pause(exc))
-                    continue
-                if info.status.terminal:
-                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), wait.left(info))
-        finally:
-            if woken is not None:
-                await self._done.remove(wait.channel, woken)
+        return await self._drive(self._result_steps(task_id, timeout))
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task: True when it was cancelled or a running task was asked to stop.
@@ -316,9 +277,44 @@ class AsyncClient(AsyncGroups, ClientBase):
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
     ) -> CancelSummary:
         """Cancel every unfinished task of a queue and/or task name (see dtq.sdk.cancellation)."""
-        from dtq.sdk.cancellation import acancel_many
+        return await self._drive(cancel_many_steps(self, queue, name, reason))
 
-        return await self._io(lambda: acancel_many(self, queue, name, reason))
+    async def list_schedules(self, queue: str | None = None) -> list[ScheduleInfo]:
+        """Every stored schedule (of one queue, or of all known queues), soonest fire first."""
+        return await self._drive(sched.list_steps(self.keys, queue))
+
+    async def add_schedule(self, schedule: Schedule) -> ScheduleInfo:
+        """Store (create or replace) a schedule at run time; it fires from its next fire time on.
+
+        A schedule with the same queue and name is replaced. Returns the stored schedule.
+        """
+        return await self._drive(sched.add_steps(self.keys, schedule))
+
+    async def remove_schedule(self, name: str, queue: str = "default") -> bool:
+        """Delete a schedule; True if it existed. Tasks it already enqueued are not touched.
+
+        A schedule declared in code comes back while a worker running that code consumes the
+        queue (it stores its schedules every 30 s): remove it from the code instead.
+        """
+        return await self._drive(sched.remove_steps(self.keys, name, queue))
+
+    async def set_schedule_enabled(
+        self, name: str, queue: str, enabled: bool
+    ) -> tuple[bool, ScheduleInfo]:
+        """Disable a schedule (it stops firing, its definition kept) or enable it again (it
+        fires from its next fire time after now); returns whether it changed and the schedule.
+
+        One atomic ``ZADD``: disabling sets its next fire to +inf (XX: only a stored schedule);
+        enabling sets the next fire time only where it is lower (LT), so an enabled schedule
+        keeps its own.
+        """
+        return await self._drive(sched.set_enabled_steps(self.keys, name, queue, enabled))
+
+    async def run_schedule_now(self, name: str, queue: str = "default") -> str:
+        """Enqueue the schedule's task now, as a fire would (its metadata names the schedule);
+        the schedule's own fire times do not move. Returns the task id."""
+        s = await self._drive(sched.stored_steps(self.keys, name, queue))
+        return (await self.enqueue(s.task, **sched.run_now_request(s))).id
 
 
 class Client(SyncGroups, ClientBase):
@@ -451,39 +447,8 @@ class Client(SyncGroups, ClientBase):
             self._warn(self._drive(self._declared_steps(due)))
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
-        out: list[TaskHandle | None] = [None] * n
-        if not by_queue:
-            return []
-        plan = self._plan(by_queue)
-
-        def place(k: int, raw: Any) -> None:
-            self._place(out, plan[k][0], plan[k][1], raw)
-
-        def go() -> None:
-            new = self._unregistered(by_queue)
-            if new:  # once per queue and client: the registry lists the queues for operators
-                partitions.register(self.redis, self.keys, self.settings.queue_partitions, new)
-                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
-            if len(plan) == 1:  # one round trip
-                place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
-            else:
-                # Streamed over the lane: Redis runs one part while the client encodes the next
-                # and makes the handles of the one before (every item was validated first).
-                self._scripts.run_many((self._enqueue_call(*self._part(p)) for p in plan), place)
-
-        def send() -> None:  # a streamed batch cut by a blip is sent again whole (AsyncClient)
-            attempt = 0
-            while True:
-                try:
-                    return go()
-                except BLIPS:
-                    if len(plan) == 1 or attempt >= self.settings.client_retries:
-                        raise
-                time.sleep(resend_delay(attempt))
-                attempt += 1
-
-        self._io(send)
-        return [h for h in out if h is not None]
+        """See :meth:`AsyncClient._send`."""
+        return self._drive(self._send_steps(by_queue, n))
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
@@ -492,13 +457,18 @@ class Client(SyncGroups, ClientBase):
         return self._flow_handle(p, self._drive(self._workflow_steps(p, call, away)))
 
     def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see ClientBase._get_steps)."""
-        reply: Any = None
-        try:
-            while True:
-                reply = self._io(partial(self._step, steps.send(reply)))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """See :meth:`AsyncClient._drive`."""
+        go: Callable[[Any], Any] = steps.send
+        arg: Any = None
+        while True:
+            try:
+                step = go(arg)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                arg, go = self._io(partial(self._step, step)), steps.send
+            except BaseException as exc:
+                arg, go = exc, steps.throw
 
     def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
@@ -512,6 +482,10 @@ class Client(SyncGroups, ClientBase):
                 for call in step.calls:
                     self._scripts.run(call, pipe)
                 return pipe.execute()
+        if isinstance(step, Streamed):
+            return self._scripts.run_many(step.calls, step.each)
+        if isinstance(step, Pause):
+            return time.sleep(step.seconds) if step.woken is None else step.woken.wait(step.seconds)
         return step(self.redis)
 
     def get(self, task_id: str) -> TaskInfo:
@@ -527,23 +501,7 @@ class Client(SyncGroups, ClientBase):
 
     def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
-        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
-        try:
-            while True:
-                try:
-                    if woken is None:  # (one subscription for all waits)
-                        woken = self._io(lambda: self._done.add(wait.channel))
-                    woken.clear()  # (an announcement from here on is not missed: read after it)
-                    info = self.get(wait.task_id)
-                except RedisUnavailable as exc:  # Redis away: read again until the deadline
-                    time.sleep(wait.pause(exc))
-                    continue
-                if info.status.terminal:
-                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
-                woken.wait(wait.left(info))
-        finally:
-            if woken is not None:
-                self._done.remove(wait.channel, woken)
+        return self._drive(self._result_steps(task_id, timeout))
 
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""
@@ -553,6 +511,27 @@ class Client(SyncGroups, ClientBase):
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
     ) -> CancelSummary:
         """Cancel every unfinished task of a queue and/or task name (see dtq.sdk.cancellation)."""
-        from dtq.sdk.cancellation import cancel_many
+        return self._drive(cancel_many_steps(self, queue, name, reason))
 
-        return self._io(lambda: cancel_many(self, queue, name, reason))
+    def list_schedules(self, queue: str | None = None) -> list[ScheduleInfo]:
+        """Every stored schedule; see :meth:`AsyncClient.list_schedules`."""
+        return self._drive(sched.list_steps(self.keys, queue))
+
+    def add_schedule(self, schedule: Schedule) -> ScheduleInfo:
+        """Store a schedule at run time; see :meth:`AsyncClient.add_schedule`."""
+        return self._drive(sched.add_steps(self.keys, schedule))
+
+    def remove_schedule(self, name: str, queue: str = "default") -> bool:
+        """Delete a schedule; see :meth:`AsyncClient.remove_schedule`."""
+        return self._drive(sched.remove_steps(self.keys, name, queue))
+
+    def set_schedule_enabled(
+        self, name: str, queue: str, enabled: bool
+    ) -> tuple[bool, ScheduleInfo]:
+        """Disable or enable a schedule; see :meth:`AsyncClient.set_schedule_enabled`."""
+        return self._drive(sched.set_enabled_steps(self.keys, name, queue, enabled))
+
+    def run_schedule_now(self, name: str, queue: str = "default") -> str:
+        """Enqueue a schedule's task now; see :meth:`AsyncClient.run_schedule_now`."""
+        s = self._drive(sched.stored_steps(self.keys, name, queue))
+        return self.enqueue(s.task, **sched.run_now_request(s)).id

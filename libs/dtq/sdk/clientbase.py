@@ -1,3 +1,4 @@
+# long: what both clients share, merged into client.py next
 """What :class:`dtq.Client` and :class:`dtq.AsyncClient` share: the request building (checks
 in :mod:`dtq.sdk.requests`), the script calls, the bulk plan, and each request written once as
 a generator of its I/O steps (``ClientBase._get_steps``), which each client drives with its own
@@ -11,12 +12,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import (
-    Generator,
-    Iterable,
-    Iterator,
-    Mapping,
-)
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import redis
@@ -37,6 +33,7 @@ from dtq.middleware import EnqueueRequest, Hooks
 from dtq.models import TaskHandle, TaskInfo, TaskStatus
 from dtq.sdk.requests import ENQUEUE_FIELDS, TaskDefaults, build_task, check_fields
 from dtq.settings import Settings, checked_redis_url, load_settings
+from dtq.store import partitions
 from dtq.store.connection import RETRY_BASE_S, RETRY_CAP_S, is_cluster
 from dtq.store.eviction import is_oom, out_of_memory_message
 from dtq.store.keys import Keys, QueueKeys, QueueRef, is_flow_id, split_task_id
@@ -65,6 +62,23 @@ class Pipelined:
     """A step: script calls sent in one pipeline; the reply is theirs, in order."""
 
     calls: list[sc.Call]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Streamed:
+    """A step: script calls streamed over one connection (Scripts.run_many), each reply handed
+    to ``each`` as it comes; the reply is theirs, in order."""
+
+    calls: Iterable[sc.Call]
+    each: Callable[[int, Any], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pause:
+    """A step: wait ``seconds``, or until ``woken`` (a result() wait's event) is set first."""
+
+    seconds: float
+    woken: Any = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,6 +183,8 @@ class ResultWait:
 
 
 class ClientBase:
+    _done: Any  # each client's result() waits on one subscription (dtq.sdk.donewait)
+
     def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
         if settings is None:
             settings = app.settings if app is not None else load_settings()
@@ -454,6 +470,63 @@ class ClientBase:
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")
         return res.outcome in ("cancelled", "requested")
+
+    def _send_steps(
+        self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
+    ) -> Steps[list[TaskHandle]]:
+        """Enqueue the tasks of ``by_queue`` (at their items' places of ``n``): one enqueue.lua
+        call per queue, or parts streamed over one connection (Redis runs one part while the
+        next is encoded). The queues' first enqueue by this client registers them first."""
+        out: list[TaskHandle | None] = [None] * n
+        plan = self._plan(by_queue)
+
+        def place(k: int, raw: Any) -> None:
+            self._place(out, plan[k][0], plan[k][1], raw)
+
+        attempt = 0
+        while True:
+            try:
+                new = self._unregistered(by_queue)
+                if new:  # once per queue and client: the registry lists the queues for operators
+                    counts = self.settings.queue_partitions
+                    yield from partitions.register_steps(self.keys, counts, new)
+                    self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
+                if len(plan) == 1:  # one round trip
+                    place(0, (yield self._enqueue_call(*self._part(plan[0]))))
+                elif plan:
+                    yield Streamed((self._enqueue_call(*self._part(p)) for p in plan), place)
+                return [h for h in out if h is not None]
+            except RedisUnavailable as exc:
+                # A streamed batch cut by a blip is sent again whole (redis-py re-sends single
+                # calls): every task keeps its id, and enqueue.lua answers the parts that ran
+                # with their tasks.
+                blip = isinstance(exc.__context__, BLIPS)
+                if not blip or len(plan) == 1 or attempt >= self.settings.client_retries:
+                    raise
+            yield Pause(resend_delay(attempt))
+            attempt += 1
+
+    def _result_steps(self, task_id: str | TaskHandle[Any], timeout: float | None) -> Steps[Any]:
+        """Wait until the task ends; its result (see AsyncClient.result). The waits share one
+        subscription (``self._done``: dtq.sdk.donewait), whose add and remove are steps."""
+        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
+        done = self._done
+        try:
+            while True:
+                try:
+                    if woken is None:  # (one subscription for all waits)
+                        woken = yield lambda _: done.add(wait.channel)
+                    woken.clear()  # (an announcement from here on is not missed: read after it)
+                    info = yield from self._get_steps(wait.task_id)
+                except RedisUnavailable as exc:  # Redis away: read again until the deadline
+                    yield Pause(wait.pause(exc))
+                    continue
+                if info.status.terminal:
+                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
+                yield Pause(wait.left(info), woken)
+        finally:
+            if woken is not None:
+                yield lambda _: done.remove(wait.channel, woken)
 
     def _grouped_steps(
         self, items: Iterable[Mapping[str, Any]]
