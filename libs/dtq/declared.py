@@ -17,7 +17,7 @@ retries, no timeout, no expiry.
 Each worker also publishes the names of the tasks it runs (a JSON list, :data:`TASKS_FIELD` of
 its heartbeat hash, which expires with the worker) for ``dtq workers``; whether a live worker of
 a queue declares a name (for the clients' UndeclaredTaskWarning and ``dtq enqueue``) is read from
-the queue's ``decl:seen`` stamps instead (dtq.sdk.clientbase).
+the queue's ``decl:seen`` stamps instead (dtq.sdk.client).
 """
 
 from __future__ import annotations

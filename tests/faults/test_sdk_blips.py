@@ -196,9 +196,9 @@ async def test_dlq_requeue_after_a_lost_reply_counts_the_task(
 def test_a_long_lived_client_registers_its_queue_again_after_flushall(
     fresh_redis: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dtq.sdk.clientbase
+    import dtq.sdk.client
 
-    monkeypatch.setattr(dtq.sdk.clientbase, "REGISTER_EVERY_S", 0.05)
+    monkeypatch.setattr(dtq.sdk.client, "REGISTER_EVERY_S", 0.05)
     s = make_settings(fresh_redis.url, prefix)
     r = fresh_redis.client()
     try:

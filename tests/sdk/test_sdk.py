@@ -81,7 +81,7 @@ def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> N
 
 @pytest.mark.cluster
 async def test_async_enqueue_many_streams_big_batches_in_order(settings: Settings) -> None:
-    from dtq.sdk.clientbase import BULK_PART
+    from dtq.sdk.client import BULK_PART
 
     n = BULK_PART * 3 + 5
     async with AsyncClient(settings=settings) as c:

@@ -17,8 +17,7 @@ from dtq.schedules.model import DISABLED, Schedule, ScheduleInfo
 from dtq.store.keys import Keys, QueueKeys, make_task_id
 
 if TYPE_CHECKING:
-    from dtq.sdk.client import AsyncClient, Client
-    from dtq.sdk.clientbase import Steps
+    from dtq.sdk.client import AsyncClient, Client, Steps
 
 log = logging.getLogger("dtq.schedules")
 
@@ -56,7 +55,7 @@ def _sorted(infos: list[ScheduleInfo]) -> list[ScheduleInfo]:
     return sorted(infos, key=lambda i: (i.next_fire_at or far, i.schedule.queue, i.schedule.name))
 
 
-# Each operation is written once, as a generator of its I/O steps (dtq.sdk.clientbase: a script
+# Each operation is written once, as a generator of its I/O steps (dtq.sdk.client: a script
 # call, or a function of the Redis client), driven by the clients' methods (Client.add_schedule,
 # ...). So the twins differ only in I/O, and both raise what every SDK call raises:
 # RedisUnavailable (one line) when Redis cannot be reached. The functions below, taking a client,

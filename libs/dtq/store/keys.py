@@ -298,7 +298,7 @@ class QueueKeys:
         """Hash: task name -> when a live worker consuming this queue last declared it (ms,
         Redis clock; refreshed by every heartbeat). A worker that does not know a task's name
         hands it back while this is within DTQ_DECLARATION_GRACE_S (lua/requeue.lua); a client
-        enqueueing by name reads it to warn about a name no live worker declares (clientbase)."""
+        enqueueing by name reads it to warn about a name no live worker declares (sdk.client)."""
         return f"{self.base}:decl:seen"
 
     @property
