@@ -281,6 +281,14 @@ class ClientBase:
         self._redis_clock_ms: float | None = None  # Redis TIME - monotonic (a cluster's reads)
         self._hist_ttl_s = settings.stats_retention_h * 3600  # (dtq.stats; 0: none)
 
+    def _connection_options(self) -> dict[str, Any]:
+        return {
+            "retries": self.settings.client_retries,
+            "wait_for_connection": True,  # (its coroutines or threads may make any number of calls)
+            "check_eviction": True,  # (dtq.store.eviction: once per connection)
+            "decode_responses": True,
+        }
+
     def _defaults(self, name: str) -> TaskDefaults | None:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
             return None
@@ -790,13 +798,7 @@ class AsyncClient(ClientBase):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: aredis.Redis = redis_client or sc.hiredis_packing(
-            async_redis(
-                self.settings.redis_url,
-                retries=self.settings.client_retries,
-                wait_for_connection=True,  # (its coroutines may make any number of calls)
-                check_eviction=True,  # (dtq.store.eviction: once per connection)
-                decode_responses=True,
-            ),
+            async_redis(self.settings.redis_url, **self._connection_options()),
             fast_lane=self.settings.fast_lane,
         )
         self._scripts = sc.AsyncScripts(
@@ -887,7 +889,7 @@ class AsyncClient(ClientBase):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
-        # The short path (see Client.enqueue).
+        # The short path (see Client._enqueue_one).
         return self._handle(q, await self._io(lambda: self._scripts.run(call)))
 
     async def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
@@ -1065,13 +1067,7 @@ class Client(ClientBase):
         super().__init__(url, settings, app)
         # (A cluster client connects here already: unreachable, that is RedisUnavailable.)
         self.redis: redis.Redis = redis_client or self._io(
-            lambda: sync_redis(
-                self.settings.redis_url,
-                retries=self.settings.client_retries,
-                wait_for_connection=True,  # (its threads may make any number of calls)
-                check_eviction=True,  # (dtq.store.eviction: once per connection)
-                decode_responses=True,
-            )
+            lambda: sync_redis(self.settings.redis_url, **self._connection_options())
         )
         self._scripts = sc.SyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
