@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
@@ -52,6 +53,16 @@ async def test_async_client_matches_sync(settings: Settings) -> None:
         assert info.status == TaskStatus.SCHEDULED and info.due_at is not None
         assert await c.cancel(h.id) is True
         assert (await c.get(h.id)).status == TaskStatus.CANCELLED
+
+
+@pytest.mark.cluster
+async def test_async_result_times_out_as_the_sync_one_does(settings: Settings) -> None:
+    # Its deadline was read inside the wait's suppress(TimeoutError): the wait read the record
+    # again and again, never timing out (now both clients share one wait: _result_steps).
+    async with AsyncClient(settings=settings) as c:
+        h = await c.enqueue("add", [1, 2])
+        with pytest.raises(TimeoutError, match="still queued"):  # (the guard's has no text)
+            await asyncio.wait_for(c.result(h.id, timeout=0.2), 30)
 
 
 @needs_lane
