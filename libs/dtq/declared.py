@@ -8,7 +8,7 @@ Such a client names the fields it left unset in the record's ``dflt`` (letters o
 
 Each worker also publishes the names it runs (:data:`TASKS_FIELD` of its heartbeat hash) for
 ``dtq workers``; whether a live worker declares a name is read from ``decl:seen`` instead
-(dtq.sdk.clientbase).
+(dtq.sdk.client).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import redis
 from dtq import AsyncClient, Client, TaskFailed
 from dtq import scripts as sc
 from dtq.admin import dlq_requeue_call
-from dtq.sdk.clientbase import cancel_channel
+from dtq.sdk.client import cancel_channel
 from dtq.store.keys import GROUP, Keys, QueueKeys, new_tid
 from tests.apps.faulty import read_journal
 from tests.conftest import create_groups, make_settings, wait_until

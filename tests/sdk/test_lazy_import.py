@@ -111,7 +111,7 @@ def test_the_worker_loads_neither_the_client_nor_json_logging_at_start() -> None
     # A worker needs the client only when a task enqueues (the App makes it on first use).
     loaded = _python(
         "import json, sys, dtq_worker.main, dtq_worker.worker; print(json.dumps(sorted("
-        "m for m in ('dtq.sdk.client', 'dtq.sdk.clientbase', 'pythonjsonlogger')"
+        "m for m in ('dtq.sdk.client', 'pythonjsonlogger')"
         " if m in sys.modules)))"
     )
     assert loaded == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
@@ -54,6 +55,16 @@ async def test_async_client_matches_sync(settings: Settings) -> None:
         assert (await c.get(h.id)).status == TaskStatus.CANCELLED
 
 
+@pytest.mark.cluster
+async def test_async_result_times_out_as_the_sync_one_does(settings: Settings) -> None:
+    # Its deadline was read inside the wait's suppress(TimeoutError): the wait read the record
+    # again and again, never timing out (now both clients share one wait: _result_steps).
+    async with AsyncClient(settings=settings) as c:
+        h = await c.enqueue("add", [1, 2])
+        with pytest.raises(TimeoutError, match="still queued"):  # (the guard's has no text)
+            await asyncio.wait_for(c.result(h.id, timeout=0.2), 30)
+
+
 @needs_lane
 def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> None:
     with Client(settings=settings) as c:
@@ -81,7 +92,7 @@ def test_enqueue_many_is_one_round_trip_and_keeps_order(settings: Settings) -> N
 
 @pytest.mark.cluster
 async def test_async_enqueue_many_streams_big_batches_in_order(settings: Settings) -> None:
-    from dtq.sdk.clientbase import BULK_PART
+    from dtq.sdk.client import BULK_PART
 
     n = BULK_PART * 3 + 5
     async with AsyncClient(settings=settings) as c:

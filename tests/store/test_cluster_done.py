@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from dtq import AsyncClient, Client
-from dtq.sdk.clientbase import ResultWait
+from dtq.sdk.client import ResultWait
 from dtq.store.keys import Keys
 from tests.apps.basic import app
 from tests.conftest import make_settings, running_worker, wait_until

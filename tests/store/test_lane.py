@@ -196,7 +196,7 @@ def test_run_many_streams_calls_and_keeps_the_connection_in_step(
 
 
 def test_bulk_enqueue_in_parts(settings: Settings) -> None:
-    from dtq.sdk.clientbase import BULK_FIRST, BULK_PART, _bulk_parts
+    from dtq.sdk.client import BULK_FIRST, BULK_PART, _bulk_parts
 
     n = BULK_PART * 4 + 17
     bounds = _bulk_parts(n)

@@ -21,7 +21,7 @@ from dtq.admin.views import Event, Page, entry_has_task, events_from
 from dtq.declared import pending as pending_declared
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.models import TaskInfo
-from dtq.sdk.clientbase import CANCEL_REASON
+from dtq.sdk.client import CANCEL_REASON
 from dtq.store.cluster import ascan_tasks, scan_step
 from dtq.store.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
 from dtq.store.record import Field

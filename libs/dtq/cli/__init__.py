@@ -49,7 +49,7 @@ from dtq.errors import (
     UndeclaredTaskWarning,
     UnknownTask,
 )
-from dtq.sdk.clientbase import CANCEL_REASON
+from dtq.sdk.client import CANCEL_REASON
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

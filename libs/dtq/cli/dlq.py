@@ -71,25 +71,39 @@ def dlq_list(
     emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
 
 
+def _bulk_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """IDS, or filters or --all; --yes, --json: the options of requeue and discard."""
+    f = json_option(f)
+    f = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(f)
+    f = _filters(f)
+    f = click.option(
+        "--all", "all_", is_flag=True, help="Every dead letter (of --queue if given)."
+    )(f)
+    return click.argument("ids", nargs=-1)(f)
+
+
 def _bulk(
     verb: str,
+    done: str,
+    op: Callable[..., Awaitable[Any]],
     ids: tuple[str, ...],
     all_: bool,
     queue: str | None,
     name: str | None,
     error: str | None,
     yes: bool,
-    op: Callable[[Admin, list[str] | None, Callable[[int], None]], Awaitable[Any]],
-    as_json: bool = False,
-) -> Any:
-    if ids and (all_ or queue or name or error):
+    as_json: bool,
+) -> None:
+    """``op(admin, ids or None, queue=, name=, error=, progress=)`` over IDS or the filters,
+    with a progress bar; its result reported as ``done``."""
+    filters = {"queue": queue, "name": name, "error": error}
+    chosen = all_ or any(filters.values())
+    if ids and chosen:
         raise click.UsageError("give task ids, or filters/--all, not both")
-    if not ids and not (all_ or queue or name or error):
+    if not ids and not chosen:
         raise click.UsageError("give task ids, a filter (--queue/--name/--error) or --all")
     if not ids and not yes:
-        what = " ".join(
-            f"{k}={v}" for k, v in (("queue", queue), ("name", name), ("error", error)) if v
-        )
+        what = " ".join(f"{k}={v}" for k, v in filters.items() if v)
         click.confirm(
             f"{verb} every dead letter{' matching ' + what if what else ''}?", abort=True, err=True
         )
@@ -97,71 +111,25 @@ def _bulk(
     async def total(a: Admin) -> int:
         return len(ids) if ids else await a.dlq_count(queue)
 
-    return with_bar(verb, total, lambda a, p: op(a, list(ids) if ids else None, p), as_json)
+    tids = list(ids) if ids else None
+    res = with_bar(verb, total, lambda a, p: op(a, tids, progress=p, **filters), as_json)
+    _report(done, res, as_json)
 
 
 @dlq.command("requeue", epilog=EPILOG)
-@click.argument("ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
-@_filters
+@_bulk_options
 @click.option("--max-retries", type=click.IntRange(0), help="Give the tasks a new retry budget.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-def dlq_requeue(
-    ids: tuple[str, ...],
-    all_: bool,
-    queue: str | None,
-    name: str | None,
-    error: str | None,
-    max_retries: int | None,
-    yes: bool,
-    as_json: bool,
-) -> None:
+def dlq_requeue(max_retries: int | None, **bulk: Any) -> None:
     """Requeue dead letters: IDS, or all matching the filters. Ids and history are kept."""
-    res = _bulk(
-        "requeue",
-        ids,
-        all_,
-        queue,
-        name,
-        error,
-        yes,
-        lambda a, tids, p: a.dlq_requeue(
-            tids, queue=queue, name=name, error=error, max_retries=max_retries, progress=p
-        ),
-        as_json,
-    )
-    _report("requeued", res, as_json)
+    op = lambda a, tids, **kw: a.dlq_requeue(tids, max_retries=max_retries, **kw)  # noqa: E731
+    _bulk("requeue", "requeued", op, **bulk)
 
 
 @dlq.command("discard", epilog=EPILOG)
-@click.argument("ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="Every dead letter (of --queue if given).")
-@_filters
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-def dlq_discard(
-    ids: tuple[str, ...],
-    all_: bool,
-    queue: str | None,
-    name: str | None,
-    error: str | None,
-    yes: bool,
-    as_json: bool,
-) -> None:
+@_bulk_options
+def dlq_discard(**bulk: Any) -> None:
     """Delete dead letters for good: IDS, or all matching the filters."""
-    res = _bulk(
-        "discard",
-        ids,
-        all_,
-        queue,
-        name,
-        error,
-        yes,
-        lambda a, tids, p: a.dlq_discard(tids, queue=queue, name=name, error=error, progress=p),
-        as_json,
-    )
-    _report("discarded", res, as_json)
+    _bulk("discard", "discarded", lambda a, tids, **kw: a.dlq_discard(tids, **kw), **bulk)
 
 
 @dlq.command("purge", epilog=EPILOG)

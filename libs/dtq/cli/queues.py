@@ -48,15 +48,7 @@ group_option = click.option(
 def pause(queue: str, group: str | None, as_json: bool) -> None:
     """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish. With
     --group, only that group of QUEUE is held; its other groups go on."""
-    note = "" if group is None else f" group {group!r}"
-    if group is not None:
-        changed = run_admin(lambda a: a.pause_group(queue, group))
-        data = {"queue": queue, "group": group, "paused": True, "changed": changed}
-    else:
-        changed = run_admin(lambda a: a.pause(queue))
-        data = {"queue": queue, "paused": True, "changed": changed}
-    was = "" if changed else " (already)"
-    emit(data, as_json, lambda: echo(f"{queue}:{note} paused{was}"))
+    _hold(queue, group, as_json, True)
 
 
 @click.command(epilog=EPILOG)
@@ -65,15 +57,22 @@ def pause(queue: str, group: str | None, as_json: bool) -> None:
 @json_option
 def resume(queue: str, group: str | None, as_json: bool) -> None:
     """Resume QUEUE, or with --group one group of it."""
-    note = "" if group is None else f" group {group!r}"
-    if group is not None:
-        changed = run_admin(lambda a: a.resume_group(queue, group))
-        data = {"queue": queue, "group": group, "paused": False, "changed": changed}
+    _hold(queue, group, as_json, False)
+
+
+def _hold(queue: str, group: str | None, as_json: bool, pause: bool) -> None:
+    """Pause (or resume) QUEUE, or one group of it."""
+    if group is None:
+        changed = run_admin(lambda a: a.pause(queue) if pause else a.resume(queue))
     else:
-        changed = run_admin(lambda a: a.resume(queue))
-        data = {"queue": queue, "paused": False, "changed": changed}
-    was = "" if changed else " (was not paused)"
-    emit(data, as_json, lambda: echo(f"{queue}:{note} resumed{was}"))
+        changed = run_admin(
+            lambda a: a.pause_group(queue, group) if pause else a.resume_group(queue, group)
+        )
+    data: dict[str, Any] = {"queue": queue, **({} if group is None else {"group": group})}
+    data.update(paused=pause, changed=changed)
+    note = "" if group is None else f" group {group!r}"
+    was = "" if changed else " (already)" if pause else " (was not paused)"
+    emit(data, as_json, lambda: echo(f"{queue}:{note} {'paused' if pause else 'resumed'}{was}"))
 
 
 @click.command(epilog=EPILOG)

@@ -17,8 +17,7 @@ from dtq.schedules.model import DISABLED, Schedule, ScheduleInfo
 from dtq.store.keys import Keys, QueueKeys, make_task_id
 
 if TYPE_CHECKING:
-    from dtq.sdk.client import AsyncClient, Client
-    from dtq.sdk.clientbase import Steps
+    from dtq.sdk.client import AsyncClient, Client, Steps
 
 log = logging.getLogger("dtq.schedules")
 
@@ -56,10 +55,11 @@ def _sorted(infos: list[ScheduleInfo]) -> list[ScheduleInfo]:
     return sorted(infos, key=lambda i: (i.next_fire_at or far, i.schedule.queue, i.schedule.name))
 
 
-# Each operation is written once, as a generator of its I/O steps (dtq.sdk.clientbase: a script
-# call, or a function of the Redis client); Client._drive and AsyncClient._drive do the I/O. So
-# the twins differ only in I/O, and both raise what every SDK call raises: RedisUnavailable
-# (one line) when Redis cannot be reached.
+# Each operation is written once, as a generator of its I/O steps (dtq.sdk.client: a script
+# call, or a function of the Redis client), driven by the clients' methods (Client.add_schedule,
+# ...). So the twins differ only in I/O, and both raise what every SDK call raises:
+# RedisUnavailable (one line) when Redis cannot be reached. The functions below, taking a client,
+# are the documented spelling of those methods.
 
 
 def _hgetall(key: str, r: Any) -> Any:
@@ -75,7 +75,7 @@ def _fire_times(qk: QueueKeys, names: list[str], r: Any) -> Any:
     return pipe.execute()
 
 
-def _list_steps(keys: Keys, queue: str | None) -> Steps[list[ScheduleInfo]]:
+def list_steps(keys: Keys, queue: str | None) -> Steps[list[ScheduleInfo]]:
     found = [queue] if queue else (yield lambda r: r.smembers(keys.queues))
     out: list[ScheduleInfo] = []
     for q in sorted(found):
@@ -89,36 +89,13 @@ def _list_steps(keys: Keys, queue: str | None) -> Steps[list[ScheduleInfo]]:
     return _sorted(out)
 
 
-def list_schedules(client: Client, queue: str | None = None) -> list[ScheduleInfo]:
-    """Every stored schedule (of one queue, or of all known queues), soonest fire first."""
-    return client._drive(_list_steps(client.keys, queue))
-
-
-async def alist_schedules(client: AsyncClient, queue: str | None = None) -> list[ScheduleInfo]:
-    """:func:`list_schedules` for asyncio."""
-    return await client._drive(_list_steps(client.keys, queue))
-
-
-def _add_steps(keys: Keys, schedule: Schedule) -> Steps[ScheduleInfo]:
+def add_steps(keys: Keys, schedule: Schedule) -> Steps[ScheduleInfo]:
     s = replace(schedule, source="runtime") if schedule.source != "runtime" else schedule
     now = server_ms((yield lambda r: r.time()))
     nxt = s.next_after(now)
     yield lambda r: r.sadd(keys.queues, s.queue)
     yield put_call(keys.queue(s.queue), s, nxt)
     return ScheduleInfo(s, from_ms(nxt), None)
-
-
-def add_schedule(client: Client, schedule: Schedule) -> ScheduleInfo:
-    """Store (create or replace) a schedule at run time; it fires from its next fire time on.
-
-    A schedule with the same queue and name is replaced. Returns the stored schedule.
-    """
-    return client._drive(_add_steps(client.keys, schedule))
-
-
-async def aadd_schedule(client: AsyncClient, schedule: Schedule) -> ScheduleInfo:
-    """:func:`add_schedule` for asyncio."""
-    return await client._drive(_add_steps(client.keys, schedule))
 
 
 def forget(pipe: Any, qk: QueueKeys, name: str) -> None:
@@ -129,7 +106,7 @@ def forget(pipe: Any, qk: QueueKeys, name: str) -> None:
     pipe.hdel(qk.schedules_last, name)
 
 
-def _remove_steps(keys: Keys, name: str, queue: str) -> Steps[bool]:
+def remove_steps(keys: Keys, name: str, queue: str) -> Steps[bool]:
     def remove(r: Any) -> Any:
         pipe = r.pipeline(transaction=True)
         forget(pipe, keys.queue(queue), name)
@@ -139,65 +116,78 @@ def _remove_steps(keys: Keys, name: str, queue: str) -> Steps[bool]:
     return int(replies[0]) == 1
 
 
-def remove_schedule(client: Client, name: str, queue: str = "default") -> bool:
-    """Delete a schedule; True if it existed. Tasks it already enqueued are not touched.
-
-    A schedule declared in code comes back while a worker running that code consumes the queue
-    (it stores its schedules every 30 s): remove it from the code instead.
-    """
-    return client._drive(_remove_steps(client.keys, name, queue))
-
-
-async def aremove_schedule(client: AsyncClient, name: str, queue: str = "default") -> bool:
-    """:func:`remove_schedule` for asyncio."""
-    return await client._drive(_remove_steps(client.keys, name, queue))
-
-
-def _stored_steps(keys: Keys, name: str, queue: str) -> Steps[Schedule]:
+def stored_steps(keys: Keys, name: str, queue: str) -> Steps[Schedule]:
     spec: str | None = yield lambda r: r.hget(keys.queue(queue).schedules, name)
     if spec is None:
         raise UnknownSchedule(f"no schedule {name!r} in queue {queue!r}")
     return Schedule.from_json(spec)
 
 
-def _set_enabled_steps(keys: Keys, name: str, queue: str, enabled: bool) -> Steps[Any]:
-    s = yield from _stored_steps(keys, name, queue)
+def set_enabled_steps(
+    keys: Keys, name: str, queue: str, enabled: bool
+) -> Steps[tuple[bool, ScheduleInfo]]:
+    s = yield from stored_steps(keys, name, queue)
     qk = keys.queue(queue)
     if enabled:
         nxt = s.next_after(server_ms((yield lambda r: r.time())))
         changed = yield lambda r: r.zadd(qk.schedules_next, {name: nxt}, xx=True, lt=True, ch=True)
     else:
         changed = yield lambda r: r.zadd(qk.schedules_next, {name: DISABLED}, xx=True, ch=True)
-    infos = yield from _list_steps(keys, queue)
+    infos = yield from list_steps(keys, queue)
     [info] = [i for i in infos if i.schedule.name == name] or [ScheduleInfo(s, None, None, enabled)]
     return bool(changed), info
+
+
+def run_now_request(s: Schedule) -> dict[str, Any]:
+    """enqueue()'s arguments for a schedule's run now: as a fire would, its metadata naming it."""
+    meta = {**s.metadata, "schedule": s.name, "run_now": True}
+    return dict(
+        args=list(s.args), kwargs=dict(s.kwargs) or None, queue=s.queue, priority=s.priority,
+        max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
+        group=s.group,
+    )  # fmt: skip
+
+
+def list_schedules(client: Client, queue: str | None = None) -> list[ScheduleInfo]:
+    """:meth:`Client.list_schedules <dtq.Client.list_schedules>`."""
+    return client.list_schedules(queue)
+
+
+async def alist_schedules(client: AsyncClient, queue: str | None = None) -> list[ScheduleInfo]:
+    """:meth:`AsyncClient.list_schedules <dtq.AsyncClient.list_schedules>`."""
+    return await client.list_schedules(queue)
+
+
+def add_schedule(client: Client, schedule: Schedule) -> ScheduleInfo:
+    """:meth:`Client.add_schedule <dtq.Client.add_schedule>`."""
+    return client.add_schedule(schedule)
+
+
+async def aadd_schedule(client: AsyncClient, schedule: Schedule) -> ScheduleInfo:
+    """:meth:`AsyncClient.add_schedule <dtq.AsyncClient.add_schedule>`."""
+    return await client.add_schedule(schedule)
+
+
+def remove_schedule(client: Client, name: str, queue: str = "default") -> bool:
+    """:meth:`Client.remove_schedule <dtq.Client.remove_schedule>`."""
+    return client.remove_schedule(name, queue)
+
+
+async def aremove_schedule(client: AsyncClient, name: str, queue: str = "default") -> bool:
+    """:meth:`AsyncClient.remove_schedule <dtq.AsyncClient.remove_schedule>`."""
+    return await client.remove_schedule(name, queue)
 
 
 async def aset_enabled(
     client: AsyncClient, name: str, queue: str, enabled: bool
 ) -> tuple[bool, ScheduleInfo]:
-    """Disable a schedule (it stops firing, its definition kept) or enable it again (it fires
-    from its next fire time after now); returns whether it changed and the schedule.
-
-    One atomic ``ZADD``: disabling sets its next fire to +inf (XX: only a stored schedule);
-    enabling sets the next fire time only where it is lower (LT), so an enabled schedule
-    keeps its own.
-    """
-    changed, info = await client._drive(_set_enabled_steps(client.keys, name, queue, enabled))
-    return bool(changed), info
+    """:meth:`AsyncClient.set_schedule_enabled <dtq.AsyncClient.set_schedule_enabled>`."""
+    return await client.set_schedule_enabled(name, queue, enabled)
 
 
 async def arun_now(client: AsyncClient, name: str, queue: str) -> str:
-    """Enqueue the schedule's task now, as a fire would (its metadata names the schedule);
-    the schedule's own fire times do not move. Returns the task id."""
-    s = await client._drive(_stored_steps(client.keys, name, queue))
-    meta = {**s.metadata, "schedule": s.name, "run_now": True}
-    h = await client.enqueue(
-        s.task, list(s.args), dict(s.kwargs) or None, queue=s.queue, priority=s.priority,
-        max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
-        group=s.group,
-    )  # fmt: skip
-    return h.id
+    """:meth:`AsyncClient.run_schedule_now <dtq.AsyncClient.run_schedule_now>`."""
+    return await client.run_schedule_now(name, queue)
 
 
 def server_ms(t: tuple[int, int] | Sequence[Any]) -> int:

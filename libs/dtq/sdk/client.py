@@ -1,63 +1,791 @@
+# long: the two clients and all they share; each request is written once, as a step generator
 """The client SDK: :class:`AsyncClient` and the blocking :class:`Client`, with the same methods.
 
 Both are thin: validation lives in :mod:`dtq.sdk.requests`, the atomic transitions in the Lua
-scripts (:mod:`dtq.scripts`). Every Redis connection error surfaces as
-:class:`dtq.RedisUnavailable` with one line of text.
+scripts (:mod:`dtq.scripts`). What they share is written once in :class:`ClientBase`: the request
+building, the script calls, the bulk plan, and each request as a generator of its I/O steps
+(``ClientBase._get_steps``), which each client drives with its own I/O (``_drive``). Every Redis
+connection error surfaces as :class:`dtq.RedisUnavailable` with one line of text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
+import math
+import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Unpack, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
 import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.errors import RedisUnavailable
-from dtq.middleware import before_enqueue_async, before_enqueue_sync
-from dtq.models import TaskHandle, TaskInfo
-from dtq.sdk.clientbase import (
-    BLIPS,
-    CANCEL_REASON,
-    REFUSED,
-    REGISTER_EVERY_S,
-    ClientBase,
-    Hooked,
-    P,
-    Pipelined,
-    R,
-    ResultWait,
-    Steps,
-    T,
-    TaskScan,
-    refused,
-    resend_delay,
-    unavailable,
+from dtq.declared import pending as pending_declared
+from dtq.errors import (
+    InvalidRequest,
+    RedisUnavailable,
+    SerializationError,
+    TaskFailed,
+    UndeclaredTaskWarning,
+    UnknownTask,
+    unreachable,
 )
+from dtq.middleware import EnqueueRequest, Hooks, before_enqueue_async, before_enqueue_sync
+from dtq.models import GroupPage, TaskHandle, TaskInfo, TaskStatus
+from dtq.schedules import ops as sched
+from dtq.schedules.model import Schedule, ScheduleInfo
+from dtq.sdk import groupops
 from dtq.sdk.coalesce import Coalescer, SyncCoalescer
 from dtq.sdk.donewait import DoneWaits, SyncDoneWaits
-from dtq.sdk.groupops import AsyncGroups, SyncGroups
-from dtq.sdk.requests import EnqueueOptions, TaskDefaults
-from dtq.settings import Settings
+from dtq.sdk.requests import ENQUEUE_FIELDS, EnqueueOptions, TaskDefaults, build_task, check_fields
+from dtq.settings import Settings, checked_redis_url, load_settings
 from dtq.store import partitions
 from dtq.store.cluster import ascan_tasks, scan_tasks
-from dtq.store.connection import async_redis, sync_redis
+from dtq.store.connection import RETRY_BASE_S, RETRY_CAP_S, async_redis, is_cluster, sync_redis
+from dtq.store.eviction import is_oom, out_of_memory_message
+from dtq.store.keys import Keys, QueueKeys, QueueRef, is_flow_id, make_task_id, split_task_id
+from dtq.store.record import Field
 from dtq.task import Task
 
 if TYPE_CHECKING:
     from dtq.app import App
-    from dtq.sdk.cancellation import CancelSummary
 
-__all__ = ["AsyncClient", "Client"]
+__all__ = ["AsyncClient", "CancelSummary", "Client"]
+
+T = TypeVar("T")
+Steps = Generator[Any, Any, T]
+"""A request written once for both clients: it yields its I/O steps (see ClientBase._get_steps)."""
 
 
-class AsyncClient(AsyncGroups, ClientBase):
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskScan:
+    """A step: one SCAN call over a queue's task records (dtq.store.cluster.scan_tasks)."""
+
+    qk: QueueKeys
+    cursor: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pipelined:
+    """A step: script calls sent in one pipeline; the reply is theirs, in order."""
+
+    calls: list[sc.Call]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Streamed:
+    """A step: script calls streamed over one connection (Scripts.run_many), each reply handed
+    to ``each`` as it comes; the reply is theirs, in order."""
+
+    calls: Iterable[sc.Call]
+    each: Callable[[int, Any], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pause:
+    """A step: wait ``seconds``, or until ``woken`` (a result() wait's event) is set first."""
+
+    seconds: float
+    woken: Any = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hooked:
+    """A step: ``before_enqueue`` middleware sees (and may change) one request; no reply."""
+
+    hooks: Hooks
+    req: EnqueueRequest
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_STATUS = {s.value: s for s in TaskStatus}
+# Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts. The first
+# part is small, so Redis starts while the client still encodes (it idles until a part is sent).
+BULK_PART = 250
+BULK_FIRST = 32
+
+
+def _bulk_parts(n: int) -> list[tuple[int, int]]:
+    """(start, end) of each part of an ``n``-task bulk enqueue."""
+    first = min(n, BULK_FIRST)
+    return [(0, first)] + [(i, min(n, i + BULK_PART)) for i in range(first, n, BULK_PART)]
+
+
+CANCEL_REASON = "cancelled by request"
+# How long a client trusts its own registration of a queue in P:queues (see ClientBase).
+REGISTER_EVERY_S = 60.0
+# How long a client trusts its answer to "does a live worker declare this name?" (see ClientBase).
+DECLARED_EVERY_S = 300.0
+
+
+def cancel_channel(keys: Keys) -> str:
+    """Pub/sub channel on which workers hear cancel requests for running tasks."""
+    return keys.cancel_channel
+
+
+def unavailable(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(unreachable(exc))
+
+
+BLIPS = (redis.ConnectionError, redis.TimeoutError)
+# Error replies of a Redis that cannot take writes now: the call did not take effect (a
+# streamed bulk enqueue: the parts before it did). Raised as RedisUnavailable, a DtqError.
+REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+
+
+def redis_error(exc: Exception) -> RedisUnavailable:
+    """The one-line error of a Redis that cannot be reached (BLIPS) or refused a write."""
+    if not isinstance(exc, REFUSED):
+        return unavailable(exc)
+    if is_oom(exc):
+        return RedisUnavailable(out_of_memory_message(exc))
+    return RedisUnavailable(f"Redis refused the write: {exc}")
+
+
+def _ms(time_reply: Any) -> float:
+    """Milliseconds of a TIME reply (seconds, microseconds)."""
+    return int(time_reply[0]) * 1000 + int(time_reply[1]) / 1000
+
+
+def _str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def resend_delay(attempt: int) -> float:
+    """Jittered wait before re-sending a streamed bulk enqueue (as redis-py's own re-sends)."""
+    return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
+
+
+class ResultWait:
+    """One ``result()`` wait (Client and AsyncClient): the task, its announcement channel, its
+    deadline, and its pauses while Redis is away: a read that meets an outage (a restart, a
+    failover) is made again with backoff until the wait's own deadline, as the worker rides
+    the outage out (docs/faults.md, "A result() wait during an outage")."""
+
+    def __init__(self, keys: Keys, task: str | TaskHandle[Any], timeout: float | None) -> None:
+        self.typed = not isinstance(task, str)  # a handle: its result decoded by return type
+        self.task_id = task if isinstance(task, str) else task.id
+        queue, tid = split_task_id(self.task_id)
+        self.channel = keys.queue(queue).done_channel(tid)
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self._failures = 0
+
+    def left(self, info: TaskInfo) -> float:
+        """How long to wait for the announcement now (at most 5 s: then the record is read
+        again); raises TimeoutError once the deadline has passed."""
+        self._failures = 0
+        remaining = 5.0 if self.deadline is None else self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"task {self.task_id} still {info.status.value}")
+        return min(remaining, 5.0)
+
+    def pause(self, exc: RedisUnavailable) -> float:
+        """The pause before reading again while Redis is away (never past the deadline);
+        raises ``exc`` once the deadline has passed, or at once when Redis refused the
+        credentials (waiting does not change them)."""
+        now = time.monotonic()
+        refused = isinstance(exc.__context__, redis.exceptions.AuthenticationError)
+        if refused or (self.deadline is not None and now >= self.deadline):
+            raise exc
+        delay = RETRY_BASE_S + resend_delay(self._failures)
+        self._failures += 1
+        return delay if self.deadline is None else min(delay, self.deadline - now)
+
+
+# --- bulk cancel (cancel_many) ---------------------------------------------------------------
+# Each task goes through the same ``lua/cancel.lua`` as a single ``cancel()``: queued and
+# scheduled tasks end ``cancelled`` at once, running ones are asked to stop (their worker records
+# ``cancelled``), finished ones are left alone. Records are found with SCAN in bounded pages, so
+# tasks parked by a limit (which have no stream entry) are found too.
+
+PAGE = 500
+UNFINISHED = ("queued", "scheduled", "running")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelSummary:
+    """What a bulk cancel did."""
+
+    cancelled: int = 0
+    """Queued or scheduled tasks that ended ``cancelled``."""
+    requested: int = 0
+    """Running tasks whose workers were asked to stop them."""
+
+    @property
+    def total(self) -> int:
+        return self.cancelled + self.requested
+
+    def to_dict(self) -> dict[str, int]:
+        return {"cancelled": self.cancelled, "requested": self.requested}
+
+    def __add__(self, other: CancelSummary) -> CancelSummary:
+        return CancelSummary(self.cancelled + other.cancelled, self.requested + other.requested)
+
+
+def _check(queue: str | None, name: str | None) -> None:
+    if queue is None and name is None:
+        raise InvalidRequest("cancel_many needs a queue, a task name, or both")
+
+
+def _pick(tids: list[str], recs: Iterable[Any], name: str | None) -> list[str]:
+    out = []
+    for tid, (status, tname) in zip(tids, recs, strict=True):
+        if status in UNFINISHED and (name is None or tname == name):
+            out.append(tid)
+    return out
+
+
+def _summary(replies: Iterable[Any]) -> CancelSummary:
+    res = [sc.parse_cancel(r) for r in replies]
+    return CancelSummary(
+        sum(r.outcome == "cancelled" for r in res), sum(r.outcome == "requested" for r in res)
+    )
+
+
+def _statuses(r: Any, keys: list[Any]) -> Any:
+    """Each record's status and name, pipelined (a reply, or its awaitable on asyncio)."""
+    pipe = r.pipeline(transaction=False)
+    for k in keys:
+        pipe.hmget(k, [Field.STATUS, Field.NAME])
+    return pipe.execute()
+
+
+class ClientBase:
+    _done: Any  # each client's result() waits on one subscription (dtq.sdk.donewait)
+
+    def __init__(self, url: str | None, settings: Settings | None, app: App | None) -> None:
+        if settings is None:
+            settings = app.settings if app is not None else load_settings()
+        if url is not None:  # (model_copy does not validate: check it here)
+            settings = settings.model_copy(update={"redis_url": checked_redis_url(url)})
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.app = app
+        # Queues this client has added to the registry set (P:queues), each until when: later
+        # enqueues to them skip the SADD and so need no pipeline. The registration is renewed
+        # after REGISTER_EVERY_S, so a keyspace flushed meanwhile (FLUSHALL, a restore) lists
+        # the queue again.
+        self._registered: dict[str, float] = {}
+        # (logical queue, task name) enqueued by name -> until when the answer to "does a live
+        # worker declare it?" holds (inf once warned: once per client); see _declared_steps.
+        self._declared: dict[tuple[str, str], float] = {}
+        self._redis_clock_ms: float | None = None  # Redis TIME - monotonic (a cluster's reads)
+        self._hist_ttl_s = settings.stats_retention_h * 3600  # (dtq.stats; 0: none)
+
+    def _connection_options(self) -> dict[str, Any]:
+        return {
+            "retries": self.settings.client_retries,
+            "wait_for_connection": True,  # (its coroutines or threads may make any number of calls)
+            "check_eviction": True,  # (dtq.store.eviction: once per connection)
+            "decode_responses": True,
+        }
+
+    def _defaults(self, name: str) -> TaskDefaults | None:
+        if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
+            return None
+        return self.app.defaults_for(name)
+
+    # --- middleware (dtq.middleware): before_enqueue sees each request before it is built ---
+
+    def _mw(self) -> Hooks | None:
+        app = self.app
+        if app is None or app.no_enqueue_hooks:  # the usual case: no call, no lookup
+            return None
+        hooks = app.hooks()
+        return hooks if hooks is not None and hooks.before_enqueue else None
+
+    def _request(
+        self,
+        name: str,
+        args: Any,
+        kwargs: Mapping[str, Any] | None,
+        options: dict[str, Any],
+        defaults: TaskDefaults | None = None,
+    ) -> EnqueueRequest:
+        opts = {k: v for k, v in options.items() if v is not None}
+        metadata, queue = opts.pop("metadata", None), opts.pop("queue", None)
+        d = defaults or self._defaults(name)
+        q = queue or (d.queue if d is not None else "default")
+        return EnqueueRequest(name, args, kwargs, q, opts, dict(metadata or {}), {})
+
+    def _requests(self, items: Iterable[Mapping[str, Any]]) -> list[EnqueueRequest]:
+        reqs = []
+        for item in items:
+            if "name" not in item or not item.keys() <= ENQUEUE_FIELDS:
+                check_fields(item)
+            opts = {k: v for k, v in item.items() if k not in ("name", "args", "kwargs")}
+            reqs.append(self._request(item["name"], item.get("args"), item.get("kwargs"), opts))
+        return reqs
+
+    def _built(
+        self,
+        name: str,
+        args: Any,
+        kwargs: Mapping[str, Any] | None,
+        defaults: TaskDefaults | None,
+        options: dict[str, Any],
+    ) -> tuple[str, sc.NewTask] | None:
+        """One enqueue's task, built from ``enqueue``'s options (build_task's keywords); None
+        when ``before_enqueue`` middleware is to see the request first (_hooked_steps)."""
+        if "headers" in options:  # build_task's, set by middleware only: not an option
+            raise TypeError("enqueue() got an unexpected keyword argument 'headers'")
+        if self._mw() is not None:
+            return None
+        return build_task(self.settings, name, args, kwargs, defaults=defaults, **options)
+
+    def _hooked_steps(
+        self,
+        name: str,
+        args: Any,
+        kwargs: Mapping[str, Any] | None,
+        defaults: TaskDefaults | None,
+        options: dict[str, Any],
+    ) -> Steps[tuple[str, sc.NewTask]]:
+        """One enqueue's task, built after ``before_enqueue`` middleware saw its request."""
+        req = self._request(name, args, kwargs, options, defaults)
+        yield Hooked(self._mw() or Hooks(), req)
+        return self._build(req, defaults)
+
+    def _build(
+        self, req: EnqueueRequest, defaults: TaskDefaults | None = None
+    ) -> tuple[str, sc.NewTask]:
+        return build_task(
+            self.settings, req.name, req.args, req.kwargs,
+            defaults=defaults or self._defaults(req.name),
+            queue=req.queue, metadata=req.metadata or None, headers=req.headers or None,
+            **req.options,
+        )  # fmt: skip
+
+    def _group_requests(
+        self, reqs: list[EnqueueRequest]
+    ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
+        for i, req in enumerate(reqs):
+            q, task = self._build(req)
+            by_queue.setdefault(q, []).append((i, task))
+        return by_queue, len(reqs)
+
+    def _group(
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
+        settings = self.settings
+        n = 0
+        for i, item in enumerate(items):
+            try:
+                plain = "name" in item and item.keys() <= ENQUEUE_FIELDS
+            except (TypeError, AttributeError):  # not a mapping
+                raise InvalidRequest(f"item {i} is not a dict of enqueue fields") from None
+            if not plain:
+                check_fields(item)  # says which field is wrong
+            # An item's fields are build_task's keyword arguments (checked just above).
+            q, task = build_task(settings, defaults=self._defaults(item["name"]), **item)
+            group = by_queue.get(q)
+            if group is None:
+                group = by_queue[q] = []
+            group.append((i, task))
+            n = i + 1
+        return by_queue, n
+
+    @staticmethod
+    def _place(
+        out: list[TaskHandle | None], queue: str, tasks: list[tuple[int, sc.NewTask]], raw: Any
+    ) -> None:
+        """Put the handles of enqueue.lua's reply (3 fields per task) at their items' places."""
+        for j, (i, _) in enumerate(tasks):
+            out[i] = ClientBase._handle(queue, raw, 3 * j)
+
+    def _unregistered(self, queues: Iterable[str]) -> list[str]:
+        """Those of ``queues`` this client has not registered lately."""
+        now = time.monotonic()
+        return [q for q in queues if self._registered.get(q, 0.0) < now]
+
+    def _single(self, queue: str, task: sc.NewTask) -> sc.Call | None:
+        """The script call enqueueing ``task`` alone, if this client registered ``queue``."""
+        until = self._registered.get(queue)
+        if until is None or until < time.monotonic():
+            return None
+        return sc.enqueue_one_call(
+            self.keys.prefix, queue, task, self.settings.events_maxlen, hist_ttl_s=self._hist_ttl_s
+        )
+
+    @staticmethod
+    def _handle(queue: str, raw: Any, b: int = 0) -> TaskHandle:
+        """The handle of the task whose 3 fields of enqueue.lua's reply start at ``raw[b]``."""
+        tid, status = raw[b], raw[b + 1]
+        if type(tid) is not str:
+            tid, status = tid.decode(), status.decode()
+        ref = QueueRef.parse(queue)  # a partition's task: the id names its logical queue
+        return TaskHandle(ref.task_id(tid), ref.queue, _STATUS[status], int(raw[b + 2]) == 1)
+
+    @staticmethod
+    def _plan(
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]],
+    ) -> list[tuple[str, list[tuple[int, sc.NewTask]]]]:
+        """The enqueue.lua calls of a batch: per queue, its tasks in parts (one when small)."""
+        plan = []
+        for q, tasks in by_queue.items():
+            if len(tasks) <= BULK_PART:
+                plan.append((q, tasks))
+            else:
+                plan.extend((q, tasks[a:b]) for a, b in _bulk_parts(len(tasks)))
+        return plan
+
+    @staticmethod
+    def _part(p: tuple[str, list[tuple[int, sc.NewTask]]]) -> tuple[str, list[sc.NewTask]]:
+        return p[0], [t for _, t in p[1]]
+
+    def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
+        return sc.enqueue_call(
+            self.keys.queue(queue), tasks, self.settings.events_maxlen, hist_ttl_s=self._hist_ttl_s
+        )
+
+    def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
+        queue, tid = split_task_id(task_id)
+        return sc.cancel_call(
+            self.keys.queue(queue),
+            tid,
+            events_maxlen=self.settings.events_maxlen,
+            ttl_s=self.settings.result_ttl_s,
+            hint_channel=cancel_channel(self.keys),
+            reason=reason,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
+        )
+
+    @staticmethod
+    def _info(task_id: str, rec: dict[str, str], declared: str | None = None) -> TaskInfo:
+        if not rec:
+            raise UnknownTask(f"no task {task_id} (never enqueued, or its record expired)")
+        queue, _ = split_task_id(task_id)
+        return TaskInfo.from_record(task_id, queue, rec, declared)
+
+    def _flow_plan(
+        self, flow: wf.Flow, reqs: list[EnqueueRequest] | None = None
+    ) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
+        p = wf.plan(flow, self.settings, self._defaults, requests=reqs)
+        call, away = wf.enqueue_call(
+            self.keys, p, self.settings.events_maxlen, self.settings.max_payload_bytes
+        )
+        return p, call, away
+
+    def _step_requests(self, flow: wf.Flow) -> list[EnqueueRequest]:
+        """Each step's request, for before_enqueue middleware (then built from it)."""
+        return [
+            self._request(s.name, list(s.args), s.kwargs, dict(s.options), s.defaults)
+            for s in wf.sigs(flow)
+        ]
+
+    def _flow_handle(self, p: wf.Plan, raw: Any) -> TaskHandle:
+        return TaskHandle(p.id, p.home, TaskStatus.QUEUED, sc.parse_flow_enqueue(raw).created)
+
+    def _put_calls(self, away: list[tuple[str, str]]) -> list[sc.Call]:
+        """The moves of a new flow's first steps on other queues (idempotent: a worker moves
+        them again from the outbox if this client did not)."""
+        em = self.settings.events_maxlen
+        return [sc.flow_put_call(self.keys.queue(q), s, json.loads(s)[3], em) for q, s in away]
+
+    def _flow_keys(self, task_id: str) -> tuple[str, str]:
+        home, ftid = split_task_id(task_id)
+        return self.keys.queue(home).flow(ftid), home
+
+    def _flow_info(self, task_id: str, rec: dict[str, str], statuses: list[Any]) -> TaskInfo:
+        if not rec:
+            raise UnknownTask(f"no workflow {task_id} (never enqueued, or its record expired)")
+        d = wf.flow_record(task_id, rec, statuses)
+        info = TaskInfo.from_record(task_id, split_task_id(task_id)[0], d["rec"])
+        return dataclasses.replace(info, steps=d["steps"], tree=d["tree"])
+
+    def _step_keys(self, rec: dict[str, str]) -> list[str]:
+        out = []
+        for i in range(int(rec.get("n", 0))):
+            q, tid = split_task_id(rec[f"q{i}"])
+            out.append(self.keys.queue(q).task(tid))
+        return out
+
+    def _flow_cancel_call(self, task_id: str, reason: str) -> sc.Call:
+        home, ftid = split_task_id(task_id)
+        ttl = self.settings.result_ttl_s
+        return sc.flow_cancel_call(
+            self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen,
+            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
+        )  # fmt: skip
+
+    def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
+        """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
+        q, tid = split_task_id(step_id)
+        return sc.flow_tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
+
+    # --- requests shared by both clients: generators of their I/O steps ----------------------
+    # Each yields a step (a script call, a TaskScan, Pipelined script calls, a Hooked request for
+    # the before_enqueue middleware, or a function of the Redis client whose value, awaited on
+    # an AsyncClient, is the reply) and is sent the step's reply; each client's ``_drive`` does
+    # the I/O. So a request is written once and the twins differ only in I/O.
+
+    def _get_steps(self, task_id: str) -> Steps[TaskInfo]:
+        if is_flow_id(task_id):
+            fkey, _ = self._flow_keys(task_id)
+            rec = yield lambda r: r.hgetall(fkey)
+            statuses: list[Any] = []
+            if rec:
+                step_keys = self._step_keys(rec)
+
+                def statuses_of(r: Any) -> Any:
+                    pipe = r.pipeline(transaction=False)
+                    for k in step_keys:
+                        pipe.hmget(k, "status", "name")
+                    return pipe.execute()
+
+                statuses = yield statuses_of
+            return self._flow_info(task_id, rec, statuses)
+        queue, tid = split_task_id(task_id)
+        qk = self.keys.queue(queue)
+        rec = yield lambda r: r.hgetall(qk.task(tid))
+        decl = None
+        if pending_declared(rec):  # not claimed yet, some values left to the worker's declaration
+            decl = yield lambda r: r.hget(qk.decl, rec.get(Field.NAME, ""))
+        return self._info(task_id, rec, decl)
+
+    def _cancel_steps(self, task_id: str, reason: str) -> Steps[bool]:
+        if is_flow_id(task_id):
+            # (one nonce for its re-sends)
+            fc = sc.parse_flow_cancel((yield self._flow_cancel_call(task_id, reason)))
+            if fc.before is sc.FlowStatus.NONE:
+                raise UnknownTask(f"no workflow {task_id}")
+            for step in fc.steps:
+                res = sc.parse_cancel((yield self._cancel_call(step, reason)))
+                if res.outcome is sc.CancelOutcome.MISSING:  # on its way to its queue: never runs
+                    tomb = sc.parse_created((yield self._tomb_call(step, reason)))
+                    if tomb is sc.Created.EXISTED:  # put there meanwhile: cancel it as a task
+                        yield self._cancel_call(step, reason)
+            return fc.before in (sc.FlowStatus.RUNNING, sc.FlowStatus.FAILED)
+        res = sc.parse_cancel((yield self._cancel_call(task_id, reason)))
+        if res.outcome == "missing":
+            raise UnknownTask(f"no task {task_id}")
+        return res.outcome in ("cancelled", "requested")
+
+    def _send_steps(
+        self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
+    ) -> Steps[list[TaskHandle]]:
+        """Enqueue the tasks of ``by_queue`` (at their items' places of ``n``): one enqueue.lua
+        call per queue, or parts streamed over one connection (Redis runs one part while the
+        next is encoded). The queues' first enqueue by this client registers them first."""
+        out: list[TaskHandle | None] = [None] * n
+        plan = self._plan(by_queue)
+
+        def place(k: int, raw: Any) -> None:
+            self._place(out, plan[k][0], plan[k][1], raw)
+
+        attempt = 0
+        while True:
+            try:
+                new = self._unregistered(by_queue)
+                if new:  # once per queue and client: the registry lists the queues for operators
+                    counts = self.settings.queue_partitions
+                    yield from partitions.register_steps(self.keys, counts, new)
+                    self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
+                if len(plan) == 1:  # one round trip
+                    place(0, (yield self._enqueue_call(*self._part(plan[0]))))
+                elif plan:
+                    yield Streamed((self._enqueue_call(*self._part(p)) for p in plan), place)
+                return [h for h in out if h is not None]
+            except RedisUnavailable as exc:
+                # A streamed batch cut by a blip is sent again whole (redis-py re-sends single
+                # calls): every task keeps its id, and enqueue.lua answers the parts that ran
+                # with their tasks.
+                blip = isinstance(exc.__context__, BLIPS)
+                if not blip or len(plan) == 1 or attempt >= self.settings.client_retries:
+                    raise
+            yield Pause(resend_delay(attempt))
+            attempt += 1
+
+    def _result_steps(self, task_id: str | TaskHandle[Any], timeout: float | None) -> Steps[Any]:
+        """Wait until the task ends; its result (see AsyncClient.result). The waits share one
+        subscription (``self._done``: dtq.sdk.donewait), whose add and remove are steps."""
+        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
+        done = self._done
+        try:
+            while True:
+                try:
+                    if woken is None:  # (one subscription for all waits)
+                        woken = yield lambda _: done.add(wait.channel)
+                    woken.clear()  # (an announcement from here on is not missed: read after it)
+                    info = yield from self._get_steps(wait.task_id)
+                except RedisUnavailable as exc:  # Redis away: read again until the deadline
+                    yield Pause(wait.pause(exc))
+                    continue
+                if info.status.terminal:
+                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
+                yield Pause(wait.left(info), woken)
+        finally:
+            if woken is not None:
+                yield lambda _: done.remove(wait.channel, woken)
+
+    def _cancel_many_steps(
+        self, queue: str | None, name: str | None, reason: str | None
+    ) -> Steps[CancelSummary]:
+        """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``."""
+        _check(queue, name)
+        found: Any = (
+            partitions.expand([queue], self.settings.queue_partitions)  # (its partitions)
+            if queue
+            else (yield lambda r: r.smembers(self.keys.queues))
+        )
+        total = CancelSummary()
+        for q in sorted(found):
+            qk = self.keys.queue(q)
+            base = qk.task_base
+            cursor = 0
+            while True:
+                cursor, keys = yield TaskScan(qk, cursor, PAGE)
+                tids = [str(k)[len(base) :] for k in keys]
+                if tids:
+                    recs = yield partial(_statuses, keys=keys)
+                    chosen = _pick(tids, recs, name)
+                    if chosen:
+                        why = reason or CANCEL_REASON
+                        calls = [self._cancel_call(make_task_id(q, t), why) for t in chosen]
+                        total += _summary((yield Pipelined(calls)))
+                if int(cursor) == 0:
+                    break
+        return total
+
+    def _grouped_steps(
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> Steps[tuple[dict[str, list[tuple[int, sc.NewTask]]], int]]:
+        """enqueue_many's tasks by queue, and their count: each request seen by the
+        ``before_enqueue`` middleware first, if there is any."""
+        mw = self._mw()
+        if mw is None:
+            return self._group(items)
+        reqs = self._requests(items)
+        for req in reqs:
+            yield Hooked(mw, req)
+        return self._group_requests(reqs)
+
+    def _flow_request_steps(self, flow: wf.Flow) -> Steps[list[EnqueueRequest] | None]:
+        """A workflow's step requests, each seen by the ``before_enqueue`` middleware (None
+        without middleware: the steps are built from the flow itself)."""
+        mw = self._mw()
+        if mw is None:
+            return None
+        reqs = self._step_requests(flow)
+        for req in reqs:
+            yield Hooked(mw, req)
+        return reqs
+
+    def _workflow_steps(self, flow: wf.Flow) -> Steps[TaskHandle]:
+        p, call, away = self._flow_plan(flow, (yield from self._flow_request_steps(flow)))
+        new = self._unregistered({s.queue for s in p.steps})
+        if new:
+            yield lambda r: r.sadd(self.keys.queues, *new)
+            self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
+        raw = yield call
+        for c in self._put_calls(away):  # noqa: UP028 (yield from a list cannot take replies)
+            yield c
+        return self._flow_handle(p, raw)
+
+    def _undeclared(self, done: Iterable[tuple[TaskHandle, str]]) -> dict[tuple[str, str], str]:
+        """Of ``done`` (handles of tasks enqueued by name, and their names), the (queue, name)
+        pairs to check now, each with the physical queue whose stamps tell: one per pair and
+        client every DECLARED_EVERY_S, claimed here so concurrent enqueues check it once."""
+        if not self.settings.client_warn_undeclared:
+            return {}
+        due: dict[tuple[str, str], str] = {}
+        now = time.monotonic()
+        for h, name in done:
+            pair = (h.queue, name)
+            until = self._declared.get(pair)
+            if until is None or until < now:
+                self._declared[pair] = now + DECLARED_EVERY_S
+                due[pair] = split_task_id(h.id)[0]  # (a partition's stamps: its own)
+        return due
+
+    @staticmethod
+    def _named(
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]], hs: list[TaskHandle]
+    ) -> Iterator[tuple[TaskHandle, str]]:
+        """Each task of a bulk enqueue's handle and name (for _undeclared)."""
+        for tasks in by_queue.values():
+            for i, task in tasks:
+                yield hs[i], task.name
+
+    def _declared_steps(self, due: dict[tuple[str, str], str]) -> Steps[list[str]]:
+        """The warnings (texts) for the (queue, name) pairs of ``due`` that no live worker
+        declares: one read of the queues' ``decl:seen`` stamps (with TIME on one server; a
+        cluster's pipeline cannot carry TIME, so it is read once per client and kept as an
+        offset). A stamp counts within DTQ_DECLARATION_GRACE_S, the grace in which a worker
+        that does not know the name hands its task back rather than failing it."""
+        keys = sorted({self.keys.queue(p).decl_seen for p in due.values()})
+
+        def read(r: Any) -> Any:
+            pipe = r.pipeline(transaction=False)
+            for k in keys:
+                pipe.hgetall(k)
+            if not is_cluster(r):
+                pipe.time()
+            return pipe.execute()
+
+        replies = yield read
+        mono_ms = time.monotonic() * 1000
+        if len(replies) > len(keys):
+            self._redis_clock_ms = _ms(replies[-1]) - mono_ms
+        elif self._redis_clock_ms is None:
+            self._redis_clock_ms = _ms((yield lambda r: r.time())) - mono_ms
+        oldest = mono_ms + self._redis_clock_ms - self.settings.declaration_grace_s * 1000
+        live = {
+            k: {_str(n) for n, ms in seen.items() if int(ms) >= oldest}
+            for k, seen in zip(keys, replies, strict=False)  # (TIME, if there, is left over)
+        }
+        out = []
+        for (q, name), p in due.items():
+            names = live[self.keys.queue(p).decl_seen]
+            if name in names:
+                continue
+            self._declared[(q, name)] = math.inf  # warned: never again by this client
+            out.append(
+                f"no live worker of queue {q!r} declares task {name!r}: it waits, and fails on "
+                "the worker that takes it"
+                if names
+                else f"no live worker consumes queue {q!r}: the task waits for one"
+            )
+        return out
+
+    @staticmethod
+    def _warn(texts: list[str]) -> None:
+        for text in texts:  # (stacklevel: the caller of enqueue, through _warn_undeclared)
+            warnings.warn(text, UndeclaredTaskWarning, stacklevel=4)
+
+    @staticmethod
+    def _outcome(info: TaskInfo) -> Any:
+        if info.status == TaskStatus.SUCCEEDED:
+            return info.result
+        raise TaskFailed(info.id, info.status.value, info.error)
+
+    def _typed_outcome(self, info: TaskInfo) -> Any:
+        """The result of a task awaited through its handle: decoded to the task's return type
+        when this client's app knows the task (docs/arguments.md), else as stored."""
+        value = self._outcome(info)
+        task = None if self.app is None else self.app.tasks.get(info.name)
+        if task is None:
+            return value
+        try:
+            return task.decode_result(value)
+        except ValueError as exc:
+            raise SerializationError(
+                f"result of {info.id} cannot be read as {info.name}'s return type: {exc}"
+            ) from None
+
+
+class AsyncClient(ClientBase):
     """asyncio client. ``async with AsyncClient(url) as c: ...`` closes its connections."""
 
     def __init__(
@@ -70,13 +798,7 @@ class AsyncClient(AsyncGroups, ClientBase):
     ) -> None:
         super().__init__(url, settings, app)
         self.redis: aredis.Redis = redis_client or sc.hiredis_packing(
-            async_redis(
-                self.settings.redis_url,
-                retries=self.settings.client_retries,
-                wait_for_connection=True,  # (its coroutines may make any number of calls)
-                check_eviction=True,  # (dtq.store.eviction: once per connection)
-                decode_responses=True,
-            ),
+            async_redis(self.settings.redis_url, **self._connection_options()),
             fast_lane=self.settings.fast_lane,
         )
         self._scripts = sc.AsyncScripts(
@@ -103,10 +825,8 @@ class AsyncClient(AsyncGroups, ClientBase):
     async def _io(self, fn: Callable[[], Awaitable[T]]) -> T:
         try:
             return await fn()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise unavailable(exc) from None
-        except REFUSED as exc:
-            raise refused(exc) from None
+        except BLIPS + REFUSED as exc:
+            raise redis_error(exc) from None
 
     @overload
     async def enqueue(
@@ -149,14 +869,11 @@ class AsyncClient(AsyncGroups, ClientBase):
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
         :class:`EnqueueOptions` (build_task's keywords)."""
-        mw = self._mw()
         d = defaults or self._defaults(name)
-        if mw is None:
-            q, task = self._built(name, args, kwargs, d, options)
-        else:
-            req = self._request(name, args, kwargs, options, d)
-            await before_enqueue_async(mw, req)
-            q, task = self._build(req, d)
+        built = self._built(name, args, kwargs, d, options)
+        if built is None:  # before_enqueue middleware sees the request first
+            built = await self._drive(self._hooked_steps(name, args, kwargs, d, options))
+        q, task = built
         co = self._coalesced
         if co is None or co.sending():  # (sending: made inside a send, dtq.testing's eager)
             return await self._enqueue_one(q, task)
@@ -172,7 +889,7 @@ class AsyncClient(AsyncGroups, ClientBase):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
-        # The short path (see Client.enqueue).
+        # The short path (see Client._enqueue_one).
         return self._handle(q, await self._io(lambda: self._scripts.run(call)))
 
     async def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
@@ -202,60 +919,29 @@ class AsyncClient(AsyncGroups, ClientBase):
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
     ) -> list[TaskHandle]:
-        out: list[TaskHandle | None] = [None] * n
-        if not by_queue:
-            return []
-        plan = self._plan(by_queue)
-
-        def place(k: int, raw: Any) -> None:
-            self._place(out, plan[k][0], plan[k][1], raw)
-
-        async def go() -> None:
-            new = self._unregistered(by_queue)
-            if new:  # once per queue and client: the registry lists the queues for operators
-                await partitions.aregister(
-                    self.redis, self.keys, self.settings.queue_partitions, new
-                )
-                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
-            if len(plan) == 1:  # one round trip
-                place(0, await self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
-            else:  # streamed: Redis runs one part while the next is encoded
-                await self._scripts.run_many(
-                    (self._enqueue_call(*self._part(p)) for p in plan), place
-                )
-
-        # A streamed batch cut by a blip is sent again whole (redis-py re-sends single calls):
-        # every task keeps its id, and enqueue.lua answers the parts that ran with their tasks.
-        async def send() -> None:
-            attempt = 0
-            while True:
-                try:
-                    return await go()
-                except BLIPS:
-                    if len(plan) == 1 or attempt >= self.settings.client_retries:
-                        raise
-                await asyncio.sleep(resend_delay(attempt))
-                attempt += 1
-
-        await self._io(send)
-        return [h for h in out if h is not None]
+        """Enqueue the tasks of ``by_queue`` (see ClientBase._send_steps); dtq.testing's hook."""
+        return await self._drive(self._send_steps(by_queue, n))
 
     async def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow (``chain``/``group``/``chord``) in one atomic call; every step
         is validated and encoded first (after ``before_enqueue`` middleware saw each step).
         The handle's ``id`` is the workflow's id."""
-        reqs = await self._drive(self._flow_request_steps(flow))
-        p, call, away = self._flow_plan(flow, reqs)
-        return self._flow_handle(p, await self._drive(self._workflow_steps(p, call, away)))
+        return await self._drive(self._workflow_steps(flow))
 
     async def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see ClientBase._get_steps)."""
-        reply: Any = None
-        try:
-            while True:
-                reply = await self._io(partial(self._step, steps.send(reply)))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """Do a shared request's I/O (see ClientBase._get_steps): each step's reply is sent
+        back, its error (RedisUnavailable for Redis's) raised at the step."""
+        go: Callable[[Any], Any] = steps.send
+        arg: Any = None
+        while True:
+            try:
+                step = go(arg)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                arg, go = await self._io(partial(self._step, step)), steps.send
+            except BaseException as exc:  # (also a cancel: a wait's finally unsubscribes)
+                arg, go = exc, steps.throw
 
     async def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
@@ -269,6 +955,14 @@ class AsyncClient(AsyncGroups, ClientBase):
                 for call in step.calls:
                     await self._scripts.run(call, pipe)
                 return await pipe.execute()
+        if isinstance(step, Streamed):
+            return await self._scripts.run_many(step.calls, step.each)
+        if isinstance(step, Pause):
+            if step.woken is None:
+                return await asyncio.sleep(step.seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(step.woken.wait(), step.seconds)
+            return None
         return await step(self.redis)
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -288,24 +982,7 @@ class AsyncClient(AsyncGroups, ClientBase):
         Waits on a pub/sub announcement (no polling); raises TimeoutError after ``timeout``.
         Given a handle typed by its task's result, mypy knows the result's type.
         """
-        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
-        try:
-            while True:
-                try:
-                    if woken is None:  # (one subscription for all waits)
-                        woken = await self._io(lambda: self._done.add(wait.channel))
-                    woken.clear()  # (an announcement from here on is not missed: read after it)
-                    info = await self.get(wait.task_id)
-                except RedisUnavailable as exc:  # Redis away: read again until the deadline
-                    await asyncio.sleep(wait.pause(exc))
-                    continue
-                if info.status.terminal:
-                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), wait.left(info))
-        finally:
-            if woken is not None:
-                await self._done.remove(wait.channel, woken)
+        return await self._drive(self._result_steps(task_id, timeout))
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task: True when it was cancelled or a running task was asked to stop.
@@ -315,13 +992,68 @@ class AsyncClient(AsyncGroups, ClientBase):
     async def cancel_many(
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
     ) -> CancelSummary:
-        """Cancel every unfinished task of a queue and/or task name (see dtq.sdk.cancellation)."""
-        from dtq.sdk.cancellation import acancel_many
+        """Cancel every unfinished task of a queue and/or task name (see ``PAGE``)."""
+        return await self._drive(self._cancel_many_steps(queue, name, reason))
 
-        return await self._io(lambda: acancel_many(self, queue, name, reason))
+    async def list_schedules(self, queue: str | None = None) -> list[ScheduleInfo]:
+        """Every stored schedule (of one queue, or of all known queues), soonest fire first."""
+        return await self._drive(sched.list_steps(self.keys, queue))
+
+    async def add_schedule(self, schedule: Schedule) -> ScheduleInfo:
+        """Store (create or replace) a schedule at run time; it fires from its next fire time on.
+
+        A schedule with the same queue and name is replaced. Returns the stored schedule.
+        """
+        return await self._drive(sched.add_steps(self.keys, schedule))
+
+    async def remove_schedule(self, name: str, queue: str = "default") -> bool:
+        """Delete a schedule; True if it existed. Tasks it already enqueued are not touched.
+
+        A schedule declared in code comes back while a worker running that code consumes the
+        queue (it stores its schedules every 30 s): remove it from the code instead.
+        """
+        return await self._drive(sched.remove_steps(self.keys, name, queue))
+
+    async def set_schedule_enabled(
+        self, name: str, queue: str, enabled: bool
+    ) -> tuple[bool, ScheduleInfo]:
+        """Disable a schedule (it stops firing, its definition kept) or enable it again (it
+        fires from its next fire time after now); returns whether it changed and the schedule.
+
+        One atomic ``ZADD``: disabling sets its next fire to +inf (XX: only a stored schedule);
+        enabling sets the next fire time only where it is lower (LT), so an enabled schedule
+        keeps its own.
+        """
+        return await self._drive(sched.set_enabled_steps(self.keys, name, queue, enabled))
+
+    async def run_schedule_now(self, name: str, queue: str = "default") -> str:
+        """Enqueue the schedule's task now, as a fire would (its metadata names the schedule);
+        the schedule's own fire times do not move. Returns the task id."""
+        s = await self._drive(sched.stored_steps(self.keys, name, queue))
+        return (await self.enqueue(s.task, **sched.run_now_request(s))).id
+
+    async def pause_group(self, queue: str, group: str) -> bool:
+        """Hold ``group`` of ``queue`` (every partition): none of its tasks starts until
+        :meth:`resume_group`; its running tasks finish, the other groups go on. True when this
+        call held it, False when it was held already."""
+        return await self._drive(groupops.hold_steps(self.keys, self.settings, queue, group, True))
+
+    async def resume_group(self, queue: str, group: str) -> bool:
+        """Release ``group`` of ``queue`` held by :meth:`pause_group`. True when it was held."""
+        return await self._drive(groupops.hold_steps(self.keys, self.settings, queue, group, False))
+
+    async def groups(
+        self, queue: str, *, cursor: str | None = None, limit: int = groupops.GROUP_PAGE
+    ) -> GroupPage:
+        """A page of ``queue``'s active groups (longest active first), then its held idle
+        ones: waiting, running, held, oldest waiting age. Pass ``next_cursor`` back for the
+        next page; each page does bounded work, so it may hold fewer than ``limit``."""
+        return await self._drive(
+            groupops.list_steps(self.keys, self.settings, queue, cursor, limit)
+        )
 
 
-class Client(SyncGroups, ClientBase):
+class Client(ClientBase):
     """Blocking client with the same methods as :class:`AsyncClient`."""
 
     def __init__(
@@ -335,13 +1067,7 @@ class Client(SyncGroups, ClientBase):
         super().__init__(url, settings, app)
         # (A cluster client connects here already: unreachable, that is RedisUnavailable.)
         self.redis: redis.Redis = redis_client or self._io(
-            lambda: sync_redis(
-                self.settings.redis_url,
-                retries=self.settings.client_retries,
-                wait_for_connection=True,  # (its threads may make any number of calls)
-                check_eviction=True,  # (dtq.store.eviction: once per connection)
-                decode_responses=True,
-            )
+            lambda: sync_redis(self.settings.redis_url, **self._connection_options())
         )
         self._scripts = sc.SyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
@@ -367,10 +1093,8 @@ class Client(SyncGroups, ClientBase):
     def _io(self, fn: Callable[[], T]) -> T:
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise unavailable(exc) from None
-        except REFUSED as exc:
-            raise refused(exc) from None
+        except BLIPS + REFUSED as exc:
+            raise redis_error(exc) from None
 
     @overload
     def enqueue(self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]: ...
@@ -411,14 +1135,11 @@ class Client(SyncGroups, ClientBase):
     ) -> TaskHandle:
         """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
         :class:`EnqueueOptions` (build_task's keywords)."""
-        mw = self._mw()
         d = defaults or self._defaults(name)
-        if mw is None:
-            q, task = self._built(name, args, kwargs, d, options)
-        else:
-            req = self._request(name, args, kwargs, options, d)
-            before_enqueue_sync(mw, req)
-            q, task = self._build(req, d)
+        built = self._built(name, args, kwargs, d, options)
+        if built is None:  # before_enqueue middleware sees the request first
+            built = self._drive(self._hooked_steps(name, args, kwargs, d, options))
+        q, task = built
         co = self._coalesced
         if co is None:
             return self._enqueue_one(q, task)
@@ -451,54 +1172,26 @@ class Client(SyncGroups, ClientBase):
             self._warn(self._drive(self._declared_steps(due)))
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
-        out: list[TaskHandle | None] = [None] * n
-        if not by_queue:
-            return []
-        plan = self._plan(by_queue)
-
-        def place(k: int, raw: Any) -> None:
-            self._place(out, plan[k][0], plan[k][1], raw)
-
-        def go() -> None:
-            new = self._unregistered(by_queue)
-            if new:  # once per queue and client: the registry lists the queues for operators
-                partitions.register(self.redis, self.keys, self.settings.queue_partitions, new)
-                self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
-            if len(plan) == 1:  # one round trip
-                place(0, self._scripts.run(self._enqueue_call(*self._part(plan[0]))))
-            else:
-                # Streamed over the lane: Redis runs one part while the client encodes the next
-                # and makes the handles of the one before (every item was validated first).
-                self._scripts.run_many((self._enqueue_call(*self._part(p)) for p in plan), place)
-
-        def send() -> None:  # a streamed batch cut by a blip is sent again whole (AsyncClient)
-            attempt = 0
-            while True:
-                try:
-                    return go()
-                except BLIPS:
-                    if len(plan) == 1 or attempt >= self.settings.client_retries:
-                        raise
-                time.sleep(resend_delay(attempt))
-                attempt += 1
-
-        self._io(send)
-        return [h for h in out if h is not None]
+        """See :meth:`AsyncClient._send`."""
+        return self._drive(self._send_steps(by_queue, n))
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
         """Enqueue a workflow; see :meth:`AsyncClient.enqueue_workflow`."""
-        reqs = self._drive(self._flow_request_steps(flow))
-        p, call, away = self._flow_plan(flow, reqs)
-        return self._flow_handle(p, self._drive(self._workflow_steps(p, call, away)))
+        return self._drive(self._workflow_steps(flow))
 
     def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see ClientBase._get_steps)."""
-        reply: Any = None
-        try:
-            while True:
-                reply = self._io(partial(self._step, steps.send(reply)))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """See :meth:`AsyncClient._drive`."""
+        go: Callable[[Any], Any] = steps.send
+        arg: Any = None
+        while True:
+            try:
+                step = go(arg)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                arg, go = self._io(partial(self._step, step)), steps.send
+            except BaseException as exc:
+                arg, go = exc, steps.throw
 
     def _step(self, step: Any) -> Any:
         if isinstance(step, sc.Call):
@@ -512,6 +1205,10 @@ class Client(SyncGroups, ClientBase):
                 for call in step.calls:
                     self._scripts.run(call, pipe)
                 return pipe.execute()
+        if isinstance(step, Streamed):
+            return self._scripts.run_many(step.calls, step.each)
+        if isinstance(step, Pause):
+            return time.sleep(step.seconds) if step.woken is None else step.woken.wait(step.seconds)
         return step(self.redis)
 
     def get(self, task_id: str) -> TaskInfo:
@@ -527,23 +1224,7 @@ class Client(SyncGroups, ClientBase):
 
     def result(self, task_id: str | TaskHandle[Any], timeout: float | None = None) -> Any:
         """Wait until the task ends; return its result or raise :class:`dtq.TaskFailed`."""
-        wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
-        try:
-            while True:
-                try:
-                    if woken is None:  # (one subscription for all waits)
-                        woken = self._io(lambda: self._done.add(wait.channel))
-                    woken.clear()  # (an announcement from here on is not missed: read after it)
-                    info = self.get(wait.task_id)
-                except RedisUnavailable as exc:  # Redis away: read again until the deadline
-                    time.sleep(wait.pause(exc))
-                    continue
-                if info.status.terminal:
-                    return self._typed_outcome(info) if wait.typed else self._outcome(info)
-                woken.wait(wait.left(info))
-        finally:
-            if woken is not None:
-                self._done.remove(wait.channel, woken)
+        return self._drive(self._result_steps(task_id, timeout))
 
     def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> bool:
         """Cancel a task or a workflow; see :meth:`AsyncClient.cancel`."""
@@ -552,7 +1233,42 @@ class Client(SyncGroups, ClientBase):
     def cancel_many(
         self, queue: str | None = None, name: str | None = None, reason: str = CANCEL_REASON
     ) -> CancelSummary:
-        """Cancel every unfinished task of a queue and/or task name (see dtq.sdk.cancellation)."""
-        from dtq.sdk.cancellation import cancel_many
+        """Cancel every unfinished task of a queue and/or task name (see ``PAGE``)."""
+        return self._drive(self._cancel_many_steps(queue, name, reason))
 
-        return self._io(lambda: cancel_many(self, queue, name, reason))
+    def list_schedules(self, queue: str | None = None) -> list[ScheduleInfo]:
+        """Every stored schedule; see :meth:`AsyncClient.list_schedules`."""
+        return self._drive(sched.list_steps(self.keys, queue))
+
+    def add_schedule(self, schedule: Schedule) -> ScheduleInfo:
+        """Store a schedule at run time; see :meth:`AsyncClient.add_schedule`."""
+        return self._drive(sched.add_steps(self.keys, schedule))
+
+    def remove_schedule(self, name: str, queue: str = "default") -> bool:
+        """Delete a schedule; see :meth:`AsyncClient.remove_schedule`."""
+        return self._drive(sched.remove_steps(self.keys, name, queue))
+
+    def set_schedule_enabled(
+        self, name: str, queue: str, enabled: bool
+    ) -> tuple[bool, ScheduleInfo]:
+        """Disable or enable a schedule; see :meth:`AsyncClient.set_schedule_enabled`."""
+        return self._drive(sched.set_enabled_steps(self.keys, name, queue, enabled))
+
+    def run_schedule_now(self, name: str, queue: str = "default") -> str:
+        """Enqueue a schedule's task now; see :meth:`AsyncClient.run_schedule_now`."""
+        s = self._drive(sched.stored_steps(self.keys, name, queue))
+        return self.enqueue(s.task, **sched.run_now_request(s)).id
+
+    def pause_group(self, queue: str, group: str) -> bool:
+        """Hold ``group`` of ``queue``; see :meth:`AsyncClient.pause_group`."""
+        return self._drive(groupops.hold_steps(self.keys, self.settings, queue, group, True))
+
+    def resume_group(self, queue: str, group: str) -> bool:
+        """Release ``group`` of ``queue``; see :meth:`AsyncClient.resume_group`."""
+        return self._drive(groupops.hold_steps(self.keys, self.settings, queue, group, False))
+
+    def groups(
+        self, queue: str, *, cursor: str | None = None, limit: int = groupops.GROUP_PAGE
+    ) -> GroupPage:
+        """A page of ``queue``'s groups; see :meth:`AsyncClient.groups`."""
+        return self._drive(groupops.list_steps(self.keys, self.settings, queue, cursor, limit))

@@ -62,6 +62,13 @@ class _Sub:
         )
         self.timeout = CLUSTER_READ_S if sharded else IDLE_READ_S
 
+    def parse(self, msg: dict[str, Any]) -> tuple[bool | None, str]:
+        """Whether ``msg`` confirms a subscription (True) or announces an end (False; None:
+        neither), and its channel."""
+        kind, channel = msg.get("type"), msg.get("channel")
+        channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+        return (True if kind == self.confirm else False if kind == self.message else None), channel
+
     def read(self) -> Any:
         """The next message (an awaitable for an asyncio PubSub), None after the timeout."""
         if self.sharded:
@@ -145,14 +152,12 @@ class DoneWaits:
                 if not self._events:
                     return
                 continue
-            channel = msg.get("channel")
-            if isinstance(channel, bytes):
-                channel = channel.decode()
-            if msg.get("type") == sub.confirm:
+            confirmed, channel = sub.parse(msg)
+            if confirmed:
                 ready = self._ready.get(channel)
                 if ready is not None and not ready.done():
                     ready.set_result(None)
-            elif msg.get("type") == sub.message:
+            elif confirmed is False:
                 for ev in self._events.get(channel, ()):
                     ev.set()
 
@@ -297,17 +302,15 @@ class SyncDoneWaits:
             self._todo.update(drop)
 
     def _deliver(self, sub: _Sub, msg: dict[str, Any]) -> None:
-        channel = msg.get("channel")
-        if isinstance(channel, bytes):
-            channel = channel.decode()
+        confirmed, channel = sub.parse(msg)
         with self._lock:
-            if msg.get("type") == sub.confirm:
-                ready = self._ready.get(str(channel))
+            if confirmed:
+                ready = self._ready.get(channel)
                 if ready is not None:
-                    self._failed.pop(str(channel), None)
+                    self._failed.pop(channel, None)
                     ready.set()
-            elif msg.get("type") == sub.message:
-                for ev in self._events.get(str(channel), ()):
+            elif confirmed is False:
+                for ev in self._events.get(channel, ()):
                     ev.set()
 
     def close(self) -> None:

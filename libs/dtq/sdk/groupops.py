@@ -1,7 +1,7 @@
 """The fair groups' operator surface in the SDK (docs/groups.md): list a queue's groups, hold
 (pause) and release (resume) one. Each request is written once, as a generator of its I/O steps
-(as in dtq.sdk.clientbase), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` through
-the mixins here; dtq.admin (the CLI and the API) calls the clients' methods.
+(as in dtq.sdk.client), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` (their
+``pause_group``, ``resume_group``, ``groups``); dtq.admin (the CLI and the API) calls those methods.
 
 What a listing reads, per physical queue (a partitioned queue's partitions, dtq.store.partitions),
 from the group keys of :class:`dtq.store.keys.QueueKeys`: the groups come from ``group_index`` (the
@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.models import GroupInfo, GroupPage
 from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
-from dtq.sdk.clientbase import Steps
 from dtq.settings import Settings
 from dtq.store.connection import is_cluster
 from dtq.store.keys import PRIORITIES, QUEUE_NAME_RE, Keys
 from dtq.store.partitions import expand
 from dtq.store.record import Field
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from dtq.sdk.client import Steps
 
 MAX_GROUP_LEN = 256
 """The longest group name (characters)."""
@@ -272,58 +272,3 @@ def list_steps(
         oldest = max(0.0, (now_ms - min(times)) / 1000) if times else None
         items.append(GroupInfo(n, s.waiting, s.running, bool(s.held), oldest))
     return GroupPage(items, nxt, len(names))
-
-
-# --- the clients' methods -----------------------------------------------------------------
-
-
-class AsyncGroups:
-    """:class:`dtq.AsyncClient`'s fair-group operations (docs/groups.md)."""
-
-    if TYPE_CHECKING:
-        keys: Keys
-        settings: Settings
-
-        async def _drive(self, steps: Steps[T]) -> T: ...
-
-    async def pause_group(self, queue: str, group: str) -> bool:
-        """Hold ``group`` of ``queue`` (every partition): none of its tasks starts until
-        :meth:`resume_group`; its running tasks finish, the other groups go on. True when this
-        call held it, False when it was held already."""
-        return await self._drive(hold_steps(self.keys, self.settings, queue, group, True))
-
-    async def resume_group(self, queue: str, group: str) -> bool:
-        """Release ``group`` of ``queue`` held by :meth:`pause_group`. True when it was held."""
-        return await self._drive(hold_steps(self.keys, self.settings, queue, group, False))
-
-    async def groups(
-        self, queue: str, *, cursor: str | None = None, limit: int = GROUP_PAGE
-    ) -> GroupPage:
-        """A page of ``queue``'s active groups (longest active first), then its held idle
-        ones: waiting, running, held, oldest waiting age. Pass ``next_cursor`` back for the
-        next page; each page does bounded work, so it may hold fewer than ``limit``."""
-        return await self._drive(list_steps(self.keys, self.settings, queue, cursor, limit))
-
-
-class SyncGroups:
-    """:class:`dtq.Client`'s fair-group operations; see :class:`AsyncGroups`."""
-
-    if TYPE_CHECKING:
-        keys: Keys
-        settings: Settings
-
-        def _drive(self, steps: Steps[T]) -> T: ...
-
-    def pause_group(self, queue: str, group: str) -> bool:
-        """Hold ``group`` of ``queue``; see :meth:`AsyncClient.pause_group`."""
-        return self._drive(hold_steps(self.keys, self.settings, queue, group, True))
-
-    def resume_group(self, queue: str, group: str) -> bool:
-        """Release ``group`` of ``queue``; see :meth:`AsyncClient.resume_group`."""
-        return self._drive(hold_steps(self.keys, self.settings, queue, group, False))
-
-    def groups(
-        self, queue: str, *, cursor: str | None = None, limit: int = GROUP_PAGE
-    ) -> GroupPage:
-        """A page of ``queue``'s groups; see :meth:`AsyncClient.groups`."""
-        return self._drive(list_steps(self.keys, self.settings, queue, cursor, limit))

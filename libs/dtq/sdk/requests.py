@@ -285,23 +285,23 @@ def check_group(group: object) -> None:
         return
     if not isinstance(group, str) or len(group) > MAX_GROUP_CHARS:
         raise InvalidRequest(f"group must be a string of 1 to {MAX_GROUP_CHARS} characters")
-    if CONTROL_RE.search(group):
-        raise InvalidRequest(f"group {group!r} holds control characters")
-    try:
-        group.encode()
-    except UnicodeEncodeError:
-        raise InvalidRequest(f"group {group!r} is not valid Unicode text") from None
+    check_text("group", group)
 
 
 def check_task_name(name: str) -> None:
     """Refuse a task name with control characters (a newline forged log lines and CLI rows) or
     text that cannot be sent as UTF-8 (a lone surrogate)."""
-    if CONTROL_RE.search(name):
-        raise InvalidRequest(f"task name {name!r} holds control characters")
+    check_text("task name", name)
+
+
+def check_text(what: str, text: str) -> None:
+    """Refuse ``text`` (a ``what``) holding control characters or that cannot be sent as UTF-8."""
+    if CONTROL_RE.search(text):
+        raise InvalidRequest(f"{what} {text!r} holds control characters")
     try:
-        name.encode()
+        text.encode()
     except UnicodeEncodeError:
-        raise InvalidRequest(f"task name {name!r} is not valid Unicode text") from None
+        raise InvalidRequest(f"{what} {text!r} is not valid Unicode text") from None
 
 
 def _headers(headers: Mapping[str, str]) -> str:

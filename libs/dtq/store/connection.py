@@ -194,12 +194,16 @@ def _node_pool(kwargs: dict[str, Any], wait_for_connection: bool) -> dict[str, A
 
 
 class _SyncCluster(scluster.RedisCluster):
-    def __init__(self, *, wait_for_connection: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *, wait_for_connection: bool = False, check_eviction: bool = False, **kwargs: Any
+    ) -> None:
         # As _AsyncCluster's: a node's pool refuses the call past its 100 connections. (Set
         # first: the slot map is read by the constructor, through execute_command.)
         self._gate: Callable[[], contextlib.AbstractContextManager[None]] = (
             SyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
+        if check_eviction:  # (a connection class is not passed through by every redis-py 8)
+            kwargs = {**kwargs, "redis_connect_func": check_connection}
         try:
             super().__init__(**_node_pool(kwargs, wait_for_connection))
         except redis.RedisClusterException as exc:
@@ -239,8 +243,15 @@ class _AsyncPubSub(acluster.ClusterPubSub):
 
 
 class _AsyncCluster(acluster.RedisCluster):
-    def __init__(self, *args: Any, wait_for_connection: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **_node_pool(kwargs, wait_for_connection))
+    def __init__(
+        self, *, wait_for_connection: bool = False, check_eviction: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(**_node_pool(kwargs, wait_for_connection))
+        if check_eviction:  # nothing is connected yet; later nodes are made from these kwargs
+            checked = checking(self.connection_kwargs["connection_class"])
+            self.connection_kwargs["connection_class"] = checked
+            for node in self.startup_nodes:
+                node.connection_class = checked
         # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
         # with wait_for_connection, calls beyond that many in flight (commands and pipelines)
         # wait here instead, as BlockingConnectionPool's do (dtq/store/inflight.py).
@@ -336,36 +347,9 @@ def sync_redis(
     ``wait_for_connection``: as for :func:`async_redis`, for threads.
     ``check_eviction``: as for :func:`async_redis`.
     """
-    kwargs = _with_retries(kwargs, retries, Retry)
-    if is_cluster_url(url):
-        c = parse_cluster_url(url)
-        if check_eviction:  # (a connection class is not passed through by every redis-py 8)
-            kwargs = {**kwargs, "redis_connect_func": check_connection}
-        nodes = [scluster.ClusterNode(h, p) for h, p in c.nodes]  # type: ignore[no-untyped-call]
-        cluster = _SyncCluster(
-            startup_nodes=nodes,
-            wait_for_connection=wait_for_connection,
-            **_cluster_kwargs(c, kwargs),
-        )
-        return cast(redis.Redis, cluster)
-    if url.startswith(SENTINEL_SCHEME + "://"):
-        s = parse_sentinel_url(url)
-        sentinel = Sentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
-        if wait_for_connection:
-            kwargs = _waiting(kwargs, _SyncBlockingSentinelPool)
-        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-            s.service, db=s.db, password=s.password, username=s.username, **kwargs
-        )
-    elif not wait_for_connection:
-        client = redis.Redis.from_url(url, **kwargs)
-    else:
-        pool = redis.BlockingConnectionPool.from_url(
-            url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
-        )
-        client = redis.Redis.from_pool(pool)  # type: ignore[no-untyped-call]
-    if check_eviction:
-        check_pool(client.connection_pool)
-    return client
+    return cast(
+        redis.Redis, _client(False, url, retries, wait_for_connection, check_eviction, kwargs)
+    )
 
 
 def async_redis(
@@ -387,39 +371,49 @@ def async_redis(
     ``check_eviction``: each new connection reads the server's ``maxmemory-policy`` (once) and
     raises :class:`dtq.errors.EvictingRedis` under ``allkeys-*`` (dtq.store.eviction): the SDK's.
     """
-    kwargs = _with_retries(kwargs, retries, AsyncRetry)
+    return cast(
+        aredis.Redis, _client(True, url, retries, wait_for_connection, check_eviction, kwargs)
+    )
+
+
+def _client(
+    aio: bool,
+    url: str,
+    retries: int,
+    wait_for_connection: bool,
+    check_eviction: bool,
+    kwargs: dict[str, Any],
+) -> Any:
+    """sync_redis (``aio`` False) or async_redis: the same making with redis-py's two kinds."""
+    mod: Any = aredis if aio else redis
+    kwargs = _with_retries(kwargs, retries, AsyncRetry if aio else Retry)
     if is_cluster_url(url):
         c = parse_cluster_url(url)
-        anodes = [acluster.ClusterNode(h, p) for h, p in c.nodes]
-        acl = _AsyncCluster(
-            startup_nodes=anodes,
+        return (_AsyncCluster if aio else _SyncCluster)(
+            startup_nodes=[(acluster if aio else scluster).ClusterNode(h, p) for h, p in c.nodes],
             wait_for_connection=wait_for_connection,
+            check_eviction=check_eviction,
             **_cluster_kwargs(c, kwargs),
         )
-        if check_eviction:  # nothing is connected yet; later nodes are made from these kwargs
-            checked = checking(acl.connection_kwargs["connection_class"])
-            acl.connection_kwargs["connection_class"] = checked
-            for node in acl.startup_nodes:
-                node.connection_class = checked
-        return cast(aredis.Redis, acl)
     if url.startswith(SENTINEL_SCHEME + "://"):
         s = parse_sentinel_url(url)
-        sentinel = AsyncSentinel(s.hosts, socket_timeout=kwargs.get("socket_timeout", 5))  # type: ignore[no-untyped-call]
+        timeout = kwargs.get("socket_timeout", 5)
+        sentinel = (AsyncSentinel if aio else Sentinel)(s.hosts, socket_timeout=timeout)  # type: ignore[no-untyped-call]
         if wait_for_connection:
-            kwargs = _waiting(kwargs, _BlockingSentinelPool)
-        aclient: aredis.Redis = sentinel.master_for(
+            kwargs = _waiting(kwargs, _BlockingSentinelPool if aio else _SyncBlockingSentinelPool)
+        client = sentinel.master_for(
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
     elif not wait_for_connection:
-        aclient = aredis.Redis.from_url(url, **kwargs)
+        client = mod.Redis.from_url(url, **kwargs)
     else:
-        pool = aredis.BlockingConnectionPool.from_url(
+        pool = mod.BlockingConnectionPool.from_url(
             url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **kwargs
         )
-        aclient = aredis.Redis.from_pool(pool)
+        client = mod.Redis.from_pool(pool)
     if check_eviction:
-        check_pool(aclient.connection_pool)
-    return aclient
+        check_pool(client.connection_pool)
+    return client
 
 
 def display_url(url: str) -> str:

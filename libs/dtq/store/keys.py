@@ -291,7 +291,7 @@ class QueueKeys:
     @property
     def decl_seen(self) -> str:
         """Hash: task name -> when a live worker of this queue last declared it (ms, Redis
-        clock; see :func:`layout`; lua/requeue.lua, clientbase)."""
+        clock; see :func:`layout`; lua/requeue.lua, dtq.sdk.client)."""
         return f"{self.base}:decl:seen"
 
     @property

@@ -10,10 +10,12 @@ is refused (:class:`dtq.errors.ConfigError`) while tasks wait in the recorded pa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from dtq.errors import ConfigError
@@ -89,48 +91,53 @@ def _wanted(queues: Iterable[str], counts: Mapping[str, int]) -> dict[str, int]:
     return {q: counts.get(q, 1) for q in dict.fromkeys(logical(q) for q in queues)}
 
 
-def register(redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]) -> None:
+def register_steps(
+    keys: Keys, counts: Mapping[str, int], queues: Iterable[str]
+) -> Generator[Callable[[Any], Any], Any, None]:
     """Add ``queues`` (physical names) to the registry and check their logical queues' partition
-    counts against the record, in one round trip (blocking client). A changed count is recorded
-    when nothing waits in the recorded partitions; else :class:`ConfigError`."""
+    counts against the record, in one round trip. A changed count is recorded when nothing waits
+    in the recorded partitions; else :class:`ConfigError`. Written as the I/O steps of
+    dtq.sdk.client (functions of the Redis client); :func:`aregister` does them for the worker."""
     names = list(queues)
     wanted = _wanted(names, counts)
-    with redis.pipeline(transaction=False) as pipe:
+
+    def first(pipe: Any) -> None:
         pipe.sadd(keys.queues, *names)
         pipe.hmget(keys.partitions, list(wanted))
-        _, raws = pipe.execute()
+
+    _, raws = yield partial(_pipelined, first)
     for q, have, want in _changed(wanted, raws):
-        with redis.pipeline(transaction=False) as pipe:
-            _waiting_calls(pipe, keys, q, have)
-            waiting = sum(int(x) for x in pipe.execute())
-        if waiting:
+        replies = yield partial(_pipelined, partial(_waiting_calls, keys=keys, queue=q, n=have))
+        if waiting := sum(int(x) for x in replies):
             raise ConfigError(refusal(q, have, want, waiting))
         if want == 1:
-            redis.hdel(keys.partitions, q)
+            yield partial(_hdel, keys.partitions, q)
         else:
-            redis.hset(keys.partitions, q, str(want))
+            yield partial(_hset, keys.partitions, q, str(want))
+
+
+def _pipelined(fill: Callable[[Any], None], r: Any) -> Any:
+    pipe = r.pipeline(transaction=False)
+    fill(pipe)
+    return pipe.execute()
+
+
+def _hdel(key: str, field: str, r: Any) -> Any:
+    return r.hdel(key, field)
+
+
+def _hset(key: str, field: str, value: str, r: Any) -> Any:
+    return r.hset(key, field, value)
 
 
 async def aregister(
     redis: Any, keys: Keys, counts: Mapping[str, int], queues: Iterable[str]
 ) -> None:
-    """:func:`register` for an asyncio client."""
-    names = list(queues)
-    wanted = _wanted(names, counts)
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.sadd(keys.queues, *names)
-        pipe.hmget(keys.partitions, list(wanted))
-        _, raws = await pipe.execute()
-    for q, have, want in _changed(wanted, raws):
-        async with redis.pipeline(transaction=False) as pipe:
-            _waiting_calls(pipe, keys, q, have)
-            waiting = sum(int(x) for x in await pipe.execute())
-        if waiting:
-            raise ConfigError(refusal(q, have, want, waiting))
-        if want == 1:
-            await redis.hdel(keys.partitions, q)
-        else:
-            await redis.hset(keys.partitions, q, str(want))
+    """:func:`register_steps` on an asyncio client (the worker, which has no dtq client)."""
+    steps, reply = register_steps(keys, counts, queues), None
+    with contextlib.suppress(StopIteration):
+        while True:
+            reply = await steps.send(reply)(redis)
 
 
 def _changed(wanted: dict[str, int], raws: list[Any]) -> list[tuple[str, int, int]]:
