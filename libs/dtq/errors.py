@@ -57,6 +57,10 @@ class Fail(DtqError):
     """Raise inside a task to end it ``failed`` at once, without retries."""
 
 
+class UnknownName(Fail):
+    """The claimed task's name is not registered on the worker that runs it (the run fails)."""
+
+
 class RedisUnavailable(DtqError, ConnectionError):
     """Redis could not be reached (refused, reset, timed out); nothing was changed."""
 

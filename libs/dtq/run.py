@@ -25,7 +25,7 @@ from typing import Any
 from dtq import scripts as sc
 from dtq.app import App
 from dtq.context import TaskContext, set_current
-from dtq.errors import Fail
+from dtq.errors import Fail, UnknownName
 from dtq.middleware import RunOutcome, around, notify_outcome
 from dtq.retrypolicy import TaskTimeout
 from dtq.store.keys import Keys, make_task_id
@@ -35,10 +35,6 @@ log = logging.getLogger("dtq.run")
 # The last report's wait before the outcome write: it may queue behind the worker's other runs'
 # writes (16 in flight at once), seconds on a loaded host with hundreds of runs reporting.
 FLUSH_TIMEOUT_S = 10.0
-
-
-class UnknownName(Fail):
-    """The claimed task's name is not registered here."""
 
 
 @dataclass(slots=True)

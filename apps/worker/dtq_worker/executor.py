@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
 from dtq.app import App
+from dtq.errors import UnknownName
 from dtq.retrypolicy import failure_item, result_item
-from dtq.run import Runner, UnknownName
+from dtq.run import Runner
 from dtq.stats import bucket_of
 from dtq.store.partitions import logical
 from dtq_worker.outcomes import Outcome
