@@ -146,6 +146,16 @@ def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
     a = _get(med, "A", DTQ, "tasks_per_s")
     peer = _best_peer(med, "A", "tasks_per_s")
     out.append(_vs_peer("A-peers", ">= 3x the fastest peer (A, 1 process)", a, peer, 3))
+    steady = _get(med, "A", DTQ, "steady_tasks_per_s")
+    out.append(
+        _vs_peer(
+            "A-peers-5x",
+            ">= 5x the fastest peer, steady rates (A, 1 process)",
+            steady,
+            _best_peer(med, "A", "steady_tasks_per_s"),
+            5,
+        )
+    )
     g = _get(med, "G", "asyncio", "tasks_per_s")
     if a is not None and g:
         add(
@@ -186,6 +196,7 @@ def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
             f"p50 {p50:.2f} ms, p99 {p99:.2f} ms",
             p50 <= 1.0 and p99 <= 1.5,
         )
+        add("C-p99", "idle pickup p99 <= 1.0 ms", f"p99 {p99:.2f} ms", p99 <= 1.0)
         b50, b99 = (
             _best_peer(med, "C", "p50_ms", lowest=True),
             _best_peer(med, "C", "p99_ms", lowest=True),
@@ -197,12 +208,17 @@ def targets(med: dict[str, dict[str, Rec]]) -> list[Rec]:
                 f"best peer p50 {b50[1]:.2f} ms ({b50[0]}), p99 {b99[1]:.2f} ms ({b99[0]})",
                 p50 < b50[1] and p99 < b99[1],
             )
+    # A run that ends between two polls of the done counter (a --quick one on a loaded host) has
+    # no steady window: then the whole run, worker start included, is what there is.
     d = _get(med, "D", DTQ, "steady_tasks_per_s")
+    d_whole = d is None
+    if d_whole:
+        d = _get(med, "D", DTQ, "tasks_per_s")
     if d is not None:
         add(
             "D",
             ">= 85% of the ideal 10,000 tasks/s (steady: first to last completion)",
-            f"{d:,.0f}/s = {d / 100:.0f}%",
+            f"{d:,.0f}/s = {d / 100:.0f}%" + (" (whole run: no steady window)" if d_whole else ""),
             d >= 8_500,
         )
     e = {lib: v for lib, v in med.get("E", {}).items() if lib.startswith(DTQ)}

@@ -80,12 +80,19 @@ class ArqPeer(Peer):
             await self.pool.enqueue_job(kind, arg)
 
     def worker_commands(self, workload: str) -> list[list[str]]:
-        argv = [venv_bin("arq"), "arq_peer.WorkerSettings", "--custom-log-dict", "arq_peer.LOG_CONFIG"]
+        argv = [
+            venv_bin("arq"),
+            "arq_peer.WorkerSettings",
+            "--custom-log-dict",
+            "arq_peer.LOG_CONFIG",
+        ]
         return [argv for _ in range(self.config.procs)]
 
     def setting(self, workload: str) -> str:
-        return (f"{self.config.procs} process(es) x max_jobs={self.config.concurrency}; "
-                f"poll_delay={POLL_DELAY}s (arq default {STOCK_POLL_DELAY}s); uvloop")
+        return (
+            f"{self.config.procs} process(es) x max_jobs={self.config.concurrency}; "
+            f"poll_delay={POLL_DELAY}s (arq default {STOCK_POLL_DELAY}s); uvloop"
+        )
 
 
 def make_peer(config: BenchConfig) -> Peer:

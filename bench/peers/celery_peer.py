@@ -66,17 +66,30 @@ class CeleryPeer(Peer):
 
     def worker_commands(self, workload: str) -> list[list[str]]:
         argv = [
-            venv_bin("celery"), "-A", "celery_peer", "worker",
-            "--pool", self.pool, "--concurrency", str(self.config.concurrency),
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--loglevel", WORKER_LOG_LEVEL, "-Q", "bench",
+            venv_bin("celery"),
+            "-A",
+            "celery_peer",
+            "worker",
+            "--pool",
+            self.pool,
+            "--concurrency",
+            str(self.config.concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            WORKER_LOG_LEVEL,
+            "-Q",
+            "bench",
         ]
         return [argv + ["-n", f"bench{i}@%h"] for i in range(self.config.procs)]
 
     def setting(self, workload: str) -> str:
         unit = "threads" if self.pool == "threads" else "prefork processes"
-        return (f"{self.config.procs} worker(s) x {self.config.concurrency} {unit} "
-                f"(--pool {self.pool}); prefetch multiplier 4 (default)")
+        return (
+            f"{self.config.procs} worker(s) x {self.config.concurrency} {unit} "
+            f"(--pool {self.pool}); prefetch multiplier 4 (default)"
+        )
 
 
 def make_peer(config: BenchConfig) -> Peer:

@@ -5,7 +5,18 @@ from __future__ import annotations
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from common import CONFIG, NOOP, SLEEP, STAMP, BenchConfig, Peer, sync_noop, sync_sleep, sync_stamp, venv_bin
+from common import (
+    CONFIG,
+    NOOP,
+    SLEEP,
+    STAMP,
+    BenchConfig,
+    Peer,
+    sync_noop,
+    sync_sleep,
+    sync_stamp,
+    venv_bin,
+)
 
 broker = RedisBroker(url=CONFIG.redis_url)
 dramatiq.set_broker(broker)
@@ -41,11 +52,16 @@ class DramatiqPeer(Peer):
             actor.send(arg)
 
     def worker_commands(self, workload: str) -> list[list[str]]:
-        return [[
-            venv_bin("dramatiq"), "dramatiq_peer",
-            "--processes", str(self.config.procs),
-            "--threads", str(self.config.concurrency),
-        ]]
+        return [
+            [
+                venv_bin("dramatiq"),
+                "dramatiq_peer",
+                "--processes",
+                str(self.config.procs),
+                "--threads",
+                str(self.config.concurrency),
+            ]
+        ]
 
     def setting(self, workload: str) -> str:
         return f"{self.config.procs} process(es) x {self.config.concurrency} threads (--processes/--threads)"

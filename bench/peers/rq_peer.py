@@ -74,9 +74,17 @@ class RqPeer(Peer):
 
     def worker_commands(self, workload: str) -> list[list[str]]:
         argv = [
-            venv_bin("rq"), "worker-pool", "--url", self.config.redis_url,
-            "--worker-class", self.worker_class, "--num-workers", str(self.config.concurrency),
-            "--logging-level", WORKER_LOG_LEVEL, "bench",
+            venv_bin("rq"),
+            "worker-pool",
+            "--url",
+            self.config.redis_url,
+            "--worker-class",
+            self.worker_class,
+            "--num-workers",
+            str(self.config.concurrency),
+            "--logging-level",
+            WORKER_LOG_LEVEL,
+            "bench",
         ]
         return [argv for _ in range(self.config.procs)]
 

@@ -93,9 +93,13 @@ class Workers:
         for i, argv in enumerate(argvs):
             log = open(self.logdir / f"worker{i}.log", "wb")
             proc = subprocess.Popen(
-                list(argv), cwd=PEERS_DIR, env=env | {"BENCH_RUN_ID": self.run_id},
+                list(argv),
+                cwd=PEERS_DIR,
+                env=env | {"BENCH_RUN_ID": self.run_id},
                 stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             log.close()
             with self._lock:
@@ -150,7 +154,7 @@ class Workers:
         text = ""
         for path in sorted(self.logdir.glob("*.log")):
             text += f"--- {path.name}\n" + path.read_text(errors="replace")[-chars:]
-        return text[-3 * chars:]
+        return text[-3 * chars :]
 
     def cleanup(self) -> None:
         self.stop(grace_s=0.5)
@@ -195,7 +199,9 @@ class Run:
             how = "single enqueues"
         return time.perf_counter() - t0, how
 
-    async def wait_until(self, n: int, *, use_list: bool, timeout_s: float) -> tuple[float | None, float, int]:
+    async def wait_until(
+        self, n: int, *, use_list: bool, timeout_s: float
+    ) -> tuple[float | None, float, int]:
         """Poll the done counter (or the latency list) until it reaches n.
 
         Returns (time of first completion, time of n-th completion, count), perf_counter clock.
@@ -281,8 +287,11 @@ class Run:
 
         lat = sorted(float(x) for x in self.redis.lrange(LAT_KEY, 0, -1))
         self.result.update(
-            p50_ms=pct(lat, 50), p95_ms=pct(lat, 95), p99_ms=pct(lat, 99),
-            max_ms=round(lat[-1], 3), mean_ms=round(sum(lat) / len(lat), 3),
+            p50_ms=pct(lat, 50),
+            p95_ms=pct(lat, 95),
+            p99_ms=pct(lat, 99),
+            max_ms=round(lat[-1], 3),
+            mean_ms=round(sum(lat) / len(lat), 3),
             interval_ms=self.args.interval_ms,
             enqueue_span_s=round(enqueue_s, 3),
             done_detection=f"task RPUSHes time.time()-enqueued_at to {LAT_KEY}; runner polls LLEN",
@@ -310,17 +319,25 @@ async def run_workload(run: Run) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--lib", required=True, choices=LIBS)
     p.add_argument("--workload", required=True, choices=WORKLOADS)
-    p.add_argument("--redis-url", required=True, help="redis://127.0.0.1:PORT/DB (the DB is flushed!)")
+    p.add_argument(
+        "--redis-url", required=True, help="redis://127.0.0.1:PORT/DB (the DB is flushed!)"
+    )
     p.add_argument("--n", type=int)
     p.add_argument("--concurrency", type=int)
     p.add_argument("--procs", type=int, default=1)
     p.add_argument("--sleep-ms", type=float, default=10.0)
     p.add_argument("--interval-ms", type=float, default=5.0)
-    p.add_argument("--variant", default="default", help="peer-specific alternative setting (see README)")
-    p.add_argument("--timeout", type=float, default=300.0, help="hard timeout of the whole run, seconds")
+    p.add_argument(
+        "--variant", default="default", help="peer-specific alternative setting (see README)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="hard timeout of the whole run, seconds"
+    )
     args = p.parse_args(argv)
     if args.n is None:
         args.n = DEFAULT_N[args.workload]
@@ -339,8 +356,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_venv(args.lib)
 
     result: dict[str, Any] = {
-        "lib": args.lib, "workload": args.workload, "n": args.n,
-        "concurrency": args.concurrency, "procs": args.procs, "variant": args.variant,
+        "lib": args.lib,
+        "workload": args.workload,
+        "n": args.n,
+        "concurrency": args.concurrency,
+        "procs": args.procs,
+        "variant": args.variant,
     }
     workers = Workers()
 
@@ -362,8 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # common.CONFIG is read from the environment at import time, by this
         # process and by the worker CLIs alike: set it before importing.
-        os.environ.update(BENCH_REDIS_URL=args.redis_url, BENCH_CONCURRENCY=str(args.concurrency),
-                          BENCH_PROCS=str(args.procs), BENCH_VARIANT=args.variant)
+        os.environ.update(
+            BENCH_REDIS_URL=args.redis_url,
+            BENCH_CONCURRENCY=str(args.concurrency),
+            BENCH_PROCS=str(args.procs),
+            BENCH_VARIANT=args.variant,
+        )
         sys.path.insert(0, str(PEERS_DIR))
         import common
 

@@ -73,11 +73,15 @@ class StreaqPeer(Peer):
         await worker.enqueue_many(tasks)
 
     def worker_commands(self, workload: str) -> list[list[str]]:
-        return [[venv_bin("streaq"), "run", "streaq_peer:worker", "--workers", str(self.config.procs)]]
+        return [
+            [venv_bin("streaq"), "run", "streaq_peer:worker", "--workers", str(self.config.procs)]
+        ]
 
     def setting(self, workload: str) -> str:
-        return (f"{self.config.procs} process(es) x concurrency={self.config.concurrency} "
-                f"(prefetch default = 2xC); uvloop")
+        return (
+            f"{self.config.procs} process(es) x concurrency={self.config.concurrency} "
+            f"(prefetch default = 2xC); uvloop"
+        )
 
     def notes(self) -> dict[str, object]:
         from importlib.metadata import version

@@ -67,17 +67,26 @@ class TaskiqPeer(Peer):
 
     def worker_commands(self, workload: str) -> list[list[str]]:
         # The taskiq CLI uses uvloop by itself when it is installed.
-        return [[
-            venv_bin("taskiq"), "worker", "taskiq_peer:broker",
-            "--workers", str(self.config.procs),
-            "--max-async-tasks", str(self.config.concurrency),
-            "--log-level", WORKER_LOG_LEVEL,
-        ]]
+        return [
+            [
+                venv_bin("taskiq"),
+                "worker",
+                "taskiq_peer:broker",
+                "--workers",
+                str(self.config.procs),
+                "--max-async-tasks",
+                str(self.config.concurrency),
+                "--log-level",
+                WORKER_LOG_LEVEL,
+            ]
+        ]
 
     def setting(self, workload: str) -> str:
         kind = "ListQueueBroker" if self.config.variant == "list" else "RedisStreamBroker"
-        return (f"{kind}; {self.config.procs} worker process(es) x --max-async-tasks "
-                f"{self.config.concurrency}; uvloop")
+        return (
+            f"{kind}; {self.config.procs} worker process(es) x --max-async-tasks "
+            f"{self.config.concurrency}; uvloop"
+        )
 
     def notes(self) -> dict[str, object]:
         from importlib.metadata import version

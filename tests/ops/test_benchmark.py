@@ -38,11 +38,18 @@ def test_targets_compare_dtq_with_the_fastest_peer_and_the_ceiling() -> None:
     }  # fmt: skip
     got = {t["id"]: t["met"] for t in report.targets(med)}
     assert got["A-peers"] is False  # 9000 < 3 x 3500
+    assert got["A-peers-5x"] is None  # no steady rates given
     assert got["A-ceiling"] is False  # 45% of 20000
     assert got["A2-cpu"] is False  # 88.5 > 1.1 x 80
     assert got["B-bulk"] is True and got["B-single"] is True
     assert got["C-abs"] is False and got["C-peers"] is False  # p99 2.0 > 1.9
+    assert got["C-p99"] is False
     assert got["F"] is True
+    med["A"]["dtq"]["steady_tasks_per_s"] = 26000.0
+    med["A"]["dramatiq"]["steady_tasks_per_s"] = 5000.0
+    assert {t["id"]: t["met"] for t in report.targets(med)}["A-peers-5x"] is True  # 5.2x
+    med["A"]["dramatiq"]["steady_tasks_per_s"] = 5300.0
+    assert {t["id"]: t["met"] for t in report.targets(med)}["A-peers-5x"] is False  # 4.9x
     med["A2"]["dtq"]["worker_cpu_us_per_task"] = 87.9
     assert {t["id"]: t["met"] for t in report.targets(med)}["A2-cpu"] is True
     rows = report.rows(med)
@@ -64,6 +71,16 @@ def test_backlog_target_falls_back_to_total_rate_when_a_size_has_no_steady_rate(
     got = {t["id"]: t for t in report.targets({"E": e})}
     assert got["E"]["met"] is True  # 9500 >= 0.9 x 10000
     assert "tasks_per_s" in got["E"]["target"]
+
+
+def test_ten_ms_target_falls_back_to_the_whole_run_when_there_is_no_steady_window() -> None:
+    # A --quick D that ends between two polls of the done counter (a loaded host) has no
+    # steady rate; the target is still reported, from the whole run.
+    d = {"dtq": {"tasks_per_s": 9000.0, "steady_tasks_per_s": None}}
+    got = {t["id"]: t for t in report.targets({"D": d})}
+    assert got["D"]["met"] is True and "whole run" in got["D"]["measured"]
+    d["dtq"]["tasks_per_s"] = 8000.0
+    assert {t["id"]: t for t in report.targets({"D": d})}["D"]["met"] is False
 
 
 @pytest.mark.slow
