@@ -287,8 +287,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       if tids and tids[1] == holder then
         for j = 2, #tids do
           local t = tids[j]
-          -- (A dead id is dropped; as in group_issue, the status is all it reads.)
-          if redis.call('HGET', base .. t, 'status') == 'queued' and not unwritten[t] then
+          local st = redis.call('HMGET', base .. t, 'status', 'eid')
+          if st[1] == 'queued' and not st[2] and not unwritten[t] then  -- (else dropped: gone)
             -- (The record's eid is written with its run's start, in take(): in this call.)
             unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
             ahead[holder] = true

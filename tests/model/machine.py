@@ -520,8 +520,8 @@ class DtqModel(RuleBasedStateMachine):
             ids = lists[field]
             if "~" in ids[1:]:
                 raise Violation(f"group {g!r} band {band}: '~' inside its list {ids}")
-            for t in ids[1:]:
-                if "eid" in (s.records.get(t) or {}):
+            for t in ids[1:]:  # (a second copy of the head's task is dropped when met)
+                if t != tid and "eid" in (s.records.get(t) or {}):
                     raise Violation(f"group {g!r} band {band}: {t} has an entry but not the turn")
             if tid == "~":
                 if len(ids) < 2:
