@@ -27,8 +27,10 @@
 --              fair group, field grp: docs/groups.md).
 --              When no task of the call has an option, each sends its 5 fields only (the
 --              call has 3 + 5n arguments: a bulk enqueue of plain tasks sends 5 per task, not
---              14, and a single one 7, not 16; each argument costs Redis a Lua string).
---              Else the last task may stop after its 5 fields when its 9 options are empty.
+--              14, and a single one 7, not 16; each argument costs Redis a Lua string). When
+--              a group is the only option any task of the call has, each sends 6: its 5 and
+--              its group ('' = none; 3 + 6n arguments). Else the last task may stop after its
+--              5 fields when its 9 options are empty.
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
 --              A task whose record exists already was made by this very call, sent before:
@@ -52,8 +54,8 @@
 
 local maxlen = events_maxlen(ARGV[1])
 local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
-local F = 14  -- fields per task; 5 when no task of the call has options (see above)
-if #ARGV == 3 + 5 * n then F = 5 end
+local F = 14  -- fields per task; 5 when no task of the call has options, 6 with groups only
+if #ARGV == 3 + 5 * n then F = 5 elseif #ARGV == 3 + 6 * n then F = 6 end
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[6], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
@@ -85,10 +87,17 @@ local now, nows = nil, nil  -- the call's time: number, and its text for the rec
 local out = nil
 local made = 0  -- tasks this call created: counted in the history at the end
 local gmode = nil  -- whether the queue has active groups (read once, at the first plain task)
+-- The tasks of one call that follow a task of the same group and band wait in that group's
+-- list (group_put made it, and it has the turn): they are appended by one RPUSH (pushed),
+-- at the next task of another list and at the end. wl: that list's "<band>:<group>". (No
+-- table or function is made for it before a bulk call's second task of a group: a plain
+-- single enqueue pays nothing.)
+local wl, pushed, npushed = nil, nil, 0
 for i = 0, n - 1 do
   local o = 4 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
   local opts = F == 14 and ARGV[o + 5] ~= nil  -- the 9 options were sent
+  local g6 = F == 6 and ARGV[o + 5] ~= '' and ARGV[o + 5] or nil  -- the group, the 6th field
   local delay, idem = 0, ''
   if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
   local status, created = nil, 1
@@ -112,14 +121,28 @@ for i = 0, n - 1 do
     else
       status = 'queued'
       local sk = streams and streams[prio] or stream
-      local grp = opts and ARGV[o + 13] or ''
+      local grp = g6 or opts and ARGV[o + 13] or ''
       if grp == '' and gmode == nil then
         gmode = redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
       end
-      if grp ~= '' or gmode then  -- its group's turn, or its group's list (group_put)
-        local eid, store = group_put(sk, KEYS[3], tid, prio, grp ~= '' and grp or nil, gmode)
-        gstore = store
-        if eid then wk, wv = 'eid', eid else wk, wv = 'status', status end
+      if grp ~= '' or gmode then  -- its group's turn, or its group's list (docs/groups.md)
+        local l = prio .. ':' .. grp
+        if l == wl and npushed < 200 then  -- (200: unpack's bound on the Lua stack)
+          npushed = npushed + 1
+          pushed = pushed or {}
+          pushed[npushed] = tid
+          if grp == '' then gstore = '' end
+          wk, wv = 'status', status
+        else
+          if npushed > 0 then
+            redis.call('RPUSH', group_base(KEYS[3]) .. 'w:' .. wl, unpack(pushed, 1, npushed))
+            npushed = 0
+          end
+          local eid, store = group_put(sk, KEYS[3], tid, prio, grp ~= '' and grp or nil, gmode)
+          gstore = store
+          if eid then wk, wv = 'eid', eid else wk, wv = 'status', status end
+          if n > 1 then wl = l end
+        end
       else
         wk, wv = 'eid', redis.call('XADD', sk, '*', 't', tid)
       end
@@ -160,6 +183,10 @@ for i = 0, n - 1 do
         redis.call('SET', KEYS[4] .. idem, tid)
       end
     end
+    if g6 then
+      if h == NONE then h = {} end
+      h[#h + 1] = 'grp'; h[#h + 1] = g6
+    end
     if gstore then
       if h == NONE then h = {} end
       h[#h + 1] = 'grp'; h[#h + 1] = gstore
@@ -195,6 +222,9 @@ for i = 0, n - 1 do
   out[i * 3 + 1] = tid  -- (placed by index: out[#out + 1] searches the table's length)
   out[i * 3 + 2] = status
   out[i * 3 + 3] = created
+end
+if npushed > 0 then
+  redis.call('RPUSH', group_base(KEYS[3]) .. 'w:' .. wl, unpack(pushed, 1, npushed))
 end
 if batch then
   for _, st in ipairs({'queued', 'scheduled'}) do

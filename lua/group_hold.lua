@@ -1,8 +1,8 @@
 -- group_hold.lua: pause or resume one fair group of a queue (docs/groups.md).
 --
--- A paused group starts nothing: the claim that meets its turn puts the task back at the head of
--- the group's list and withholds the turn ('~', docs/groups.md); tasks enqueued meanwhile wait in
--- the list. The resume gives each band's withheld turn back (at the end of the band's stream:
+-- A paused group starts nothing: the claim that meets its turn withholds it (the task stays at
+-- the head of the group's list, '~' in front of it: docs/groups.md); tasks enqueued meanwhile wait
+-- in the list. The resume gives each band's withheld turn back (at the end of the band's stream:
 -- behind the groups that kept running). Other groups and the queue are not touched.
 --
 -- KEYS[1..10]  priority streams p9..p0
@@ -13,9 +13,9 @@
 -- Returns      1 when the group's state changed, 0 when it was so already
 -- include: emit
 -- include: events_maxlen
--- include: group_issue
+-- include: group_heads
+-- include: group_release
 -- include: group_settle
--- include: group_turns
 
 local gb, grp = KEYS[12], ARGV[1]
 local maxlen = events_maxlen(ARGV[3])
@@ -25,12 +25,12 @@ if ARGV[2] == '1' then
   return 1
 end
 if redis.call('SREM', gb .. 'paused', grp) == 0 then return 0 end
-local turns = group_turns(gb, grp)
+local heads = group_heads(gb, grp)
 for j = 1, 10 do
-  if turns[j] == '~' then
-    turns[j] = group_issue(gb, KEYS, KEYS[11], string.format('%d', 10 - j), grp)
+  if heads[j] == '~' then
+    heads[j] = group_release(gb, KEYS, KEYS[11], string.format('%d', 10 - j), grp)
   end
 end
-group_settle(gb, KEYS, KEYS[11], grp, turns)
+group_settle(gb, KEYS, KEYS[11], grp, heads)
 emit(KEYS[13], maxlen, 'group_resumed', '', '', '', grp)
 return 1

@@ -2,7 +2,7 @@
 -- keys: first the queued entries no worker has taken yet (those after the group's
 -- last-delivered id), then the scheduled tasks (delays and retries), then the tasks parked
 -- behind a concurrency limit (the held lists named in <lim:>~parked), then the tasks waiting in
--- their fair group's list (the turn fields of <g:>tk name them, docs/groups.md). Running tasks, finished
+-- their fair group's lists (found through the active groups, docs/groups.md). Running tasks, finished
 -- records and the dead-letter queue are never touched. Called repeatedly until it reports no
 -- more, so each call stays short however long the queue is.
 --
@@ -30,6 +30,8 @@
 -- include: emit
 -- include: flow_note
 -- include: group_base
+-- include: group_heads
+-- include: group_issue
 -- include: group_settle
 -- include: keep_reply
 -- include: limit_pass_on
@@ -138,21 +140,38 @@ if seen < limit then
 end
 
 if seen < limit then
-  -- Tasks waiting in their group's list; a turn field left with no list and no live turn (its
-  -- entry was purged above) goes, and a group with nothing left leaves the active groups.
+  -- Tasks waiting in their group's lists, found through the active groups (<g:>idx, in pages;
+  -- a group with nothing waiting, only runs, is passed over uncounted: there are at most as
+  -- many as runs). Every stream entry is purged by now, so a list's head is '~' (a withheld
+  -- turn, which stays while tasks are left behind it) or a purged task's id. A group with
+  -- nothing left leaves the active groups (group_settle).
   local gb = group_base(base)
-  local fields = redis.call('HRANDFIELD', gb .. 'tk', limit - seen)
-  for _, f in ipairs(fields or {}) do
-    if seen >= limit then break end
-    seen = seen + 1
-    local w = gb .. 'w:' .. f
-    forget_listed(w)
-    if redis.call('EXISTS', w) == 0 then
-      local t = redis.call('HGET', gb .. 'tk', f)
-      if t and (t == '~' or redis.call('HGET', base .. t, 'status') ~= 'queued') then
-        redis.call('HDEL', gb .. 'tk', f)
+  local from = 0
+  while seen < limit do
+    local groups = redis.call('ZRANGE', gb .. 'idx', from, from + limit - 1)
+    if #groups == 0 then break end
+    from = from + #groups
+    for _, g in ipairs(groups) do
+      if seen >= limit then break end
+      local heads = group_heads(gb, g)
+      local any = false
+      for j = 1, 10 do
+        if heads[j] and seen < limit then
+          any = true
+          local w = gb .. 'w:' .. (10 - j) .. ':' .. g
+          if heads[j] == '~' then redis.call('LPOP', w) end
+          forget_listed(w)
+          if redis.call('EXISTS', w) == 1 then  -- (the budget ran out: the rest keeps a turn)
+            if heads[j] == '~' then redis.call('LPUSH', w, '~')
+            else group_issue(gb, KEYS, base, string.format('%d', 10 - j), g) end
+          end
+        end
       end
-      group_settle(gb, KEYS, base, string.sub(f, 3))
+      if any then
+        seen = seen + 1
+        group_settle(gb, KEYS, base, g)
+        if not redis.call('ZSCORE', gb .. 'idx', g) then from = from - 1 end  -- (it left)
+      end
     end
   end
 end

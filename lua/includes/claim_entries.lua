@@ -193,8 +193,17 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- track: how many more groups this pass may note (-1: none, it cannot issue ahead). Tables
   -- are made when first needed: a claim of tasks without a group makes none.
   local passed, passed_groups, ahead, unwritten, track = nil, nil, nil, nil, -1
-  local function pass_turn(prio, grp)
-    local t = group_issue(gb, KEYS, base, prio, grp)
+  -- Task tid, the live turn of group grp in band prio (the head of its list), starts or leaves:
+  -- it leaves the list and the group's next task gets its turn.
+  local function pass_turn(prio, grp, tid)
+    local w = gb .. 'w:' .. prio .. ':' .. grp
+    local h = redis.call('LPOP', w)
+    if h ~= tid then  -- (not the head: the layout says never; the head keeps its turn)
+      if h then redis.call('LPUSH', w, h) end
+      redis.call('LREM', w, 1, tid)
+      return
+    end
+    local t = group_issue(gb, KEYS, base, prio, grp, w)
     if t and track >= 0 then
       if not passed then passed, passed_groups = {}, {} end
       if not passed[grp] then
@@ -212,49 +221,48 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   local any_paused = nil  -- whether any group of the queue is paused (read once per call)
 
   -- Fair groups (docs/groups.md): whether entry eid of band i (task tid of group grp, band prio)
-  -- may start now. It must be its group's turn: an entry that is not (another task holds the
-  -- turn: e.g. a task queued without a group before the queue's first group) waits in the
-  -- group's list; one whose group had no turn becomes it. A paused group, or one at its cap
-  -- (the cap is a named group's: tasks without a group are not capped, groups or none),
-  -- has its turn withheld ('~') and the task goes back to the head of its list (no attempt is
-  -- spent; the resume or the end of one of its runs gives the turn back). When it starts, the
-  -- group's next task gets its turn, at the stream's end.
+  -- may start now. An entry of a task whose record names its group is that group's live turn
+  -- (the head of its list: every path that gives a grouped task an entry makes it the turn,
+  -- or issues it ahead in this call). A task queued without a group before the queue's first
+  -- group (legacy) joins group '': it becomes its turn when the group has none, else it waits in
+  -- the group's list. A paused group, or one at its cap (the cap is a named group's: tasks
+  -- without a group are not capped, groups or none), has its turn withheld ('~' in front of
+  -- the task at the head of its list; no attempt is spent; the resume or the end of one of its
+  -- runs gives the turn back). When it starts, the group's next task gets its turn, at the
+  -- stream's end.
   local function group_take(i, eid, tid, rk, prio, grp, legacy)
     if ahead and ahead[tid] then  -- its turn, issued ahead: the group's next has its entry
       ahead[tid] = nil
       return true
     end
-    local f = prio .. ':' .. grp
-    local tk = gb .. 'tk'
-    local turn = redis.call('HGET', tk, f)
-    if turn ~= tid then
-      if legacy then redis.call('HSET', rk, 'grp', '') end
+    local w = gb .. 'w:' .. prio .. ':' .. grp
+    if legacy then
+      redis.call('HSET', rk, 'grp', '')
       redis.call('ZADD', gb .. 'idx', 'NX', now, grp)
-      if turn then
+      if redis.call('RPUSH', w, tid) > 1 then
         drop_entry(KEYS[i], group, eid)
         redis.call('HDEL', rk, 'eid')
-        redis.call('RPUSH', gb .. 'w:' .. f, tid)
         return false
       end
-      redis.call('HSET', tk, f, tid)
     end
     if any_paused == nil then any_paused = redis.call('EXISTS', gb .. 'paused') == 1 end
     if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or
         (gcap > 0 and grp ~= '' and group_full(gb, base, grp, gcap)) then
       drop_entry(KEYS[i], group, eid)
       redis.call('HDEL', rk, 'eid')
-      redis.call('LPUSH', gb .. 'w:' .. f, tid)
-      redis.call('HSET', tk, f, '~')
+      redis.call('LPUSH', w, '~')
       return false
     end
-    pass_turn(prio, grp)
+    pass_turn(prio, grp, tid)
     return true
   end
 
-  -- A task of group grp that held its turn (entry in band prio) ends before it starts.
+  -- A task of group grp whose entry (its turn) was delivered ends before it starts.
   local function group_left(tid, prio, grp)
-    if redis.call('HGET', gb .. 'tk', prio .. ':' .. grp) == tid then
-      pass_turn(prio, grp)
+    if ahead and ahead[tid] then
+      ahead[tid] = nil
+    elseif redis.call('LINDEX', gb .. 'w:' .. prio .. ':' .. grp, 0) == tid then
+      pass_turn(prio, grp, tid)
     end
     settle(grp)
   end
@@ -263,29 +271,34 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- holds only the turns this pass gave, one per group with more waiting. Re-reading it would
   -- cost an XREADGROUP per round of those groups (per task for a group alone in its band). So
   -- each of them gets its equal share of the slots left now: its next tasks get their entries
-  -- (behind its turn, the last one holding the turn), all delivered by the next read of this
-  -- very call and started without passing the turn again. No claim sees them waiting, so the
-  -- order between groups is that of one round each; not with a cap (the running set decides).
+  -- (behind its turn, the last one holding the turn: it alone stays at the head of the list,
+  -- the others leave the list now), all delivered by the next read of this very call and
+  -- started without passing the turn again. No claim sees them waiting, so the order between
+  -- groups is that of one round each; not with a cap (the running set decides).
   local function issue_ahead(i, prio)
     local k = #passed_groups
     local q = math.floor((remaining - k) / k)
     if gcap > 0 or q < 1 or scanned + remaining > budget then return end
     ahead, unwritten = ahead or {}, unwritten or {}
     for _, grp in ipairs(passed_groups) do
-      local f = prio .. ':' .. grp
+      local w = gb .. 'w:' .. prio .. ':' .. grp
       local holder = passed[grp]
-      local tids = redis.call('LPOP', gb .. 'w:' .. f, q)
-      for _, t in ipairs(tids or {}) do
-        local rk = base .. t
-        local st = redis.call('HMGET', rk, 'status', 'eid')
-        if st[1] == 'queued' and not st[2] and not unwritten[t] then  -- (else dropped: gone)
-          -- (The record's eid is written with its run's start, in take(): in this call.)
-          unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
-          ahead[holder] = true
-          holder = t
+      local tids = redis.call('LPOP', w, q + 1)  -- the holder (the head) and the q behind it
+      if tids and tids[1] == holder then
+        for j = 2, #tids do
+          local t = tids[j]
+          local st = redis.call('HMGET', base .. t, 'status', 'eid')
+          if st[1] == 'queued' and not st[2] and not unwritten[t] then  -- (else dropped: gone)
+            -- (The record's eid is written with its run's start, in take(): in this call.)
+            unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
+            ahead[holder] = true
+            holder = t
+          end
         end
+        redis.call('LPUSH', w, holder)
+      elseif tids then  -- (the layout says never: the list goes back as it was)
+        for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
       end
-      if holder ~= passed[grp] then redis.call('HSET', gb .. 'tk', f, holder) end
     end
   end
 
@@ -397,7 +410,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     -- A duplicate (or an entry whose task is gone): acknowledged, never run.
     drop_entry(KEYS[i], group, eid)
-    if r[24] then group_left(tid, r[13] or DEF_PRIO, r[24]) end
+    if r[24] then settle(r[24]) end  -- (a duplicate is no turn: its task's place is its record's)
     redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
     emit(KEYS[12], maxlen, 'absorbed', tid, r[4] or (r[1] and '0'), worker, eid)
     absorbed = absorbed + 1

@@ -1,6 +1,6 @@
--- include: group_issue
+-- include: group_heads
+-- include: group_release
 -- include: group_settle
--- include: group_turns
 -- A run of group grp ended or went back to waiting: it leaves the group's running set; a turn
 -- withheld by the cap goes out again (the highest band's: one run ended, one may start), unless
 -- the group is paused.
@@ -14,20 +14,24 @@
 local function group_end(gb, streams, tbase, grp, tid, band, n)
   if band then
     if redis.call('ZREM', gb .. 'run:' .. grp, unpack(tid, 1, n)) == 0 then return end
+    local h = redis.call('LINDEX', gb .. 'w:' .. band .. ':' .. grp, 0)
+    if h and h ~= '~' then return end
     if redis.call('EXISTS', gb .. 'run:' .. grp) == 1 then return end
-    local t = redis.call('HGET', gb .. 'tk', band .. ':' .. grp)
-    if t and t ~= '~' then return end
   elseif redis.call('ZREM', gb .. 'run:' .. grp, tid) == 0 then
     return
   end
-  local turns = group_turns(gb, grp)
-  if redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
+  local heads = group_heads(gb, grp)
+  local held = false
+  for j = 1, 10 do
+    if heads[j] == '~' then held = true end
+  end
+  if held and redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
     for j = 1, 10 do
-      if turns[j] == '~' then
-        turns[j] = group_issue(gb, streams, tbase, string.format('%d', 10 - j), grp)
-        if turns[j] then break end
+      if heads[j] == '~' then
+        heads[j] = group_release(gb, streams, tbase, string.format('%d', 10 - j), grp)
+        if heads[j] then break end
       end
     end
   end
-  group_settle(gb, streams, tbase, grp, turns)
+  group_settle(gb, streams, tbase, grp, heads)
 end

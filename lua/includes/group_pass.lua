@@ -2,18 +2,19 @@
 -- include: group_settle
 -- include: record_defaults
 -- A waiting task of group grp (band prio) leaves without starting (cancelled, expired, parked
--- behind a limit, found a duplicate): if it held the group's turn, the turn passes on.
+-- behind a limit, found a duplicate): if it held the group's turn (the head of its list), the
+-- turn passes on.
 local function group_pass(gb, streams, tbase, prio, grp, tid)
   prio = prio or DEF_PRIO
-  local f = prio .. ':' .. grp
-  local turn = redis.call('HGET', gb .. 'tk', f)
-  if turn == tid then
-    group_issue(gb, streams, tbase, prio, grp)
+  local w = gb .. 'w:' .. prio .. ':' .. grp
+  local head = redis.call('LINDEX', w, 0)
+  if head == tid then
+    redis.call('LPOP', w)
+    group_issue(gb, streams, tbase, prio, grp, w)
   else
-    local w = gb .. 'w:' .. f
     redis.call('LREM', w, 1, tid)
     -- A withheld turn with no task left behind it goes too.
-    if turn == '~' and redis.call('EXISTS', w) == 0 then redis.call('HDEL', gb .. 'tk', f) end
+    if head == '~' and redis.call('LLEN', w) == 1 then redis.call('DEL', w) end
   end
   group_settle(gb, streams, tbase, grp)
 end

@@ -19,18 +19,17 @@ local function group_put(stream, tbase, tid, prio, grp, gmode)
     if grp ~= '' then store = '' end
     grp = ''
   end
-  local f = prio .. ':' .. grp
-  if redis.call('HEXISTS', gb .. 'tk', f) == 1 then
-    -- (A group with a turn, live or withheld, is among the active groups already.)
-    redis.call('RPUSH', gb .. 'w:' .. f, tid)
-    return false, store
-  end
-  redis.call('ZADD', gb .. 'idx', 'NX', now_ms(), grp)
+  local w = gb .. 'w:' .. prio .. ':' .. grp
+  -- (A group with a turn, live or withheld, is among the active groups already.)
+  if redis.call('RPUSH', w, tid) > 1 then return false, store end
   if redis.call('SISMEMBER', gb .. 'paused', grp) == 1 then
-    redis.call('RPUSH', gb .. 'w:' .. f, tid)
-    redis.call('HSET', gb .. 'tk', f, '~')
+    redis.call('LPUSH', w, '~')
+    redis.call('ZADD', gb .. 'idx', 'NX', now_ms(), grp)
     return false, store
   end
-  redis.call('HSET', gb .. 'tk', f, tid)
-  return redis.call('XADD', stream, '*', 't', tid), store
+  local eid = redis.call('XADD', stream, '*', 't', tid)
+  -- (Active since the entry's milliseconds: the server's clock, without a TIME call.)
+  redis.call('ZADD', gb .. 'idx', 'NX', string.sub(eid, 1, string.find(eid, '-', 1, true) - 1),
+    grp)
+  return eid, store
 end

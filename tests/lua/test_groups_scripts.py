@@ -57,6 +57,12 @@ def group_keys(r: redis.Redis, qk: QueueKeys) -> list[str]:
     return sorted(r.scan_iter(match=qk.group_base + "*"))
 
 
+def turn(r: redis.Redis, qk: QueueKeys, band: int, group: str) -> str | None:
+    """The group's turn in the band: the head of its list (a tid, "~" while withheld), or
+    None when it has none."""
+    return r.lindex(qk.group_waiting(band, group), 0)
+
+
 def test_a_backlog_does_not_hold_another_group_behind_it(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
@@ -67,13 +73,36 @@ def test_a_backlog_does_not_hold_another_group_behind_it(
         enqueue(run, qk, t)
     # One entry per active group in the stream: the backlog waits in its group's list.
     assert r.xlen(qk.stream(5)) == 2
-    assert r.llen(qk.group_waiting(5, "big")) == 49
+    assert r.llen(qk.group_waiting(5, "big")) == 50 and turn(r, qk, 5, "big") == big[0].tid
     order = []
     for _ in range(8):
         b = claim(run, qk)
         assert len(b.runs) == 1
         order.append(r.hget(qk.task(b.runs[0].tid), "grp"))
     assert order == ["big", "small"] * 3 + ["big", "big"]
+
+
+def test_a_bulk_enqueue_appends_a_groups_run_of_tasks_in_one_rpush(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The first task of a group in a call takes its turn (or joins its list); the ones after it
+    of the same group and band join the list together, in their order."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    big, small, last = (
+        [task("big") for _ in range(30)],
+        [task("small") for _ in range(3)],
+        task("big"),
+    )
+    r.config_resetstat()
+    enqueue(run, qk, *big, *small, last)
+    assert int(r.info("commandstats")["cmdstat_rpush"]["calls"]) == 2 + 2 + 1
+    assert r.lrange(qk.group_waiting(5, "big"), 0, 29) == [t.tid for t in big]
+    assert r.lrange(qk.group_waiting(5, "small"), 0, -1) == [t.tid for t in small]
+    assert r.xlen(qk.stream(5)) == 2  # one turn each
+    order = [c.tid for c in claim(run, qk, count=34).runs]
+    assert sorted(order) == sorted(t.tid for t in [*big, *small, last])  # each once
+    assert {r.hget(qk.task(t), "grp") for t in order} == {"big", "small"}
 
 
 def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -99,10 +128,10 @@ def test_a_claim_reads_a_lone_groups_batch_in_two_reads(
     assert [c.tid for c in b.runs] == [t.tid for t in ts[:16]]
     assert int(r.info("commandstats")["cmdstat_xreadgroup"]["calls"]) == 2
     # The next turn's entry, behind the 16 delivered ones (pending until their runs end).
-    assert r.hget(qk.group_turns, "5:solo") == ts[16].tid and r.xlen(qk.stream(5)) == 17
-    assert r.llen(qk.group_waiting(5, "solo")) == 13
+    assert turn(r, qk, 5, "solo") == ts[16].tid and r.xlen(qk.stream(5)) == 17
+    assert r.llen(qk.group_waiting(5, "solo")) == 14
     assert [c.tid for c in claim(run, qk, count=16).runs] == [t.tid for t in ts[16:]]
-    assert r.hget(qk.group_turns, "5:solo") is None and r.zcard(qk.group_running("solo")) == 30
+    assert turn(r, qk, 5, "solo") is None and r.zcard(qk.group_running("solo")) == 30
 
 
 def test_a_lone_groups_batch_enters_and_leaves_its_running_set_in_one_call_each(
@@ -116,7 +145,7 @@ def test_a_lone_groups_batch_enters_and_leaves_its_running_set_in_one_call_each(
     assert r.zcard(qk.group_running("solo")) == 16
     outs = [sc.Success.of(c, "succeeded", "null") for c in b.runs]
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", outs, 100, 60))) == [True] * 16
-    assert r.zcard(qk.group_running("solo")) == 0 and r.hget(qk.group_turns, "5:solo")
+    assert r.zcard(qk.group_running("solo")) == 0 and turn(r, qk, 5, "solo")
     stats = r.info("commandstats")
     assert int(stats["cmdstat_zadd"]["calls"]) == 1 and int(stats["cmdstat_zrem"]["calls"]) == 1
 
@@ -127,7 +156,7 @@ def test_groups_that_read_their_band_dry_share_the_batch(
     enqueue(run, qk, *[task("a") for _ in range(20)], *[task("b") for _ in range(3)])
     b = claim(run, qk, count=8)
     assert sorted(r.hget(qk.task(c.tid), "grp") for c in b.runs) == ["a"] * 5 + ["b"] * 3
-    assert r.hget(qk.group_turns, "5:b") is None and r.xlen(qk.stream(5)) == 8 + 1  # a's turn
+    assert turn(r, qk, 5, "b") is None and r.xlen(qk.stream(5)) == 8 + 1  # a's turn
 
 
 def test_tasks_without_a_group_are_one_group_while_groups_are_active(
@@ -167,7 +196,7 @@ def test_a_cap_withholds_the_turn_until_a_run_ends(r: redis.Redis, run: Any, qk:
     b = claim(run, qk, count=10, cap=2)
     by = [r.hget(qk.task(c.tid), "grp") for c in b.runs]
     assert by.count("capped") == 2 and by.count("free") == 2  # the cap is each group's
-    assert r.hget(qk.group_turns, "5:capped") == "~"
+    assert turn(r, qk, 5, "capped") == "~"
     assert not claim(run, qk, count=10, cap=2).runs  # nothing more: no busy loop either
     first = next(c for c in b.runs if r.hget(qk.task(c.tid), "grp") == "capped")
     assert complete(run, qk, first, cap=2)  # (a worker sends its cap with its outcomes too)
@@ -182,9 +211,9 @@ def test_a_turn_another_workers_cap_withheld_goes_out_with_the_groups_last_run(
     end lifts no pause): a turn a capped worker withheld waits for the group's last run."""
     enqueue(run, qk, *[task("capped") for _ in range(4)])
     a, b = claim(run, qk, count=10, cap=2).runs
-    assert r.hget(qk.group_turns, "5:capped") == "~"
+    assert turn(r, qk, 5, "capped") == "~"
     assert complete(run, qk, a)  # no cap here: the group still runs b
-    assert r.hget(qk.group_turns, "5:capped") == "~" and not claim(run, qk, count=10, cap=2).runs
+    assert turn(r, qk, 5, "capped") == "~" and not claim(run, qk, count=10, cap=2).runs
     assert complete(run, qk, b)  # its last run: the turn goes out
     assert len(claim(run, qk, count=10, cap=2).runs) == 2
 
@@ -195,7 +224,8 @@ def test_a_paused_group_holds_only_itself(r: redis.Redis, run: Any, qk: QueueKey
     b = claim(run, qk, count=10)
     assert {r.hget(qk.task(c.tid), "grp") for c in b.runs} == {"other"}
     assert len(b.runs) == 3
-    assert r.llen(qk.group_waiting(5, "held")) == 3
+    assert r.lrange(qk.group_waiting(5, "held"), 0, 0) == ["~"]  # withheld, 3 tasks behind
+    assert r.llen(qk.group_waiting(5, "held")) == 1 + 3
 
 
 def test_priorities_decide_before_turns(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -206,13 +236,20 @@ def test_priorities_decide_before_turns(r: redis.Redis, run: Any, qk: QueueKeys)
 
 
 def test_a_group_is_an_option_of_the_enqueue_call(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
-    """A task with a group sends enqueue.lua's 14 fields; its record holds grp."""
+    """A task whose only option is its group sends enqueue.lua's 6 fields (with another
+    option, 14); its record holds grp."""
     t = task("acme")
     call = sc.enqueue_call(qk, [t], 100)
-    assert len(call.args) == 3 + 14
+    assert len(call.args) == 3 + 6
     run(call)
     assert r.hget(qk.task(t.tid), "grp") == "acme"
-    assert r.hget(qk.group_turns, "5:acme") == t.tid
+    assert turn(r, qk, 5, "acme") == t.tid
+    other = task("acme", meta='{"k": 1}')
+    call = sc.enqueue_call(qk, [other], 100)
+    assert len(call.args) == 3 + 14
+    run(call)
+    assert r.hget(qk.task(other.tid), "grp") == "acme"
+    assert r.lrange(qk.group_waiting(5, "acme"), 0, -1) == [t.tid, other.tid]
 
 
 def hold(run: Any, qk: QueueKeys, group: str, pause: bool) -> int:
@@ -229,16 +266,17 @@ def test_pause_and_resume_one_group(r: redis.Redis, run: Any, qk: QueueKeys) -> 
     assert hold(run, qk, "a", True) == 1 and hold(run, qk, "a", True) == 0
     b = claim(run, qk, count=10)
     assert grp_of(r, qk, b) == ["b", "b"]
-    assert r.hget(qk.group_turns, "5:a") == "~" and r.llen(qk.group_waiting(5, "a")) == 3
+    assert turn(r, qk, 5, "a") == "~" and r.llen(qk.group_waiting(5, "a")) == 1 + 3
     enqueue(run, qk, task("a"))  # a paused group's new task waits in its list
-    assert r.llen(qk.group_waiting(5, "a")) == 4
+    assert r.llen(qk.group_waiting(5, "a")) == 1 + 4
     assert hold(run, qk, "a", False) == 1 and hold(run, qk, "a", False) == 0
     b = claim(run, qk, count=10)
     assert grp_of(r, qk, b) == ["a"] * 4
 
 
 def test_a_failed_run_retries_through_its_group(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
-    enqueue(run, qk, task("a"), task("a"), task("b"))
+    a2 = task("a")
+    enqueue(run, qk, task("a"), a2, task("b"))
     c = claim(run, qk).runs[0]
     assert r.hget(qk.task(c.tid), "grp") == "a"
     f = sc.Failure(c.tid, c.eid, c.attempt, "boom", 0)  # retry now
@@ -246,7 +284,7 @@ def test_a_failed_run_retries_through_its_group(r: redis.Redis, run: Any, qk: Qu
     assert not r.exists(qk.group_running("a"))
     run(sc.promote_call(qk, 100, 100))
     # Back in its group: behind a's turn (a's second task) and b's.
-    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [c.tid]
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [a2.tid, c.tid]
     order = [claim(run, qk).runs[0].tid for _ in range(3)]
     assert order[2] == c.tid
 
@@ -254,13 +292,14 @@ def test_a_failed_run_retries_through_its_group(r: redis.Redis, run: Any, qk: Qu
 def test_a_lost_run_goes_back_to_its_group(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     import time
 
-    enqueue(run, qk, task("a"), task("a"))
+    a2 = task("a")
+    enqueue(run, qk, task("a"), a2)
     c = claim(run, qk, w="dead").runs[0]
     time.sleep(0.05)
     run(sc.reclaim_call(qk, "w2", min_idle_ms=10, count=10, events_maxlen=0, ttl_s=60))
     assert r.hget(qk.task(c.tid), "status") == "queued"
     assert not r.exists(qk.group_running("a"))
-    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [c.tid]
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [a2.tid, c.tid]
     assert [x.tid for x in claim(run, qk, count=5).runs][-1] == c.tid
 
 
@@ -278,7 +317,7 @@ def test_a_handed_back_run_goes_back_to_its_group(r: redis.Redis, run: Any, qk: 
         started=False,
     )
     assert run(call) == ["queued"]
-    assert r.hget(qk.group_turns, "5:a") == c.tid
+    assert turn(r, qk, 5, "a") == c.tid
     assert claim(run, qk).runs[0].tid == c.tid
 
 
@@ -293,9 +332,9 @@ def test_cancel_passes_the_turn_or_leaves_the_list(r: redis.Redis, run: Any, qk:
         run(c)
 
     cancel(ts[1].tid)  # in the list
-    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [ts[2].tid]
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [ts[0].tid, ts[2].tid]
     cancel(ts[0].tid)  # the turn: the next task gets it
-    assert r.hget(qk.group_turns, "5:a") == ts[2].tid
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == [ts[2].tid]
     assert [c.tid for c in claim(run, qk, count=5).runs] == [ts[2].tid]
     cancel(ts[2].tid)  # running: a request, the run ends it
     assert group_keys(r, qk) == [qk.group_index, qk.group_running("a")]
@@ -325,7 +364,6 @@ def test_purge_removes_listed_tasks_and_every_group_key(
             break
     assert removed == 60  # the five running stay
     left = set(group_keys(r, qk))
-    assert qk.group_turns not in left
     assert not any(k.startswith(qk.group_base + "w:") for k in left)
     running = {qk.group_running(g) for g in [f"g{i}" for i in range(7)] + [""]}
     assert left <= {qk.group_index, qk.group_paused} | running
@@ -340,7 +378,7 @@ def test_a_limited_task_parked_returns_to_its_group(
     assert [c.tid for c in first.runs] == [ts[0].tid] and first.held == 1
     assert r.hget(qk.task(ts[1].tid), "status") == "queued"
     assert complete(run, qk, first.runs[0])  # frees the place: ts[1] goes back to group a
-    assert r.hget(qk.group_turns, "5:a") == ts[1].tid
+    assert turn(r, qk, 5, "a") == ts[1].tid
     second = claim(run, qk, count=5)
     assert [c.tid for c in second.runs] == [ts[1].tid]
     assert complete(run, qk, second.runs[0])

@@ -487,7 +487,12 @@ class DtqModel(RuleBasedStateMachine):
         band (a turn in the stream, or a turn withheld for a reason that will end), the running
         sets are exact, the cap holds, and an idle group leaves no key."""
         qk, r = self.qk, self.r
-        turns = r.hgetall(qk.group_turns)
+        # Each list's head is its group's turn in that band: a tid (live: its stream entry is
+        # the turn) or "~" (withheld) in front of the task it holds back.
+        lists: dict[str, list[str]] = {}
+        for key in r.scan_iter(match=qk.group_base + "w:*"):
+            lists[key[len(qk.group_base) + 2 :]] = r.lrange(key, 0, -1)
+        turns = {f: ids[0] for f, ids in lists.items() if ids}
         active = set(r.zrange(qk.group_index, 0, -1))
         paused = set(r.smembers(qk.group_paused))
         running: dict[str, dict[str, int]] = {}
@@ -512,9 +517,14 @@ class DtqModel(RuleBasedStateMachine):
                 raise Violation(f"group {g!r} runs {len(got)} tasks, over its cap {self.gcap}")
         for field, tid in turns.items():
             band, g = field.split(":", 1)
-            listed = r.llen(qk.group_waiting(int(band), g))
+            ids = lists[field]
+            if "~" in ids[1:]:
+                raise Violation(f"group {g!r} band {band}: '~' inside its list {ids}")
+            for t in ids[1:]:  # (a second copy of the head's task is dropped when met)
+                if t != tid and "eid" in (s.records.get(t) or {}):
+                    raise Violation(f"group {g!r} band {band}: {t} has an entry but not the turn")
             if tid == "~":
-                if not listed:
+                if len(ids) < 2:
                     raise Violation(f"group {g!r} band {band}: a withheld turn and no task")
                 live = any(t != "~" for f, t in turns.items() if f.split(":", 1)[1] == g)
                 if g not in paused and not running.get(g) and not live:
@@ -526,10 +536,6 @@ class DtqModel(RuleBasedStateMachine):
             entry = (int(band), rec.get("eid", ""))
             if rec.get("status") != "queued" or entry not in s.entries.get(tid, []):
                 raise Violation(f"group {g!r} band {band}: its turn {tid} is not in a stream {rec}")
-        for key in r.scan_iter(match=qk.group_base + "w:*"):
-            band, g = key[len(qk.group_base) + 2 :].split(":", 1)
-            if f"{band}:{g}" not in turns:
-                raise Violation(f"group {g!r} band {band} has waiting tasks and no turn")
         for g in active:
             if not waiting.get(g) and not running.get(g):
                 raise Violation(f"group {g!r} is active with nothing waiting or running")

@@ -48,13 +48,11 @@ class Groups:
         self.r.hset(self.qk.task(tid), mapping={"status": status, "grp": group, "enq": enq_ms})
         return tid
 
-    def waiting(self, group: str, band: int, n: int, age_s: float, turn: bool = True) -> None:
-        """``n`` waiting tasks of ``group`` in ``band``: the first the turn (``turn``), the
-        rest in the group's list; the turn enqueued ``age_s`` ago, the others after it."""
+    def waiting(self, group: str, band: int, n: int, age_s: float) -> None:
+        """``n`` waiting tasks of ``group`` in ``band``, in the group's list (its head the
+        turn), the turn enqueued ``age_s`` ago, the others after it."""
         enq = self.now - int(age_s * 1000)
         tids = [self._task(group, "queued", enq + i) for i in range(n)]
-        if turn:
-            self.r.hset(self.qk.group_turns, f"{band}:{group}", tids.pop(0))
         if tids:
             self.r.rpush(self.qk.group_waiting(band, group), *tids)
         self.active(group)

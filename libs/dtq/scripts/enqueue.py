@@ -61,13 +61,20 @@ def enqueue_call(
     head, streams = _enqueue_keys(qk.prefix, qk.queue)
     hk, ha = _hist(head[4], hist_ttl_s)
     args: list[Any] = [events_maxlen, n, ha]
+    grouped = False
     for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
         if _has_options(t):
             args = [events_maxlen, n, ha]
             for t in tasks:
                 args += _task_args(t)
             break
+        grouped = grouped or bool(t.group)
         args += (t.tid, t.name, t.args, t.priority, t.maxr_arg() if t.unset else t.max_retries)
+    else:
+        if grouped:  # a group the only option: 6 fields each
+            args = [events_maxlen, n, ha]
+            for t in tasks:
+                args += (t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.group)
     # Only the bands used: enqueue.lua finds each stream by its last character.
     bands = (streams[p] for p in {t.priority for t in tasks})
     return Call("enqueue", [*head[:4], hk, *bands], args)
@@ -86,10 +93,12 @@ def enqueue_one_call(
     without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
     head, streams = _enqueue_keys(prefix, queue)
     hk, ha = _hist(head[4], hist_ttl_s)
+    mr = t.maxr_arg() if t.unset else t.max_retries
     if _has_options(t):
         args = [events_maxlen, 1, ha, *_task_args(t)]
+    elif t.group:  # a group the only option: 6 fields
+        args = [events_maxlen, 1, ha, t.tid, t.name, t.args, t.priority, mr, t.group]
     else:
-        mr = t.maxr_arg() if t.unset else t.max_retries
         args = [events_maxlen, 1, ha, t.tid, t.name, t.args, t.priority, mr]
     return Call("enqueue", [*head[:4], hk, streams[t.priority]], args)
 
@@ -103,10 +112,11 @@ def _hist(base: str, ttl_s: int) -> tuple[str, int]:
 
 
 def _has_options(t: NewTask) -> bool:
-    """Whether any of the 9 options of enqueue.lua's task fields is set."""
+    """Whether any of the 9 options of enqueue.lua's task fields but the group is set (a task
+    whose only option is its group sends 6 fields: see enqueue.lua)."""
     return bool(
         t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
-        or t.meta or t.limit or t.headers or t.group
+        or t.meta or t.limit or t.headers
     )  # fmt: skip
 
 

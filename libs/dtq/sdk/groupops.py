@@ -6,9 +6,9 @@
 What a listing reads, per physical queue (a partitioned queue's partitions, dtq.store.partitions),
 from the group keys of :class:`dtq.store.keys.QueueKeys`: the groups come from ``group_index`` (the
 active ones, longest active first) and then ``group_paused`` (held groups that are idle); each
-named group's numbers from every partition: ``group_waiting`` of each band and its field in
-``group_turns`` (the waiting), ``group_running``, ``group_paused``, and the ``enq`` of its turn
-tasks' records (the oldest waiting age).
+named group's numbers from every partition: ``group_waiting`` of each band (its length and
+its head: the waiting), ``group_running``, ``group_paused``, and the ``enq`` of its turn tasks'
+records (the oldest waiting age).
 
 A page's work is bounded: at most ``limit`` names, and at most :data:`GROUP_BUDGET` (name,
 partition) lookups, each a fixed handful of commands in one pipeline; so on a queue with many
@@ -43,9 +43,10 @@ GROUP_PAGE = 100
 """Groups per page unless asked otherwise."""
 MAX_GROUP_PAGE = 1000
 GROUP_BUDGET = 10_000
-"""Most (group, partition) lookups one page makes: 14 commands each, pipelined."""
+"""Most (group, partition) lookups one page makes: 23 commands each, pipelined."""
 _MAX_READS = 64  # most round trips one page spends finding names (a sparse held set's SSCAN)
-_PER = len(PRIORITIES) + 4  # replies per (group, partition): LLEN x bands, HMGET, ZCARD, ...
+# replies per (group, partition): LLEN and LRANGE 0 1 x bands, ZCARD, SISMEMBER, ZSCORE
+_PER = 2 * len(PRIORITIES) + 3
 
 Step = Callable[[Any], Any]
 
@@ -140,7 +141,7 @@ def _names_steps(
     return found, f"{phase}{at}.{pos}" + (f".{skip}" if skip else "")
 
 
-WITHHELD = "~"  # a turn field's value while the turn is held back (docs/groups.md)
+WITHHELD = "~"  # a list's head while the group's turn is held back (docs/groups.md)
 
 
 def _state(keys: Keys, parts: Sequence[str], names: Sequence[str]) -> Step:
@@ -154,7 +155,8 @@ def _state(keys: Keys, parts: Sequence[str], names: Sequence[str]) -> Step:
                 qk = keys.queue(q)
                 for band in PRIORITIES:
                     pipe.llen(qk.group_waiting(band, name))
-                pipe.hmget(qk.group_turns, [f"{band}:{name}" for band in PRIORITIES])
+                for band in PRIORITIES:
+                    pipe.lrange(qk.group_waiting(band, name), 0, 1)
                 pipe.zcard(qk.group_running(name))
                 pipe.sismember(qk.group_paused, name)
                 pipe.zscore(qk.group_index, name)
@@ -177,19 +179,6 @@ def _enq_times(keys: Keys, turns: Sequence[tuple[str, str]]) -> Step:
     return read
 
 
-def _heads(keys: Keys, names: Sequence[str], seen: dict[str, _Seen]) -> Step:
-    """The first waiting tid of each withheld turn's list, names in order."""
-
-    def read(r: Any) -> Any:
-        pipe = r.pipeline(transaction=False)
-        for n in names:
-            for q, band in seen[n].heads:
-                pipe.lindex(keys.queue(q).group_waiting(band, n), 0)
-        return pipe.execute()
-
-    return read
-
-
 class _Seen:
     """One name's numbers, partitions summed, and where it is active or held."""
 
@@ -198,7 +187,6 @@ class _Seen:
         self.active: list[int] = []  # partitions where it is active
         self.held: list[int] = []  # partitions where it is held
         self.turns: list[tuple[str, str]] = []  # (physical queue, tid) of its turns
-        self.heads: list[tuple[str, int]] = []  # (physical queue, band) of its withheld turns
 
     def listed_at(self, phase: str, at: int) -> bool:
         """Whether the name found at (phase, partition) is listed there: an active group at
@@ -217,15 +205,16 @@ def _seen(parts: Sequence[str], names: Sequence[str], raw: Sequence[Any]) -> dic
         for j, q in enumerate(parts):
             one = raw[k : k + _PER]
             k += _PER
-            s.waiting += sum(int(x) for x in one[: len(PRIORITIES)])
-            for band, t in zip(PRIORITIES, one[len(PRIORITIES)], strict=True):
-                if t is None:
-                    continue
-                if str(t) == WITHHELD:  # a turn held back (pause, cap): its task heads the list
-                    s.heads.append((q, band))
+            nb = len(PRIORITIES)
+            for n, head in zip(one[:nb], one[nb : 2 * nb], strict=True):
+                head = [str(t) for t in head]
+                if head and head[0] == WITHHELD:  # a turn held back (pause, cap): the next task
+                    s.waiting += int(n) - 1
+                    head = head[1:]
                 else:
-                    s.waiting += 1
-                    s.turns.append((q, str(t)))
+                    s.waiting += int(n)
+                if head:  # the turn's task: the band's oldest waiting
+                    s.turns.append((q, head[0]))
             s.running += int(one[-3])
             if int(one[-2]):
                 s.held.append(j)
@@ -251,13 +240,6 @@ def list_steps(
         raw = [*raw, (yield lambda r: r.time())]
     seen = _seen(parts, names, raw)
     listed = list(dict.fromkeys(n for n, phase, at in found if seen[n].listed_at(phase, at)))
-    heads = [h for n in listed for h in seen[n].heads]
-    if heads:  # the task at the head of each withheld turn's list: the band's oldest
-        flat = iter((yield _heads(keys, listed, seen)))
-        for n in listed:
-            s = seen[n]
-            got = [next(flat) for _ in s.heads]
-            s.turns += [(q, str(t)) for (q, _), t in zip(s.heads, got, strict=True) if t]
     turns = [t for n in listed for t in seen[n].turns]
     enq = (yield _enq_times(keys, turns)) if turns else []
     now_ms = int(raw[-1][0]) * 1000 + int(raw[-1][1]) // 1000

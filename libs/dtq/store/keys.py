@@ -156,8 +156,9 @@ class QueueKeys:
     @property
     def group_base(self) -> str:
         """Prefix of the fair-group keys (docs/groups.md): ``w:<band>:<group>`` (list of the
-        group's waiting tids in that band, behind its turn), ``tk`` (hash ``<band>:<group>`` ->
-        the tid whose stream entry is the group's turn in that band), ``run:<group>`` (zset of
+        group's waiting tids in that band; its head is the group's turn: the tid whose stream
+        entry is the turn, or ``~`` in front of the next while the turn is withheld),
+        ``run:<group>`` (zset of
         its running tids -> attempt), ``idx`` (zset of active groups -> ms active since) and
         ``paused`` (set of held groups). Ungrouped tasks are group ``""`` while a group is
         active."""
@@ -168,10 +169,6 @@ class QueueKeys:
 
     def group_running(self, group: str) -> str:
         return f"{self.base}:g:run:{group}"
-
-    @property
-    def group_turns(self) -> str:
-        return f"{self.base}:g:tk"
 
     @property
     def group_index(self) -> str:
