@@ -312,8 +312,9 @@ class Worker:
             log.warning(
                 "heartbeat TTL (%.1fs) >= visibility timeout (%.1fs): a worker cut off from "
                 "Redis keeps running tasks that others may already have reclaimed",
-                s.effective_heartbeat_ttl_s, s.visibility_timeout_s,
-            )  # fmt: skip
+                s.effective_heartbeat_ttl_s,
+                s.visibility_timeout_s,
+            )
         self.emit_worker_event("worker_started", ",".join(self.queues))
         log.info("worker %s started: redis=%s prefix=%s queues=%s concurrency=%d %s%s",
                  self.worker_id, display_url(s.redis_url), s.key_prefix, ",".join(self.queues),

@@ -127,8 +127,10 @@ def _json_arg(value: str | None, what: str) -> Any:
     default=None,
     help="While a task of NAME with these arguments is unfinished, return it instead.",
 )
-@click.option("--partition-key", help="Of a partitioned queue: tasks with one key go to one "
-              "partition (DTQ_QUEUE_PARTITIONS).")  # fmt: skip
+@click.option(
+    "--partition-key",
+    help="Of a partitioned queue: tasks with one key go to one partition (DTQ_QUEUE_PARTITIONS).",
+)
 @click.option("--group", help="The task's fair group within its queue (a tenant).")
 @json_option
 def enqueue(
@@ -267,12 +269,11 @@ def tasks(
     """List tasks (a SCAN over task records: cost grows with the number kept)."""
     page = run_admin(
         lambda a: filled_page(
-            lambda cur, n: a.list_tasks(queue=queue, status=status, name=name, cursor=cur,
-                                        limit=n),
+            lambda cur, n: a.list_tasks(queue=queue, status=status, name=name, cursor=cur, limit=n),
             cursor,
             limit,
         )
-    )  # fmt: skip
+    )
 
     def human() -> None:
         rows = [
@@ -399,11 +400,12 @@ def schedules(ctx: click.Context, queue: str | None, as_json: bool) -> None:
         ]  # fmt: skip
         table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
         echo("delayed tasks and retries:")
-        table([(d.task_id, d.name, d.kind, short_time(d.due_at)) for d in delayed],
-               ["task", "name", "kind", "due"])  # fmt: skip
+        table(
+            [(d.task_id, d.name, d.kind, short_time(d.due_at)) for d in delayed],
+            ["task", "name", "kind", "due"],
+        )
 
-    emit({"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}, as_json,
-          human)  # fmt: skip
+    emit({"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}, as_json, human)
 
 
 @schedules.command("remove", epilog=EPILOG)

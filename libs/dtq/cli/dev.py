@@ -70,8 +70,10 @@ def redis_for_dev(say: Any, given: str | None = None) -> Iterator[str]:
         yield given
         return
     if os.environ.get("DTQ_REDIS_URL"):
-        say("DTQ_REDIS_URL is not used: the demo runs on a Redis of its own (--redis-url runs "
-            "it on another, under a key prefix of its own)")  # fmt: skip
+        say(
+            "DTQ_REDIS_URL is not used: the demo runs on a Redis of its own (--redis-url runs "
+            "it on another, under a key prefix of its own)"
+        )
     port = _free_port()
     url = f"redis://127.0.0.1:{port}/0"
     exe = shutil.which("redis-server")
@@ -162,8 +164,10 @@ def _start_api(env: dict[str, str], port: int | None, say: Any) -> subprocess.Po
     port = port or _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "dtq_api", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 15
     import urllib.request
 

@@ -29,8 +29,10 @@ def queues(name: str | None, as_json: bool) -> None:
             bands = " ".join(f"p{p}:{n}" for p, n in q.depth.items() if n) or "-"
             rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq,
                          "yes" if q.paused else "no", age(q.oldest_waiting_age_s)))  # fmt: skip
-        table(rows, ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused",
-                      "oldest"])  # fmt: skip
+        table(
+            rows,
+            ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused", "oldest"],
+        )
 
     data: Any = [q.to_dict() for q in infos]
     emit(data if name is None else data[0], as_json, human)

@@ -126,8 +126,7 @@ class ScheduleRunner:
             if now - last <= grace_ms:
                 if (queue, name) not in self._kept:
                     self._kept.add((queue, name))
-                    log.info("schedule %s of queue %s kept: declared by a live worker", name,
-                             queue)  # fmt: skip
+                    log.info("schedule %s of queue %s kept: declared by a live worker", name, queue)
                 continue
             async with self.redis.pipeline(transaction=True) as pipe:
                 forget(pipe, qk, name)

@@ -211,9 +211,10 @@ def _int_in(value: Any, top: int | None, error: str) -> int:
 def _unset(max_retries: object, timeout: object, expires: object) -> str:
     """Which of max_retries, timeout and expires a by-name enqueue left to the declaration."""
     return (
-        ("m" if max_retries is None else "") + ("t" if timeout is None else "")
+        ("m" if max_retries is None else "")
+        + ("t" if timeout is None else "")
         + ("e" if expires is None else "")
-    )  # fmt: skip
+    )
 
 
 def _delay_ms(delay: float | timedelta | None, eta: datetime | str | None) -> int:
