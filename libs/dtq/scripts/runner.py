@@ -69,18 +69,10 @@ def source(name: str) -> str:
 
 
 def assemble(lua_dir: Path, name: str) -> str:
-    """The text of script ``<lua_dir>/<name>.lua`` with its includes before it.
-
-    A script names each include it uses by an ``-- include: <name>`` line: the file
-    ``<lua_dir>/includes/<name>.lua``, which defines one helper (a ``local function`` of that
-    name, with the constants or state it keeps) and names the includes it uses in turn. Each
-    include is sent once, after those it includes, so a Lua local is defined before its first
-    use; only the includes named are sent, directly or through one another, since Redis runs a
-    script's whole text on every call and every helper it defines is a closure made per call.
-    Full-line comments and blank lines are left out of the text sent but the script's first
-    line, which names it (none of the files uses a long string or a long comment): the text is
-    what SCRIPT LOAD, and in a cluster pipeline every EVAL, sends. Raises
-    :class:`IncludeError` for a missing include or a cycle.
+    """The text of script ``<lua_dir>/<name>.lua`` with its includes before it, each once
+    and after those it uses; full-line comments and blank lines left out but the first line
+    (docs/design.md, "Script includes"). Raises :class:`IncludeError` for a missing include or
+    a cycle.
     """
     text = (lua_dir / f"{name}.lua").read_text()
     parts: list[str] = []
@@ -157,27 +149,13 @@ class Call:
     args: list[Any]
 
 
-# The fast lane (a kept connection written to directly) is dtq.store.transport's; this layer asks it
-# first and takes redis-py's usual path for whatever the lane cannot do.
-#
-# On a Redis Cluster there is a lane per node (dtq.store.cluster: SyncRoutes / AsyncRoutes), the
-# call's node found by its hash tag; a call not run on it (a redirect, TRYAGAIN, CLUSTERDOWN, a
-# dropped connection) takes the cluster client's path, which follows MOVED/ASK, retries TRYAGAIN
-# and refreshes the slot map. ``is_cluster`` at construction is the one decision
-# (``_cluster``). In a cluster pipeline redis-py refuses EVALSHA (it could not load a missing
-# script there): a script call in a pipeline is sent as EVAL with its text, which Redis
-# caches under the same SHA.
-#
-# The slot guard. A script reaches keys it was not given (a task's record, ``base .. tid``):
-# same hash tag, so same slot, which is all a stable cluster needs. While that slot migrates,
-# though, such a key may already be on the new node: Redis 7 then fails the script at that
-# access ("non local key") with its earlier writes kept, a transition done half-way. On a
-# cluster each call therefore declares one more key, of its slot, that never exists: a node
-# serving a slot in migration answers TRYAGAIN (or ASK, then TRYAGAIN) to a call missing a key,
-# so no script runs at all until the migration ends, and then it runs whole on the new owner.
-# TRYAGAIN means "not run": the cluster client waits it out (connection.py). On a stable slot
-# the guard costs nothing (Redis looks keys up only for slots in migration). Scripts that count
-# their KEYS leave it out (lua/includes/nkeys.lua).
+# The fast lane (dtq.store.transport) is asked first; redis-py's usual path takes what it cannot
+# do. On a cluster there is a lane per node (dtq.store.cluster); a call not run there takes the
+# cluster client's path (MOVED/ASK, TRYAGAIN), and in a cluster pipeline a script is sent as EVAL
+# (redis-py refuses EVALSHA there).
+# The slot guard: a key of the call's slot that never exists, so a node serving a slot in
+# migration answers TRYAGAIN and no script runs half on the old owner (docs/faults.md). Free on a
+# stable slot; scripts that count their KEYS leave it out (lua/includes/nkeys.lua).
 SLOT_GUARD = ":~slotguard"
 
 
@@ -377,12 +355,9 @@ class SyncScripts(_Registered):
     ) -> list[Any]:
         """Run ``calls`` in order; the replies in order (a script's error is raised).
 
-        Over the lane each call is sent as soon as it is built, and the reply of call k is read
-        (and handed to ``each(k, reply)``) only after call k + 1 was sent: Redis runs one call
-        while the client builds the next and handles the one before (a bulk enqueue overlaps
-        its encoding and its handles with the scripts). ``each`` sees every reply that is not
-        an error, in order. Nothing is resent that may have run: a connection lost after the
-        first send raises.
+        Over the lane call k's reply is read (and handed to ``each(k, reply)``, errors aside)
+        only after call k + 1 was sent, so Redis runs one call while the client builds the next.
+        A connection lost after the first send raises: nothing that may have run is resent.
         """
         calls = iter(calls)
         st = transport.Stream(each)
