@@ -15,14 +15,9 @@ use ``eager=True``)::
             [info] = tq.drain()                  # runs everything due, retries included
             assert info.status == "succeeded"
 
-Each task runs as a worker runs it (:mod:`dtq.run`: arguments, context, timeout, middleware,
-progress) and its result or exception becomes the outcome by the worker's own rules
-(:mod:`dtq.retrypolicy`: the same errors, the same capped backoff with jitter). Differences
-from a worker, on purpose: tasks run one at a time in the calling thread (async tasks on an
-event loop of their own), a sync task's timeout is not enforced, and retries are due at once
-(``retry_backoff_s=0`` unless given) so ``drain()`` runs them; delayed tasks run when their time
-comes, or at once with ``drain(include_delayed=True)``. The app's middleware runs as in a
-worker (``before_enqueue`` in the clients, ``around_task`` and ``on_outcome`` around each run).
+Each task runs as a worker runs it (:mod:`dtq.run`, :mod:`dtq.retrypolicy`, the app's
+middleware); the differences (one at a time, no sync timeout, retries due at once) are in
+docs/lifecycle.md, "Testing your tasks".
 """
 
 from __future__ import annotations

@@ -6,17 +6,7 @@ Schedules are stored per queue (``P:{q}:schedules``, next fire times in
 Each fire is one atomic step (``lua/schedule_fire.lua``: compare-and-set of the next fire time,
 then the enqueue), so it is enqueued exactly once however many workers run.
 
-Rules (see docs/lifecycle.md):
-
-* A fire found late by at most ``grace`` seconds (default 60) still runs, once; older missed
-  fires are skipped (recorded as ``schedule_missed`` events), so a long downtime never floods.
-* ``overlap=False`` skips a fire while the previous task of the schedule is queued, scheduled
-  or running.
-* Cron times are wall-clock times in ``tz``. A time that does not exist (spring-forward gap)
-  fires once, at the end of the gap. A time that occurs twice (fall-back) fires once, at its
-  first occurrence, unless the expression runs every hour (hour field ``*``): then it follows
-  real time and fires in both occurrences.
-* ``every=N`` fires on multiples of N seconds since the Unix epoch (UTC), whatever the zo
+The rules (grace, ``overlap=False``, DST, ``every=N``) are in docs/lifecycle.md.
 
 The package: ``cron.py`` (the time arithmetic), ``model.py`` (:class:`Schedule`, declaring in
 code), ``ops.py`` (the SDK's list/add/remove/enable/run-now), ``runner.py`` (the firing, which the
