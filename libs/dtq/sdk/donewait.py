@@ -1,30 +1,13 @@
 """One pub/sub connection for all of a client's ``result()`` waits (AsyncClient: DoneWaits;
-the blocking Client: SyncDoneWaits).
+the blocking Client: SyncDoneWaits), so many waits never exhaust the connection pool.
 
-A waiting ``result()`` used to hold a pub/sub connection of its own from redis-py's pool (100
-connections) and take a second one for each ``get``: past about 50 waits at once the pool ran out
-and ``result()`` raised :class:`dtq.RedisUnavailable`. Here every wait of one client shares one
-subscribed connection, read by one task that wakes the waits of the channel a message names;
-a channel is subscribed while at least one wait needs it.
-
-The blocking Client's waits come from many threads, and redis-py's PubSub is not safe to share
-between them: there one reader thread does all of the connection's I/O. A wait asks it for its
-channel and wakes it with a PUBLISH on the client's own wake channel (Keys.wake_channel), since
-the reader may be blocked reading; a channel given up is unsubscribed at the reader's next turn.
-
-A wait is woken, never told the outcome: ``result()`` reads the record after each wake-up and at
-least every 5 s, so a message lost (the connection dropped and was made again, which redis-py
-follows by subscribing the channels again) costs time, never a result.
-
-On a Redis Cluster the scripts announce an end with SPUBLISH (lua/includes/done_pub.lua): a
-PUBLISH there is sent by the cluster bus to every node, a cost on every node for every task,
-while a done channel carries its queue's hash tag, so its slot's node alone needs it. The waits
-then SSUBSCRIBE, through redis-py's ClusterPubSub: one connection per node that owns a waited
-channel's slot; it moves a channel to its slot's new owner after a MOVED, a failover or a slot
-migration (a message sent meanwhile is lost: the 5 s poll holds). Its reads poll the nodes in
-turn, a subscription waiting for the node's read in progress: there a read lasts
-:data:`CLUSTER_READ_S`, and the blocking Client's reader needs no wake channel (it looks for new
-channels after each read).
+One reader wakes the waits of the channel a message names; a channel is subscribed while a
+wait needs it. redis-py's PubSub is not thread-safe, so for the blocking Client one reader
+thread does all the I/O, woken by a PUBLISH on the client's wake channel (Keys.wake_channel).
+A wait is woken, never told the outcome: ``result()`` reads the record after each wake-up and
+at least every 5 s, so a lost message costs time, never a result. On a cluster the waits
+SSUBSCRIBE at the channel's node (docs/faults.md, "result() waits"); reads poll the nodes in
+turn, each lasting :data:`CLUSTER_READ_S`.
 """
 
 from __future__ import annotations
