@@ -202,10 +202,8 @@ class ResultWait:
 
 
 # --- bulk cancel (cancel_many) ---------------------------------------------------------------
-# Each task goes through the same ``lua/cancel.lua`` as a single ``cancel()``: queued and
-# scheduled tasks end ``cancelled`` at once, running ones are asked to stop (their worker records
-# ``cancelled``), finished ones are left alone. Records are found with SCAN in bounded pages, so
-# tasks parked by a limit (which have no stream entry) are found too.
+# Each task goes through ``lua/cancel.lua``, as a single ``cancel()``. Records are found by SCAN
+# in bounded pages, so tasks parked by a limit (no stream entry) are found too.
 
 PAGE = 500
 UNFINISHED = ("queued", "scheduled", "running")
@@ -270,10 +268,8 @@ class ClientBase:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.app = app
-        # Queues this client has added to the registry set (P:queues), each until when: later
-        # enqueues to them skip the SADD and so need no pipeline. The registration is renewed
-        # after REGISTER_EVERY_S, so a keyspace flushed meanwhile (FLUSHALL, a restore) lists
-        # the queue again.
+        # Queues this client added to P:queues, each until when: later enqueues skip the SADD
+        # (no pipeline); renewed after REGISTER_EVERY_S, in case the keyspace was flushed.
         self._registered: dict[str, float] = {}
         # (logical queue, task name) enqueued by name -> until when the answer to "does a live
         # worker declare it?" holds (inf once warned: once per client); see _declared_steps.
@@ -525,10 +521,8 @@ class ClientBase:
         return sc.flow_tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
 
     # --- requests shared by both clients: generators of their I/O steps ----------------------
-    # Each yields a step (a script call, a TaskScan, Pipelined script calls, a Hooked request for
-    # the before_enqueue middleware, or a function of the Redis client whose value, awaited on
-    # an AsyncClient, is the reply) and is sent the step's reply; each client's ``_drive`` does
-    # the I/O. So a request is written once and the twins differ only in I/O.
+    # Each yields a step (a script call, a TaskScan, Pipelined calls, a Hooked request, or a
+    # function of the Redis client) and is sent its reply; each client's ``_drive`` does the I/O.
 
     def _get_steps(self, task_id: str) -> Steps[TaskInfo]:
         if is_flow_id(task_id):
@@ -720,10 +714,8 @@ class ClientBase:
 
     def _declared_steps(self, due: dict[tuple[str, str], str]) -> Steps[list[str]]:
         """The warnings (texts) for the (queue, name) pairs of ``due`` that no live worker
-        declares: one read of the queues' ``decl:seen`` stamps (with TIME on one server; a
-        cluster's pipeline cannot carry TIME, so it is read once per client and kept as an
-        offset). A stamp counts within DTQ_DECLARATION_GRACE_S, the grace in which a worker
-        that does not know the name hands its task back rather than failing it."""
+        declared within DTQ_DECLARATION_GRACE_S: one read of the queues' ``decl:seen`` stamps
+        (a cluster's pipeline cannot carry TIME: there the offset is read once per client)."""
         keys = sorted({self.keys.queue(p).decl_seen for p in due.values()})
 
         def read(r: Any) -> Any:

@@ -3,19 +3,10 @@
 :class:`Coalescer` is an asyncio client's (coroutines), :class:`SyncCoalescer` a blocking
 client's (threads: a threaded web server's handlers sharing one ``Client``).
 
-A call whose key has nothing in flight is sent at once, from its caller's own coroutine (no task,
-no delay: a coroutine enqueueing one task after another pays nothing for this). Calls of that key
-made while it is in flight wait; when it returns, all of them go out together in one batch call,
-and the calls made while that batch is in flight form the next one. So with many coroutines
-enqueueing at once (a web app's handlers) Redis runs a few bulk calls instead of one script call
-per task, each waiting at most one round trip longer than its own call would have queued behind
-the others' (docs/performance.md, "Single enqueues from many coroutines").
-
-A waiter cancelled before its batch is sent is left out of it (its item is never sent); one
-cancelled after is not told what became of its item, as for any call cancelled in flight. A
-batch that fails raises its error in each of its waiters; a batch whose sending thread is
-interrupted (KeyboardInterrupt) raises that in the sender alone; each other thread of it sends
-its item again alone (the blocking coalescer: :class:`SyncCoalescer`)."""
+A call of an idle key is sent at once by its caller (a lone enqueue pays nothing); calls made
+while it is in flight go out together as one batch when it returns, so many concurrent callers
+make a few bulk calls (docs/performance.md, "Single enqueues from many coroutines"). A waiter
+cancelled before its batch is sent is left out of it; a failed batch raises in each waiter."""
 
 from __future__ import annotations
 
@@ -126,14 +117,10 @@ class _Place(Generic[I, O]):
 
 
 class SyncCoalescer(Generic[K, I, O]):
-    """:class:`Coalescer` for threads, with no thread of its own: the call of an idle key is
-    sent by its caller; the calls of that key made meanwhile wait, and when it returns the
-    oldest of them sends them all as one ``send_many(key, items)`` from its own thread while
-    the others wait for its answer (calls made meanwhile form the next batch, sent in turn by
-    their oldest). A batch that fails raises its error in each of its callers; one whose
-    sending thread was interrupted (KeyboardInterrupt) is sent again by each of its other
-    callers alone, with ``send_one``, which must be safe to repeat (an enqueue's is: its id was
-    made before, and enqueue.lua answers a repeat with the task it made).
+    """:class:`Coalescer` for threads, with no thread of its own: the oldest waiting caller
+    sends the batch. If its thread is interrupted (KeyboardInterrupt), each other caller sends
+    its item again alone with ``send_one``, which must be safe to repeat (an enqueue's is: its
+    id was made before, and enqueue.lua answers a repeat with the task it made).
 
     ``c.call(key, item, send_one)``: ``send_one()``'s result when the key was idle, else the
     item's result from a batch.

@@ -3,19 +3,9 @@
 (as in dtq.sdk.client), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` (their
 ``pause_group``, ``resume_group``, ``groups``); dtq.admin (the CLI and the API) calls those methods.
 
-What a listing reads, per physical queue (a partitioned queue's partitions, dtq.store.partitions),
-from the group keys of :class:`dtq.store.keys.QueueKeys`: the groups come from ``group_index`` (the
-active ones, longest active first) and then ``group_paused`` (held groups that are idle); each
-named group's numbers from every partition: ``group_waiting`` of each band (its length and
-its head: the waiting), ``group_running``, ``group_paused``, and the ``enq`` of its turn tasks'
-records (the oldest waiting age).
-
-A page's work is bounded: at most ``limit`` names, and at most :data:`GROUP_BUDGET` (name,
-partition) lookups, each a fixed handful of commands in one pipeline; so on a queue with many
-partitions a page holds fewer names, and the cursor goes on. A group active in several
-partitions is listed once, at the first partition where it is active, with every partition's
-numbers summed. As with any walk of a changing set, a group that becomes active or idle during
-a walk may be missed or listed twice.
+A listing walks each partition's active groups, then its held ones; a page's work is bounded
+(at most ``limit`` names and :data:`GROUP_BUDGET` (name, partition) lookups), so a queue of many
+partitions gets fewer names a page (docs/operations.md, "The groups listing").
 """
 
 from __future__ import annotations
