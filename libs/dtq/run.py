@@ -152,9 +152,8 @@ class Runner:
         self.pool = pool
         self.worker_id = worker_id
         self.scripts, self.keys, self.events_maxlen, self.gate = scripts, keys, events_maxlen, gate
-        # The app's middleware (dtq.middleware), None when it has none: then a run costs one
-        # attribute test more than without the feature. Read once: middleware added after the
-        # runner was made is not seen.
+        # The app's middleware (dtq.middleware), None when it has none; read once, so middleware
+        # added later is not seen.
         self.mw = app.hooks()
 
     def stopped(self, run: Attempt) -> bool:
@@ -260,10 +259,8 @@ class Runner:
             return result
         set_current(context())
         cv = contextvars.copy_context()
-        # The pool's future is the body's start gate: a thread starts the body only if it can
-        # mark the future running, and cancel() succeeds only while it is not (both under the
-        # future's lock). An attempt that ends while its body waits for a thread cancels it
-        # there and then, so that body never starts (docs/faults.md, hung sync tasks).
+        # The pool's future is the body's start gate: an attempt that ends while its body waits
+        # for a thread cancels it, so that body never starts (docs/faults.md, hung sync tasks).
         gate = self.pool.submit(cv.run, task.fn, *args, **kwargs)
         fut = asyncio.wrap_future(gate, loop=loop)
         try:
