@@ -1,15 +1,10 @@
 """``dtq dev``: the whole system on one machine with no setup.
 
-Starts a private ``redis-server`` on a free port when one is installed, or an in-process
-fakeredis server otherwise (saying so). ``DTQ_REDIS_URL`` is not read (the quick start exports
-it for the user's own work, which the demo must not touch); ``--redis-url`` runs it on that
-Redis instead, under the key prefix :data:`DEV_PREFIX` of its own, so it never sees, runs or
-removes the tasks, queues and schedules of another prefix. None of the user's ``DTQ_*``
-settings reach the demo's processes but the few tuning ones in :data:`PASSED`.
-
-Then it starts a worker process running the example tasks shipped in :mod:`dtq.examples` and,
-when the ``api`` extra is installed, ``dtq-api`` with the dashboard; enqueues a mix of work, shows
-what happened to each task, and stops everything it started (``--keep`` keeps it all running).
+A private ``redis-server`` (or in-process fakeredis), a worker of :mod:`dtq.examples` and, with
+the ``api`` extra, ``dtq-api``; it enqueues a mix of work, shows each task's end and stops what it
+started. The user's data is never touched (``DTQ_REDIS_URL`` is not read; ``--redis-url`` runs
+under :data:`DEV_PREFIX`; only the :data:`PASSED` settings reach the demo): docs/operations.md,
+"`dtq dev` and your data".
 """
 
 from __future__ import annotations
