@@ -57,12 +57,10 @@ def fire_call(
 class ScheduleRunner:
     """Fires the due schedules of a queue; called from the scheduler leader's tick.
 
-    Also keeps the code-declared schedules in step with Redis: every worker stores its own new
-    or changed ones (:meth:`store_if_due`, so a new version's schedule is there whichever
-    version leads); the leader removes a code schedule only once no live worker has declared it
-    for DTQ_DECLARATION_GRACE_S (workers stamp ``P:{q}:schedules:seen`` with every heartbeat),
-    so during a rolling deploy each version's schedules keep firing. Runtime ones are never
-    touched.
+    Also keeps the code-declared schedules in step with Redis: every worker stores its new or
+    changed ones (:meth:`store_if_due`); the leader removes one no live worker declared within
+    DTQ_DECLARATION_GRACE_S, so each version's schedules fire during a rolling deploy
+    (docs/operations.md, "Rolling deploys"). Runtime ones are never touched.
     """
 
     SYNC_EVERY_S = 30.0
