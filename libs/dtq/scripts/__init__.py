@@ -1,12 +1,9 @@
 """The Lua scripts and one typed wrapper per script: ``from dtq import scripts as sc``.
 
-Each script lives in ``lua/<name>.lua`` (shipped in the wheel as ``dtq/lua``) with a header that
-lists its KEYS, ARGV and return value, and names the helpers it uses (``lua/includes/``), which
-are prepended (:func:`dtq.scripts.runner.assemble`).
-:mod:`dtq.scripts.runner` loads and runs them (EVALSHA, the fast lane, the error codes); the
-other modules each hold one family's wrappers: a call builder (a pure function returning a
-:class:`Call`), a reply parser, and what it returns (a frozen dataclass or an enum, never a raw
-list), so the sync client, the async client, the admin and the worker share them.
+Each script is ``lua/<name>.lua`` (its header lists KEYS, ARGV, the reply and its includes).
+:mod:`dtq.scripts.runner` loads and runs them; each other module holds one family's wrappers (a
+call builder returning a :class:`Call`, a reply parser, a typed result), shared by the clients,
+the admin and the worker.
 
 ========================  ==============================================================
 ``enqueue``               enqueue.lua
