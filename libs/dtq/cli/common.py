@@ -65,9 +65,8 @@ def emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
-    # Hand-written on purpose: tabulate(tablefmt="plain", disable_numparse=True) prints the same
-    # columns more slowly (docs/performance.md, "Hand-written code") and would be a dependency
-    # of every SDK install for these six lines.
+    # Hand-written: tabulate would be slower (docs/performance.md, "Hand-written code") and a
+    # dependency of every SDK install for these six lines.
     if not rows:
         echo("(none)")
         return

@@ -55,11 +55,8 @@ def _sorted(infos: list[ScheduleInfo]) -> list[ScheduleInfo]:
     return sorted(infos, key=lambda i: (i.next_fire_at or far, i.schedule.queue, i.schedule.name))
 
 
-# Each operation is written once, as a generator of its I/O steps (dtq.sdk.client: a script
-# call, or a function of the Redis client), driven by the clients' methods (Client.add_schedule,
-# ...). So the twins differ only in I/O, and both raise what every SDK call raises:
-# RedisUnavailable (one line) when Redis cannot be reached. The functions below, taking a client,
-# are the documented spelling of those methods.
+# Each operation is written once, as a generator of its I/O steps (as in dtq.sdk.client), driven
+# by the clients' methods (Client.add_schedule, ...); the functions below are their public names.
 
 
 def _hgetall(key: str, r: Any) -> Any:
