@@ -56,7 +56,7 @@ def _sorted(infos: list[ScheduleInfo]) -> list[ScheduleInfo]:
 
 
 # Each operation is written once, as a generator of its I/O steps (as in dtq.sdk.client), driven
-# by the clients' methods (Client.add_schedule, ...); the functions below are their public names.
+# by the clients' methods (Client.add_schedule, ...); the functions below are what the docs show.
 
 
 def _hgetall(key: str, r: Any) -> Any:
