@@ -1142,8 +1142,7 @@ class Client(ClientBase):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
-        # The short path: one script call, without the batch plan, closures and handle list of
-        # _send (a sixth of a single enqueue's client time).
+        # The short path: one script call, without _send's batch plan (docs/performance.md).
         return self._handle(q, self._io(lambda: self._scripts.run(call)))
 
     def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:

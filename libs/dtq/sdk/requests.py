@@ -70,7 +70,7 @@ class TaskDefaults:
 
 
 # The farthest a delay, eta, expiry or timeout may reach: every stored time stays a datetime
-# (a year-9999 eta was written, then failed every reader of the task and of the schedule).
+# (a year-9999 eta would fail every reader of the task and of its schedule).
 MAX_SPAN_S = 10 * 365 * 86_400
 
 
