@@ -6,7 +6,7 @@ wait needs it. redis-py's PubSub is not thread-safe, so for the blocking Client 
 thread does all the I/O, woken by a PUBLISH on the client's wake channel (Keys.wake_channel).
 A wait is woken, never told the outcome: ``result()`` reads the record after each wake-up and
 at least every 5 s, so a lost message costs time, never a result. On a cluster the waits
-SSUBSCRIBE at the channel's node (docs/faults.md, "result() waits"); reads poll the nodes in
+SSUBSCRIBE at the channel's node (docs/faults.md, "Redis Cluster"); reads poll the nodes in
 turn, each lasting :data:`CLUSTER_READ_S`.
 """
 
