@@ -11,8 +11,7 @@ client's) and ``INFO memory``:
   the flow's state hash).
 
 A chain step is compared with a plain task at batch 1, a chord member with one at batch 16
-(the way each is claimed). ``tools/flow_cost.py`` reuses these functions and adds a run of
-``complete.lua`` as it was before workflows.
+(the way each is claimed). Alone: ``dtq bench --peers none --workloads W``.
 """
 
 from __future__ import annotations
