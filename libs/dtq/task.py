@@ -126,11 +126,8 @@ class Task(Generic[P, R]):
                 raise TypeError(f"task {self.name!r}: {exc}") from None
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The enqueue fields of a call of this task (its name, arguments and call options).
-
-        Arguments that cannot bind to the function's signature raise ``TypeError`` here, as a
-        call of the function would, before anything is stored (else the task would be stored,
-        run, retried and failed with that same error)."""
+        """The enqueue fields of a call of this task; ``TypeError`` (before anything is stored)
+        when the arguments cannot bind to the function's signature."""
         self.check_call(args, kwargs)
         fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
         if self.call_options is not None:

@@ -1,12 +1,8 @@
 """Workflows: chains, groups and chords of tasks (docs/workflows.md).
 
-``sig``/``task.s`` describe one step; ``chain``, ``group`` and ``chord`` compose them, nested
-freely. :func:`plan` checks and encodes a whole flow before anything is sent (every step
-through :func:`dtq.sdk.requests.build_task`, as an enqueue would), and turns the tree into steps
-that wait for one another: each step knows how many steps it waits for, which steps wait for
-it, and its *input*: the expression (JSON of step indices) whose value is put first in its
-arguments when it is released. ``lua/flow_enqueue.lua`` then creates the flow in one call;
-``lua/includes/flow_*.lua`` run the joins inside the scripts that store the steps' outcomes.
+:func:`plan` checks and encodes a whole flow before anything is sent and turns the tree into
+steps that wait for one another, each with its *input* (JSON of step indices) put first in its
+arguments at its release; ``lua/flow_enqueue.lua`` creates the flow in one call.
 """
 
 from __future__ import annotations
@@ -143,6 +139,16 @@ class Plan:
         return f"{self.home}:{self.ftid}"
 
 
+def build_request(
+    settings: Settings, req: EnqueueRequest, defaults: TaskDefaults | None
+) -> tuple[str, NewTask]:
+    """The task of a request as ``before_enqueue`` middleware left it."""
+    return build_task(
+        settings, req.name, req.args, req.kwargs, defaults=defaults, queue=req.queue,
+        metadata=req.metadata or None, headers=req.headers or None, **req.options,
+    )  # fmt: skip
+
+
 def _deps(e: Expr | None, out: set[int]) -> set[int]:
     if isinstance(e, int):
         out.add(e)
@@ -188,11 +194,7 @@ def plan(
                     settings, node.name, list(node.args), node.kwargs, defaults=d, **node.options
                 )
             else:
-                rq = requests[len(steps)]
-                q, t = build_task(
-                    settings, rq.name, rq.args, rq.kwargs, defaults=d, queue=rq.queue,
-                    metadata=rq.metadata or None, headers=rq.headers or None, **rq.options,
-                )  # fmt: skip
+                q, t = build_request(settings, requests[len(steps)], d)
             if t.idempotency_key or t.limit:
                 raise InvalidRequest(
                     f"step {node.name!r}: unique tasks and limits are not supported in workflows"

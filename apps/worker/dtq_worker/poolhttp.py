@@ -1,10 +1,7 @@
 """The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all.
 
-A scrape of the parent fetches every child's ``/metrics`` (poolchild.py) and merges them: same
-name and labels are added (counters, histograms), gauges take the largest value, ``_created`` the
-earliest. A dead child's last counters are kept ("retired") and added to later scrapes, so a
-summed series never goes down. The rules, and why not multiprocess mode: docs/operations.md,
-"Worker processes".
+A scrape merges every child's ``/metrics`` (the rules, and a dead child's kept counters:
+docs/operations.md, "Worker processes").
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-# Below the probe timeout of the k8s manifests (5 s); children are asked in parallel.
-CHILD_TIMEOUT_S = 2.0
+CHILD_TIMEOUT_S = 2.0  # below the k8s probes' 5 s; children are asked in parallel
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -100,12 +96,8 @@ class ChildView:
 
 
 class PoolEndpoints(Collector):
-    """The collector for the parent's /metrics, and its two checks.
-
-    ``children`` lists the slots (a slot whose child is starting or being restarted has no
-    port); ``parent_live`` is the supervision loop's own liveness; ``stopping`` says the pool
-    drains; ``restarts`` counts child restarts so far.
-    """
+    """The collector for the parent's /metrics, and its two checks (``children``: the slots,
+    without a port while a child starts; ``parent_live``: the supervision loop's liveness)."""
 
     def __init__(
         self,
@@ -163,10 +155,8 @@ class PoolEndpoints(Collector):
         return list(self._pool.map(lambda v: child_word(*fetch(v.port or 0, path)), views))
 
     def live(self) -> str:
-        """/healthz: the parent's loop turns and every child that is up answers its /healthz.
-
-        A child being started or restarted counts as alive: the parent is handling it (and
-        exits should it keep dying), so a liveness restart of the whole pod would not help."""
+        """/healthz: the parent's loop turns and every child that is up answers its /healthz (a
+        child being restarted counts as alive: the parent handles it)."""
         word = self._parent_live()
         if word != "ok":
             return f"parent: {word}"

@@ -296,12 +296,7 @@ class ClientBase:
     def _build(
         self, req: EnqueueRequest, defaults: TaskDefaults | None = None
     ) -> tuple[str, sc.NewTask]:
-        return build_task(
-            self.settings, req.name, req.args, req.kwargs,
-            defaults=defaults or self._defaults(req.name),
-            queue=req.queue, metadata=req.metadata or None, headers=req.headers or None,
-            **req.options,
-        )  # fmt: skip
+        return wf.build_request(self.settings, req, defaults or self._defaults(req.name))
 
     def _unregistered(self, queues: Iterable[str]) -> list[str]:
         """Those of ``queues`` this client has not registered lately."""
@@ -878,11 +873,7 @@ class AsyncClient(ClientBase):
     ) -> tuple[bool, ScheduleInfo]:
         """Disable a schedule (it stops firing, its definition kept) or enable it again (it
         fires from its next fire time after now); returns whether it changed and the schedule.
-
-        One atomic ``ZADD``: disabling sets its next fire to +inf (XX: only a stored schedule);
-        enabling sets the next fire time only where it is lower (LT), so an enabled schedule
-        keeps its own.
-        """
+        An enabled schedule keeps its own next fire time."""
         return await self._drive(sched.set_enabled_steps(self.keys, name, queue, enabled))
 
     async def run_schedule_now(self, name: str, queue: str = "default") -> str:
