@@ -249,7 +249,9 @@ class Worker:
         try:
             return await self._serve()
         finally:
-            self._stop_http()  # an in-process worker must free its port when it ends
+            if self.http is not None:  # an in-process worker must free its port when it ends
+                self.http.stop()
+                self.http = None
             timer = getattr(self, "_hard_timer", None)
             if timer is not None:
                 timer.cancel()  # stopped in time; an in-process worker must not end its host later
@@ -312,11 +314,6 @@ class Worker:
         if self.heartbeat.age() > self.settings.effective_heartbeat_ttl_s:
             return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
         return "ok"
-
-    def _stop_http(self) -> None:
-        if self.http is not None:
-            self.http.stop()
-            self.http = None
 
     def _restarted(self, loop: str, exc: BaseException) -> None:
         self.metrics.loop_restarts.labels(loop).inc()

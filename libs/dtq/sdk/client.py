@@ -956,13 +956,7 @@ class Client(ClientBase):
     ) -> TaskHandle[Any]: ...
 
     def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
-        """Enqueue one task; one round trip. Returns its handle (``.id``).
-
-        ``enqueue("reports.build", args=[...], kwargs={...}, queue=..., ...)`` by name, or
-        ``enqueue(send_email, to=..., subject=...)`` through the task object: arguments checked
-        by mypy against the function, the handle typed by its result, the task's declared
-        defaults applied, options via ``send_email.options(delay=5)``.
-        """
+        """Enqueue one task by name or through the task object; see :meth:`AsyncClient.enqueue`."""
         if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
             return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
         h = self._enqueue(name, *args, **kwargs)
