@@ -25,9 +25,7 @@ from dtq.store.record import Field
 
 __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
 
-# Enqueue options a step may carry. An idempotency key (or unique) would make a second flow's
-# step answer with the first flow's task, which belongs to another flow: refused.
-# A step's delay and expiry count from its release (when what it waits for succeeded).
+# Enqueue options a step may carry (an idempotency key would answer with another flow's task).
 STEP_OPTIONS = frozenset(
     {"queue", "priority", "delay", "max_retries", "timeout", "expires", "metadata", "group"}
 )
@@ -201,7 +199,7 @@ def plan(
                 )
             i = len(steps)
             deps = _deps(inp, set())
-            # A step runs on its queue's partition 0 (a flow's keys stay on its home's slot).
+            # (on its queue's partition 0: a flow's keys stay on its home's slot)
             steps.append(Step(logical(q), t, inp, len(deps)))
             for d_ in deps:
                 steps[d_].dependents.append(i)
@@ -249,8 +247,7 @@ def enqueue_call(
     keys: Keys, p: Plan, events_maxlen: int, max_payload: int = 1_048_576
 ) -> tuple[Call, list[tuple[str, str]]]:
     """flow_enqueue.lua's call; and (queue, spec) of each first step on another queue, for the
-    client to move at once with :func:`dtq.scripts.flow_put_call`. ``max_payload``: the most
-    bytes a released step's arguments may have (DTQ_MAX_PAYLOAD_BYTES)."""
+    client to move at once (:func:`dtq.scripts.flow_put_call`)."""
     head: list[Any] = [
         events_maxlen, p.ftid, len(p.steps), json.dumps(p.root, separators=(",", ":")),
         json.dumps(p.tree, separators=(",", ":")), max_payload,
@@ -286,9 +283,8 @@ def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> 
 
 
 def put_marker(keys: Keys, fields: Mapping[str, str]) -> str | None:
-    """The put marker (``P:{q}:fput:<tid>``) of a ``put`` outbox entry, else None: the mover
-    gives it a TTL once the entry is acknowledged (no move of the entry can come after, but
-    one from a mover frozen since it read the entry)."""
+    """The put marker (``P:{q}:fput:<tid>``) of a ``put`` outbox entry, else None (the mover
+    gives it a TTL once the entry is acknowledged)."""
     if fields.get("k") != "put":
         return None
     spec = json.loads(fields["spec"])

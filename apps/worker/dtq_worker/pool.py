@@ -34,11 +34,8 @@ STABLE_S = 30.0
 BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 10.0
 TICK_S = 0.05
-# The parent's loop is live when it turned within this (it sleeps TICK_S between turns).
-LOOP_STALE_S = 5.0
-# After a stop was forwarded: how long past the children's own deadlines (drain, then hard
-# exit) before the parent SIGKILLs one that still runs.
-KILL_GRACE_S = 10.0
+LOOP_STALE_S = 5.0  # the parent's loop is live when it turned within this
+KILL_GRACE_S = 10.0  # after the children's drain and hard exit deadlines: SIGKILL
 
 DIR_PREFIX = "dtq-pool-"  # then the parent's pid: a dead parent's directory is removed
 _CLEAN = {EXIT_OK, -signal.SIGTERM, -signal.SIGINT}  # a child stopped before its handlers
