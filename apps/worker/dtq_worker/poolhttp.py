@@ -151,8 +151,13 @@ class PoolEndpoints(Collector):
 
     # --- probes -------------------------------------------------------------------------------
 
-    def _ask_all(self, path: str, views: list[ChildView]) -> list[str]:
-        return list(self._pool.map(lambda v: child_word(*fetch(v.port or 0, path)), views))
+    def _first_bad(self, path: str, views: list[ChildView]) -> str:
+        """ "ok", or the first of ``views`` whose answer to ``path`` is not (asked in parallel)."""
+        words = self._pool.map(lambda v: child_word(*fetch(v.port or 0, path)), views)
+        for view, w in zip(views, words, strict=True):
+            if w != "ok":
+                return f"process {view.index}: {w}"
+        return "ok"
 
     def live(self) -> str:
         """/healthz: the parent's loop turns and every child that is up answers its /healthz (a
@@ -160,11 +165,7 @@ class PoolEndpoints(Collector):
         word = self._parent_live()
         if word != "ok":
             return f"parent: {word}"
-        views = [v for v in self._children() if v.port is not None]
-        for view, w in zip(views, self._ask_all("/healthz", views), strict=True):
-            if w != "ok":
-                return f"process {view.index}: {w}"
-        return "ok"
+        return self._first_bad("/healthz", [v for v in self._children() if v.port is not None])
 
     def ready(self) -> str:
         """/readyz: every child is up and says ready."""
@@ -174,10 +175,7 @@ class PoolEndpoints(Collector):
         for v in views:
             if v.port is None:
                 return f"process {v.index}: starting"
-        for view, w in zip(views, self._ask_all("/readyz", views), strict=True):
-            if w != "ok":
-                return f"process {view.index}: {w}"
-        return "ok"
+        return self._first_bad("/readyz", views)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
