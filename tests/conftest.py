@@ -117,7 +117,7 @@ def assert_no_leaked_run(w: Any) -> None:
 
     leaked = [
         r.task_id
-        for r in w.inflight.values()
+        for r in w.slots.inflight.values()
         if r.task is not None and r.task.done() and r.stop_reason is not StopReason.SHUTDOWN
     ]
     assert not leaked, f"runs ended but still held: {leaked}"

@@ -1,8 +1,5 @@
-"""Fleet-wide limits declared on a task: concurrency per key and rate (starts per window).
-
-The key is computed from the task's arguments at enqueue (by a client that knows the app) and
-stored in the task record with the limits; the claim (lua/claim.lua) enforces them for every
-worker at once, parking a task over its limit without spending an attempt (docs/limits.md).
+"""Fleet-wide limits declared on a task: concurrency per key and rate (starts per window),
+enforced by the claim for every worker at once (docs/limits.md).
 """
 
 from __future__ import annotations

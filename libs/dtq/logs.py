@@ -13,8 +13,7 @@ from dtq.context import running_task
 if TYPE_CHECKING:
     from dtq.jsonlog import JsonFormatter as JsonFormatter
 
-# Control characters in a message (a task name, an error text) would let it forge log lines or
-# drive a terminal: the text format shows them escaped (JSON escapes them itself).
+# Control characters could forge log lines or drive a terminal: the text format escapes them.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -32,14 +31,8 @@ def one_line(text: str) -> str:
 
 
 class TaskContextFilter(logging.Filter):
-    """Gives a record logged inside a running task the task's ``task_id``, ``task`` (its name)
-    and ``attempt``, so the text and JSON lines say which run wrote it.
-
-    A handler filter: it sees the records of every logger that reach the handler. A record that
-    carries its own ``task_id`` (dtq's lines pass theirs as ``extra``) is left as it is. Add it
-    to handlers of your own (``handler.addFilter(dtq.logs.TaskContextFilter())``) when your
-    logging configuration replaces the worker's.
-    """
+    """A handler filter: a record logged inside a running task (without its own ``task_id``)
+    gets the task's ``task_id``, ``task`` and ``attempt`` (docs/operations.md, "Logs")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "task_id" not in record.__dict__:

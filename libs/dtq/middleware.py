@@ -1,29 +1,8 @@
 """Middleware: code of yours around every enqueue and every run (``app.add_middleware``).
 
-A middleware is any object with one or more of these methods (subclass :class:`Middleware` for
-the signatures; its defaults do nothing and are skipped, so they cost nothing):
-
-- ``before_enqueue(request)``, sync or ``async``: called by a client that knows the app
-  (``Client(app=app)``, ``app.client()``, the typed shortcut ``task.enqueue(...)``) for every
-  task it is about to send, ``enqueue_many`` included, before the request is checked and
-  encoded. It may change ``request.metadata`` and ``request.headers`` (and the other fields:
-  what it leaves is validated like any request). An exception raises to the caller and nothing
-  is sent. The blocking :class:`dtq.Client` cannot await: an ``async`` hook there is an error.
-- ``async around_task(ctx, call_next)``: wraps a run in the worker. ``ctx`` is the run's
-  :class:`dtq.TaskContext` (``ctx.headers`` holds the request's headers);
-  ``await call_next()`` runs the rest of the chain and the task body and returns its result
-  (or raises what the body raised). Whatever ``around_task`` returns is the task's result;
-  what it raises is the task's failure (``dtq.Retry`` and ``dtq.Fail`` included). It runs on
-  the worker's event loop for sync tasks too, around the wait for the task's thread (the
-  thread starts in a copy of the hook's context, so context variables it sets, such as the
-  current span, are seen by the body). The task's timeout bounds the body, not the hooks.
-- ``on_outcome(ctx, outcome)``, sync or ``async``: called once per run after the outcome was
-  written (or given up), with the fence's verdict in :class:`RunOutcome`. An exception is
-  logged and changes nothing: the outcome is already stored.
-
-The first middleware added is the outermost: its ``before_enqueue`` runs first, its
-``around_task`` wraps the others. With no middleware, a client and the worker check one
-attribute per task and nothing more.
+A middleware is any object with one or more of ``before_enqueue(request)``, ``async
+around_task(ctx, call_next)`` and ``on_outcome(ctx, outcome)``; subclass :class:`Middleware` for
+the signatures. The first added is the outermost. The rules: docs/integrations/middleware.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """History: per-minute counts per queue that outlive every process (docs/operations.md,
 "History").
 
-The scripts that enqueue and end runs count in the same call: enqueue.lua ``INCR``s the minute's
-counter ``P:{q}:he:<minute>`` (named by the client), the outcome scripts add to the hour string
-``P:{q}:h:<hour>`` in one ``BITFIELD`` (lua/includes/hist_add.lua), with each run's run-time
-bucket (:func:`bucket_of`) sent by the worker.
-
-An hour string holds :data:`SLOTS` unsigned 32-bit big-endian counters per minute
-(:data:`COUNTERS`, then the :data:`NBUCKETS` run-time buckets; ``enqueued``'s stays 0: the minute
-key holds it), at most :data:`HOUR_BYTES` bytes. Readers sum a queue's partitions (and every
-queue when none is named); percentiles come from the summed buckets (:func:`percentile`).
+An hour string ``P:{q}:h:<hour>`` holds :data:`SLOTS` unsigned 32-bit big-endian counters per
+minute (:data:`COUNTERS`, then the run-time buckets; ``enqueued`` lives in the minute keys
+``P:{q}:he:<minute>`` until retention folds it).
 """
 
 from __future__ import annotations
@@ -70,16 +64,11 @@ async def read(
     redis: Any, queues: list[QueueKeys], minutes: int, step: int = 1
 ) -> list[dict[str, Any]]:
     """The last ``minutes`` minutes (the current one included), summed over the physical
-    ``queues``, in buckets of ``step`` minutes, oldest first (with a step above 1, the first
-    bucket may start before the window: buckets are aligned). Per physical queue one ``MGET`` of
-    its hour keys and its enqueue counters of every minute (its keys share its hash tag; one
-    read, so a counter folded meanwhile, lua/retention_hist.lua, counts once), and one
-    ``TIME``."""
+    ``queues``, in aligned buckets of ``step`` minutes, oldest first. One ``MGET`` per queue
+    (so a counter folded meanwhile counts once), and one ``TIME``."""
     secs, _ = await redis.time()
     now_min = int(secs) // 60
-    # ceil(minutes / step) buckets, each starting on a multiple of step (at step 60, on the
-    # hour), the last holding the current minute
-    n = -(-minutes // step)
+    n = -(-minutes // step)  # buckets, each starting on a multiple of step
     first = (now_min // step - n + 1) * step
     hours = range(first // 60, now_min // 60 + 1)
     sums = [[0] * SLOTS for _ in range(n)]

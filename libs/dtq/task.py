@@ -1,8 +1,6 @@
 """``dtq.Task``: a registered task function, its declared defaults and its call's options.
 
-Below both the :class:`dtq.App` that registers it and the clients that enqueue it: a client
-recognises a task object and reads its request here, and the task reaches its app's client
-through the App it was registered on (an object it holds, not a module it imports).
+It reaches its app's client through the App it holds (it does not import dtq.app).
 """
 
 from __future__ import annotations
@@ -70,12 +68,8 @@ class Task(Generic[P, R]):
         ``kwargs`` are the others, type-checked against the rest of the task's signature
         (``chain(add.s(1, 2), mul.taking_result(10))`` runs ``mul(3, 10)``). Checked at once
         too: the task must take a first positional argument, and the others must fit."""
-        try:
-            params = inspect.signature(self.fn).parameters.values()
-        except (TypeError, ValueError):  # no signature to check (a builtin): Redis-side only
-            params = None
-        if params is not None:
-            first = next(iter(params), None)
+        if self._signature is not None:  # (none for a builtin)
+            first = next(iter(self._signature.parameters.values()), None)
             if first is None or first.kind not in (
                 inspect.Parameter.POSITIONAL_ONLY,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -85,7 +79,7 @@ class Task(Generic[P, R]):
                     f"task {self.name!r} takes no first positional argument for the flow to fill"
                 )
             try:
-                inspect.signature(self.fn).bind(None, *args, **kwargs)
+                self._signature.bind(None, *args, **kwargs)
             except TypeError as exc:
                 raise InvalidRequest(
                     f"task {self.name!r}: {exc} (the flow gives the first)"
@@ -132,11 +126,8 @@ class Task(Generic[P, R]):
                 raise TypeError(f"task {self.name!r}: {exc}") from None
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The enqueue fields of a call of this task (its name, arguments and call options).
-
-        Arguments that cannot bind to the function's signature raise ``TypeError`` here, as a
-        call of the function would, before anything is stored (else the task would be stored,
-        run, retried and failed with that same error)."""
+        """The enqueue fields of a call of this task; ``TypeError`` (before anything is stored)
+        when the arguments cannot bind to the function's signature."""
         self.check_call(args, kwargs)
         fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
         if self.call_options is not None:

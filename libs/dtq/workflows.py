@@ -1,12 +1,8 @@
 """Workflows: chains, groups and chords of tasks (docs/workflows.md).
 
-``sig``/``task.s`` describe one step; ``chain``, ``group`` and ``chord`` compose them, nested
-freely. :func:`plan` checks and encodes a whole flow before anything is sent (every step
-through :func:`dtq.sdk.requests.build_task`, as an enqueue would), and turns the tree into steps
-that wait for one another: each step knows how many steps it waits for, which steps wait for
-it, and its *input*: the expression (JSON of step indices) whose value is put first in its
-arguments when it is released. ``lua/flow_enqueue.lua`` then creates the flow in one call;
-``lua/includes/flow_*.lua`` run the joins inside the scripts that store the steps' outcomes.
+:func:`plan` checks and encodes a whole flow before anything is sent and turns the tree into
+steps that wait for one another, each with its *input* (JSON of step indices) put first in its
+arguments at its release; ``lua/flow_enqueue.lua`` creates the flow in one call.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ from dtq.store.record import Field
 
 __all__ = ["Chain", "Chord", "Flow", "Group", "Sig", "chain", "chord", "group", "sig"]
 
-# Enqueue options a step may carry. An idempotency key (or unique) would make a second flow's
-# step answer with the first flow's task, which belongs to another flow: refused.
-# A step's delay and expiry count from its release (when what it waits for succeeded).
+# Enqueue options a step may carry (an idempotency key would answer with another flow's task).
 STEP_OPTIONS = frozenset(
     {"queue", "priority", "delay", "max_retries", "timeout", "expires", "metadata", "group"}
 )
@@ -143,6 +137,16 @@ class Plan:
         return f"{self.home}:{self.ftid}"
 
 
+def build_request(
+    settings: Settings, req: EnqueueRequest, defaults: TaskDefaults | None
+) -> tuple[str, NewTask]:
+    """The task of a request as ``before_enqueue`` middleware left it."""
+    return build_task(
+        settings, req.name, req.args, req.kwargs, defaults=defaults, queue=req.queue,
+        metadata=req.metadata or None, headers=req.headers or None, **req.options,
+    )  # fmt: skip
+
+
 def _deps(e: Expr | None, out: set[int]) -> set[int]:
     if isinstance(e, int):
         out.add(e)
@@ -188,18 +192,14 @@ def plan(
                     settings, node.name, list(node.args), node.kwargs, defaults=d, **node.options
                 )
             else:
-                rq = requests[len(steps)]
-                q, t = build_task(
-                    settings, rq.name, rq.args, rq.kwargs, defaults=d, queue=rq.queue,
-                    metadata=rq.metadata or None, headers=rq.headers or None, **rq.options,
-                )  # fmt: skip
+                q, t = build_request(settings, requests[len(steps)], d)
             if t.idempotency_key or t.limit:
                 raise InvalidRequest(
                     f"step {node.name!r}: unique tasks and limits are not supported in workflows"
                 )
             i = len(steps)
             deps = _deps(inp, set())
-            # A step runs on its queue's partition 0 (a flow's keys stay on its home's slot).
+            # (on its queue's partition 0: a flow's keys stay on its home's slot)
             steps.append(Step(logical(q), t, inp, len(deps)))
             for d_ in deps:
                 steps[d_].dependents.append(i)
@@ -247,8 +247,7 @@ def enqueue_call(
     keys: Keys, p: Plan, events_maxlen: int, max_payload: int = 1_048_576
 ) -> tuple[Call, list[tuple[str, str]]]:
     """flow_enqueue.lua's call; and (queue, spec) of each first step on another queue, for the
-    client to move at once with :func:`dtq.scripts.flow_put_call`. ``max_payload``: the most
-    bytes a released step's arguments may have (DTQ_MAX_PAYLOAD_BYTES)."""
+    client to move at once (:func:`dtq.scripts.flow_put_call`)."""
     head: list[Any] = [
         events_maxlen, p.ftid, len(p.steps), json.dumps(p.root, separators=(",", ":")),
         json.dumps(p.tree, separators=(",", ":")), max_payload,
@@ -284,9 +283,8 @@ def handover_call(keys: Keys, settings: Settings, fields: Mapping[str, str]) -> 
 
 
 def put_marker(keys: Keys, fields: Mapping[str, str]) -> str | None:
-    """The put marker (``P:{q}:fput:<tid>``) of a ``put`` outbox entry, else None: the mover
-    gives it a TTL once the entry is acknowledged (no move of the entry can come after, but
-    one from a mover frozen since it read the entry)."""
+    """The put marker (``P:{q}:fput:<tid>``) of a ``put`` outbox entry, else None (the mover
+    gives it a TTL once the entry is acknowledged)."""
     if fields.get("k") != "put":
         return None
     spec = json.loads(fields["spec"])

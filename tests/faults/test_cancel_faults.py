@@ -19,7 +19,6 @@ import redis
 from dtq import AsyncClient, Client, TaskFailed
 from dtq import scripts as sc
 from dtq.admin import dlq_requeue_call
-from dtq.sdk.client import cancel_channel
 from dtq.store.keys import GROUP, Keys, QueueKeys, new_tid
 from tests.apps.faulty import read_journal
 from tests.conftest import create_groups, make_settings, wait_until
@@ -258,7 +257,7 @@ async def test_a_cancel_heard_while_the_claims_reply_is_in_flight_stops_the_run_
     await w.prepare()
     listener = asyncio.create_task(w._cancel_listener())
     try:
-        channel = cancel_channel(Keys(prefix))
+        channel = Keys(prefix).cancel_channel
         await asyncio.to_thread(wait_until, lambda: r.pubsub_numsub(channel)[0][1] == 1, 10)
         async with AsyncClient(settings=settings) as c:
             h = await c.enqueue("quick", args=[7], kwargs={"journal_path": jpath})
@@ -269,7 +268,7 @@ async def test_a_cancel_heard_while_the_claims_reply_is_in_flight_stops_the_run_
             assert await c.cancel(h.id, reason="changed my mind") is True
             await asyncio.wait_for(heard.wait(), 10)
             w.runs.take(Q, batch, sent)  # the reply arrives: the run is launched
-            run = w.inflight[(Q, batch.runs[0].tid)]
+            run = w.slots.inflight[(Q, batch.runs[0].tid)]
             assert run.task is not None
             await asyncio.wait_for(run.task, 10)
             info = await c.get(h.id)
@@ -302,7 +301,7 @@ async def test_a_cancel_hint_from_before_a_claim_was_sent_does_not_stop_its_run(
             sent = time.monotonic()
             batch = sc.parse_claim(Q, await w.scripts.run(w.consumer._claim_call(Q, 1)))
             w.runs.take(Q, batch, sent)
-            run = w.inflight[(Q, batch.runs[0].tid)]
+            run = w.slots.inflight[(Q, batch.runs[0].tid)]
             assert run.task is not None
             await asyncio.wait_for(run.task, 10)
             assert (await c.get(h.id)).status == "succeeded"

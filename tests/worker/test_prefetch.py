@@ -118,7 +118,7 @@ async def test_a_lost_claim_of_a_waiting_run_is_dropped_then_reclaimed(
         first, second = await one_running_one_waiting(w, c, 0.8)
         [waiting] = list(w.slots.ready)
         w.runs.lose(waiting, "test")  # as when a touch reports the entry reclaimed
-        assert not w.slots.ready and waiting.key not in w.inflight
+        assert not w.slots.ready and waiting.key not in w.slots.inflight
         assert w.slots.active == 1  # only the running body holds a slot
         # Nobody touches its entry now: the reaper reclaims it after the visibility timeout.
         assert await c.result(second.id, timeout=20) == 0.0

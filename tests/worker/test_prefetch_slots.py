@@ -34,7 +34,7 @@ async def poll(pred: Any, timeout: float = 10.0) -> None:
 
 def assert_no_slot_held(w: Any) -> None:
     """Nothing in flight: no slot may be counted (the invariant the wedge broke)."""
-    assert not w.inflight and not w.slots.ready
+    assert not w.slots.inflight and not w.slots.ready
     assert w.slots.active == 0 and sum(w.slots.active_per_queue.values()) == 0
 
 
@@ -98,7 +98,7 @@ async def test_a_run_cancelled_before_its_task_first_ran_writes_cancelled_and_fr
         def launch_then_cancel(claimed: Any, sent: float | None = None) -> None:
             real_launch(claimed, sent)
             if not cancelled:
-                cancelled.append(w.inflight[(claimed.queue, claimed.tid)])
+                cancelled.append(w.slots.inflight[(claimed.queue, claimed.tid)])
                 w.runs.cancel(claimed.queue, claimed.tid)
 
         w.runs.launch = launch_then_cancel
@@ -108,7 +108,7 @@ async def test_a_run_cancelled_before_its_task_first_ran_writes_cancelled_and_fr
         while (await c.get(first.id)).status != TaskStatus.CANCELLED:
             assert time.monotonic() < deadline, "the cancelled run wrote no outcome"
             await asyncio.sleep(0.01)
-        await poll(lambda: not w.inflight)
+        await poll(lambda: not w.slots.inflight)
         assert_no_slot_held(w)
         second = await c.enqueue("sleep", [0.0])
         assert await c.result(second.id, timeout=10) == 0.0  # its slot came back

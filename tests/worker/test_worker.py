@@ -208,7 +208,7 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Se
                     break
                 await asyncio.sleep(0.01)
             assert (await c.get(h.id)).status == TaskStatus.RUNNING
-            assert not w.inflight and w.slots.claiming  # started in Redis, its reply not read yet
+            assert not w.slots.inflight and w.slots.claiming  # started in Redis, reply unread
             # running_worker stops the worker on exit; the reply comes once the drain began.
             asyncio.get_running_loop().call_later(0.3, gate.set)
         info = await c.get(h.id)

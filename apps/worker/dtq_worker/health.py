@@ -1,9 +1,7 @@
 """The worker's HTTP port (DTQ_METRICS_PORT): ``/metrics``, ``/healthz`` and ``/readyz``.
 
-It runs in its own thread so it answers whatever the event loop is doing: ``/healthz``
-(liveness) waits for the loop to run a no-op, so a blocked loop or a frozen process fails it but
-a Redis outage does not; ``/readyz`` reads what the heartbeat loop records. Answers are JSON
-``{"status": ...}``, ``ok`` or why not (docs/operations.md, the probes' table).
+Its own thread answers whatever the event loop does; ``/healthz`` waits for the loop to run a
+no-op (docs/operations.md, the probes' table).
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from dtq.errors import ConfigError
 
-# How long /healthz waits for the event loop. Above any pause a healthy loop takes (a gc run, a
-# burst of outcome writes), well below a probe's timeout (the k8s manifests use 5 s).
+# How long /healthz waits for the event loop: above a healthy loop's pauses, below k8s's 5 s.
 LOOP_ANSWER_TIMEOUT_S = 2.0
 
 Check = Callable[[], str]  # "ok", or why not
@@ -99,8 +96,7 @@ class HealthServer:
         t.start()
 
     def close_in_child(self) -> None:
-        """In a forked child: close the inherited listening socket (the parent serves it; its
-        thread, which :meth:`stop` would wait for, is not in this process)."""
+        """In a forked child: close the inherited listening socket (its thread is not here)."""
         if self._server is not None:
             self._server.socket.close()
             self._server = None

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dtq.heartbeat")
 EVICTING_REMIND_S = 60.0  # the error is logged again this often while Redis evicts
-# Heartbeat statuses of a worker on its way out (Heartbeat.status, the farewell's last beat).
 STOPPING = ("draining", "stopped")
 
 
@@ -36,8 +35,7 @@ class IdStillHeld(Exception):
 
 
 def _dead_here(host: str, pid: str) -> bool:
-    """Whether the holder is a process of this host that no longer exists (a restart under a
-    fixed id need not wait for the dead one's heartbeat hash to expire)."""
+    """Whether the holder is a process of this host that no longer exists."""
     if host != socket.gethostname() or not pid.isdigit():
         return False
     try:
@@ -61,10 +59,9 @@ class Heartbeat:
         self_stop: Callable[[], None],
         schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """``tasks`` (the app's tasks by name) and ``schedules`` (queue -> its code schedules'
-        names) are declared with every beat (:meth:`_declare`); ``counters``: the outcomes so
-        far; ``on_beat()``: after every beat Redis took; ``self_stop()``: no beat got through
-        for the heartbeat TTL. A touch's reports (a claim lost, a cancel flag) go to ``runs``."""
+        """``tasks`` and ``schedules`` (queue -> names) are declared with every beat;
+        ``on_beat()``: after every beat Redis took; ``self_stop()``: none got through for the
+        heartbeat TTL. A touch's reports (a claim lost, a cancel flag) go to ``runs``."""
         self.env = env
         self.runs = runs
         self.slots = runs.slots
@@ -77,10 +74,8 @@ class Heartbeat:
         self.last_ok = time.monotonic()
         self.started_at = int(time.time() * 1000)
         self.backoff = Backoff(log, "heartbeat")
-        # The owner and the task names go with the first beat and the first after a failed one
-        # (the hash may have expired meanwhile), not with every beat.
-        self.publish = True
-        self._evicting_logged = 0.0  # when the last "Redis evicts" error was logged (monotonic)
+        self.publish = True  # the owner and task names go with the next beat
+        self._evicting_logged = 0.0
         env.metrics.heartbeat_age.set_function(self.age)
 
     def age(self) -> float:
@@ -94,9 +89,8 @@ class Heartbeat:
         while not env.finished:
             began = time.monotonic()
             ok = await self.beat()
-            # The TTL counts from the first failed attempt, not from the last success: a process
-            # that was frozen (SIGSTOP, VM pause) must not stop itself on one failed beat after
-            # it resumes; its touch then reports the claims it lost instead.
+            # The TTL counts from the first failed attempt: a process that was frozen must not
+            # stop itself on one failed beat after it resumes.
             if ok:
                 failing_since = None
                 self._on_beat()
@@ -116,9 +110,8 @@ class Heartbeat:
             await env.sleep_until_finished(pause)
 
     async def _watch_eviction(self) -> None:
-        """Re-read Redis's maxmemory-policy (store/eviction.py): under ``allkeys-*`` Redis may evict
-        waiting tasks, so claims stop (``env.evicting``: the poll loop and the outcome writes'
-        refills read it) and /readyz fails until the policy is fixed; runs in flight finish."""
+        """Re-read Redis's maxmemory-policy: under ``allkeys-*`` claims stop (``env.evicting``)
+        and /readyz fails until it is fixed; runs in flight finish."""
         env = self.env
         try:
             policy = await eviction.eviction_policy(env.redis)
@@ -146,13 +139,8 @@ class Heartbeat:
 
     async def claim_id(self) -> bool:
         """Start under this worker id once no live worker of another process holds it; False
-        when this worker was stopped while it waited (it holds nothing then).
-
-        Two processes with one id would share a consumer name and the scheduler lock; HSETNX of
-        the heartbeat hash's ``owner`` makes the check and the claim one step. A stopping holder
-        (``draining``: a restarted worker's earlier self) is waited for up to
-        :meth:`claim_wait_s`, then :class:`IdStillHeld` (exit 4); one still running a heartbeat
-        TTL into the wait is a second worker given this id: ConfigError (exit 2).
+        when stopped while waiting. A stopping holder is waited for up to :meth:`claim_wait_s`
+        (then IdStillHeld), a running one a heartbeat TTL (then ConfigError): docs/faults.md.
         """
         env = self.env
         s = env.settings
@@ -191,8 +179,7 @@ class Heartbeat:
                 return False
 
     def claim_wait_s(self) -> float:
-        """How long a start waits for a stopping holder of its id: its drain and hard exit (as
-        this worker's settings say), then one heartbeat TTL for its hash to expire."""
+        """How long a start waits for a stopping holder of its id: drain, hard exit, one TTL."""
         s = self.env.settings
         return s.drain_timeout_s + s.hard_exit_s + s.effective_heartbeat_ttl_s
 
@@ -264,11 +251,9 @@ class Heartbeat:
     async def _send(
         self, by_queue: Mapping[str, list[Run]], active: int, status: str | None, published: bool
     ) -> list[Any]:
-        """One pipeline: the liveness hash (with the owner and task names when ``published``),
-        its TTL, the workers index, one touch per queue with runs in flight, then TIME.
-        Replies in that order (without the owner's HSET when not ``published``)."""
+        """One pipeline: the liveness hash (the owner and task names when ``published``), its
+        TTL, the workers index, one touch per queue with runs, the declarations, then TIME."""
         env = self.env
-        # Heartbeat times are on the Redis clock (env.clock), set by a TIME sent with every beat.
         if env.clock.offset_ms is None:
             env.clock.set(await env.redis.time())
         now_ms = env.clock.now_ms()
@@ -284,20 +269,17 @@ class Heartbeat:
                 refs = [r.ref for r in q_runs]
                 await env.scripts.run(sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe)
             self._declare(pipe, now_ms)
-            # A cluster pipeline refuses TIME (no key to route it by): sent after it.
             cluster = is_cluster(env.redis)
             if not cluster:
                 pipe.time()
             replies: list[Any] = await pipe.execute()
-        if cluster:
+        if cluster:  # (a cluster pipeline cannot route TIME)
             replies.append(await env.redis.time())
         return replies
 
     def _declare(self, pipe: Any, now_ms: int) -> None:
         """Stamp, per queue consumed, the task names and code schedules this worker declares
-        with the time of this beat: a worker that does not know a name hands its tasks back,
-        and the scheduler leader keeps a schedule, while a stamp is within
-        DTQ_DECLARATION_GRACE_S (rolling deploys; docs/operations.md)."""
+        with this beat's time (rolling deploys; docs/operations.md)."""
         env = self.env
         for q in env.queues:
             qk = env.keys.queue(q)
@@ -318,8 +300,7 @@ class Heartbeat:
         self.backoff.ok()
         if published:
             del replies[1]  # the HSET of the owner and the names
-        # Fields new to the hash: it had expired (a frozen process, a Redis restart) and was
-        # made again by this beat: the owner and the names go with the next one.
+        # Fields new to the hash: it had expired, the owner and the names go with the next beat.
         self.publish = not published and int(replies[0]) > 0
         self.last_ok = time.monotonic()
         self.env.healthy.set()
@@ -328,8 +309,7 @@ class Heartbeat:
         lost = {(q, tid) for q, t in zip(by_queue, touches, strict=True) for tid in t.lost}
         for q_runs in by_queue.values():
             for r in q_runs:
-                # Renewed by this beat, unless its touch reports it lost (dropped just below):
-                # such a run must not look fresh to Slots.fill, which the drop of another calls.
+                # Renewed, unless reported lost (it must not look fresh to Slots.fill).
                 if not lost or r.key not in lost:
                     r.leased_mono = sent
         for q, touch in zip(by_queue, touches, strict=True):

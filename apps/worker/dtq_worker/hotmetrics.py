@@ -1,10 +1,5 @@
-"""Per-run metrics updated without locks, exported at scrape time.
-
-prometheus_client's Counter and Histogram lock per update (docs/performance.md, "Hand-written
-code"); these are updated by the event loop thread only, so plain ints and floats do. The scrape
-copies the bucket list in one step: its count is the sum of its buckets (its sum may miss a run
-ending during the copy).
-"""
+"""Per-run metrics updated without locks (the event loop thread alone updates them), exported
+at scrape time (docs/performance.md, "Hand-written code")."""
 
 from __future__ import annotations
 

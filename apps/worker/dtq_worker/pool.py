@@ -34,11 +34,8 @@ STABLE_S = 30.0
 BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 10.0
 TICK_S = 0.05
-# The parent's loop is live when it turned within this (it sleeps TICK_S between turns).
-LOOP_STALE_S = 5.0
-# After a stop was forwarded: how long past the children's own deadlines (drain, then hard
-# exit) before the parent SIGKILLs one that still runs.
-KILL_GRACE_S = 10.0
+LOOP_STALE_S = 5.0  # the parent's loop is live when it turned within this
+KILL_GRACE_S = 10.0  # after the children's drain and hard exit deadlines: SIGKILL
 
 DIR_PREFIX = "dtq-pool-"  # then the parent's pid: a dead parent's directory is removed
 _CLEAN = {EXIT_OK, -signal.SIGTERM, -signal.SIGINT}  # a child stopped before its handlers
@@ -71,10 +68,6 @@ def _remove_stale_dirs() -> None:
             pass
 
 
-def backoff_s(short_deaths: int) -> float:
-    return float(min(BACKOFF_BASE_S * 2**short_deaths, BACKOFF_MAX_S))
-
-
 @dataclass
 class Slot:
     index: int
@@ -98,8 +91,7 @@ class Pool:
         self.restarts = 0
         self.tick = time.monotonic()
         self._signals: list[int] = []
-        # A child that cannot reach Redis exits 1 after one heartbeat TTL: such deaths must
-        # count as quick ones too, or a pool would restart forever without Redis.
+        # (a child that cannot reach Redis exits after one heartbeat TTL: a quick death too)
         self.stable_s = max(STABLE_S, 2 * settings.effective_heartbeat_ttl_s)
         self._stop_at: float | None = None
         _remove_stale_dirs()
@@ -200,7 +192,7 @@ class Pool:
             self.code = EXIT_REDIS_LOST
             self._begin_stop(signal.SIGTERM)
             return
-        delay = backoff_s(slot.short_deaths)
+        delay = float(min(BACKOFF_BASE_S * 2**slot.short_deaths, BACKOFF_MAX_S))
         log.warning(
             "process %d died (exit %d) after %.1fs: restarting in %.2fs",
             slot.index,
@@ -254,9 +246,9 @@ class Pool:
         self._signals.extend(early_signals)
         try:
             if self.settings.metrics_port is not None:
-                self.http = HealthServer(
-                    _registry(self.endpoints), self.endpoints.live, self.endpoints.ready
-                )
+                reg = CollectorRegistry(auto_describe=False)
+                reg.register(self.endpoints)
+                self.http = HealthServer(reg, self.endpoints.live, self.endpoints.ready)
                 try:
                     self.http.bind(self.settings.metrics_port)
                 except ConfigError as exc:  # the port is taken: before any child starts
@@ -308,12 +300,6 @@ class Pool:
             self.http.stop()
         self.endpoints.close()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _registry(collector: PoolEndpoints) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)
-    return reg
 
 
 def check(settings: Settings) -> None:

@@ -1,10 +1,7 @@
 """The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all.
 
-A scrape of the parent fetches every child's ``/metrics`` (poolchild.py) and merges them: same
-name and labels are added (counters, histograms), gauges take the largest value, ``_created`` the
-earliest. A dead child's last counters are kept ("retired") and added to later scrapes, so a
-summed series never goes down. The rules, and why not multiprocess mode: docs/operations.md,
-"Worker processes".
+A scrape merges every child's ``/metrics`` (the rules, and a dead child's kept counters:
+docs/operations.md, "Worker processes").
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-# Below the probe timeout of the k8s manifests (5 s); children are asked in parallel.
-CHILD_TIMEOUT_S = 2.0
+CHILD_TIMEOUT_S = 2.0  # below the k8s probes' 5 s; children are asked in parallel
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -100,12 +96,8 @@ class ChildView:
 
 
 class PoolEndpoints(Collector):
-    """The collector for the parent's /metrics, and its two checks.
-
-    ``children`` lists the slots (a slot whose child is starting or being restarted has no
-    port); ``parent_live`` is the supervision loop's own liveness; ``stopping`` says the pool
-    drains; ``restarts`` counts child restarts so far.
-    """
+    """The collector for the parent's /metrics, and its two checks (``children``: the slots,
+    without a port while a child starts; ``parent_live``: the supervision loop's liveness)."""
 
     def __init__(
         self,
@@ -159,22 +151,21 @@ class PoolEndpoints(Collector):
 
     # --- probes -------------------------------------------------------------------------------
 
-    def _ask_all(self, path: str, views: list[ChildView]) -> list[str]:
-        return list(self._pool.map(lambda v: child_word(*fetch(v.port or 0, path)), views))
-
-    def live(self) -> str:
-        """/healthz: the parent's loop turns and every child that is up answers its /healthz.
-
-        A child being started or restarted counts as alive: the parent is handling it (and
-        exits should it keep dying), so a liveness restart of the whole pod would not help."""
-        word = self._parent_live()
-        if word != "ok":
-            return f"parent: {word}"
-        views = [v for v in self._children() if v.port is not None]
-        for view, w in zip(views, self._ask_all("/healthz", views), strict=True):
+    def _first_bad(self, path: str, views: list[ChildView]) -> str:
+        """ "ok", or the first of ``views`` whose answer to ``path`` is not (asked in parallel)."""
+        words = self._pool.map(lambda v: child_word(*fetch(v.port or 0, path)), views)
+        for view, w in zip(views, words, strict=True):
             if w != "ok":
                 return f"process {view.index}: {w}"
         return "ok"
+
+    def live(self) -> str:
+        """/healthz: the parent's loop turns and every child that is up answers its /healthz (a
+        child being restarted counts as alive: the parent handles it)."""
+        word = self._parent_live()
+        if word != "ok":
+            return f"parent: {word}"
+        return self._first_bad("/healthz", [v for v in self._children() if v.port is not None])
 
     def ready(self) -> str:
         """/readyz: every child is up and says ready."""
@@ -184,10 +175,7 @@ class PoolEndpoints(Collector):
         for v in views:
             if v.port is None:
                 return f"process {v.index}: starting"
-        for view, w in zip(views, self._ask_all("/readyz", views), strict=True):
-            if w != "ok":
-                return f"process {view.index}: {w}"
-        return "ok"
+        return self._first_bad("/readyz", views)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

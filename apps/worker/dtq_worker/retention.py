@@ -1,20 +1,5 @@
-"""Retention: one worker at a time prunes what outlived its age or cap, in bounded passes.
-
-Most data ends by itself: a finished record (with its result) and its idempotency key expire
-DTQ_RESULT_TTL_S after the task ends (failed ones after DTQ_DLQ_TTL_S), event streams are capped
-at DTQ_EVENTS_MAXLEN on every write, limit keys empty or expire as runs end. This pass, run by
-the holder of the ``P:lock:retention`` lease every DTQ_RETENTION_INTERVAL_S from the scheduler
-loop, removes the rest:
-
-- dead letters older than DTQ_DLQ_TTL_S, whose record expired, or beyond DTQ_DLQ_MAX (oldest);
-- workers silent for DTQ_DEAD_WORKER_TTL_S (the ``P:workers`` zset) and their stream consumers
-  that hold no pending entries;
-- registered queue names (``P:queues``) whose queue held nothing on two passes in a row and that
-  no live worker consumes;
-- the history's per-minute enqueue counters of the last hour but the current minute (and the
-  one before, for clocks a little apart), folded into their hour strings (dtq.stats);
-- via a SCAN cursor kept between passes: idempotency keys left without a TTL whose task is gone,
-  finished records without a TTL, and concurrency-limit queues whose runs vanished.
+"""Retention: one worker at a time (the ``P:lock:retention`` lease) prunes, in bounded passes,
+what outlived its age or cap and does not expire by itself (docs/limits.md, "Retention").
 """
 
 from __future__ import annotations
@@ -111,17 +96,16 @@ class Retention:
         return rep
 
     async def prune_workers(self) -> int:
-        """Drop ``P:workers`` entries older than the dead-worker age, on the Redis clock (the
-        scores are Redis time too, see heartbeat.py): a skewed worker clock prunes nothing live."""
+        """Drop ``P:workers`` entries older than the dead-worker age, on the Redis clock (as the
+        scores): a skewed worker clock prunes nothing live."""
         env = self.env
         sec, usec = await env.redis.time()
         cutoff = int(sec) * 1000 + int(usec) // 1000 - int(env.settings.dead_worker_ttl_s * 1000)
         return int(await env.redis.zremrangebyscore(env.keys.workers, "-inf", cutoff))
 
     async def prune_consumers(self, queues: list[str]) -> int:
-        """Delete stream consumers idle past the dead-worker age that hold no pending entry; the
-        check and the delete are one script per queue (lua/retention_consumers.lua), so a claim
-        can never land between them."""
+        """Delete stream consumers idle past the dead-worker age that hold no pending entry (one
+        script per queue: no claim lands between the check and the delete)."""
         env = self.env
         idle_ms = int(env.settings.dead_worker_ttl_s * 1000)
         removed = 0
@@ -131,9 +115,8 @@ class Retention:
         return removed
 
     async def forget_queues(self, queues: list[str]) -> int:
-        """Drop from ``P:queues`` the names whose queue held nothing on this pass and the last
-        one (lua/retention_queue.lua) and that no live worker consumes, with their empty keys;
-        a client that enqueues to one again registers it again."""
+        """Drop from ``P:queues`` (with their empty keys) the queues no live worker consumes that
+        held nothing on this pass and the last; a client's next enqueue registers one again."""
         env = self.env
         consumed: set[str] = set(env.queues)
         ids = await env.redis.zrange(env.keys.workers, 0, -1)
@@ -162,9 +145,8 @@ class Retention:
         return forgotten
 
     async def scan_pass(self, rep: RetentionReport, registered: set[str]) -> None:
-        """A bounded slice of a SCAN over the prefix; the cursor carries over to the next pass.
-        A queue with waiting work that is missing from ``P:queues`` (forgotten while empty, then
-        used by a client that had registered it before) is registered again."""
+        """A bounded slice of a SCAN over the prefix (the cursor carries over to the next pass);
+        a queue with waiting work missing from ``P:queues`` is registered again."""
         env = self.env
         s = env.settings
         pattern = env.keys.every_queue_key_pattern
@@ -204,8 +186,7 @@ class Retention:
             return
         queue, rest = parts
         if rest == "sched" or _STREAM.fullmatch(rest):
-            # A stream or schedule: forget_queues deletes these, so after it they mean new work
-            # (finished records would not: they wait for their TTL).
+            # (forget_queues deletes these: after it they mean new work; records do not)
             busy.add(queue)
         if rest.startswith(("t:", "idem:")):
             found[queue].append(key)

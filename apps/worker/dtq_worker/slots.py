@@ -1,12 +1,7 @@
 """A worker's capacity: which runs it holds, how many bodies run, and what claims may still take.
 
-A run holds a slot from its launch until its body is over; a claim in flight reserves the slots
-it asks for until its runs are launched, in the same step. The invariants this keeps (bodies
-within the concurrency, claims within the free slots and queue caps, a drain that sees every run
-in flight): docs/design.md, "The slots". Also here, as they decide whether a launched run may
-start: the cancel hints for runs not (yet) held and the guard that launches a run only once.
-
-Nothing here touches Redis or creates tasks: Runs (runs.py) passes ``start`` (begin a run's task).
+No I/O here; the invariants it keeps: docs/design.md, "The slots". Also the cancel hints for
+runs not (yet) held.
 """
 
 from __future__ import annotations
@@ -41,8 +36,7 @@ class StopReason(Enum):
 class Run(Attempt):
     """One attempt held here: what the runner reads (dtq.run.Attempt), and its slot and lease."""
 
-    # Its lease is held from no earlier than this (monotonic): when its claim was sent, then
-    # when a heartbeat that renewed it was sent (Slots.fill).
+    # Its lease is held since no earlier than this (monotonic): its claim's or last renewal's send.
     leased_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
@@ -71,16 +65,14 @@ class Run(Attempt):
 
     @property
     def begun(self) -> bool:
-        """Whether its task's coroutine has begun. A task cancelled before its first step never
-        runs its coroutine, cleanup included (Runs._run's release of the slot): a run stopped
-        that early is left to start, and Executor.execute ends it by its stop reason."""
+        """Whether its task's coroutine has begun (one cancelled earlier would skip its cleanup:
+        it is left to start, and Executor.execute ends it by its stop reason)."""
         coro: Any = self.task.get_coro() if self.task is not None else None
         return coro is not None and inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
 
 
 class Signal:
-    """Wakes every waiter of the moment it is notified (no memory: a notify with nobody waiting
-    is lost, so a waiter checks its condition before it waits)."""
+    """Wakes every current waiter (no memory: a waiter checks its condition before it waits)."""
 
     __slots__ = ("_waiters",)
 
@@ -124,10 +116,9 @@ class Slots:
         start: Callable[[Run], None],
         partitions_of: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
-        """``lease_s``: how long after its claim (or its last renewal) a run's lease is surely
-        still held (the visibility timeout less one heartbeat interval); ``start``: begins a
-        run's task (its body, or the write of its stop); ``partitions_of``: each partition of a
-        partitioned queue -> all of them (WorkerEnv.partitions_of): a queue's cap covers all."""
+        """``lease_s``: how long after its claim or renewal a run's lease is surely held;
+        ``start``: begins a run's task; ``partitions_of``: partition -> all of its queue's (a
+        queue's cap covers all)."""
         self.concurrency = concurrency
         self.capacity = concurrency + prefetch
         self.queue_caps = dict(queue_caps)
@@ -140,20 +131,15 @@ class Slots:
         self.active_per_queue: dict[str, int] = {}
         self.claiming = 0  # slots reserved by claims in flight
         self.claiming_per_queue: dict[str, int] = {}
-        # tid -> when heard (monotonic), for tasks not held here; insertion order is age order.
-        self.cancel_hints: dict[str, float] = {}
+        self.cancel_hints: dict[str, float] = {}  # tid -> when heard, oldest first
         self.draining = False
-        # Queues whose recovery is pending or in flight: no claim of them is sent (recovery.py).
-        self.recovering: set[str] = set()
+        self.recovering: set[str] = set()  # no claim of these is sent (recovery.py)
         self.changed = Signal()  # a slot freed; while draining, any change
         self._claims = Signal()  # a claim's reservation was given back
 
-    # --- what may be claimed -----------------------------------------------------------------
-
     @property
     def unheld(self) -> int:
-        """Places for new runs: the concurrency plus the prefetch, less the runs held (running
-        or claimed ahead) and the slots reserved for claims in flight (any queue)."""
+        """Places for new runs: the capacity less the runs held and the slots reserved."""
         return self.capacity - self.active - self.claiming
 
     def free(self, queue: str) -> int:
@@ -174,9 +160,8 @@ class Slots:
         self.claiming_per_queue[queue] = self.claiming_per_queue.get(queue, 0) + n
 
     def unreserve(self, queue: str, n: int, wake: bool = False) -> None:
-        """Give back ``n`` reserved slots. The claim's runs are launched right after (no await
-        in between), so a drain woken here sees them in ``inflight``. ``wake``: the slots are
-        really free now (not taken by the claim's runs): wake the poll loop."""
+        """Give back ``n`` reserved slots (the claim's runs are launched right after, with no
+        await between). ``wake``: the slots are free now: wake the poll loop."""
         self.claiming -= n
         self.claiming_per_queue[queue] -= n
         self._claims.notify()
@@ -184,8 +169,7 @@ class Slots:
             self.changed.notify()
 
     async def claims_settled(self, queue: str | None, timeout: float | None = None) -> bool:
-        """Until no claim (of ``queue``; of any queue when None) is in flight; False when
-        ``timeout`` passed first."""
+        """Until no claim (of ``queue``, or any) is in flight; False on ``timeout``."""
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         while self.claiming_per_queue.get(queue, 0) if queue is not None else self.claiming:
@@ -195,12 +179,9 @@ class Slots:
             await self._claims.wait(left)
         return True
 
-    # --- runs ----------------------------------------------------------------------------------
-
     def launch(self, run: Run) -> bool:
-        """Hold ``run`` (a new claim of a task not held here). True: start its task now (its
-        body has a slot, or it was cancelled before its claim's reply came and only writes
-        that); False: it waits in ``ready`` for a slot or a renewed lease."""
+        """Hold ``run``. True: start its task now (it has a slot, or was cancelled already);
+        False: it waits in ``ready`` for a slot or a renewed lease."""
         self.inflight[run.key] = run
         q = run.claimed.queue
         self.active += 1
@@ -208,8 +189,7 @@ class Slots:
         run.holds_slot = True
         if self.cancel_hints:
             heard = self.cancel_hints.pop(run.claimed.tid, None)
-            # Only a hint heard after the claim was sent is this run's (cancel.lua flags a
-            # running task: this claim had run); an older one was for an earlier life.
+            # Only a hint heard after the claim was sent is this run's.
             if heard is not None and heard >= run.leased_mono:
                 log.info(
                     "cancel requested before its claim's reply came: %s attempt %d",
@@ -227,17 +207,12 @@ class Slots:
         return False
 
     def fresh(self, run: Run) -> bool:
-        """Whether the run's lease is surely still held: its claim was sent, or a heartbeat
-        renewed it, less than ``lease_s`` ago."""
+        """Whether the run's lease is surely still held (claimed or renewed within ``lease_s``)."""
         return run.leased_mono >= time.monotonic() - self.lease_s
 
     def release(self, run: Run) -> None:
-        """The run's body is over (its outcome is being written): its slot can be refilled.
-
-        A run claimed ahead takes the slot at once. Does not wake the poll loop: the outcome
-        write itself refills the slot (complete.lua claims), and forget wakes the poll loop for
-        whatever that left free.
-        """
+        """The run's body is over: a run claimed ahead takes its slot at once (the poll loop is
+        not woken: the outcome write refills the slot, and forget wakes it)."""
         if run.holds_slot:
             run.holds_slot = False
             self.active -= 1
@@ -246,9 +221,8 @@ class Slots:
                 self.fill()
 
     def fill(self) -> None:
-        """Start runs claimed ahead while fewer bodies than the concurrency run, and only while
-        the run's lease is surely still held: after a freeze its entry may have been reclaimed,
-        and the next heartbeat says so before it starts here, or renews it and calls this."""
+        """Start runs claimed ahead while fewer bodies than the concurrency run, each only while
+        its lease is surely held (else the next heartbeat renews it and calls this)."""
         ready = self.ready
         while ready and not self.draining and self.active - len(ready) < self.concurrency:
             if not self.fresh(ready[0]):
@@ -258,9 +232,8 @@ class Slots:
             self._start(run)
 
     def forget(self, run: Run) -> bool:
-        """The run is no longer this worker's (its outcome stored, handed back, or lost): drop
-        it and give back its slot. False when it was not held (already forgotten, or replaced
-        by a newer attempt)."""
+        """The run is no longer this worker's: drop it and give back its slot. False when it
+        was not held (already forgotten, or replaced by a newer attempt)."""
         if self.inflight.get(run.key) is not run:
             return False
         del self.inflight[run.key]
@@ -268,15 +241,13 @@ class Slots:
             self.ready.remove(run)
             run.waiting = False
         self.release(run)
-        # Wakes the poll loop only for a slot no claim holds (a refilled slot went to the
-        # outcome write's claim: waking it would only send it back to wait), and the drain.
+        # Wakes the poll loop only for a slot no claim holds, and the drain.
         if self.draining or self.capacity - self.active - self.claiming > 0:
             self.changed.notify()
         return True
 
     def start_waiting(self, run: Run) -> None:
-        """Start a waiting run's task now, in the slot it holds (a cancelled run: it writes
-        "cancelled" without running its body)."""
+        """Start a waiting run's task now, in the slot it holds."""
         self.ready.remove(run)
         run.waiting = False
         self._start(run)
@@ -285,12 +256,9 @@ class Slots:
         """Every run waiting for a slot, as they are (still held: forget each when done)."""
         return list(self.ready)
 
-    # --- cancel hints ------------------------------------------------------------------------
-
     def hint(self, tid: str, horizon_s: float) -> None:
-        """Keep a cancel hint for a task not held here: a claim of it may be on its way back
-        (launch applies it). Every worker hears every hint; most are for other workers' runs
-        and age out: at most CANCEL_HINTS_MAX, none older than ``horizon_s``."""
+        """Keep a cancel hint for a task not held here (a claim of it may be on its way back):
+        at most CANCEL_HINTS_MAX, none older than ``horizon_s``."""
         now = time.monotonic()
         hints = self.cancel_hints
         hints.pop(tid, None)
@@ -301,8 +269,6 @@ class Slots:
             if len(hints) <= CANCEL_HINTS_MAX and hints[oldest] >= oldest_ok:
                 break
             del hints[oldest]
-
-    # --- drain -------------------------------------------------------------------------------
 
     def begin_drain(self) -> None:
         """No more runs start from ``ready``; every change wakes the drain."""

@@ -1,9 +1,4 @@
-"""The worker process: owns the shared state and runs the supervised loops.
-
-Loops (each restarted with jitter if it raises, see supervisor.py): poll (consumer.py),
-reaper (reaper.py), scheduler (scheduler.py), heartbeat (heartbeat.py), plus a pub/sub listener
-for cancel hints (the durable cancel flag is also checked by every heartbeat).
-"""
+"""The worker process: owns the shared state and runs the supervised loops (supervisor.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +9,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,18 +35,14 @@ from dtq_worker.reaper import Reaper
 from dtq_worker.recovery import Recovery
 from dtq_worker.runs import Runs
 from dtq_worker.scheduler import Scheduler
-from dtq_worker.slots import Run, StopReason
+from dtq_worker.slots import StopReason
 from dtq_worker.supervisor import supervise
 
 log = logging.getLogger("dtq.worker")
 
 EXIT_OK, EXIT_REDIS_LOST, EXIT_CONFIG = 0, 1, 2
-# The hard-exit deadline passed in a worker run inside another program (owns_process not
-# called: the tests' in-process workers): its host ends with a failure, never with 0.
-EXIT_HARD_IN_PROCESS = 3
-# The worker id stayed held by a live worker that was stopping, past the wait (Heartbeat.claim_id).
-EXIT_ID_HELD = 4
-
+EXIT_HARD_IN_PROCESS = 3  # hard exit of a worker inside another program (tests): never 0
+EXIT_ID_HELD = 4  # the worker id stayed held by a stopping worker (Heartbeat.claim_id)
 
 # How long a starting worker retries a Redis that never answered (see prepare).
 STARTUP_UNREACHED_S = 2.0
@@ -72,7 +62,6 @@ class Worker:
         self.app = app
         self.settings = settings
         self.worker_id = settings.worker_id
-        # A partitioned queue is consumed as all its partitions (dtq.store.partitions).
         self.queues = partitions.expand(settings.queues, settings.queue_partitions)
         self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
@@ -80,7 +69,6 @@ class Worker:
         self.redis, self.blocking = worker_clients(settings, len(self.queues))
         self.scripts = sc.AsyncScripts(self.redis, fast_lane=settings.fast_lane)
         self.metrics = WorkerMetrics(self.worker_id)
-        # What every loop reads (identity, settings, Redis, metrics, stopping): env.py.
         self.env = env = WorkerEnv(
             settings, self.keys, self.redis, self.blocking, self.scripts, self.metrics
         )
@@ -89,18 +77,14 @@ class Worker:
             max_workers=settings.worker_concurrency, thread_name_prefix="dtq-task"
         )
         self.counters: dict[str, int] = {}  # outcomes so far (the heartbeat publishes them)
-        # Every run, from the claim's reply to its end (runs.py): its slots, executor and
-        # outcome writer.
         self.runs = runs = Runs(env, app, self.pool, self.queue_caps, self.counters)
         self.slots = slots = runs.slots
         self.executor, self.outcomes = runs.executor, runs.outcomes
-        # Read when scraped: no gauge update per task on the hot path.
         self.metrics.inflight.set_function(lambda: len(slots.inflight))
         self.prepared = False
         self.http: HealthServer | None = None
         self._skip_drain = asyncio.Event()
         self._process = False  # owns_process(): this worker is the whole process
-        # The loops, each built from what it uses (the module map: docs/design.md).
         self.recovery = Recovery(env, runs)
         self.consumer = Consumer(env, runs, self.recovery, self.ensure_groups)
         self.reaper = Reaper(env, self.ensure_groups)
@@ -114,33 +98,8 @@ class Worker:
             self_stop=self.self_stop,
             schedules=self.scheduler.periodic.names_by_queue(self.queues),
         )
-        self.flows = FlowMover(env)  # workflow handovers between slots (flowmover.py)
+        self.flows = FlowMover(env)
         self.scripts.on_reply_lost = self.recovery.reply_lost
-
-    # --- state ---------------------------------------------------------------------------
-
-    @property
-    def inflight(self) -> dict[tuple[str, str], Run]:
-        """The runs this worker holds, by (queue, tid) (Slots.inflight)."""
-        return self.slots.inflight
-
-    @property
-    def stopping(self) -> bool:
-        return self.env.stopping
-
-    @property
-    def finished(self) -> bool:
-        return self.env.finished
-
-    @property
-    def self_stopping(self) -> bool:
-        return self.env.self_stopping
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        return self.env.spawn(coro)
-
-    def emit_worker_event(self, etype: str, detail: str = "") -> None:
-        self.env.emit_event(etype, detail)
 
     # --- start -----------------------------------------------------------------------------
 
@@ -149,9 +108,8 @@ class Worker:
         False when stopped while waiting for the worker id (Heartbeat.claim_id)."""
         backoff = Backoff(log, "startup")
         began = time.monotonic()
-        # A Redis that never answered (nothing listening, a wrong DTQ_REDIS_URL: what a first
-        # try meets) is given STARTUP_UNREACHED_S (a supervisor restarts the worker); one that
-        # answers with a transient error (LOADING after a restart, a failover) the heartbeat TTL.
+        # A Redis that never answered gets STARTUP_UNREACHED_S; one that answers with a
+        # transient error (LOADING, a failover) the heartbeat TTL.
         never_reached = began + min(
             STARTUP_UNREACHED_S,
             self.settings.heartbeat_interval_s,
@@ -201,11 +159,8 @@ class Worker:
             log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
-        """Create each consumed queue's streams and group, and publish there what each task
-        declares (max_retries, timeout, expires: dtq.declared), which the claim applies to tasks
-        enqueued by clients that never imported them. Every task, whatever queue it names (one
-        enqueued by name may be sent to any queue); again whenever the streams were found gone
-        (a flush), so the declarations come back with them."""
+        """Create each consumed queue's streams and group, and publish there every task's
+        declared defaults (dtq.declared); again whenever the streams were found gone."""
         decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
@@ -225,9 +180,8 @@ class Worker:
         loop = asyncio.get_running_loop()
 
         def handler(sig: int, _frame: Any) -> None:
-            # A plain handler runs between bytecodes even while a task blocks the event loop
-            # (loop.add_signal_handler would wait for the loop), so the hard-exit timer is
-            # armed whatever the loop is doing; the loop itself reacts when it gets control.
+            # (not loop.add_signal_handler: the hard-exit timer is armed even while a task
+            # blocks the event loop)
             self._arm_hard_exit()
             loop.call_soon_threadsafe(self.on_signal, sig)
 
@@ -235,7 +189,7 @@ class Worker:
             signal.signal(sig, handler)
 
     def on_signal(self, sig: int) -> None:
-        if not self.stopping:
+        if not self.env.stopping:
             log.info("%s: draining (up to %.0fs); send again to skip the drain",
                      signal.Signals(sig).name, self.settings.drain_timeout_s)  # fmt: skip
             self.initiate_shutdown()
@@ -276,15 +230,14 @@ class Worker:
         if not self._process:
             code = EXIT_HARD_IN_PROCESS
         else:
-            code = EXIT_REDIS_LOST if self.self_stopping else EXIT_OK
+            code = EXIT_REDIS_LOST if self.env.self_stopping else EXIT_OK
         os._exit(code)
 
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
         s = self.settings
         pool_port_file = poolchild.port_file()  # a --processes child: a private port
-        if s.metrics_port or pool_port_file:
-            # Up before prepare(): the probes answer (not ready) while Redis is awaited.
+        if s.metrics_port or pool_port_file:  # up before prepare(): probes answer "not ready"
             self.http = HealthServer(
                 self.metrics.registry, loop_answers(asyncio.get_running_loop()), self.readiness
             )
@@ -296,7 +249,9 @@ class Worker:
         try:
             return await self._serve()
         finally:
-            self._stop_http()  # an in-process worker must free its port when it ends
+            if self.http is not None:  # an in-process worker must free its port when it ends
+                self.http.stop()
+                self.http = None
             timer = getattr(self, "_hard_timer", None)
             if timer is not None:
                 timer.cancel()  # stopped in time; an in-process worker must not end its host later
@@ -315,7 +270,7 @@ class Worker:
                 s.effective_heartbeat_ttl_s,
                 s.visibility_timeout_s,
             )
-        self.emit_worker_event("worker_started", ",".join(self.queues))
+        self.env.emit_event("worker_started", ",".join(self.queues))
         log.info("worker %s started: redis=%s prefix=%s queues=%s concurrency=%d %s%s",
                  self.worker_id, display_url(s.redis_url), s.key_prefix, ",".join(self.queues),
                  s.worker_concurrency, served(self.app.tasks),
@@ -324,18 +279,20 @@ class Worker:
         unset = default_url_warning(s)
         if unset:
             log.warning("%s", unset)
-        stopping = lambda: self.stopping  # noqa: E731
+        env = self.env
+        stopping, finished = (lambda: env.stopping), (lambda: env.finished)
         loops = [
-            self.spawn(supervise("poll", self.consumer.loop, stopping, self._restarted)),
-            self.spawn(supervise("reaper", self.reaper.loop, stopping, self._restarted)),
-            self.spawn(supervise("scheduler", self.scheduler.loop, stopping, self._restarted)),
-            self.spawn(
-                supervise("heartbeat", self.heartbeat.loop, lambda: self.finished, self._restarted)
-            ),
-            self.spawn(supervise("cancels", self._cancel_listener, stopping, self._restarted)),
-            self.spawn(supervise("flows", self.flows.loop, stopping, self._restarted)),
+            env.spawn(supervise(name, loop, until, self._restarted))
+            for name, loop, until in (
+                ("poll", self.consumer.loop, stopping),
+                ("reaper", self.reaper.loop, stopping),
+                ("scheduler", self.scheduler.loop, stopping),
+                ("heartbeat", self.heartbeat.loop, finished),
+                ("cancels", self._cancel_listener, stopping),
+                ("flows", self.flows.loop, stopping),
+            )
         ]
-        await self.env.stop_event.wait()
+        await env.stop_event.wait()
         code = await self.shutdown()
         self.env.finished_event.set()
         for t in loops:
@@ -346,7 +303,7 @@ class Worker:
 
     def readiness(self) -> str:
         """/readyz's answer (read from the probe's thread): "ok", or why not."""
-        if self.stopping:
+        if self.env.stopping:
             return "draining"
         if not self.prepared:
             return "starting"
@@ -358,11 +315,6 @@ class Worker:
             return "heartbeat stale"  # a beat hangs (Redis frozen): none landed for a TTL
         return "ok"
 
-    def _stop_http(self) -> None:
-        if self.http is not None:
-            self.http.stop()
-            self.http = None
-
     def _restarted(self, loop: str, exc: BaseException) -> None:
         self.metrics.loop_restarts.labels(loop).inc()
         if is_transient(exc):
@@ -372,7 +324,7 @@ class Worker:
         ps = self.blocking.pubsub()
         try:
             await ps.subscribe(self.keys.cancel_channel)
-            while not self.stopping:
+            while not self.env.stopping:
                 msg = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if msg and msg.get("type") == "message":
                     self.runs.cancel(None, str(msg["data"]))
@@ -383,9 +335,8 @@ class Worker:
         s = self.settings
         drain = 0.0 if self._skip_drain.is_set() else s.drain_timeout_s
         deadline = time.monotonic() + drain
-        # A claim sent before the stop (the poll loop's, or an outcome write's refill) may still
-        # be in flight: its runs were started in Redis and are launched when its reply comes,
-        # so the drain waits for it too (Slots.unreserve wakes it).
+        # A claim in flight at the stop launches its runs when its reply comes: the drain
+        # waits for it too.
         slots = self.slots
         while slots.busy and not self._skip_drain.is_set():
             if slots.ready:
@@ -394,11 +345,11 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0 or not await slots.changed.wait(left):
                 break
-        # A claim still in flight (the idle wait's, were CLIENT UNBLOCK not to reach it) ends
-        # within its block: wait for it, or it could take the runs handed back below.
+        # A claim still in flight ends within its block: wait, or it could take the runs
+        # handed back below.
         await slots.claims_settled(None, timeout=IDLE_WAIT_TIMEOUT_S + 1)
         await self.runs.hand_back_unstarted()
-        leftovers = [r for r in self.inflight.values() if r.stop_reason is None]
+        leftovers = [r for r in self.slots.inflight.values() if r.stop_reason is None]
         if leftovers:
             log.warning("handing back %d unfinished runs", len(leftovers))
             for r in leftovers:
@@ -406,20 +357,19 @@ class Worker:
             tasks = [r.task for r in leftovers if r.task is not None]
             if tasks:
                 await asyncio.wait(tasks, timeout=2.0)
-            # Runs already writing their outcome were not cancelled (Run.stop): once the
-            # fence has answered them there is nothing to hand back.
+            # Runs the fence answered (writing when stopped) have nothing to hand back.
             leftovers = [r for r in leftovers if not r.answered]
             if leftovers:
                 await self.runs.hand_back(leftovers)
-        # Runs a late claim started whose reply was lost: handed back, spending nothing. After
-        # the leftovers, so a stop while Redis is away does not wait for this to cancel them.
+        # Runs of a late claim whose reply was lost: handed back (after the leftovers, so a
+        # stop while Redis is away does not delay them).
         await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
         # Runs stopped for another reason (cancel, claim loss) finish their own writes.
-        others = [r.task for r in self.inflight.values() if r.task and not r.task.done()]
+        others = [r.task for r in self.slots.inflight.values() if r.task and not r.task.done()]
         if others:
             await asyncio.wait(others, timeout=2.0)
         await self._farewell()
-        return EXIT_REDIS_LOST if self.self_stopping else EXIT_OK
+        return EXIT_REDIS_LOST if self.env.self_stopping else EXIT_OK
 
     async def _farewell(self) -> None:
         try:

@@ -1,11 +1,8 @@
 # long: the two clients and all they share; each request is written once, as a step generator
 """The client SDK: :class:`AsyncClient` and the blocking :class:`Client`, with the same methods.
 
-Both are thin: validation lives in :mod:`dtq.sdk.requests`, the atomic transitions in the Lua
-scripts (:mod:`dtq.scripts`). What they share is written once in :class:`ClientBase`: the request
-building, the script calls, the bulk plan, and each request as a generator of its I/O steps
-(``ClientBase._get_steps``), which each client drives with its own I/O (``_drive``). Every Redis
-connection error surfaces as :class:`dtq.RedisUnavailable` with one line of text.
+:class:`ClientBase` writes each request once, as a generator of its I/O steps; each client drives
+it with its own I/O (``_drive``). Redis errors surface as :class:`dtq.RedisUnavailable`.
 """
 
 from __future__ import annotations
@@ -60,8 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncClient", "CancelSummary", "Client"]
 
 T = TypeVar("T")
-Steps = Generator[Any, Any, T]
-"""A request written once for both clients: it yields its I/O steps (see ClientBase._get_steps)."""
+Steps = Generator[Any, Any, T]  # a request's I/O steps (see ClientBase._get_steps)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,8 +78,7 @@ class Pipelined:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Streamed:
-    """A step: script calls streamed over one connection (Scripts.run_many), each reply handed
-    to ``each`` as it comes; the reply is theirs, in order."""
+    """A step: script calls streamed over one connection, each reply handed to ``each``."""
 
     calls: Iterable[sc.Call]
     each: Callable[[int, Any], None]
@@ -91,7 +86,7 @@ class Streamed:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pause:
-    """A step: wait ``seconds``, or until ``woken`` (a result() wait's event) is set first."""
+    """A step: wait ``seconds``, or until ``woken`` (an event) is set first."""
 
     seconds: float
     woken: Any = None
@@ -99,7 +94,7 @@ class Pause:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Hooked:
-    """A step: ``before_enqueue`` middleware sees (and may change) one request; no reply."""
+    """A step: ``before_enqueue`` middleware sees (and may change) one request."""
 
     hooks: Hooks
     req: EnqueueRequest
@@ -108,8 +103,7 @@ class Hooked:
 P = ParamSpec("P")
 R = TypeVar("R")
 _STATUS = {s.value: s for s in TaskStatus}
-# Tasks per enqueue.lua call when a blocking client's bulk enqueue is sent in parts. The first
-# part is small, so Redis starts while the client still encodes (it idles until a part is sent).
+# Tasks per enqueue.lua call of a bulk enqueue sent in parts; a small first part starts Redis early.
 BULK_PART = 250
 BULK_FIRST = 32
 
@@ -121,31 +115,20 @@ def _bulk_parts(n: int) -> list[tuple[int, int]]:
 
 
 CANCEL_REASON = "cancelled by request"
-# How long a client trusts its own registration of a queue in P:queues (see ClientBase).
+# How long a client trusts its registration of a queue, and its answer to "does a live worker
+# declare this name?".
 REGISTER_EVERY_S = 60.0
-# How long a client trusts its answer to "does a live worker declare this name?" (see ClientBase).
 DECLARED_EVERY_S = 300.0
 
-
-def cancel_channel(keys: Keys) -> str:
-    """Pub/sub channel on which workers hear cancel requests for running tasks."""
-    return keys.cancel_channel
-
-
-def unavailable(exc: Exception) -> RedisUnavailable:
-    return RedisUnavailable(unreachable(exc))
-
-
 BLIPS = (redis.ConnectionError, redis.TimeoutError)
-# Error replies of a Redis that cannot take writes now: the call did not take effect (a
-# streamed bulk enqueue: the parts before it did). Raised as RedisUnavailable, a DtqError.
+# Replies of a Redis that cannot take writes now (the call did not take effect).
 REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
 
 
 def redis_error(exc: Exception) -> RedisUnavailable:
     """The one-line error of a Redis that cannot be reached (BLIPS) or refused a write."""
     if not isinstance(exc, REFUSED):
-        return unavailable(exc)
+        return RedisUnavailable(unreachable(exc))
     if is_oom(exc):
         return RedisUnavailable(out_of_memory_message(exc))
     return RedisUnavailable(f"Redis refused the write: {exc}")
@@ -161,15 +144,13 @@ def _str(v: Any) -> str:
 
 
 def resend_delay(attempt: int) -> float:
-    """Jittered wait before re-sending a streamed bulk enqueue (as redis-py's own re-sends)."""
+    """Jittered backoff before a re-send (as redis-py's own)."""
     return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
 
 
 class ResultWait:
-    """One ``result()`` wait (Client and AsyncClient): the task, its announcement channel, its
-    deadline, and its pauses while Redis is away: a read that meets an outage (a restart, a
-    failover) is made again with backoff until the wait's own deadline, as the worker rides
-    the outage out (docs/faults.md, "A result() wait during an outage")."""
+    """One ``result()`` wait: its task, channel, deadline, and its pauses while Redis is away
+    (docs/faults.md, "A result() wait during an outage")."""
 
     def __init__(self, keys: Keys, task: str | TaskHandle[Any], timeout: float | None) -> None:
         self.typed = not isinstance(task, str)  # a handle: its result decoded by return type
@@ -180,8 +161,7 @@ class ResultWait:
         self._failures = 0
 
     def left(self, info: TaskInfo) -> float:
-        """How long to wait for the announcement now (at most 5 s: then the record is read
-        again); raises TimeoutError once the deadline has passed."""
+        """How long to wait for the announcement (at most 5 s); TimeoutError past the deadline."""
         self._failures = 0
         remaining = 5.0 if self.deadline is None else self.deadline - time.monotonic()
         if remaining <= 0:
@@ -189,9 +169,8 @@ class ResultWait:
         return min(remaining, 5.0)
 
     def pause(self, exc: RedisUnavailable) -> float:
-        """The pause before reading again while Redis is away (never past the deadline);
-        raises ``exc`` once the deadline has passed, or at once when Redis refused the
-        credentials (waiting does not change them)."""
+        """The pause before reading again while Redis is away; raises ``exc`` past the deadline
+        or when Redis refused the credentials."""
         now = time.monotonic()
         refused = isinstance(exc.__context__, redis.exceptions.AuthenticationError)
         if refused or (self.deadline is not None and now >= self.deadline):
@@ -201,10 +180,7 @@ class ResultWait:
         return delay if self.deadline is None else min(delay, self.deadline - now)
 
 
-# --- bulk cancel (cancel_many) ---------------------------------------------------------------
-# Each task goes through ``lua/cancel.lua``, as a single ``cancel()``. Records are found by SCAN
-# in bounded pages, so tasks parked by a limit (no stream entry) are found too.
-
+# cancel_many: records found by SCAN in pages (tasks parked by a limit have no stream entry).
 PAGE = 500
 UNFINISHED = ("queued", "scheduled", "running")
 
@@ -229,26 +205,6 @@ class CancelSummary:
         return CancelSummary(self.cancelled + other.cancelled, self.requested + other.requested)
 
 
-def _check(queue: str | None, name: str | None) -> None:
-    if queue is None and name is None:
-        raise InvalidRequest("cancel_many needs a queue, a task name, or both")
-
-
-def _pick(tids: list[str], recs: Iterable[Any], name: str | None) -> list[str]:
-    out = []
-    for tid, (status, tname) in zip(tids, recs, strict=True):
-        if status in UNFINISHED and (name is None or tname == name):
-            out.append(tid)
-    return out
-
-
-def _summary(replies: Iterable[Any]) -> CancelSummary:
-    res = [sc.parse_cancel(r) for r in replies]
-    return CancelSummary(
-        sum(r.outcome == "cancelled" for r in res), sum(r.outcome == "requested" for r in res)
-    )
-
-
 def _statuses(r: Any, keys: list[Any]) -> Any:
     """Each record's status and name, pipelined (a reply, or its awaitable on asyncio)."""
     pipe = r.pipeline(transaction=False)
@@ -268,11 +224,9 @@ class ClientBase:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.app = app
-        # Queues this client added to P:queues, each until when: later enqueues skip the SADD
-        # (no pipeline); renewed after REGISTER_EVERY_S, in case the keyspace was flushed.
+        # Queue -> until when this client trusts its registration in P:queues.
         self._registered: dict[str, float] = {}
-        # (logical queue, task name) enqueued by name -> until when the answer to "does a live
-        # worker declare it?" holds (inf once warned: once per client); see _declared_steps.
+        # (logical queue, task name) -> until when "a live worker declares it" holds (inf: warned).
         self._declared: dict[tuple[str, str], float] = {}
         self._redis_clock_ms: float | None = None  # Redis TIME - monotonic (a cluster's reads)
         self._hist_ttl_s = settings.stats_retention_h * 3600  # (dtq.stats; 0: none)
@@ -280,8 +234,8 @@ class ClientBase:
     def _connection_options(self) -> dict[str, Any]:
         return {
             "retries": self.settings.client_retries,
-            "wait_for_connection": True,  # (its coroutines or threads may make any number of calls)
-            "check_eviction": True,  # (dtq.store.eviction: once per connection)
+            "wait_for_connection": True,
+            "check_eviction": True,
             "decode_responses": True,
         }
 
@@ -289,8 +243,6 @@ class ClientBase:
         if self.app is None or not isinstance(name, str):  # a bad name: build_task says so
             return None
         return self.app.defaults_for(name)
-
-    # --- middleware (dtq.middleware): before_enqueue sees each request before it is built ---
 
     def _mw(self) -> Hooks | None:
         app = self.app
@@ -313,15 +265,6 @@ class ClientBase:
         q = queue or (d.queue if d is not None else "default")
         return EnqueueRequest(name, args, kwargs, q, opts, dict(metadata or {}), {})
 
-    def _requests(self, items: Iterable[Mapping[str, Any]]) -> list[EnqueueRequest]:
-        reqs = []
-        for item in items:
-            if "name" not in item or not item.keys() <= ENQUEUE_FIELDS:
-                check_fields(item)
-            opts = {k: v for k, v in item.items() if k not in ("name", "args", "kwargs")}
-            reqs.append(self._request(item["name"], item.get("args"), item.get("kwargs"), opts))
-        return reqs
-
     def _built(
         self,
         name: str,
@@ -330,8 +273,7 @@ class ClientBase:
         defaults: TaskDefaults | None,
         options: dict[str, Any],
     ) -> tuple[str, sc.NewTask] | None:
-        """One enqueue's task, built from ``enqueue``'s options (build_task's keywords); None
-        when ``before_enqueue`` middleware is to see the request first (_hooked_steps)."""
+        """One enqueue's task; None when ``before_enqueue`` middleware is to see it first."""
         if "headers" in options:  # build_task's, set by middleware only: not an option
             raise TypeError("enqueue() got an unexpected keyword argument 'headers'")
         if self._mw() is not None:
@@ -354,51 +296,7 @@ class ClientBase:
     def _build(
         self, req: EnqueueRequest, defaults: TaskDefaults | None = None
     ) -> tuple[str, sc.NewTask]:
-        return build_task(
-            self.settings, req.name, req.args, req.kwargs,
-            defaults=defaults or self._defaults(req.name),
-            queue=req.queue, metadata=req.metadata or None, headers=req.headers or None,
-            **req.options,
-        )  # fmt: skip
-
-    def _group_requests(
-        self, reqs: list[EnqueueRequest]
-    ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
-        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
-        for i, req in enumerate(reqs):
-            q, task = self._build(req)
-            by_queue.setdefault(q, []).append((i, task))
-        return by_queue, len(reqs)
-
-    def _group(
-        self, items: Iterable[Mapping[str, Any]]
-    ) -> tuple[dict[str, list[tuple[int, sc.NewTask]]], int]:
-        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
-        settings = self.settings
-        n = 0
-        for i, item in enumerate(items):
-            try:
-                plain = "name" in item and item.keys() <= ENQUEUE_FIELDS
-            except (TypeError, AttributeError):  # not a mapping
-                raise InvalidRequest(f"item {i} is not a dict of enqueue fields") from None
-            if not plain:
-                check_fields(item)  # says which field is wrong
-            # An item's fields are build_task's keyword arguments (checked just above).
-            q, task = build_task(settings, defaults=self._defaults(item["name"]), **item)
-            group = by_queue.get(q)
-            if group is None:
-                group = by_queue[q] = []
-            group.append((i, task))
-            n = i + 1
-        return by_queue, n
-
-    @staticmethod
-    def _place(
-        out: list[TaskHandle | None], queue: str, tasks: list[tuple[int, sc.NewTask]], raw: Any
-    ) -> None:
-        """Put the handles of enqueue.lua's reply (3 fields per task) at their items' places."""
-        for j, (i, _) in enumerate(tasks):
-            out[i] = ClientBase._handle(queue, raw, 3 * j)
+        return wf.build_request(self.settings, req, defaults or self._defaults(req.name))
 
     def _unregistered(self, queues: Iterable[str]) -> list[str]:
         """Those of ``queues`` this client has not registered lately."""
@@ -436,15 +334,6 @@ class ClientBase:
                 plan.extend((q, tasks[a:b]) for a, b in _bulk_parts(len(tasks)))
         return plan
 
-    @staticmethod
-    def _part(p: tuple[str, list[tuple[int, sc.NewTask]]]) -> tuple[str, list[sc.NewTask]]:
-        return p[0], [t for _, t in p[1]]
-
-    def _enqueue_call(self, queue: str, tasks: list[sc.NewTask]) -> sc.Call:
-        return sc.enqueue_call(
-            self.keys.queue(queue), tasks, self.settings.events_maxlen, hist_ttl_s=self._hist_ttl_s
-        )
-
     def _cancel_call(self, task_id: str, reason: str) -> sc.Call:
         queue, tid = split_task_id(task_id)
         return sc.cancel_call(
@@ -452,7 +341,7 @@ class ClientBase:
             tid,
             events_maxlen=self.settings.events_maxlen,
             ttl_s=self.settings.result_ttl_s,
-            hint_channel=cancel_channel(self.keys),
+            hint_channel=self.keys.cancel_channel,
             reason=reason,
             nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
         )
@@ -464,83 +353,21 @@ class ClientBase:
         queue, _ = split_task_id(task_id)
         return TaskInfo.from_record(task_id, queue, rec, declared)
 
-    def _flow_plan(
-        self, flow: wf.Flow, reqs: list[EnqueueRequest] | None = None
-    ) -> tuple[wf.Plan, sc.Call, list[tuple[str, str]]]:
-        p = wf.plan(flow, self.settings, self._defaults, requests=reqs)
-        call, away = wf.enqueue_call(
-            self.keys, p, self.settings.events_maxlen, self.settings.max_payload_bytes
-        )
-        return p, call, away
-
-    def _step_requests(self, flow: wf.Flow) -> list[EnqueueRequest]:
-        """Each step's request, for before_enqueue middleware (then built from it)."""
-        return [
-            self._request(s.name, list(s.args), s.kwargs, dict(s.options), s.defaults)
-            for s in wf.sigs(flow)
-        ]
-
-    def _flow_handle(self, p: wf.Plan, raw: Any) -> TaskHandle:
-        return TaskHandle(p.id, p.home, TaskStatus.QUEUED, sc.parse_flow_enqueue(raw).created)
-
-    def _put_calls(self, away: list[tuple[str, str]]) -> list[sc.Call]:
-        """The moves of a new flow's first steps on other queues (idempotent: a worker moves
-        them again from the outbox if this client did not)."""
-        em = self.settings.events_maxlen
-        return [sc.flow_put_call(self.keys.queue(q), s, json.loads(s)[3], em) for q, s in away]
-
-    def _flow_keys(self, task_id: str) -> tuple[str, str]:
-        home, ftid = split_task_id(task_id)
-        return self.keys.queue(home).flow(ftid), home
-
-    def _flow_info(self, task_id: str, rec: dict[str, str], statuses: list[Any]) -> TaskInfo:
-        if not rec:
-            raise UnknownTask(f"no workflow {task_id} (never enqueued, or its record expired)")
-        d = wf.flow_record(task_id, rec, statuses)
-        info = TaskInfo.from_record(task_id, split_task_id(task_id)[0], d["rec"])
-        return dataclasses.replace(info, steps=d["steps"], tree=d["tree"])
-
-    def _step_keys(self, rec: dict[str, str]) -> list[str]:
-        out = []
-        for i in range(int(rec.get("n", 0))):
-            q, tid = split_task_id(rec[f"q{i}"])
-            out.append(self.keys.queue(q).task(tid))
-        return out
-
-    def _flow_cancel_call(self, task_id: str, reason: str) -> sc.Call:
-        home, ftid = split_task_id(task_id)
-        ttl = self.settings.result_ttl_s
-        return sc.flow_cancel_call(
-            self.keys.queue(home), ftid, reason, ttl, self.settings.events_maxlen,
-            nonce=sc.new_nonce(),  # a re-send after a blip gets this call's own answer
-        )  # fmt: skip
-
-    def _tomb_call(self, step_id: str, reason: str) -> sc.Call:
-        """flow_tomb.lua for a cancelled flow's step whose record does not exist yet."""
-        q, tid = split_task_id(step_id)
-        return sc.flow_tomb_call(self.keys.queue(q), tid, reason, self.settings.result_ttl_s)
-
     # --- requests shared by both clients: generators of their I/O steps ----------------------
     # Each yields a step (a script call, a TaskScan, Pipelined calls, a Hooked request, or a
     # function of the Redis client) and is sent its reply; each client's ``_drive`` does the I/O.
 
     def _get_steps(self, task_id: str) -> Steps[TaskInfo]:
-        if is_flow_id(task_id):
-            fkey, _ = self._flow_keys(task_id)
-            rec = yield lambda r: r.hgetall(fkey)
-            statuses: list[Any] = []
-            if rec:
-                step_keys = self._step_keys(rec)
-
-                def statuses_of(r: Any) -> Any:
-                    pipe = r.pipeline(transaction=False)
-                    for k in step_keys:
-                        pipe.hmget(k, "status", "name")
-                    return pipe.execute()
-
-                statuses = yield statuses_of
-            return self._flow_info(task_id, rec, statuses)
         queue, tid = split_task_id(task_id)
+        if is_flow_id(task_id):
+            rec = yield lambda r: r.hgetall(self.keys.queue(queue).flow(tid))
+            if not rec:
+                raise UnknownTask(f"no workflow {task_id} (never enqueued, or its record expired)")
+            steps = [split_task_id(rec[f"q{i}"]) for i in range(int(rec.get("n", 0)))]
+            keys = [self.keys.queue(q).task(t) for q, t in steps]
+            d = wf.flow_record(task_id, rec, (yield partial(_statuses, keys=keys)))
+            info = TaskInfo.from_record(task_id, queue, d["rec"])
+            return dataclasses.replace(info, steps=d["steps"], tree=d["tree"])
         qk = self.keys.queue(queue)
         rec = yield lambda r: r.hgetall(qk.task(tid))
         decl = None
@@ -550,14 +377,21 @@ class ClientBase:
 
     def _cancel_steps(self, task_id: str, reason: str) -> Steps[bool]:
         if is_flow_id(task_id):
-            # (one nonce for its re-sends)
-            fc = sc.parse_flow_cancel((yield self._flow_cancel_call(task_id, reason)))
+            home, ftid = split_task_id(task_id)
+            ttl, em = self.settings.result_ttl_s, self.settings.events_maxlen
+            call = sc.flow_cancel_call(
+                self.keys.queue(home), ftid, reason, ttl, em, nonce=sc.new_nonce()
+            )  # (a nonce: a re-send after a blip gets this call's own answer)
+            fc = sc.parse_flow_cancel((yield call))
             if fc.before is sc.FlowStatus.NONE:
                 raise UnknownTask(f"no workflow {task_id}")
             for step in fc.steps:
                 res = sc.parse_cancel((yield self._cancel_call(step, reason)))
                 if res.outcome is sc.CancelOutcome.MISSING:  # on its way to its queue: never runs
-                    tomb = sc.parse_created((yield self._tomb_call(step, reason)))
+                    q, tid = split_task_id(step)
+                    tomb = sc.parse_created(
+                        (yield sc.flow_tomb_call(self.keys.queue(q), tid, reason, ttl))
+                    )
                     if tomb is sc.Created.EXISTED:  # put there meanwhile: cancel it as a task
                         yield self._cancel_call(step, reason)
             return fc.before in (sc.FlowStatus.RUNNING, sc.FlowStatus.FAILED)
@@ -570,13 +404,21 @@ class ClientBase:
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
     ) -> Steps[list[TaskHandle]]:
         """Enqueue the tasks of ``by_queue`` (at their items' places of ``n``): one enqueue.lua
-        call per queue, or parts streamed over one connection (Redis runs one part while the
-        next is encoded). The queues' first enqueue by this client registers them first."""
+        call per queue, or parts streamed over one connection; new queues are registered first."""
         out: list[TaskHandle | None] = [None] * n
         plan = self._plan(by_queue)
+        hist_ttl_s, em = self._hist_ttl_s, self.settings.events_maxlen
 
-        def place(k: int, raw: Any) -> None:
-            self._place(out, plan[k][0], plan[k][1], raw)
+        def calls() -> Iterator[sc.Call]:  # (encoded as they are sent)
+            for q, tasks in plan:
+                yield sc.enqueue_call(
+                    self.keys.queue(q), [t for _, t in tasks], em, hist_ttl_s=hist_ttl_s
+                )
+
+        def place(k: int, raw: Any) -> None:  # (enqueue.lua's reply: 3 fields per task)
+            q, tasks = plan[k]
+            for j, (i, _) in enumerate(tasks):
+                out[i] = self._handle(q, raw, 3 * j)
 
         attempt = 0
         while True:
@@ -587,14 +429,13 @@ class ClientBase:
                     yield from partitions.register_steps(self.keys, counts, new)
                     self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
                 if len(plan) == 1:  # one round trip
-                    place(0, (yield self._enqueue_call(*self._part(plan[0]))))
+                    place(0, (yield next(calls())))
                 elif plan:
-                    yield Streamed((self._enqueue_call(*self._part(p)) for p in plan), place)
+                    yield Streamed(calls(), place)
                 return [h for h in out if h is not None]
             except RedisUnavailable as exc:
-                # A streamed batch cut by a blip is sent again whole (redis-py re-sends single
-                # calls): every task keeps its id, and enqueue.lua answers the parts that ran
-                # with their tasks.
+                # A streamed batch cut by a blip is sent again whole (its parts that ran answer
+                # with their tasks); redis-py re-sends single calls itself.
                 blip = isinstance(exc.__context__, BLIPS)
                 if not blip or len(plan) == 1 or attempt >= self.settings.client_retries:
                     raise
@@ -602,8 +443,7 @@ class ClientBase:
             attempt += 1
 
     def _result_steps(self, task_id: str | TaskHandle[Any], timeout: float | None) -> Steps[Any]:
-        """Wait until the task ends; its result (see AsyncClient.result). The waits share one
-        subscription (``self._done``: dtq.sdk.donewait), whose add and remove are steps."""
+        """Wait until the task ends; its result. The waits share one subscription (donewait)."""
         wait, woken = ResultWait(self.keys, task_id, timeout), None  # (woken: subscribed)
         done = self._done
         try:
@@ -627,7 +467,8 @@ class ClientBase:
         self, queue: str | None, name: str | None, reason: str | None
     ) -> Steps[CancelSummary]:
         """Cancel every unfinished task of ``queue`` (all known queues if None) named ``name``."""
-        _check(queue, name)
+        if queue is None and name is None:
+            raise InvalidRequest("cancel_many needs a queue, a task name, or both")
         found: Any = (
             partitions.expand([queue], self.settings.queue_partitions)  # (its partitions)
             if queue
@@ -643,11 +484,19 @@ class ClientBase:
                 tids = [str(k)[len(base) :] for k in keys]
                 if tids:
                     recs = yield partial(_statuses, keys=keys)
-                    chosen = _pick(tids, recs, name)
+                    chosen = [
+                        t
+                        for t, (status, tname) in zip(tids, recs, strict=True)
+                        if status in UNFINISHED and (name is None or tname == name)
+                    ]
                     if chosen:
                         why = reason or CANCEL_REASON
                         calls = [self._cancel_call(make_task_id(q, t), why) for t in chosen]
-                        total += _summary((yield Pipelined(calls)))
+                        res = [sc.parse_cancel(r).outcome for r in (yield Pipelined(calls))]
+                        total += CancelSummary(
+                            res.count(sc.CancelOutcome.CANCELLED),
+                            res.count(sc.CancelOutcome.REQUESTED),
+                        )
                 if int(cursor) == 0:
                     break
         return total
@@ -655,42 +504,62 @@ class ClientBase:
     def _grouped_steps(
         self, items: Iterable[Mapping[str, Any]]
     ) -> Steps[tuple[dict[str, list[tuple[int, sc.NewTask]]], int]]:
-        """enqueue_many's tasks by queue, and their count: each request seen by the
-        ``before_enqueue`` middleware first, if there is any."""
+        """enqueue_many's tasks by queue, and their count. With ``before_enqueue`` middleware,
+        every item is checked first, then each request seen by it, then built."""
         mw = self._mw()
-        if mw is None:
-            return self._group(items)
-        reqs = self._requests(items)
-        for req in reqs:
-            yield Hooked(mw, req)
-        return self._group_requests(reqs)
-
-    def _flow_request_steps(self, flow: wf.Flow) -> Steps[list[EnqueueRequest] | None]:
-        """A workflow's step requests, each seen by the ``before_enqueue`` middleware (None
-        without middleware: the steps are built from the flow itself)."""
-        mw = self._mw()
-        if mw is None:
-            return None
-        reqs = self._step_requests(flow)
-        for req in reqs:
-            yield Hooked(mw, req)
-        return reqs
+        by_queue: dict[str, list[tuple[int, sc.NewTask]]] = {}
+        reqs: list[EnqueueRequest] = []
+        n = 0
+        for i, item in enumerate(items):
+            try:
+                plain = "name" in item and item.keys() <= ENQUEUE_FIELDS
+            except (TypeError, AttributeError):  # not a mapping
+                raise InvalidRequest(f"item {i} is not a dict of enqueue fields") from None
+            if not plain:
+                check_fields(item)  # says which field is wrong
+            n = i + 1
+            if mw is not None:
+                opts = {k: v for k, v in item.items() if k not in ("name", "args", "kwargs")}
+                reqs.append(self._request(item["name"], item.get("args"), item.get("kwargs"), opts))
+                continue
+            q, task = build_task(self.settings, defaults=self._defaults(item["name"]), **item)
+            group = by_queue.get(q)
+            if group is None:
+                group = by_queue[q] = []
+            group.append((i, task))
+        if mw is not None:
+            for req in reqs:
+                yield Hooked(mw, req)
+            for i, req in enumerate(reqs):
+                q, task = self._build(req)
+                by_queue.setdefault(q, []).append((i, task))
+        return by_queue, n
 
     def _workflow_steps(self, flow: wf.Flow) -> Steps[TaskHandle]:
-        p, call, away = self._flow_plan(flow, (yield from self._flow_request_steps(flow)))
+        reqs = None  # without middleware the steps are built from the flow itself
+        if (mw := self._mw()) is not None:
+            reqs = [
+                self._request(s.name, list(s.args), s.kwargs, dict(s.options), s.defaults)
+                for s in wf.sigs(flow)
+            ]
+            for req in reqs:
+                yield Hooked(mw, req)
+        st = self.settings
+        p = wf.plan(flow, st, self._defaults, requests=reqs)
+        call, away = wf.enqueue_call(self.keys, p, st.events_maxlen, st.max_payload_bytes)
         new = self._unregistered({s.queue for s in p.steps})
         if new:
             yield lambda r: r.sadd(self.keys.queues, *new)
             self._registered.update(dict.fromkeys(new, time.monotonic() + REGISTER_EVERY_S))
         raw = yield call
-        for c in self._put_calls(away):  # noqa: UP028 (yield from a list cannot take replies)
-            yield c
-        return self._flow_handle(p, raw)
+        # A new flow's first steps on other queues (a worker moves them too, from the outbox).
+        for q, s in away:
+            yield sc.flow_put_call(self.keys.queue(q), s, json.loads(s)[3], st.events_maxlen)
+        return TaskHandle(p.id, p.home, TaskStatus.QUEUED, sc.parse_flow_enqueue(raw).created)
 
     def _undeclared(self, done: Iterable[tuple[TaskHandle, str]]) -> dict[tuple[str, str], str]:
-        """Of ``done`` (handles of tasks enqueued by name, and their names), the (queue, name)
-        pairs to check now, each with the physical queue whose stamps tell: one per pair and
-        client every DECLARED_EVERY_S, claimed here so concurrent enqueues check it once."""
+        """Of ``done`` (handles and names), the (queue, name) pairs due for a check, each with
+        the physical queue whose stamps tell (once per pair every DECLARED_EVERY_S)."""
         if not self.settings.client_warn_undeclared:
             return {}
         due: dict[tuple[str, str], str] = {}
@@ -713,9 +582,8 @@ class ClientBase:
                 yield hs[i], task.name
 
     def _declared_steps(self, due: dict[tuple[str, str], str]) -> Steps[list[str]]:
-        """The warnings (texts) for the (queue, name) pairs of ``due`` that no live worker
-        declared within DTQ_DECLARATION_GRACE_S: one read of the queues' ``decl:seen`` stamps
-        (a cluster's pipeline cannot carry TIME: there the offset is read once per client)."""
+        """The warnings for the pairs of ``due`` no live worker declared within
+        DTQ_DECLARATION_GRACE_S (a cluster's pipeline cannot carry TIME: read once per client)."""
         keys = sorted({self.keys.queue(p).decl_seen for p in due.values()})
 
         def read(r: Any) -> Any:
@@ -763,8 +631,7 @@ class ClientBase:
         raise TaskFailed(info.id, info.status.value, info.error)
 
     def _typed_outcome(self, info: TaskInfo) -> Any:
-        """The result of a task awaited through its handle: decoded to the task's return type
-        when this client's app knows the task (docs/arguments.md), else as stored."""
+        """The result, decoded to the return type of a task the app knows (docs/arguments.md)."""
         value = self._outcome(info)
         task = None if self.app is None else self.app.tasks.get(info.name)
         if task is None:
@@ -796,8 +663,7 @@ class AsyncClient(ClientBase):
         self._scripts = sc.AsyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
-        self._done = DoneWaits(self.redis)  # every result() wait on one subscription
-        # Single enqueues of one queue made while one is in flight go out together (coalesce.py).
+        self._done = DoneWaits(self.redis)
         self._coalesced: Coalescer[str, sc.NewTask, TaskHandle] | None = (
             Coalescer(self._enqueue_batch) if self.settings.client_coalesce else None
         )
@@ -859,8 +725,7 @@ class AsyncClient(ClientBase):
         defaults: TaskDefaults | None = None,
         **options: Any,
     ) -> TaskHandle:
-        """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
-        :class:`EnqueueOptions` (build_task's keywords)."""
+        """``enqueue`` by name; ``options`` are :class:`EnqueueOptions`."""
         d = defaults or self._defaults(name)
         built = self._built(name, args, kwargs, d, options)
         if built is None:  # before_enqueue middleware sees the request first
@@ -881,11 +746,9 @@ class AsyncClient(ClientBase):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
-        # The short path (see Client._enqueue_one).
         return self._handle(q, await self._io(lambda: self._scripts.run(call)))
 
     async def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
-        """The tasks of concurrent enqueues that waited for one in flight: one bulk call."""
         return await self._send({queue: list(enumerate(tasks))}, len(tasks))
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
@@ -903,8 +766,8 @@ class AsyncClient(ClientBase):
         return hs
 
     async def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
-        """Warn once about each name of ``due`` no live worker declares (see ClientBase). A Redis
-        that cannot answer skips the check until the next period: the enqueue went through."""
+        """Warn about each name of ``due`` no live worker declares (a Redis that cannot answer:
+        checked again next period)."""
         with contextlib.suppress(RedisUnavailable, redis.RedisError):
             self._warn(await self._drive(self._declared_steps(due)))
 
@@ -921,8 +784,7 @@ class AsyncClient(ClientBase):
         return await self._drive(self._workflow_steps(flow))
 
     async def _drive(self, steps: Steps[T]) -> T:
-        """Do a shared request's I/O (see ClientBase._get_steps): each step's reply is sent
-        back, its error (RedisUnavailable for Redis's) raised at the step."""
+        """Do a request's I/O steps: each reply is sent back, each error raised at its step."""
         go: Callable[[Any], Any] = steps.send
         arg: Any = None
         while True:
@@ -1011,11 +873,7 @@ class AsyncClient(ClientBase):
     ) -> tuple[bool, ScheduleInfo]:
         """Disable a schedule (it stops firing, its definition kept) or enable it again (it
         fires from its next fire time after now); returns whether it changed and the schedule.
-
-        One atomic ``ZADD``: disabling sets its next fire to +inf (XX: only a stored schedule);
-        enabling sets the next fire time only where it is lower (LT), so an enabled schedule
-        keeps its own.
-        """
+        An enabled schedule keeps its own next fire time."""
         return await self._drive(sched.set_enabled_steps(self.keys, name, queue, enabled))
 
     async def run_schedule_now(self, name: str, queue: str = "default") -> str:
@@ -1057,17 +915,13 @@ class Client(ClientBase):
         redis_client: redis.Redis | None = None,
     ) -> None:
         super().__init__(url, settings, app)
-        # (A cluster client connects here already: unreachable, that is RedisUnavailable.)
         self.redis: redis.Redis = redis_client or self._io(
             lambda: sync_redis(self.settings.redis_url, **self._connection_options())
         )
         self._scripts = sc.SyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
-        # Every result() wait of every thread on one subscription, read by one thread.
         self._done = SyncDoneWaits(self.redis, self.keys.wake_channel)
-        # Single enqueues of one queue made while another thread's is in flight go out
-        # together (coalesce.py).
         self._coalesced: SyncCoalescer[str, sc.NewTask, TaskHandle] | None = (
             SyncCoalescer(self._enqueue_batch) if self.settings.client_coalesce else None
         )
@@ -1102,13 +956,7 @@ class Client(ClientBase):
     ) -> TaskHandle[Any]: ...
 
     def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
-        """Enqueue one task; one round trip. Returns its handle (``.id``).
-
-        ``enqueue("reports.build", args=[...], kwargs={...}, queue=..., ...)`` by name, or
-        ``enqueue(send_email, to=..., subject=...)`` through the task object: arguments checked
-        by mypy against the function, the handle typed by its result, the task's declared
-        defaults applied, options via ``send_email.options(delay=5)``.
-        """
+        """Enqueue one task by name or through the task object; see :meth:`AsyncClient.enqueue`."""
         if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
             return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
         h = self._enqueue(name, *args, **kwargs)
@@ -1125,8 +973,7 @@ class Client(ClientBase):
         defaults: TaskDefaults | None = None,
         **options: Any,
     ) -> TaskHandle:
-        """Enqueue one task; one round trip. Returns its handle (``.id``). ``options`` are
-        :class:`EnqueueOptions` (build_task's keywords)."""
+        """``enqueue`` by name; ``options`` are :class:`EnqueueOptions`."""
         d = defaults or self._defaults(name)
         built = self._built(name, args, kwargs, d, options)
         if built is None:  # before_enqueue middleware sees the request first
@@ -1142,11 +989,9 @@ class Client(ClientBase):
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
-        # The short path: one script call, without _send's batch plan (docs/performance.md).
         return self._handle(q, self._io(lambda: self._scripts.run(call)))
 
     def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
-        """The tasks of concurrent enqueues that waited for one in flight: one bulk call."""
         return self._send({queue: list(enumerate(tasks))}, len(tasks))
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[TaskHandle]:
@@ -1158,12 +1003,10 @@ class Client(ClientBase):
         return hs
 
     def _warn_undeclared(self, due: dict[tuple[str, str], str]) -> None:
-        """See :meth:`AsyncClient._warn_undeclared`."""
         with contextlib.suppress(RedisUnavailable, redis.RedisError):
             self._warn(self._drive(self._declared_steps(due)))
 
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
-        """See :meth:`AsyncClient._send`."""
         return self._drive(self._send_steps(by_queue, n))
 
     def enqueue_workflow(self, flow: wf.Flow) -> TaskHandle:
@@ -1171,7 +1014,6 @@ class Client(ClientBase):
         return self._drive(self._workflow_steps(flow))
 
     def _drive(self, steps: Steps[T]) -> T:
-        """See :meth:`AsyncClient._drive`."""
         go: Callable[[Any], Any] = steps.send
         arg: Any = None
         while True:

@@ -1,11 +1,7 @@
 """Group commit for a client's calls: concurrent calls of one key go out as one batch.
 
-:class:`Coalescer` is an asyncio client's (coroutines), :class:`SyncCoalescer` a blocking
-client's (threads: a threaded web server's handlers sharing one ``Client``).
-
-A call of an idle key is sent at once by its caller (a lone enqueue pays nothing); calls made
-while it is in flight go out together as one batch when it returns, so many concurrent callers
-make a few bulk calls (docs/performance.md, "Single enqueues from many coroutines"). A waiter
+A call of an idle key is sent at once by its caller; calls made while it is in flight go out
+together when it returns (docs/client.md, "Many coroutines enqueueing at once"). A waiter
 cancelled before its batch is sent is left out of it; a failed batch raises in each waiter."""
 
 from __future__ import annotations
@@ -24,25 +20,18 @@ I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
 # Set while a coroutine sends a call or a batch: a call it makes meanwhile (dtq.testing's eager
-# mode runs tasks inside the enqueue's send) goes out on its own, as it cannot wait for the
-# send it is part of.
+# mode) goes out on its own, as it cannot wait for the send it is part of.
 _SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("dtq_sending", default=False)
 
 
 class Coalescer(Generic[K, I, O]):
-    """The caller sends a call of an idle key itself, between :meth:`begin` and :meth:`end`;
-    while a key is busy, :meth:`wait` returns the item's result from ``send_many(key, items)``
-    (a list in the items' order), run with the other items that waited when the call ends.
-
-    ``if c.busy(key): return await c.wait(key, item)``, else ``t = c.begin(key)``, send, and
-    ``c.end(key, t)`` in a ``finally`` (no closure or task per call on that path); a call made
-    inside a send (``c.sending()``) is sent on its own, with none of these.
-    """
+    """``if c.busy(key): return await c.wait(key, item)`` (its result from the next
+    ``send_many(key, items)``), else ``t = c.begin(key)``, send, and ``c.end(key, t)`` in a
+    ``finally``; a call made inside a send (``c.sending()``) is sent on its own."""
 
     def __init__(self, send_many: Callable[[K, Sequence[I]], Awaitable[Sequence[O]]]) -> None:
         self._send_many = send_many
-        # key -> the items waiting for the call in flight (the key is present while one is)
-        self._waiting: dict[K, list[tuple[I, asyncio.Future[O]]]] = {}
+        self._waiting: dict[K, list[tuple[I, asyncio.Future[O]]]] = {}  # key: one in flight
         self._batches: set[asyncio.Task[None]] = set()
 
     def busy(self, key: K) -> bool:
@@ -117,20 +106,17 @@ class _Place(Generic[I, O]):
 
 
 class SyncCoalescer(Generic[K, I, O]):
-    """:class:`Coalescer` for threads, with no thread of its own: the oldest waiting caller
-    sends the batch. If its thread is interrupted (KeyboardInterrupt), each other caller sends
-    its item again alone with ``send_one``, which must be safe to repeat (an enqueue's is: its
-    id was made before, and enqueue.lua answers a repeat with the task it made).
+    """:class:`Coalescer` for threads: the oldest waiting caller sends the batch.
 
     ``c.call(key, item, send_one)``: ``send_one()``'s result when the key was idle, else the
-    item's result from a batch.
+    item's result from a batch. If the sending thread is interrupted, each other caller sends
+    its item again with ``send_one``, which must be safe to repeat (an enqueue's is).
     """
 
     def __init__(self, send_many: Callable[[K, Sequence[I]], Sequence[O]]) -> None:
         self._send_many = send_many
         self._lock = threading.Lock()
-        # key -> the items waiting for the call in flight (the key is present while one is)
-        self._waiting: dict[K, list[_Place[I, O]]] = {}
+        self._waiting: dict[K, list[_Place[I, O]]] = {}  # key: one in flight
         forkreset.track(self)
 
     def call(self, key: K, item: I, send_one: Callable[[], O]) -> O:
@@ -191,9 +177,7 @@ class SyncCoalescer(Generic[K, I, O]):
             out = self._send_many(key, [p.item for p in batch])
             for p, o in zip(batch, out, strict=True):
                 p.result = o
-        except BaseException as exc:  # (each caller raises it, this one too)
-            # An interrupt of this thread (KeyboardInterrupt, SystemExit) is its own: the
-            # others learn that their batch went out or not, unknown which.
+        except BaseException as exc:  # (each caller raises it; an interrupt is this thread's)
             other = exc if isinstance(exc, Exception) else _interrupted(exc)
             for p in batch:
                 p.error = other

@@ -1,13 +1,8 @@
 """One pub/sub connection for all of a client's ``result()`` waits (AsyncClient: DoneWaits;
-the blocking Client: SyncDoneWaits), so many waits never exhaust the connection pool.
-
-One reader wakes the waits of the channel a message names; a channel is subscribed while a
-wait needs it. redis-py's PubSub is not thread-safe, so for the blocking Client one reader
-thread does all the I/O, woken by a PUBLISH on the client's wake channel (Keys.wake_channel).
-A wait is woken, never told the outcome: ``result()`` reads the record after each wake-up and
-at least every 5 s, so a lost message costs time, never a result. On a cluster the waits
-SSUBSCRIBE at the channel's node (docs/faults.md, "Redis Cluster"); reads poll the nodes in
-turn, each lasting :data:`CLUSTER_READ_S`.
+the blocking Client: SyncDoneWaits, whose one reader thread is woken by a PUBLISH on the client's
+wake channel). A wait is woken, never told the outcome: ``result()`` reads the record after each
+wake-up. On a cluster the waits SSUBSCRIBE at the channel's node (docs/faults.md, "Redis
+Cluster"), read in turns of :data:`CLUSTER_READ_S`.
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ CLUSTER_READ_S = 0.05  # the read timeout on a cluster (see above)
 
 
 class _Sub:
-    """The calls of a PubSub for done channels: SUBSCRIBE and its messages on one server, their
-    sharded forms (SSUBSCRIBE, smessage) on a cluster."""
+    """A PubSub's calls for done channels: SUBSCRIBE, or SSUBSCRIBE on a cluster."""
 
     def __init__(self, ps: Any, sharded: bool) -> None:
         self.ps = ps
@@ -46,8 +40,8 @@ class _Sub:
         self.timeout = CLUSTER_READ_S if sharded else IDLE_READ_S
 
     def parse(self, msg: dict[str, Any]) -> tuple[bool | None, str]:
-        """Whether ``msg`` confirms a subscription (True) or announces an end (False; None:
-        neither), and its channel."""
+        """Whether ``msg`` confirms a subscription (True), announces an end (False) or neither
+        (None); and its channel."""
         kind, channel = msg.get("type"), msg.get("channel")
         channel = channel.decode() if isinstance(channel, bytes) else str(channel)
         return (True if kind == self.confirm else False if kind == self.message else None), channel
@@ -81,8 +75,7 @@ class DoneWaits:
             try:
                 if self._ps is None:
                     self._ps = _Sub(self._redis.pubsub(), is_cluster(self._redis))
-                # One at a time: each SUBSCRIBE sent while the connection was not yet made would
-                # make one of its own (and all but the last leak out of the pool).
+                # One at a time: SUBSCRIBEs sent before the connection is made would each make one.
                 async with self._sending:
                     await self._ps.subscribe(channel)  # (the reader reads its confirmation)
                 if self._reader is None or self._reader.done():
@@ -115,8 +108,7 @@ class DoneWaits:
 
     async def _read(self) -> None:
         """Wake the waits of each message's channel; resolve confirmations. Ends when no
-        channel is wanted; on a connection error it backs off and reads again (redis-py
-        reconnects and subscribes the channels again)."""
+        channel is wanted; backs off on a connection error (redis-py subscribes again)."""
         delay = 0.05
         sub = self._ps
         assert sub is not None  # (made before the reader)
@@ -155,9 +147,7 @@ class DoneWaits:
 
 
 class SyncDoneWaits:
-    """``ev = add(channel)``: a threading.Event set on each message of ``channel``, once Redis
-    has confirmed the subscription (or :data:`CONFIRM_S` passed); ``remove(channel, ev)`` when
-    done with it. Any thread may call both; the reader thread alone touches the PubSub."""
+    """:class:`DoneWaits` for threads: the reader thread alone touches the PubSub."""
 
     def __init__(self, redis: Any, wake_channel: Callable[[str], str]) -> None:
         """``wake_channel(token)``: the name of this client's wake channel (Keys.wake_channel)."""
@@ -222,8 +212,8 @@ class SyncDoneWaits:
                 self._todo.add(channel)  # (unsubscribed at the reader's next turn)
 
     def _turn(self, subscribed: set[str], idle: bool) -> tuple[list[str], list[str]] | None:
-        """Under the lock: the channels to subscribe and to unsubscribe now, or None when the
-        reader is to end (closed, or nothing wanted after a turn that read nothing)."""
+        """Under the lock: the channels to subscribe and to unsubscribe now; None: the reader
+        ends (closed, or nothing wanted after an idle turn)."""
         if self._closed or (idle and not self._events and not self._todo):
             self._reader = None
             return None
@@ -255,8 +245,6 @@ class SyncDoneWaits:
                         subscribed.difference_update(drop)
                     msg = sub.read()
                 except Exception as exc:
-                    # The waits that asked for a channel now are told; the others keep theirs
-                    # (redis-py subscribes them again when it makes the connection again).
                     log.debug("result() subscription failed: %s", exc)
                     self._fail(add, drop, exc)
                     subscribed.difference_update(add)
@@ -273,9 +261,8 @@ class SyncDoneWaits:
                 sub.ps.close()
 
     def _fail(self, add: list[str], drop: list[str], exc: Exception) -> None:
-        """The waits of the channels just asked for raise ``exc``; a channel still wanted is
-        asked for again (its confirmation clears the failure for later waits), one given up is
-        unsubscribed once the connection is back."""
+        """The waits of the channels just asked for raise ``exc``; those channels are asked for
+        (or given up) again on the next turn."""
         with self._lock:
             for c in add:
                 if c in self._ready:

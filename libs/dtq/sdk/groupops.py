@@ -1,7 +1,5 @@
 """The fair groups' operator surface in the SDK (docs/groups.md): list a queue's groups, hold
-(pause) and release (resume) one. Each request is written once, as a generator of its I/O steps
-(as in dtq.sdk.client), and driven by :class:`dtq.Client` and :class:`dtq.AsyncClient` (their
-``pause_group``, ``resume_group``, ``groups``); dtq.admin (the CLI and the API) calls those methods.
+(pause) and release (resume) one; step generators driven by the clients (dtq.sdk.client).
 
 A listing walks each partition's active groups, then its held ones; a page's work is bounded
 (at most ``limit`` names and :data:`GROUP_BUDGET` (name, partition) lookups), so a queue of many
