@@ -105,6 +105,25 @@ def test_a_bulk_enqueue_appends_a_groups_run_of_tasks_in_one_rpush(
     assert {r.hget(qk.task(t), "grp") for t in order} == {"big", "small"}
 
 
+def test_a_bulk_enqueue_indexes_its_new_groups_in_one_zadd(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Many new groups in one call: one ZADD makes them active, and while no group of the queue
+    is paused no paused set is read per group; a paused group's first task is still withheld."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    r.config_resetstat()
+    enqueue(run, qk, *[task(f"n{i}") for i in range(50)], task(), task("n0"))
+    stats = r.info("commandstats")
+    assert int(stats["cmdstat_zadd"]["calls"]) == 1 and "cmdstat_sismember" not in stats
+    assert r.zcard(qk.group_index) == 51  # and '' : the plain task after them joined a group
+    assert r.xlen(qk.stream(5)) == 51 and r.llen(qk.group_waiting(5, "n0")) == 2
+    hold(run, qk, "p", True)
+    enqueue(run, qk, task("p"), task("q"))
+    assert turn(r, qk, 5, "p") == "~" and r.zscore(qk.group_index, "q") is not None
+    assert r.xlen(qk.stream(5)) == 52  # q's turn only
+
+
 def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     ts = [task("solo") for _ in range(30)]
     enqueue(run, qk, *ts)
