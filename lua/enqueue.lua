@@ -87,6 +87,9 @@ local now, nows = nil, nil  -- the call's time: number, and its text for the rec
 local out = nil
 local made = 0  -- tasks this call created: counted in the history at the end
 local gmode = nil  -- whether the queue has active groups (read once, at the first plain task)
+-- A bulk call's new groups enter the index of active groups by one ZADD, at the end: their
+-- entries (score, group, ...) as group_put collects them.
+local gidx = n > 1 and {} or nil
 -- The tasks of one call that follow a task of the same group and band wait in that group's
 -- list (group_put made it, and it has the turn): they are appended by one RPUSH (pushed),
 -- at the next task of another list and at the end. wl: that list's "<band>:<group>". (No
@@ -122,8 +125,9 @@ for i = 0, n - 1 do
       status = 'queued'
       local sk = streams and streams[prio] or stream
       local grp = g6 or opts and ARGV[o + 13] or ''
-      if grp == '' and gmode == nil then
-        gmode = redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
+      if grp == '' and gmode == nil then  -- (a new group of this call: active, not indexed yet)
+        gmode = gidx ~= nil and gidx[1] ~= nil or
+          redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
       end
       if grp ~= '' or gmode then  -- its group's turn, or its group's list (docs/groups.md)
         local l = prio .. ':' .. grp
@@ -138,7 +142,8 @@ for i = 0, n - 1 do
             redis.call('RPUSH', group_base(KEYS[3]) .. 'w:' .. wl, unpack(pushed, 1, npushed))
             npushed = 0
           end
-          local eid, store = group_put(sk, KEYS[3], tid, prio, grp ~= '' and grp or nil, gmode)
+          local eid, store = group_put(sk, KEYS[3], tid, prio, grp ~= '' and grp or nil, gmode,
+            gidx)
           gstore = store
           if eid then wk, wv = 'eid', eid else wk, wv = 'status', status end
           if n > 1 then wl = l end
@@ -226,6 +231,7 @@ end
 if npushed > 0 then
   redis.call('RPUSH', group_base(KEYS[3]) .. 'w:' .. wl, unpack(pushed, 1, npushed))
 end
+if gidx and gidx[1] then redis.call('ZADD', group_base(KEYS[3]) .. 'idx', 'NX', unpack(gidx)) end
 if batch then
   for _, st in ipairs({'queued', 'scheduled'}) do
     emit_batch(KEYS[2], maxlen, 'enqueued', batch[st][1], batch[st][2], '', st)

@@ -192,7 +192,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- and the tasks issue_ahead() gave entries ahead of their turn (see the strict loop below);
   -- track: how many more groups this pass may note (-1: none, it cannot issue ahead). Tables
   -- are made when first needed: a claim of tasks without a group makes none.
+  -- ahead_grp: the group of each task issued ahead (its record may be gone: see take()).
   local passed, passed_groups, ahead, unwritten, track = nil, nil, nil, nil, -1
+  local ahead_grp = nil
   -- Task tid, the live turn of group grp in band prio (the head of its list), starts or leaves:
   -- it leaves the list and the group's next task gets its turn.
   local function pass_turn(prio, grp, tid)
@@ -279,7 +281,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local k = #passed_groups
     local q = math.floor((remaining - k) / k)
     if gcap > 0 or q < 1 or scanned + remaining > budget then return end
-    ahead, unwritten = ahead or {}, unwritten or {}
+    ahead, unwritten, ahead_grp = ahead or {}, unwritten or {}, ahead_grp or {}
     for _, grp in ipairs(passed_groups) do
       local w = gb .. 'w:' .. prio .. ':' .. grp
       local holder = passed[grp]
@@ -287,10 +289,12 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       if tids and tids[1] == holder then
         for j = 2, #tids do
           local t = tids[j]
-          local st = redis.call('HMGET', base .. t, 'status', 'eid')
-          if st[1] == 'queued' and not st[2] and not unwritten[t] then  -- (else dropped: gone)
+          -- (The record is not read here: take() reads it anyway, and absorbs the entry of a
+          -- task that no longer waits, passing on the turn it held: see ahead_gone.)
+          if not unwritten[t] then  -- (a second copy of a task issued in this call: dropped)
             -- (The record's eid is written with its run's start, in take(): in this call.)
             unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
+            ahead_grp[t] = grp
             ahead[holder] = true
             holder = t
           end
@@ -410,7 +414,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     -- A duplicate (or an entry whose task is gone): acknowledged, never run.
     drop_entry(KEYS[i], group, eid)
-    if r[24] then settle(r[24]) end  -- (a duplicate is no turn: its task's place is its record's)
+    if weid == eid then
+      -- Issued ahead in this call to a task that no longer waits (ended, or waiting with an
+      -- entry of its own): the turn its entry held passes on (group_left).
+      group_left(tid, string.format('%d', 10 - i), ahead_grp[tid])
+    elseif r[24] then
+      settle(r[24])  -- (a duplicate is no turn: its task's place is its record's)
+    end
     redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
     emit(KEYS[12], maxlen, 'absorbed', tid, r[4] or (r[1] and '0'), worker, eid)
     absorbed = absorbed + 1

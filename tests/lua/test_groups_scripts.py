@@ -105,6 +105,25 @@ def test_a_bulk_enqueue_appends_a_groups_run_of_tasks_in_one_rpush(
     assert {r.hget(qk.task(t), "grp") for t in order} == {"big", "small"}
 
 
+def test_a_bulk_enqueue_indexes_its_new_groups_in_one_zadd(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Many new groups in one call: one ZADD makes them active, and while no group of the queue
+    is paused no paused set is read per group; a paused group's first task is still withheld."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    r.config_resetstat()
+    enqueue(run, qk, *[task(f"n{i}") for i in range(50)], task(), task("n0"))
+    stats = r.info("commandstats")
+    assert int(stats["cmdstat_zadd"]["calls"]) == 1 and "cmdstat_sismember" not in stats
+    assert r.zcard(qk.group_index) == 51  # and '' : the plain task after them joined a group
+    assert r.xlen(qk.stream(5)) == 51 and r.llen(qk.group_waiting(5, "n0")) == 2
+    hold(run, qk, "p", True)
+    enqueue(run, qk, task("p"), task("q"))
+    assert turn(r, qk, 5, "p") == "~" and r.zscore(qk.group_index, "q") is not None
+    assert r.xlen(qk.stream(5)) == 52  # q's turn only
+
+
 def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     ts = [task("solo") for _ in range(30)]
     enqueue(run, qk, *ts)
@@ -132,6 +151,44 @@ def test_a_claim_reads_a_lone_groups_batch_in_two_reads(
     assert r.llen(qk.group_waiting(5, "solo")) == 14
     assert [c.tid for c in claim(run, qk, count=16).runs] == [t.tid for t in ts[16:]]
     assert turn(r, qk, 5, "solo") is None and r.zcard(qk.group_running("solo")) == 30
+
+
+def test_a_claim_reads_no_record_for_the_tasks_it_issues_ahead(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The tasks a claim gives their entries ahead of their turn are read once, when their
+    entries are delivered in the same call (HGETALL); only the two turns passed on read the
+    next task's record first (the first turn's and the last holder's)."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    ts = [task("solo") for _ in range(30)]
+    enqueue(run, qk, *ts)
+    r.config_resetstat()
+    assert [c.tid for c in claim(run, qk, count=16).runs] == [t.tid for t in ts[:16]]
+    stats = r.info("commandstats")
+    assert int(stats["cmdstat_hmget"]["calls"]) == 2
+    assert int(stats["cmdstat_hgetall"]["calls"]) == 16
+
+
+def test_a_task_issued_ahead_that_no_longer_waits_is_not_run_and_passes_the_turn(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """A listed id whose record no longer waits (ended, or gone) gets an entry ahead like the
+    others; the claim that delivers it absorbs it without a run, and the turn it held passes
+    on, so the group's later tasks still run and an idle group leaves no key."""
+    ts = [task("solo") for _ in range(8)]
+    enqueue(run, qk, *ts)
+    r.hset(qk.task(ts[3].tid), "status", "succeeded")  # a middle one: the chain goes on
+    r.delete(qk.task(ts[5].tid))  # a record gone
+    r.hset(qk.task(ts[7].tid), "status", "cancelled")  # the last: it would hold the turn
+    b = claim(run, qk, count=16)
+    want = [ts[i].tid for i in (0, 1, 2, 4, 6)]
+    assert [c.tid for c in b.runs] == want
+    assert b.absorbed == 3
+    assert turn(r, qk, 5, "solo") is None and r.xlen(qk.stream(5)) == len(want)
+    for c in b.runs:
+        assert complete(run, qk, c)
+    assert group_keys(r, qk) == []
 
 
 def test_a_lone_groups_batch_enters_and_leaves_its_running_set_in_one_call_each(
