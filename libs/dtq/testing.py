@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from itertools import chain
 from typing import Any, ParamSpec, TypeVar
@@ -217,10 +217,7 @@ class TestQueue:
         Returns the final state of each task that ran, in the order they ran.
         ``include_delayed=True`` also runs delayed tasks before their time.
         """
-        result: list[TaskInfo] = _blocking(
-            self.adrain(include_delayed=include_delayed, max_runs=max_runs)
-        )
-        return result
+        return _blocking(self.adrain(include_delayed=include_delayed, max_runs=max_runs))
 
     # --- the test clock: periodic schedules and delayed tasks ------------------------------
 
@@ -235,16 +232,14 @@ class TestQueue:
         """Fire every periodic schedule due at the test clock, as a worker's scheduler would
         (grace, overlap and catch-up rules included). Returns the ids of the tasks enqueued;
         :meth:`drain` runs them. The app's declared schedules are stored on the first call."""
-        fired: list[str] = _blocking(self.afire_due())
-        return fired
+        return _blocking(self.afire_due())
 
     def advance(self, seconds: float) -> list[str]:
         """Move the test clock ``seconds`` forward, firing each periodic schedule at each of its
         fire times on the way, in order (an ``every=30`` schedule fires 4 times in
         ``advance(120)``). Delayed tasks and retries due by then run on the next
         :meth:`drain`. Returns the ids of the tasks fired."""
-        fired: list[str] = _blocking(self.aadvance(seconds))
-        return fired
+        return _blocking(self.aadvance(seconds))
 
     async def afire_due(self) -> list[str]:
         """:meth:`fire_due` for async tests."""
@@ -415,32 +410,15 @@ class TestQueue:
             await self.adrain()
 
 
-def _blocking(coro: Any) -> Any:
-    """Run ``coro`` to its end from sync code, also when called from inside an event loop."""
+def _blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end from sync code, also when called from inside an event loop (then
+    on a loop of its own in a helper thread)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    # Called from async code: run on a loop of our own in a helper thread.
-    box: list[Any] = []
-    t = threading.Thread(target=lambda: box.append(_capture(coro)))
-    t.start()
-    t.join()
-    return _unwrap(box[0])
-
-
-def _capture(coro: Any) -> tuple[bool, Any]:
-    try:
-        return True, asyncio.run(coro)
-    except BaseException as exc:
-        return False, exc
-
-
-def _unwrap(box: tuple[bool, Any]) -> Any:
-    ok, value = box
-    if ok:
-        return value
-    raise value
+    with ThreadPoolExecutor(1) as helper:
+        return helper.submit(asyncio.run, coro).result()
 
 
 class _TestClient(Client):
