@@ -96,14 +96,6 @@ class Consumer:
             if idle and claimed:
                 await asyncio.sleep(0)  # the runs just launched start before the XREAD wakes Redis
 
-    def _order(self) -> list[str]:
-        """The queues in claim order: a partitioned queue's partitions take turns, moving on
-        with each pass that sends a claim."""
-        env = self.env
-        if not env.partitions_of:
-            return env.queues
-        return partitions.poll_order(env.queues, self._turn)
-
     async def claim_once(self, idle_ms: int | None = None) -> tuple[int, int, bool]:
         """One claim pass over the queues in order: every claim of the poll loop.
 
@@ -120,7 +112,9 @@ class Consumer:
         drained = True
         self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
         self._again = False
-        order, sent = self._order(), False
+        # A partitioned queue's partitions take turns, moving on with each pass that claims.
+        order = partitions.poll_order(env.queues, self._turn) if env.partitions_of else env.queues
+        sent = False
         after, capped = (None, []) if idle_ms is None else await self._idle_wait(idle_ms, order)
         # Partitioned queues whose claim got all it asked for: a slot freed later in the pass is
         # the next pass's, which starts at the next partition.

@@ -1,9 +1,4 @@
-"""``dtq-worker APP``: the worker process's command line.
-
-Exit codes: 0 after a graceful stop, 1 when Redis stayed unreachable past the heartbeat TTL
-(unfinished tasks handed back first where Redis answered), 2 for bad configuration or an
-unimportable APP, 4 when the worker id stayed held by a stopping worker past the wait.
-"""
+"""``dtq-worker APP``: the worker process's command line (its exit codes: the epilog below)."""
 
 from __future__ import annotations
 

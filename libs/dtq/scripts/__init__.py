@@ -1,28 +1,8 @@
 """The Lua scripts and one typed wrapper per script: ``from dtq import scripts as sc``.
 
-Each script is ``lua/<name>.lua`` (its header lists KEYS, ARGV, the reply and its includes).
-:mod:`dtq.scripts.runner` loads and runs them; each other module holds one family's wrappers (a
-call builder returning a :class:`Call`, a reply parser, a typed result), shared by the clients,
-the admin and the worker.
-
-========================  ==============================================================
-``enqueue``               enqueue.lua
-``outcomes``              claim, complete, fail, requeue, recover (the hot path)
-``reaper``                reclaim, touch, promote
-``cancel``                cancel
-``admin``                 purge, dlq_requeue, dlq_discard
-``flows``                 flow_enqueue, flow_put, flow_apply, flow_cancel, flow_tomb
-``schedules``             schedule_put, schedule_fire
-``progress``              progress
-``retention``             retention_dlq, retention_consumers, retention_queue, retention_keys,
-                          retention_hist
-``locks``                 lock, unlock
-``limits``                limit_sweep
-``groups``                group_hold
-========================  ==============================================================
-
-:data:`REPLIES` names, per script, the enums of the sentinel values it can answer; a test
-(tests/lua/test_record.py) reads every script and fails on a sentinel or error code not named.
+:mod:`dtq.scripts.runner` loads and runs ``lua/<name>.lua``; each other module holds one
+family's wrappers (a call builder returning a :class:`Call`, a reply parser, a typed result):
+which family is where is in docs/design.md, "Module map".
 """
 
 from __future__ import annotations

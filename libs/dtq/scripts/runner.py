@@ -1,11 +1,6 @@
 """Running the Lua scripts: their text as sent (:func:`source`), one invocation
-(:class:`Call`), the runners (:class:`SyncScripts`, :class:`AsyncScripts`: EVALSHA, reloading
-after a NOSCRIPT, the fast lane of :mod:`dtq.store.transport` where it applies) and the error
-codes a script replies with (:class:`ScriptError`).
-
-The typed wrappers (a call builder, a reply parser and its result type per script) are in the
-sibling modules of this package, one per family of scripts.
-"""
+(:class:`Call`), the runners (:class:`SyncScripts`, :class:`AsyncScripts`) and the error codes a
+script replies with (:class:`ScriptError`)."""
 
 from __future__ import annotations
 
