@@ -266,12 +266,11 @@ class TestQueue:
 
     def _next_fire_ms(self) -> int | None:
         """The soonest next fire time of any stored schedule."""
-        soonest: int | None = None
-        for q in self._schedule_queues():
-            first: Any = self.redis.zrange(self.keys.queue(q).schedules_next, 0, 0, withscores=True)
-            if first and (soonest is None or int(first[0][1]) < soonest):
-                soonest = int(first[0][1])
-        return soonest
+        firsts: list[Any] = [
+            self.redis.zrange(self.keys.queue(q).schedules_next, 0, 0, withscores=True)
+            for q in self._schedule_queues()
+        ]
+        return min((int(first[0][1]) for first in firsts if first), default=None)
 
     def _runner(self) -> ScheduleRunner:
         r = fakeredis.FakeAsyncRedis(server=self.server, decode_responses=True)

@@ -57,10 +57,6 @@ class Consumer:
             else None
         )
 
-    async def wait_slot(self, timeout: float) -> None:
-        """Until a run ends (or shutdown starts), at most ``timeout`` seconds."""
-        await self.slots.changed.wait(timeout)
-
     async def loop(self) -> None:
         env = self.env
         idle, now_ms = False, 0  # idle: the last pass left nothing, the next one waits first
@@ -75,7 +71,7 @@ class Consumer:
                 continue
             if self.slots.unheld <= 0:
                 idle = False
-                await self.wait_slot(1.0)  # the drain's start wakes it too
+                await self.slots.changed.wait(1.0)  # a run ends, or the drain starts
                 continue
             try:
                 claimed, now_ms, drained = await self.claim_once(now_ms if idle else None)
@@ -172,7 +168,7 @@ class Consumer:
         after = f"{max(0, idle_ms - 1)}-{MAX_SEQ}"  # entries added after the last pass's claim
         capped = [q for q in order if self.slots.free(q) <= 0]
         if len(capped) == len(order):  # nothing can be taken before a run ends
-            await self.wait_slot(IDLE_BLOCK_MS / 1000)
+            await self.slots.changed.wait(IDLE_BLOCK_MS / 1000)
             return None, capped
         if self._cluster is not None:
             await self._wait_cluster(self._cluster, after, capped)

@@ -17,16 +17,13 @@ from typing import NoReturn
 _STOPS = {signal.SIGTERM, signal.SIGINT}
 
 
-def threads() -> int:
-    """This process's threads: the kernel's count on Linux, else the ``threading`` module's."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 def can_fork() -> bool:
-    return hasattr(os, "fork") and threads() == 1
+    """One thread runs (the kernel's count on Linux, C extensions' threads included)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
+    return hasattr(os, "fork") and threads == 1
 
 
 class Forked:

@@ -54,11 +54,6 @@ class Runs:
         self.more = False  # a claim stopped at its scan budget: the poll loop claims again
         self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
 
-    @property
-    def inflight(self) -> dict[tuple[str, str], Run]:
-        """The runs this worker holds, by (queue, tid) (Slots.inflight)."""
-        return self.slots.inflight
-
     # --- in --------------------------------------------------------------------------------
 
     def take(self, queue: str, batch: sc.ClaimBatch, sent: float, reserved: int = 0) -> None:
@@ -142,7 +137,7 @@ class Runs:
         """A cancel request for task ``tid`` (of ``queue``; any queue when None): stop its run,
         or keep a hint for a claim of it that may be on its way back (Slots.hint)."""
         held = False
-        for run in list(self.inflight.values()):
+        for run in list(self.slots.inflight.values()):
             same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
             held = held or same
             if same and run.stop_reason is None:

@@ -56,7 +56,8 @@ class Scheduler:
                 await self.periodic.store_if_due(queue)
                 continue
             while True:
-                res = await self.promote(queue)
+                call = sc.promote_call(env.keys.queue(queue), BATCH, env.settings.events_maxlen)
+                res = sc.parse_promote(await env.scripts.run(call))
                 if res.promoted + res.dropped < BATCH:
                     break
             if res.owed:
@@ -84,11 +85,6 @@ class Scheduler:
             log.info("scheduler leader for queue %s", queue)
             self.leading.add(queue)
         return held
-
-    async def promote(self, queue: str) -> sc.PromoteResult:
-        env = self.env
-        call = sc.promote_call(env.keys.queue(queue), BATCH, env.settings.events_maxlen)
-        return sc.parse_promote(await env.scripts.run(call))
 
     async def sweep_owed(self, queue: str) -> int:
         """Finish the parked-task releases a run's end left owed (dead parked ids used up its
