@@ -1,15 +1,6 @@
 """Defaults a worker declares (``@app.task(max_retries=, timeout=, expires=)``), for tasks
-enqueued by clients that never imported the task (docs/design.md, "Declared defaults").
-
-Such a client names the fields it left unset in the record's ``dflt`` (letters of
-:data:`FIELDS`); workers publish their declarations per queue in ``P:{q}:decl`` (task name ->
-:func:`encode`), and the first claim fills the unset fields from it
-(``lua/includes/claim_entries.lua``), or from dtq's defaults where no worker declared the name.
-
-Each worker also publishes the names it runs (:data:`TASKS_FIELD` of its heartbeat hash) for
-``dtq workers``; whether a live worker declares a name is read from ``decl:seen`` instead
-(dtq.sdk.client).
-"""
+enqueued by clients that never imported the task (docs/design.md, "Declared defaults"), and the
+task names a worker publishes for ``dtq workers``."""
 
 from __future__ import annotations
 

@@ -10,10 +10,7 @@ from pythonjsonlogger.msgspec import MsgspecFormatter
 
 class JsonFormatter(MsgspecFormatter):
     """One JSON object per line (``ts``, ``level``, ``logger``, ``msg``, ``exc`` when there is a
-    traceback); extra fields (task_id, queue, attempt, ...) become keys; what JSON cannot hold
-    is written as its ``str``. python-json-logger's msgspec formatter (docs/performance.md,
-    "Hand-written code").
-    """
+    traceback); extra fields (task_id, queue, attempt, ...) become keys."""
 
     def __init__(self) -> None:
         super().__init__(

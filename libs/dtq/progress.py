@@ -1,11 +1,6 @@
-"""Progress reports of running tasks: ``dtq.current_task().progress(current, total, message)``.
-
-A report is stored in the task record (``progress``, shown by ``get()`` as ``TaskInfo.progress``)
-and announced as a ``progress`` event, through the fenced ``lua/progress.lua``. Calling
-``progress()`` never blocks the task, from an async task or from a sync task's thread alike:
-the runner (:mod:`dtq.run`) writes reports in the background, keeping only the latest while a
-write is under way, and writes the last one before the task's outcome.
-"""
+"""Progress reports of running tasks: ``dtq.current_task().progress(current, total, message)``,
+stored fenced in the task record and announced as an event; written in the background by
+:mod:`dtq.run`, so a report never blocks the task."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Running a claimed task's body: what the worker's executor and :mod:`dtq.testing` both call
-a run.
-
-:class:`Runner` decodes the arguments, makes the task's context, runs the body (async on the
-event loop, sync in a pool) within its timeout and inside the app's ``around_task`` middleware,
-and tells the ``on_outcome`` hooks what became of the run. How the end of a body becomes an
-outcome is :mod:`dtq.retrypolicy`; writing the outcome, and what stops a run, are the caller's
-(``dtq_worker.executor``, ``TestQueue``). The only I/O here is the run's progress reports.
-"""
+"""Running a claimed task's body, for the worker's executor and :mod:`dtq.testing` alike: its
+arguments, context, timeout and middleware. Outcomes are :mod:`dtq.retrypolicy`'s; writing them,
+and what stops a run, are the caller's. The only I/O here is the run's progress reports."""
 
 from __future__ import annotations
 
@@ -32,8 +26,7 @@ from dtq.store.keys import Keys, make_task_id
 from dtq.store.partitions import logical
 
 log = logging.getLogger("dtq.run")
-# The last report's wait before the outcome write: it may queue behind the worker's other runs'
-# writes (16 in flight at once), seconds on a loaded host with hundreds of runs reporting.
+# The last report's wait before the outcome write (it may queue behind other runs' reports).
 FLUSH_TIMEOUT_S = 10.0
 
 
@@ -61,11 +54,8 @@ class Attempt:
 
 
 def _detach(fut: asyncio.Future[Any]) -> None:
-    """Let a sync task's thread run on after its run was stopped (a thread cannot be killed).
-
-    Its outcome is discarded: the exception it may end with (a ``Fail`` after a cancel) is
-    taken here, or asyncio would log "Future exception was never retrieved" with a traceback.
-    """
+    """Let a sync task's thread run on after its run was stopped (a thread cannot be killed),
+    its outcome discarded (taken, or asyncio would log "Future exception was never retrieved")."""
 
     def done(f: asyncio.Future[Any]) -> None:
         if not f.cancelled():
@@ -75,10 +65,8 @@ def _detach(fut: asyncio.Future[Any]) -> None:
 
 
 class Reports:
-    """A run's :class:`dtq.progress.RunHooks`. Its reports are written in the background
-    (``progress.lua``, fenced), only the latest kept while a write is under way, and the last
-    one before the outcome (:meth:`flush`); a sync task's thread hands them to the event loop.
-    """
+    """A run's :class:`dtq.progress.RunHooks`: reports written in the background, only the
+    latest kept while a write is under way, the last one before the outcome (:meth:`flush`)."""
 
     __slots__ = ("_loop", "_pending", "_run", "_runner", "writing")
 
@@ -152,9 +140,7 @@ class Runner:
         self.pool = pool
         self.worker_id = worker_id
         self.scripts, self.keys, self.events_maxlen, self.gate = scripts, keys, events_maxlen, gate
-        # The app's middleware (dtq.middleware), None when it has none; read once, so middleware
-        # added later is not seen.
-        self.mw = app.hooks()
+        self.mw = app.hooks()  # the app's middleware, None when it has none; read once
 
     def stopped(self, run: Attempt) -> bool:
         """Whether ``run`` was asked to stop (``current_task().cancel_requested``)."""
@@ -224,9 +210,7 @@ class Runner:
                 raise Fail(str(exc)) from None
         timeout = c.timeout
         loop = asyncio.get_running_loop()
-        # Made already when middleware wraps the run (_around). No local more than without
-        # middleware: a bigger coroutine frame made sync runs measurably slower
-        # (tools/bench_executor.py).
+        # Made already by _around. No local more: a bigger frame made sync runs slower.
         ctx = None if run.hooked is None else run.hooked.ctx
         if ctx is None:
             deadline = None if timeout is None else time.time() + timeout
@@ -242,8 +226,7 @@ class Runner:
             return ctx
 
         if task.is_async:
-            # Made on the task's first current_task() (most never ask).
-            set_current(context)
+            set_current(context)  # made on the task's first current_task() (most never ask)
             coro = task.fn(*args, **kwargs)
             try:
                 if timeout is None:
@@ -259,8 +242,7 @@ class Runner:
             return result
         set_current(context())
         cv = contextvars.copy_context()
-        # The pool's future is the body's start gate: an attempt that ends while its body waits
-        # for a thread cancels it, so that body never starts (docs/faults.md, hung sync tasks).
+        # The pool's future is the body's start gate: cancelled, the body never starts.
         gate = self.pool.submit(cv.run, task.fn, *args, **kwargs)
         fut = asyncio.wrap_future(gate, loop=loop)
         try:
@@ -271,7 +253,6 @@ class Runner:
                     f"timed out after {timeout}s (sync task: no pool thread came free, "
                     "its body never started)"
                 ) from None
-            # A thread cannot be killed: it runs on, its result discarded (see docs).
             _detach(fut)
             raise TaskTimeout(
                 f"timed out after {timeout}s (sync task: its thread was left to finish)"

@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from itertools import chain
 from typing import Any, ParamSpec, TypeVar
@@ -217,10 +217,7 @@ class TestQueue:
         Returns the final state of each task that ran, in the order they ran.
         ``include_delayed=True`` also runs delayed tasks before their time.
         """
-        result: list[TaskInfo] = _blocking(
-            self.adrain(include_delayed=include_delayed, max_runs=max_runs)
-        )
-        return result
+        return _blocking(self.adrain(include_delayed=include_delayed, max_runs=max_runs))
 
     # --- the test clock: periodic schedules and delayed tasks ------------------------------
 
@@ -235,16 +232,14 @@ class TestQueue:
         """Fire every periodic schedule due at the test clock, as a worker's scheduler would
         (grace, overlap and catch-up rules included). Returns the ids of the tasks enqueued;
         :meth:`drain` runs them. The app's declared schedules are stored on the first call."""
-        fired: list[str] = _blocking(self.afire_due())
-        return fired
+        return _blocking(self.afire_due())
 
     def advance(self, seconds: float) -> list[str]:
         """Move the test clock ``seconds`` forward, firing each periodic schedule at each of its
         fire times on the way, in order (an ``every=30`` schedule fires 4 times in
         ``advance(120)``). Delayed tasks and retries due by then run on the next
         :meth:`drain`. Returns the ids of the tasks fired."""
-        fired: list[str] = _blocking(self.aadvance(seconds))
-        return fired
+        return _blocking(self.aadvance(seconds))
 
     async def afire_due(self) -> list[str]:
         """:meth:`fire_due` for async tests."""
@@ -271,12 +266,11 @@ class TestQueue:
 
     def _next_fire_ms(self) -> int | None:
         """The soonest next fire time of any stored schedule."""
-        soonest: int | None = None
-        for q in self._schedule_queues():
-            first: Any = self.redis.zrange(self.keys.queue(q).schedules_next, 0, 0, withscores=True)
-            if first and (soonest is None or int(first[0][1]) < soonest):
-                soonest = int(first[0][1])
-        return soonest
+        firsts: list[Any] = [
+            self.redis.zrange(self.keys.queue(q).schedules_next, 0, 0, withscores=True)
+            for q in self._schedule_queues()
+        ]
+        return min((int(first[0][1]) for first in firsts if first), default=None)
 
     def _runner(self) -> ScheduleRunner:
         r = fakeredis.FakeAsyncRedis(server=self.server, decode_responses=True)
@@ -415,32 +409,15 @@ class TestQueue:
             await self.adrain()
 
 
-def _blocking(coro: Any) -> Any:
-    """Run ``coro`` to its end from sync code, also when called from inside an event loop."""
+def _blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end from sync code, also when called from inside an event loop (then
+    on a loop of its own in a helper thread)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    # Called from async code: run on a loop of our own in a helper thread.
-    box: list[Any] = []
-    t = threading.Thread(target=lambda: box.append(_capture(coro)))
-    t.start()
-    t.join()
-    return _unwrap(box[0])
-
-
-def _capture(coro: Any) -> tuple[bool, Any]:
-    try:
-        return True, asyncio.run(coro)
-    except BaseException as exc:
-        return False, exc
-
-
-def _unwrap(box: tuple[bool, Any]) -> Any:
-    ok, value = box
-    if ok:
-        return value
-    raise value
+    with ThreadPoolExecutor(1) as helper:
+        return helper.submit(asyncio.run, coro).result()
 
 
 class _TestClient(Client):

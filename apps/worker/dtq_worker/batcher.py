@@ -11,12 +11,9 @@ O = TypeVar("O")  # noqa: E741
 
 
 class Batcher(Generic[I, O]):
-    """``submit`` returns the item's own result; ``flush`` sends a whole batch in one call.
-
-    Up to ``flights`` flushes are in flight at once, each of at most ``max_batch`` items (0: no
-    limit). With two in flight the worker runs one batch's refilled runs while Redis works on
-    the other's write (see OutcomeWriter._can_refill).
-    """
+    """``submit`` returns the item's own result; ``flush`` sends a whole batch in one call. Up
+    to ``flights`` flushes are in flight at once, each of at most ``max_batch`` items (0: no
+    limit)."""
 
     def __init__(
         self,

@@ -12,13 +12,9 @@ from dtq.store.connection import POOL_CONNECTIONS, async_redis, is_cluster_url
 
 
 def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredis.Redis]:
-    """``(calls, blocking)`` for a worker consuming ``queues`` (physical) queues.
-
-    A call may wait up to twice the heartbeat interval (at least 5 s) for its reply. Blocking
-    reads get their own connections so they never hold up the others. On a cluster they hold
-    two per queue on the queue's node (the idle wait's read and the workflow outbox's:
-    clusterwait.py, flowmover.py), beyond the pool's usual 100.
-    """
+    """``(calls, blocking)`` for a worker consuming ``queues`` (physical) queues: a call waits up
+    to twice the heartbeat interval (at least 5 s); on a cluster the blocking reads hold two
+    connections per queue (clusterwait.py, flowmover.py) beyond the pool's usual 100."""
     timeout = max(5.0, settings.heartbeat_interval_s * 2)
     calls = async_redis(
         settings.redis_url,

@@ -1,11 +1,5 @@
-"""The idle wake-up on a Redis Cluster: one XREAD per queue, in parallel.
-
-On one server one XREAD names every band of every queue, the claim pipelined behind it
-(consumer.py); on a cluster that would span slots. So each queue gets its own XREAD through the
-cluster client, and the wait ends when any is served. A read still pending is kept for the next
-wait, so an idle worker holds one blocked read per queue. The claim then takes one more round
-trip. A read whose cancel is lost goes on (dtq/aiotasks.py): :meth:`close` cancels again.
-"""
+"""The idle wake-up on a Redis Cluster, where one XREAD cannot span slots: one XREAD per queue
+in parallel, the wait ending when any is served; a read still pending is kept for the next wait."""
 
 from __future__ import annotations
 

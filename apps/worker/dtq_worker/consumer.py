@@ -1,10 +1,5 @@
-"""The poll loop: claim up to the free slots, highest priority first; block while idle.
-
-One claim path (Consumer.claim_once), whose first claim waits while idle: blocked in XREAD on
-every band with the claim pipelined behind it on the same connection, Redis runs the claim the
-moment the XREAD is served, so a task enqueued to an idle worker is started without a round
-trip through the worker in between (on a cluster, one XREAD per queue, then the claim).
-"""
+"""The poll loop: claim up to the free slots, highest priority first; block while idle
+(docs/design.md, "The worker", poll)."""
 
 from __future__ import annotations
 
@@ -51,28 +46,16 @@ class Consumer:
         self._ensure_groups = ensure_groups
         self.backoff = Backoff(log, "poll")
         self._turn = 0  # claim passes so far: which partition of a queue comes first
-        # A capped queue may claim again, or its streams were recreated: the next pass is sent
-        # at once, not behind the idle wait (which new entries alone would end).
-        self._again = False
+        self._again = False  # the next pass is sent at once, not behind the idle wait
         self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
-        # The idle XREAD goes over a kept connection of the blocking client (no redis-py command
-        # layer on the pickup path; its reply is not needed, only the wake-up).
-        self._wake = transport.AsyncLane(env.blocking)
+        self._wake = transport.AsyncLane(env.blocking)  # the idle XREAD's kept connection
         self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
         self._wake_id: int | None = None
-        # On a Redis Cluster the wake-up is one XREAD per queue instead (clusterwait.py).
         self._cluster = (
             ClusterWait(env, IDLE_BLOCK_MS, IDLE_WAIT_TIMEOUT_S)
             if is_cluster(env.blocking)
             else None
         )
-
-    async def wait_slot(self, timeout: float) -> None:
-        """Until a run ends (or shutdown starts), at most ``timeout`` seconds.
-
-        No wrapper tasks (this runs once per claim cycle when every slot is busy).
-        """
-        await self.slots.changed.wait(timeout)
 
     async def loop(self) -> None:
         env = self.env
@@ -82,13 +65,13 @@ class Consumer:
                 idle = False
                 await env.wait_or_stop(env.healthy.wait(), 1.0)
                 continue
-            if env.evicting is not None:  # Redis may evict what it would claim: wait for the fix
+            if env.evicting is not None:  # Redis may evict what it would claim
                 idle = False
                 await env.sleep(min(env.settings.heartbeat_interval_s, 1.0))
                 continue
             if self.slots.unheld <= 0:
                 idle = False
-                await self.wait_slot(1.0)  # the drain's start wakes it too
+                await self.slots.changed.wait(1.0)  # a run ends, or the drain starts
                 continue
             try:
                 claimed, now_ms, drained = await self.claim_once(now_ms if idle else None)
@@ -103,48 +86,34 @@ class Consumer:
                 env.metrics.redis_errors.labels("poll").inc()
                 await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
-            # Nothing left to take (a claim that got fewer runs than it asked for emptied every
-            # band): the next pass waits first rather than spend a round trip on an empty claim
-            # (that claim would also delay the start of the runs just launched).
+            # Nothing left to take: the next pass waits first rather than send an empty claim.
             idle = claimed == 0 or drained
             idle = idle and not (self.runs.more or self._again or env.stopping)
             if idle and claimed:
-                # Let the runs just launched start before the XREAD is sent: sending it wakes
-                # Redis, which on a small machine competes for the CPU they need.
-                await asyncio.sleep(0)
-
-    def _order(self) -> list[str]:
-        """The queues in claim order: a partitioned queue's partitions take turns, the turn
-        moving on with each pass that sends a claim, so successive passes start at successive
-        partitions whatever the waits and empty passes between them."""
-        env = self.env
-        if not env.partitions_of:
-            return env.queues
-        return partitions.poll_order(env.queues, self._turn)
+                await asyncio.sleep(0)  # the runs just launched start before the XREAD wakes Redis
 
     async def claim_once(self, idle_ms: int | None = None) -> tuple[int, int, bool]:
         """One claim pass over the queues in order: every claim of the poll loop.
 
         ``idle_ms`` (the last pass, at that server time, left nothing to take): the pass waits
-        first, until an entry newer than that lands in any band, a block (1 s) ends, or a run
-        of a queue at its cap ends. The wait has two modes: on one server the pass's first
-        claim rides behind the XREAD on the same connection (:meth:`_behind_xread`); on a
-        cluster the claims follow the per-queue XREADs (clusterwait.py). XREAD (not
-        XREADGROUP) only watches: the claim script does the taking.
+        first, until a newer entry lands, a block (1 s) ends, or a run of a capped queue ends;
+        on one server its first claim rides behind the XREAD (:meth:`_behind_xread`), on a
+        cluster the claims follow the per-queue XREADs (clusterwait.py).
 
-        Returns (runs started, server ms, drained): drained is true when every queue was asked
-        and each gave fewer runs than free slots, i.e. its bands held nothing more to start.
+        Returns (runs started, server ms, drained): drained when every queue was asked and
+        each gave fewer runs than free slots.
         """
         env = self.env
         total, now_ms = 0, 0
         drained = True
         self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
         self._again = False
-        order, sent = self._order(), False
+        # A partitioned queue's partitions take turns, moving on with each pass that claims.
+        order = partitions.poll_order(env.queues, self._turn) if env.partitions_of else env.queues
+        sent = False
         after, capped = (None, []) if idle_ms is None else await self._idle_wait(idle_ms, order)
-        # Partitioned queues whose claim in this pass got all the slots it asked for: a slot
-        # that frees later in the pass (while it waits for a recovery or a claim) is the next
-        # pass's, which starts at the next partition: so each claim starts at the next one.
+        # Partitioned queues whose claim got all it asked for: a slot freed later in the pass is
+        # the next pass's, which starts at the next partition.
         full: set[str] = set()
         for queue in order:
             if full and partitions.logical(queue) in full:
@@ -162,9 +131,7 @@ class Consumer:
             send: Callable[[], Awaitable[Any]] = direct
             if after is not None:  # the pass's first claim: behind the idle XREAD
                 pair, after = await self._behind_xread(after, call, capped), None
-                if env.stopping or self.recovery.active(queue):
-                    # (came while the lane was readied) the loop ends, or the next pass
-                    # waits for the recovery
+                if env.stopping or self.recovery.active(queue):  # came while the lane was readied
                     drained = False
                     continue
                 if self._freed(capped):
@@ -197,14 +164,11 @@ class Consumer:
     async def _idle_wait(self, idle_ms: int, order: list[str]) -> tuple[str | None, list[str]]:
         """An idle pass's wait, and the queues at their cap as it began. Returns the XREAD's
         cursor when the pass's first claim is to ride behind it (one server), else None: the
-        wait is over (every queue at its cap: until a run ends; a cluster: clusterwait.py)."""
-        # Entries added after the last pass's claim have ids above ``idle_ms - 1``: none is
-        # missed between the two calls.
-        after = f"{max(0, idle_ms - 1)}-{MAX_SEQ}"
+        wait is over."""
+        after = f"{max(0, idle_ms - 1)}-{MAX_SEQ}"  # entries added after the last pass's claim
         capped = [q for q in order if self.slots.free(q) <= 0]
-        if len(capped) == len(order):
-            # New entries cannot be taken before a run ends: wait for that, not for entries.
-            await self.wait_slot(IDLE_BLOCK_MS / 1000)
+        if len(capped) == len(order):  # nothing can be taken before a run ends
+            await self.slots.changed.wait(IDLE_BLOCK_MS / 1000)
             return None, capped
         if self._cluster is not None:
             await self._wait_cluster(self._cluster, after, capped)
@@ -214,9 +178,8 @@ class Consumer:
     async def _claim(
         self, queue: str, free: int, send: Callable[[], Awaitable[Any]]
     ) -> sc.ClaimBatch:
-        """A claim of ``free`` slots of ``queue``, sent by ``send()`` (its reply): the slots are
-        held until Runs.take launches its runs (or the groups are recreated, when its streams
-        were missing)."""
+        """A claim of ``free`` slots of ``queue``, sent by ``send()``: the slots are held until
+        Runs.take launches its runs."""
         sent = time.monotonic()
         self.slots.reserve(queue, free)
         try:
@@ -242,8 +205,7 @@ class Consumer:
         self, after: str, call: sc.Call, capped: list[str]
     ) -> Callable[[], Awaitable[Any]]:
         """The idle wait on one server: a send of ``call`` pipelined behind an XREAD of every
-        band from ``after``, over the lane's kept connection (whose CLIENT ID is learnt here:
-        a stop, or a run of a ``capped`` queue that ends, unblocks the XREAD at once)."""
+        band from ``after`` (a stop, or a run of a ``capped`` queue that ends, unblocks it)."""
         env = self.env
         async with asyncio.timeout(IDLE_WAIT_TIMEOUT_S):  # (a hung connection)
             conn = await self._wake.connection()
@@ -261,15 +223,11 @@ class Consumer:
         claim, wake_id = env.scripts.evalsha(call), self._wake_id
 
         async def send() -> Any:
-            # From the pass's checks to the write nothing yields: a stop that comes later finds
-            # ``env.idle`` set and the id known, and unblocks the XREAD (interrupt()).
-            env.idle = True
+            env.idle = True  # (no yield since the checks: a later stop unblocks the XREAD)
             freed = (
                 asyncio.ensure_future(self._unblock_when_freed(capped, wake_id)) if capped else None
             )
             try:
-                # The pair's own deadline: replies that came while this process was frozen
-                # past it are still read (call_pair), so the runs the claim took are not lost.
                 _, raw = await self._wake.call_pair(xread, claim, IDLE_WAIT_TIMEOUT_S)
             finally:
                 env.idle = False
@@ -297,8 +255,7 @@ class Consumer:
         return any(self.slots.free(q) > 0 for q in capped)
 
     async def _slot_for(self, capped: list[str]) -> None:
-        """Until a queue of ``capped`` may claim again: a run that ends ends the idle wait too,
-        for the backlog its cap held back."""
+        """Until a queue of ``capped`` may claim again."""
         while not self._freed(capped):
             await self.slots.changed.wait()
 
@@ -308,8 +265,7 @@ class Consumer:
             await self._unblock(client_id)
 
     def interrupt(self) -> None:
-        """Shutdown: end the idle XREAD now (CLIENT UNBLOCK), so the claim behind it runs and
-        its reply comes at once instead of after the block."""
+        """Shutdown: end the idle XREAD now (CLIENT UNBLOCK), so the claim behind it answers."""
         if self._cluster is not None:
             self._cluster.interrupt()
         if self.env.idle and self._wake_id is not None:

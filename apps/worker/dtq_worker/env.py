@@ -1,10 +1,6 @@
 """What every loop of a worker reads and nothing more: its identity, settings, Redis access,
-metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown).
-
-No run, slot or claim lives here: the loops get those from their other collaborators (runs,
-slots, recovery), passed one by one by the worker (worker.py: the composition root). A loop can
-be built and tested with a WorkerEnv and fakes of those.
-"""
+metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown). No run,
+slot or claim lives here, so a loop can be tested with a WorkerEnv and fakes of those."""
 
 from __future__ import annotations
 
@@ -28,9 +24,8 @@ PROGRESS_WRITES_AT_ONCE = 16
 
 
 class RedisClock:
-    """The Redis server's clock, read through this process's monotonic one: times written for
-    others to compare (heartbeats) are on the Redis clock, whatever this host's wall clock says
-    or how it jumps. The offset comes from TIME replies (the heartbeat sends one every beat)."""
+    """The Redis server's clock, read through this process's monotonic one, for times others
+    compare (heartbeats). The offset comes from TIME replies (one every beat)."""
 
     def __init__(self) -> None:
         self.offset_ms: int | None = None  # Redis ms minus monotonic ms; None before a reply
@@ -56,8 +51,7 @@ class WorkerEnv:
     ) -> None:
         self.settings = settings
         self.worker_id = settings.worker_id
-        # A partitioned queue is consumed as all its partitions (dtq.store.partitions); each
-        # partition of one -> all of its queue's partitions.
+        # A partitioned queue is consumed as all its partitions (dtq.store.partitions).
         self.queues = partitions.expand(settings.queues, settings.queue_partitions)
         self.partitions_of = partitions.siblings(self.queues)
         self.keys = keys
@@ -70,14 +64,10 @@ class WorkerEnv:
         self.stop_event = asyncio.Event()  # shutdown began
         self.finished_event = asyncio.Event()  # shutdown is over (the heartbeat's last beat)
         self.self_stopping = False  # stopping because Redis stayed away (exit 1, no drain)
-        # Redis's maxmemory-policy while it may evict waiting tasks (allkeys-*), as the
-        # heartbeat last read it: no claims meanwhile (Heartbeat._watch_eviction).
+        # Redis's maxmemory-policy while it may evict waiting tasks: no claims meanwhile.
         self.evicting: str | None = None
-        # The poll loop is blocked waiting for new entries (the queues were empty): outcome
-        # writes claim no refill meanwhile (OutcomeWriter._can_refill).
-        self.idle = False
-        # The runs' progress writes in flight at once (dtq.run): hundreds of runs
-        # reporting together would take every connection of the client's pool (100).
+        self.idle = False  # the poll loop waits for new entries: outcome writes claim no refill
+        # Bounds the runs' progress writes in flight (they must not take the client's pool).
         self.progress_writes = asyncio.Semaphore(PROGRESS_WRITES_AT_ONCE)
         self._bg: set[asyncio.Task[Any]] = set()
 

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from dtq_worker.slots import Slots
 
 log = logging.getLogger("dtq.executor")
-# A task whose name this worker does not know, handed back while a live worker declares it
-# (a rolling deploy), is due again this much later: this worker does not claim it again at once.
+# A task whose name this worker does not know, handed back (a rolling deploy), is due this later.
 UNKNOWN_HANDBACK_MS = 1000
 
 
@@ -59,12 +58,13 @@ def _log_failure(run: Run, item: sc.Failure, outcome: str, elapsed: float, worke
 class _Record:
     """The metric children one (queue, task name) updates per run, looked up once."""
 
-    __slots__ = ("_labels", "_metrics", "_tasks", "duration")
+    __slots__ = ("_labels", "_metrics", "_tasks", "duration", "wait")
 
     def __init__(self, metrics: Any, worker_id: str, queue: str, name: str) -> None:
         self._metrics = metrics
         self._labels = (worker_id, queue, name)
         self.duration = metrics.duration.labels(queue, name)
+        self.wait = metrics.wait.labels(queue)
         self._tasks: dict[str, Any] = {}
 
     def count(self, outcome: str) -> Any:
@@ -95,20 +95,18 @@ class Executor:
             env.progress_writes,
         )  # fmt: skip
         self.mw = self.runner.mw  # the app's middleware, None when it has none
-        self._children: dict[tuple[Any, ...], Any] = {}
         self._records: dict[tuple[str, str], _Record] = {}
-        # Which per-task lines are logged (DTQ_LOG_TASKS), decided once.
         info = log.isEnabledFor(logging.INFO)
         self.log_starts = info and env.settings.log_tasks == "all"
         self.log_outcomes = info and env.settings.log_tasks != "failures"
 
-    def _metric(self, metric: Any, *labels: str) -> Any:
-        """The labelled child of ``metric``, cached (``labels()`` locks and hashes per call)."""
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+    def _rec(self, c: sc.Claimed) -> _Record:
+        rec = self._records.get((c.queue, c.name))
+        if rec is None:
+            env = self.env
+            rec = _Record(env.metrics, env.worker_id, logical(c.queue), c.name)
+            self._records[(c.queue, c.name)] = rec
+        return rec
 
     async def execute(self, run: Run) -> None:
         """Run the task and store its outcome. Never raises (except cancellation at shutdown)."""
@@ -118,15 +116,11 @@ class Executor:
             log.info("started %s %s attempt %d", c.name, run.task_id, c.attempt,
                      extra=_extra(run, env.worker_id))  # fmt: skip
         if c.attempt == 1:
-            self._metric(env.metrics.wait, logical(c.queue)).observe(
-                max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000)
-            )
+            self._rec(c).wait.observe(max(0.0, (time.time() * 1000 - c.enqueued_ms) / 1000))
         item: sc.Success | sc.Failure
-        # Middleware (self.mw) adds no local variable here: a bigger coroutine frame made sync
-        # runs measurably slower (tools/bench_executor.py).
+        # No local variable more here: a bigger coroutine frame made sync runs slower.
         try:
-            if run.stop_reason is not None:
-                # Stopped while it waited for a slot (claimed ahead): its body never runs.
+            if run.stop_reason is not None:  # stopped while it waited for a slot: no body
                 raise asyncio.CancelledError
             result = await self.runner.call(run)
             item = result_item(c, result, env.settings.max_result_bytes)
@@ -155,10 +149,8 @@ class Executor:
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success.of(c, "cancelled", run.cancel_detail)
-        # A stop arriving from now on (cancel, claim loss, shutdown) is recorded but does not
-        # cancel this task (Run.stop): a finished run's write is never abandoned half way, and
-        # the fence decides between it and a hand-back. (Cheaper than asyncio.shield, which
-        # wraps the write in a task of its own.)
+        # A stop from now on is recorded but cancels nothing (Run.stop): the write is never
+        # abandoned half way, the fence decides (cheaper than asyncio.shield).
         run.writing = True
         self.slots.release(run)
         try:
@@ -176,9 +168,8 @@ class Executor:
             await self.runner.notify(run, verdict, item)
 
     async def _hand_back_unknown(self, run: Run) -> bool:
-        """Hand a task whose name this worker does not know back (requeue.lua, spending
-        nothing, due in :data:`UNKNOWN_HANDBACK_MS`) while a live worker consuming its queue
-        declared the name within DTQ_DECLARATION_GRACE_S; False when none did (it fails)."""
+        """Hand a task whose name this worker does not know back, spending nothing, while a
+        live worker declared the name within DTQ_DECLARATION_GRACE_S; False when none did."""
         env, c, s = self.env, run.claimed, self.env.settings
         call = sc.requeue_call(
             env.keys.queue(c.queue), env.worker_id, [run.ref], events_maxlen=s.events_maxlen,
@@ -202,10 +193,7 @@ class Executor:
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
         env, c = self.env, run.claimed
         elapsed = time.monotonic() - run.started_mono
-        rec = self._records.get((c.queue, c.name))
-        if rec is None:
-            rec = _Record(env.metrics, env.worker_id, logical(c.queue), c.name)
-            self._records[(c.queue, c.name)] = rec
+        rec = self._rec(c)
         rec.duration.observe(elapsed)
         if verdict is None:
             return

@@ -14,12 +14,9 @@ from dtq.store.eviction import is_oom
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
     "max number of clients", "NOREPLICAS",
-    # Redis Cluster: a script that met a key of its slot which a migration already moved.
-    "non local key",
+    "non local key",  # a script met a key of its slot that a migration already moved
 )  # fmt: skip
-# redis-py's cluster client: no node serves the slot yet (a failover), too many redirects, or
-# no node of the startup list reachable (all raised outside the ResponseError family).
-# A MOVED/ASK redirect (AskError, MovedError) left over once redis-py's TTL of redirects ran out.
+# redis-py's cluster client during a failover or a migration (outside the ResponseError family).
 _TRANSIENT_CLUSTER = (rex.SlotNotCoveredError, rex.ClusterError, rex.AskError, rex.TryAgainError)
 _CLUSTER_UNREACHABLE = "Redis Cluster cannot be connected"
 
@@ -46,8 +43,7 @@ def is_nogroup(exc: BaseException) -> bool:
     return isinstance(exc, rex.ResponseError) and "NOGROUP" in str(exc)
 
 
-# Many backoffs share a name (one per pending outcome write): the first of them to fail in an
-# outage logs it, the others stay quiet unless the name has been quiet for this long.
+# Backoffs sharing a name log one warning per outage: again only after this long quiet.
 _SAME_EPISODE_S = 2.0
 _last_warned: dict[str, float] = {}
 

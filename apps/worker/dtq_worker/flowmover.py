@@ -1,10 +1,5 @@
-"""The flow mover: moves workflow handovers between slots (docs/workflows.md, "Redis Cluster").
-
-For every queue the worker consumes, the entries of its outbox ``P:{q}:flowq``: a ``note`` (a
-step ended) goes to ``flow_apply.lua`` at the flow's home, a ``put`` (a step released) to
-``flow_put.lua`` on the step's queue. Both are idempotent by (flow, step), so an entry moved
-twice changes nothing; an entry is acknowledged and deleted only after its move succeeded.
-"""
+"""The flow mover: moves workflow handovers between slots, each acknowledged only after its
+idempotent move succeeded (docs/workflows.md, "Redis Cluster")."""
 
 from __future__ import annotations
 
@@ -27,9 +22,7 @@ log = logging.getLogger("dtq.worker.flows")
 MOVERS = "movers"  # the consumer group of every outbox
 BATCH = 100
 BLOCK_MS = 1000
-# Readers making their other calls (a take-over sweep, the moves) at once: on a cluster, one
-# reader per outbox must not fill a node's pool of the calls client. (Blocking reads: not counted.)
-AT_ONCE = 8
+AT_ONCE = 8  # readers making their non-blocking calls at once (a cluster: one per outbox)
 
 
 class FlowMover:
@@ -54,9 +47,7 @@ class FlowMover:
             self._grouped.add(s)
 
     async def loop(self) -> None:
-        """On one server, one blocking read over every outbox (one connection, whatever the
-        number of queues); on a cluster, where one XREADGROUP cannot name two slots, one reader
-        per outbox (the worker sizes its blocking client's pools for them)."""
+        """One blocking read over every outbox; on a cluster one reader per outbox."""
         streams = list(self._outboxes())
         await self._ensure_groups(streams)
         if not is_cluster(self.env.blocking):
@@ -66,9 +57,7 @@ class FlowMover:
             async with asyncio.TaskGroup() as tg:  # one reader failing restarts them all
                 for s in streams:
                     tg.create_task(self._read([s]))
-        except ExceptionGroup as eg:
-            # The supervisor classifies one error: a Redis outage (every reader's connection
-            # closed) is a transient warning, not a crash with a group's traceback.
+        except ExceptionGroup as eg:  # the supervisor classifies one error (an outage: transient)
             raise eg.exceptions[0] from eg
 
     async def _read(self, streams: list[str]) -> None:
@@ -130,9 +119,7 @@ class FlowMover:
                 continue  # left pending: taken over again later
             await self._done(stream, eid)
             marker = wf.put_marker(self.env.keys, fields)
-            if marker is not None:
-                # After the XDEL (another slot, so another call): while the entry exists, a
-                # move of it may come at any time later and must find the marker.
+            if marker is not None:  # after the XDEL: a later move of the entry finds the marker
                 await self.env.redis.expire(marker, self.env.settings.result_ttl_s)
             self.moved += 1
 

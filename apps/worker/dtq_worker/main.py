@@ -1,9 +1,4 @@
-"""``dtq-worker APP``: the worker process's command line.
-
-Exit codes: 0 after a graceful stop, 1 when Redis stayed unreachable past the heartbeat TTL
-(unfinished tasks handed back first where Redis answered), 2 for bad configuration or an
-unimportable APP, 4 when the worker id stayed held by a stopping worker past the wait.
-"""
+"""``dtq-worker APP``: the worker process's command line (its exit codes: the epilog below)."""
 
 from __future__ import annotations
 
@@ -124,13 +119,10 @@ FLAGS = (
 
 def run(argv: list[str], args: SimpleNamespace) -> None:
     """Start the worker (or the --processes pool) as the flags and DTQ_* settings say."""
-    given = {
-        "queues": args.queues or None, "worker_concurrency": args.concurrency,
-        "worker_prefetch": args.prefetch, "worker_id": args.worker_id or None,
-        "queue_concurrency": args.queue_concurrency or None, "fair": args.fair or None,
-        "worker_processes": args.processes, "log_level": args.log_level,
-    }  # fmt: skip
-    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    given = {k: getattr(args, flag[2:].replace("-", "_")) for k, flag in FLAGS}
+    overrides: dict[str, Any] = {
+        k: v for k, v in given.items() if v is not None and v != "" and v is not False
+    }
     try:
         settings = load_settings({k: f for k, f in FLAGS if k in overrides}, **overrides)
         spec = args.app or os.environ.get("DTQ_APP")
@@ -151,17 +143,13 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
     except ConfigError as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    # What exists now lives as long as the process (and is shared with forked children): out of
+    # the collector's generations.
+    gc.freeze()
     if settings.worker_processes > 1:
-        # Checked once here (APP and settings). Children are forks of this process where that
-        # is safe (pool.py): what exists now is shared with them, so keep the collector from
-        # touching it (each page it would write to is copied into every child).
-        gc.freeze()
         code = pool.run_pool(settings, argv, _early_signals, forked_child)
         logging.shutdown()
         sys.exit(code)
-    # Everything made so far (modules, the app, settings) lives for the whole process: keep it
-    # out of the collector's generations, so collections scan only what runs create.
-    gc.freeze()
     code = run_worker(app, caps)
     logging.shutdown()
     sys.stdout.flush()

@@ -8,15 +8,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from dtq.store import transport
 from dtq_worker.hotmetrics import HotCounterFamily, HotHistogramFamily
 
-# Task run and wait times span milliseconds to hours (prometheus_client's default buckets stop
-# at 10 s). Each bound at most ~2.5x the one before.
+# Run and wait times span milliseconds to hours (the default buckets stop at 10 s).
 TASK_TIME_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
     600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, float("inf"),
 )  # fmt: skip
 
-# Every place that counts a Redis error or a loop restart under a ``loop`` label: their series
-# exist at 0 from the start, so rate() and alerts see the first error as a step.
+# The ``loop`` labels, whose series exist at 0 from the start (rate() sees the first error).
 LOOPS = ("poll", "heartbeat", "outcome", "reaper", "scheduler", "cancels", "flows")
 
 
@@ -77,7 +75,6 @@ class WorkerMetrics:
         for loop in LOOPS:
             self.redis_errors.labels(loop)
             self.loop_restarts.labels(loop)
-        # Read at scrape time: dtq/store/transport.py decides once per process.
         self.fast_lane = Gauge(
             "dtq_fast_lane_enabled",
             "1 while script calls take dtq's fast lane (dtq/store/transport.py); 0 on redis-py's "
@@ -85,8 +82,7 @@ class WorkerMetrics:
             registry=r,
         )
         self.fast_lane.set_function(lambda: 1.0 if transport.in_use() else 0.0)
-        # Read at scrape time (heartbeat.py points it at its clock): it keeps growing while a
-        # heartbeat hangs, not only when one fails.
+        # Read at scrape time (heartbeat.py points it at its clock): it grows while a beat hangs.
         self.heartbeat_age = Gauge(
             "dtq_worker_heartbeat_age_seconds", "Seconds since the last good heartbeat", registry=r
         )

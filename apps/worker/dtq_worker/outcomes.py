@@ -30,9 +30,7 @@ Take = Callable[[str, sc.ClaimBatch, float, int], None]
 class Outcome:
     queue: str
     item: sc.Success | sc.Failure
-    # The run's slot is reserved for the claim this outcome's write makes (see _can_refill): held
-    # from the moment the body ended, so the poll loop does not take it meanwhile.
-    held: bool = False
+    held: bool = False  # the run's slot is reserved for the refill this write claims
     bucket: int | str = ""  # the run's run-time bucket for the history (dtq.stats.bucket_of)
 
 
@@ -44,15 +42,12 @@ class OutcomeWriter:
     """
 
     def __init__(self, env: WorkerEnv, slots: Slots, take: Take) -> None:
-        """``take``: where the refill a write claimed goes (Runs.take, the one run path). It is
-        handed over inside the flush, as soon as the reply is parsed: its runs launch and its
-        reserved slots come back before the batch's own runs resume (record, middleware), so
-        the poll loop never sees those slots held by a claim that has already been answered."""
+        """``take``: where the refill a write claimed goes (Runs.take), handed over as soon as
+        the reply is parsed, before the batch's own runs resume."""
         self.env = env
         self.slots = slots
         self.take = take
-        # Two writes in flight of at most half the slots each: the batches alternate between
-        # Redis and the worker (see _can_refill).
+        # Two writes in flight of at most half the slots each (docs/design.md, "The worker").
         self._batcher: Batcher[Outcome, str] = Batcher(
             self._flush, max_batch=max(1, (env.settings.worker_concurrency + 1) // 2), flights=2
         )
@@ -83,15 +78,9 @@ class OutcomeWriter:
                 await asyncio.sleep(backoff.failed(exc))
 
     def _can_refill(self, queue: str) -> bool:
-        """Whether a successful run's write should claim the run that takes its slot.
-
-        The slots a batch of runs freed are refilled in the same round trip, while the
-        worker's other runs go on: with several writes in flight, Redis and the worker then
-        work at the same time instead of in turns. Only for the first queue (claiming another
-        would jump the queue order the poll loop keeps), unpartitioned (a partition refilling
-        itself would starve the others: the poll loop takes turns among them) and not while the
-        poll loop waits for work (the queue was empty: it wakes on new entries itself).
-        """
+        """Whether a successful run's write should claim the run that takes its slot: only for
+        the first queue (the poll loop keeps the queue order), unpartitioned (partitions take
+        turns) and not while the poll loop waits for work."""
         env = self.env
         return (
             queue == env.queues[0]
@@ -141,9 +130,7 @@ class OutcomeWriter:
                 calls.append(call)
                 order.append((kind, idx))
             sent = time.monotonic()
-            if len(calls) == 1:
-                # The usual flush is one script call: sent alone it is one round trip, where a
-                # pipeline would first ask SCRIPT EXISTS.
+            if len(calls) == 1:  # alone: one round trip (a pipeline first asks SCRIPT EXISTS)
                 replies = [await env.scripts.run(calls[0])]
             else:
                 async with env.redis.pipeline(transaction=False) as pipe:
@@ -153,8 +140,7 @@ class OutcomeWriter:
         except BaseException as exc:
             if refill is not None:
                 self.slots.unreserve(refill[0], refill[1])
-                # The refill claim may have run with its reply lost (a single call over the
-                # lane tells the recovery itself): AsyncScripts.on_reply_lost.
+                # The refill claim may have run, its reply lost (a single call reports it itself).
                 lost = env.scripts.on_reply_lost
                 if len(calls) > 1 and lost is not None and is_transient(exc):
                     lost(refill[2])

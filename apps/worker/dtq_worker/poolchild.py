@@ -1,17 +1,6 @@
-"""What a ``dtq-worker --processes N`` child does differently from a lone worker (pool.py).
-
-Two things, both driven by variables the parent sets (underscored: not settings):
-
-- ``_DTQ_POOL_PORT_FILE``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on a private
-  loopback port the kernel picks, and write that port to this file, for the parent to read and
-  aggregate. A child never binds DTQ_METRICS_PORT: the parent serves it.
-- ``_DTQ_POOL_PARENT``: the parent's pid. The child asks the kernel for a signal should the
-  parent die (Linux), so it drains instead of running on orphaned. A real-time signal, turned
-  into one SIGTERM: the kernel repeats it as each of the parent's threads exits, and a second
-  SIGTERM would skip the drain.
-
-Imports nothing heavy: the worker's entry point imports it before the app.
-"""
+"""What a ``dtq-worker --processes N`` child does differently from a lone worker: its private
+port file and a SIGTERM when its parent dies (docs/operations.md, "Worker processes"). Imports
+nothing heavy: the worker's entry point imports it before the app."""
 
 from __future__ import annotations
 

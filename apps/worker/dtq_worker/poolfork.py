@@ -1,14 +1,6 @@
-"""How a ``--processes`` parent starts a child: a fork of itself when that is safe, else a fresh
-``python -m dtq_worker`` (pool.py decides which, each time a child starts).
-
-A fork skips re-importing dtq and the APP (docs/operations.md, "Worker processes") and runs the
-entry point a fresh child runs (``main.forked_child``, handed down: not imported back). It is
-safe only while the parent runs one thread (fork copies the calling thread alone, so another's
-lock would stay held): :func:`can_fork` counts the kernel's threads, C extensions' included.
-The child closes the parent's listening socket and leaves with ``os._exit``, never unwinding
-into the parent's loop. SIGTERM and SIGINT are blocked across the fork until the child's own
-handlers are installed.
-"""
+"""How a ``--processes`` parent starts a child: a fork of itself when that is safe (one thread:
+:func:`can_fork`), else a fresh ``python -m dtq_worker`` (docs/operations.md, "Worker processes").
+A forked child runs ``main.forked_child`` and leaves with ``os._exit``."""
 
 from __future__ import annotations
 
@@ -25,22 +17,18 @@ from typing import NoReturn
 _STOPS = {signal.SIGTERM, signal.SIGINT}
 
 
-def threads() -> int:
-    """This process's threads: the kernel's count on Linux, else the ``threading`` module's."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 def can_fork() -> bool:
-    return hasattr(os, "fork") and threads() == 1
+    """One thread runs (the kernel's count on Linux, C extensions' threads included)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
+    return hasattr(os, "fork") and threads == 1
 
 
 class Forked:
     """A forked child, with the part of ``subprocess.Popen`` the pool uses. Its exit status is
-    collected once, under a lock: the parent's HTTP thread polls too (pool.py, the probes'
-    view), and of two ``waitpid`` calls for one exit the second would fail."""
+    collected once, under a lock: the parent's HTTP thread polls too."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

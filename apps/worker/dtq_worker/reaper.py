@@ -50,12 +50,7 @@ class Reaper:
                 log.warning("reclaimed %d lost runs on %s (%d failed past their retries, %d "
                             "cancelled as requested)", lost, queue, res.failed,
                             res.cancelled)  # fmt: skip
-            total = sc.ReclaimResult(
-                total.requeued + res.requeued,
-                total.failed + res.failed,
-                total.absorbed + res.absorbed,
-                cancelled=total.cancelled + res.cancelled,
-            )
+            total += res
         return total
 
     async def _pass(self, queue: str) -> sc.ReclaimResult | None:
@@ -64,7 +59,7 @@ class Reaper:
         env = self.env
         s = env.settings
         band, cursor = 1, "0-0"
-        requeued = failed = absorbed = cancelled = 0
+        total = sc.ReclaimResult(0, 0, 0)
         while True:
             call = sc.reclaim_call(
                 env.keys.queue(queue),
@@ -85,8 +80,7 @@ class Reaper:
                 raise
             env.metrics.reclaimed.inc(res.requeued + res.failed + res.cancelled)
             env.metrics.absorbed.inc(res.absorbed)
-            requeued, failed = requeued + res.requeued, failed + res.failed
-            absorbed, cancelled = absorbed + res.absorbed, cancelled + res.cancelled
+            total += res
             if not res.more or env.stopping:
-                return sc.ReclaimResult(requeued, failed, absorbed, cancelled=cancelled)
+                return total
             band, cursor = res.band, res.cursor

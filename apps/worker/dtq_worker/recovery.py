@@ -1,10 +1,5 @@
-"""Finding the runs a lost reply hid from this worker (lua/recover.lua), and taking them up.
-
-Otherwise the reaper would call such runs lost after the visibility timeout and spend a retry
-(docs/faults.md, "Lost replies"; docs/design.md, "recovery"). A slow reply looks like a lost
-one, so a queue's recovery waits for its claims in flight, and no claim of it is sent meanwhile
-(:meth:`Recovery.active`, ``Slots.recovering``).
-"""
+"""Finding the runs a lost reply hid from this worker (lua/recover.lua), and taking them up
+(docs/faults.md, "Lost replies"; docs/design.md, "The worker", recovery)."""
 
 from __future__ import annotations
 
@@ -23,9 +18,7 @@ if TYPE_CHECKING:
     from dtq_worker.runs import Runs
 
 log = logging.getLogger("dtq.recovery")
-# Recoveries sent at once: the periodic check of hundreds of queues must not take every
-# connection of the client's pool (100) from the other loops.
-AT_ONCE = 8
+AT_ONCE = 8  # recoveries sent at once: hundreds of queues must not take the client's pool
 
 
 class Recovery:
@@ -44,8 +37,7 @@ class Recovery:
 
     @property
     def period(self) -> float:
-        """The periodic check: a few times per visibility timeout (a run hidden by a lost reply
-        must be found before the reaper calls it lost), at most once per heartbeat."""
+        """The periodic check: a few times per visibility timeout, at most once per heartbeat."""
         s = self.env.settings
         return max(s.heartbeat_interval_s, s.visibility_timeout_s / 4)
 
@@ -84,12 +76,10 @@ class Recovery:
         env = self.env
         done = self._busy[queue]
         try:
-            # No claim of this queue is sent from now on (active()); wait out those in flight.
             await self.slots.claims_settled(queue)
             s = env.settings
             try:
                 async with self._sending:
-                    # (The runs known are read once its turn came: any wait can change them.)
                     call = sc.recover_call(
                         env.keys.queue(queue), env.worker_id, self.runs.known(queue),
                         events_maxlen=s.events_maxlen, since_ms=self.since_ms,
@@ -99,7 +89,6 @@ class Recovery:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                # A renewed-but-unreported run is found again by the next check.
                 log.debug("recovery of %s failed: %s", queue, exc)
                 self._failed.add(queue)
                 return
@@ -114,8 +103,7 @@ class Recovery:
                 log.warning("adopted run after a lost reply: %s:%s attempt %d%s",
                             queue, c.tid, c.attempt, back)  # fmt: skip
                 fresh.append(c)
-            if env.stopping:
-                # Its body never started: back to the queue, no interruption, no retry spent.
+            if env.stopping:  # bodies never started: handed back, nothing spent
                 if batch.absorbed:
                     env.metrics.absorbed.inc(batch.absorbed)
                 await self.runs.hand_back([Run(c) for c in fresh], started=False)

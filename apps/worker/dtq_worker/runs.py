@@ -1,12 +1,6 @@
-"""The one run path: every batch of claimed tasks, however it arrived, becomes runs here.
-
-Claims come from the poll loop's claim (consumer.py: a pass over the queues, or the claim sent
-behind the idle wait), from the refill an outcome write made (outcomes.py hands it over as its
-reply is parsed) and from a recovery (recovery.py). Each reply goes to :meth:`Runs.take`,
-which gives back the slots its claim reserved and launches its runs in the same step (so a
-drain sees them in ``inflight`` or ``claiming``, never in neither). A run is then started
-(its body on the Executor), stopped (cancel, claim loss, shutdown), handed back, and forgotten.
-"""
+"""The one run path: every batch of claimed tasks (the poll loop's claim, an outcome write's
+refill, a recovery) goes to :meth:`Runs.take` and becomes runs here, which are then started,
+stopped (cancel, claim loss, shutdown), handed back and forgotten."""
 
 from __future__ import annotations
 
@@ -29,9 +23,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dtq.worker")
 
-# How long the (priority, entry id) of a run forgotten without an answer from the fence is still
-# known (Runs.known): its entry stays pending to this worker until the reaper takes it (the body
-# ran; a recovery adopting it would start the same attempt twice).
+# How long (in visibility timeouts) a run forgotten without a fence answer stays known
+# (Runs.known): a recovery adopting it would start the same attempt twice.
 UNANSWERED_KEEP_VISIBILITY = 3
 
 
@@ -48,7 +41,6 @@ class Runs:
         held at once; ``counters``: outcomes so far (the heartbeat publishes them)."""
         s = env.settings
         self.env = env
-        # Capacity: the runs held, the bodies running, the claims in flight (slots.py).
         self.slots = Slots(
             s.worker_concurrency,
             s.worker_prefetch,
@@ -59,15 +51,8 @@ class Runs:
         )
         self.outcomes = OutcomeWriter(env, self.slots, self.take)
         self.executor = Executor(env, app, pool, self.outcomes, self.slots, counters)
-        # A claim stopped at its scan budget (limits parked many entries): claim again at once
-        # rather than wait for new entries (the poll loop reads and resets it).
-        self.more = False
+        self.more = False  # a claim stopped at its scan budget: the poll loop claims again
         self._unanswered: dict[tuple[str, int, str], float] = {}  # (queue, prio, eid) -> until
-
-    @property
-    def inflight(self) -> dict[tuple[str, str], Run]:
-        """The runs this worker holds, by (queue, tid) (Slots.inflight)."""
-        return self.slots.inflight
 
     # --- in --------------------------------------------------------------------------------
 
@@ -92,18 +77,14 @@ class Runs:
         slots = self.slots
         old = slots.inflight.get(run.key)
         if old is not None:
-            if old.claimed.attempt == claimed.attempt:
-                # The same run twice (a recovery and a claim reply both carrying it): it runs
-                # once.
+            if old.claimed.attempt == claimed.attempt:  # a recovery and a claim both carry it
                 log.warning(
                     "run %s attempt %d is already held here; not started again",
                     run.task_id,
                     claimed.attempt,
                 )
                 return
-            # An older attempt of this task still runs here (this worker was frozen, its run
-            # was reclaimed, and it has now claimed the task again): claim.lua starts a new
-            # attempt only after the old one was reclaimed, so the old run's claim is lost.
+            # An older attempt still runs here (this worker was frozen): its claim was lost.
             self.forget(old)
             if old.stop_reason is None:
                 self.lose(old, "was reclaimed and its task claimed again here")
@@ -121,13 +102,9 @@ class Runs:
         except asyncio.CancelledError:
             if run.stop_reason is None:
                 log.warning("run %s cancelled without a reason", run.task_id)
-        except Exception:
-            # e.g. a non-transient Redis error while writing the outcome: the entry stays
-            # pending and is reclaimed after the visibility timeout.
+        except Exception:  # the entry stays pending: reclaimed after the visibility timeout
             log.exception("run %s could not store its outcome", run.task_id)
-        finally:
-            # A run stopped for shutdown is handed back (and forgotten) by the shutdown, unless
-            # its outcome write had already begun and was answered by the fence.
+        finally:  # a run stopped for shutdown and not answered is the shutdown's to hand back
             if run.stop_reason is not StopReason.SHUTDOWN or run.answered:
                 self.forget(run)
 
@@ -160,15 +137,13 @@ class Runs:
         """A cancel request for task ``tid`` (of ``queue``; any queue when None): stop its run,
         or keep a hint for a claim of it that may be on its way back (Slots.hint)."""
         held = False
-        for run in list(self.inflight.values()):
+        for run in list(self.slots.inflight.values()):
             same = run.claimed.tid == tid and (queue is None or run.claimed.queue == queue)
             held = held or same
             if same and run.stop_reason is None:
                 log.info("cancel requested: %s attempt %d", run.task_id, run.claimed.attempt)
                 self.stop(run, StopReason.CANCELLED, "cancelled by request")
-        if not held:
-            # Bounded in number and age: by the visibility timeout every heartbeat's touch
-            # reports the durable flag anyway.
+        if not held:  # kept one visibility timeout: by then every touch reports the flag
             self.slots.hint(tid, self.env.settings.visibility_timeout_s)
 
     def lose(self, run: Run, why: str) -> None:

@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dtq.scheduler")
 LEASE_MS = 10_000
-# How often each queue's lock is taken or renewed (a quarter of the lease), not every tick: that
-# would be a script call per queue per second on every worker.
+# How often each queue's lock is taken or renewed: a quarter of the lease, not every tick.
 LOCK_EVERY_S = LEASE_MS / 4000
 BATCH = 1000
 SWEEP_CALLS = 20  # limit_sweep calls per queue per tick (5000 parked ids each at most)
@@ -57,23 +56,21 @@ class Scheduler:
                 await self.periodic.store_if_due(queue)
                 continue
             while True:
-                res = await self.promote(queue)
+                call = sc.promote_call(env.keys.queue(queue), BATCH, env.settings.events_maxlen)
+                res = sc.parse_promote(await env.scripts.run(call))
                 if res.promoted + res.dropped < BATCH:
                     break
             if res.owed:
                 await self.sweep_owed(queue)
             if res.next_due_ms is not None:
                 soonest = res.next_due_ms if soonest is None else min(soonest, res.next_due_ms)
-            # Periodic schedules (dtq.schedules): read only when one is due (or to sync).
             next_fire = await self.periodic.tick_if_due(queue, res.next_fire_ms, res.now_ms)
             if next_fire is not None:
                 soonest = next_fire if soonest is None else min(soonest, next_fire)
         return soonest
 
     async def leads(self, queue: str) -> bool:
-        """Whether this worker leads ``queue``: its lock is taken or renewed every
-        :data:`LOCK_EVERY_S`, well within the lease (a leader paused past the lease meets
-        another leader at its next lock call; two overlapping promote each task once)."""
+        """Whether this worker leads ``queue`` (two overlapping leaders promote each task once)."""
         now = time.monotonic()
         if now - self._locked_at.get(queue, -LOCK_EVERY_S) < LOCK_EVERY_S:
             return queue in self.leading
@@ -88,11 +85,6 @@ class Scheduler:
             log.info("scheduler leader for queue %s", queue)
             self.leading.add(queue)
         return held
-
-    async def promote(self, queue: str) -> sc.PromoteResult:
-        env = self.env
-        call = sc.promote_call(env.keys.queue(queue), BATCH, env.settings.events_maxlen)
-        return sc.parse_promote(await env.scripts.run(call))
 
     async def sweep_owed(self, queue: str) -> int:
         """Finish the parked-task releases a run's end left owed (dead parked ids used up its

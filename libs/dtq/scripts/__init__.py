@@ -1,28 +1,8 @@
 """The Lua scripts and one typed wrapper per script: ``from dtq import scripts as sc``.
 
-Each script is ``lua/<name>.lua`` (its header lists KEYS, ARGV, the reply and its includes).
-:mod:`dtq.scripts.runner` loads and runs them; each other module holds one family's wrappers (a
-call builder returning a :class:`Call`, a reply parser, a typed result), shared by the clients,
-the admin and the worker.
-
-========================  ==============================================================
-``enqueue``               enqueue.lua
-``outcomes``              claim, complete, fail, requeue, recover (the hot path)
-``reaper``                reclaim, touch, promote
-``cancel``                cancel
-``admin``                 purge, dlq_requeue, dlq_discard
-``flows``                 flow_enqueue, flow_put, flow_apply, flow_cancel, flow_tomb
-``schedules``             schedule_put, schedule_fire
-``progress``              progress
-``retention``             retention_dlq, retention_consumers, retention_queue, retention_keys,
-                          retention_hist
-``locks``                 lock, unlock
-``limits``                limit_sweep
-``groups``                group_hold
-========================  ==============================================================
-
-:data:`REPLIES` names, per script, the enums of the sentinel values it can answer; a test
-(tests/lua/test_record.py) reads every script and fails on a sentinel or error code not named.
+:mod:`dtq.scripts.runner` loads and runs ``lua/<name>.lua``; each other module holds one
+family's wrappers (a call builder returning a :class:`Call`, a reply parser, a typed result):
+which family is where is in docs/design.md, "Module map".
 """
 
 from __future__ import annotations
@@ -30,120 +10,111 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
-from dtq.scripts.admin import (
-    DlqVerdict,
-    PurgeBatch,
-    dlq_discard_call,
-    dlq_requeue_call,
-    parse_dlq,
-    parse_purge,
-    purge_call,
-)
-from dtq.scripts.cancel import CancelOutcome, CancelResult, cancel_call, parse_cancel
-from dtq.scripts.enqueue import (
-    Enqueued,
-    NewTask,
-    enqueue_call,
-    enqueue_one_call,
-    parse_enqueue,
-)
-from dtq.scripts.flows import (
-    Applied,
-    Created,
-    FlowCancelled,
-    FlowEnqueued,
-    FlowStatus,
-    flow_apply_call,
-    flow_cancel_call,
-    flow_enqueue_call,
-    flow_put_call,
-    flow_tomb_call,
-    parse_applied,
-    parse_created,
-    parse_flow_cancel,
-    parse_flow_enqueue,
-)
-from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
-from dtq.scripts.limits import SweepResult, limit_sweep_call, parse_limit_sweep
-from dtq.scripts.locks import (
-    Lock,
-    Unlock,
-    lock_call,
-    parse_lock,
-    parse_unlock,
-    unlock_call,
-)
-from dtq.scripts.outcomes import (
-    ClaimBatch,
-    Claimed,
-    ClaimSentinel,
-    Failure,
-    History,
-    RunRef,
-    Success,
-    Verdict,
-    claim_call,
-    complete_call,
-    fail_call,
-    parse_claim,
-    parse_complete,
-    parse_complete_claim,
-    parse_verdicts,
-    recover_call,
-    requeue_call,
-)
-from dtq.scripts.progress import Progress, parse_progress, progress_call
-from dtq.scripts.reaper import (
-    RECLAIM_STEPS,
-    PromoteResult,
-    PromoteSentinel,
-    ReclaimResult,
-    TouchMark,
-    TouchResult,
-    parse_promote,
-    parse_reclaim,
-    parse_touch,
-    promote_call,
-    reclaim_call,
-    touch_call,
-)
-from dtq.scripts.retention import (
-    DlqPruned,
-    KeysSwept,
-    QueueState,
-    consumer_prune_call,
-    hist_fold_call,
-    parse_consumer_prune,
-    parse_queue_state,
-    parse_retention_dlq,
-    parse_retention_keys,
-    queue_empty_call,
-    retention_dlq_call,
-    retention_keys_call,
-)
-from dtq.scripts.runner import (
-    REPLY_TTL_MS,
-    SCRIPT_NAMES,
-    SLOT_GUARD,
-    AsyncScripts,
-    Call,
-    ScriptError,
-    SyncScripts,
-    hiredis_packing,
-    new_nonce,
-    source,
-    to_str,
-    with_slot_guard,
-)
-from dtq.scripts.schedules import (
-    Fired,
-    FireOutcome,
-    Stored,
-    parse_schedule_fire,
-    parse_schedule_put,
-    schedule_fire_call,
-    schedule_put_call,
-)
+from dtq.scripts.admin import DlqVerdict as DlqVerdict
+from dtq.scripts.admin import PurgeBatch as PurgeBatch
+from dtq.scripts.admin import dlq_discard_call as dlq_discard_call
+from dtq.scripts.admin import dlq_requeue_call as dlq_requeue_call
+from dtq.scripts.admin import parse_dlq as parse_dlq
+from dtq.scripts.admin import parse_purge as parse_purge
+from dtq.scripts.admin import purge_call as purge_call
+from dtq.scripts.cancel import CancelOutcome as CancelOutcome
+from dtq.scripts.cancel import CancelResult as CancelResult
+from dtq.scripts.cancel import cancel_call as cancel_call
+from dtq.scripts.cancel import parse_cancel as parse_cancel
+from dtq.scripts.enqueue import Enqueued as Enqueued
+from dtq.scripts.enqueue import NewTask as NewTask
+from dtq.scripts.enqueue import enqueue_call as enqueue_call
+from dtq.scripts.enqueue import enqueue_one_call as enqueue_one_call
+from dtq.scripts.enqueue import parse_enqueue as parse_enqueue
+from dtq.scripts.flows import Applied as Applied
+from dtq.scripts.flows import Created as Created
+from dtq.scripts.flows import FlowCancelled as FlowCancelled
+from dtq.scripts.flows import FlowEnqueued as FlowEnqueued
+from dtq.scripts.flows import FlowStatus as FlowStatus
+from dtq.scripts.flows import flow_apply_call as flow_apply_call
+from dtq.scripts.flows import flow_cancel_call as flow_cancel_call
+from dtq.scripts.flows import flow_enqueue_call as flow_enqueue_call
+from dtq.scripts.flows import flow_put_call as flow_put_call
+from dtq.scripts.flows import flow_tomb_call as flow_tomb_call
+from dtq.scripts.flows import parse_applied as parse_applied
+from dtq.scripts.flows import parse_created as parse_created
+from dtq.scripts.flows import parse_flow_cancel as parse_flow_cancel
+from dtq.scripts.flows import parse_flow_enqueue as parse_flow_enqueue
+from dtq.scripts.groups import Held as Held
+from dtq.scripts.groups import group_hold_call as group_hold_call
+from dtq.scripts.groups import parse_group_hold as parse_group_hold
+from dtq.scripts.limits import SweepResult as SweepResult
+from dtq.scripts.limits import limit_sweep_call as limit_sweep_call
+from dtq.scripts.limits import parse_limit_sweep as parse_limit_sweep
+from dtq.scripts.locks import Lock as Lock
+from dtq.scripts.locks import Unlock as Unlock
+from dtq.scripts.locks import lock_call as lock_call
+from dtq.scripts.locks import parse_lock as parse_lock
+from dtq.scripts.locks import parse_unlock as parse_unlock
+from dtq.scripts.locks import unlock_call as unlock_call
+from dtq.scripts.outcomes import ClaimBatch as ClaimBatch
+from dtq.scripts.outcomes import Claimed as Claimed
+from dtq.scripts.outcomes import ClaimSentinel as ClaimSentinel
+from dtq.scripts.outcomes import Failure as Failure
+from dtq.scripts.outcomes import History as History
+from dtq.scripts.outcomes import RunRef as RunRef
+from dtq.scripts.outcomes import Success as Success
+from dtq.scripts.outcomes import Verdict as Verdict
+from dtq.scripts.outcomes import claim_call as claim_call
+from dtq.scripts.outcomes import complete_call as complete_call
+from dtq.scripts.outcomes import fail_call as fail_call
+from dtq.scripts.outcomes import parse_claim as parse_claim
+from dtq.scripts.outcomes import parse_complete as parse_complete
+from dtq.scripts.outcomes import parse_complete_claim as parse_complete_claim
+from dtq.scripts.outcomes import parse_verdicts as parse_verdicts
+from dtq.scripts.outcomes import recover_call as recover_call
+from dtq.scripts.outcomes import requeue_call as requeue_call
+from dtq.scripts.progress import Progress as Progress
+from dtq.scripts.progress import parse_progress as parse_progress
+from dtq.scripts.progress import progress_call as progress_call
+from dtq.scripts.reaper import RECLAIM_STEPS as RECLAIM_STEPS
+from dtq.scripts.reaper import PromoteResult as PromoteResult
+from dtq.scripts.reaper import PromoteSentinel as PromoteSentinel
+from dtq.scripts.reaper import ReclaimResult as ReclaimResult
+from dtq.scripts.reaper import TouchMark as TouchMark
+from dtq.scripts.reaper import TouchResult as TouchResult
+from dtq.scripts.reaper import parse_promote as parse_promote
+from dtq.scripts.reaper import parse_reclaim as parse_reclaim
+from dtq.scripts.reaper import parse_touch as parse_touch
+from dtq.scripts.reaper import promote_call as promote_call
+from dtq.scripts.reaper import reclaim_call as reclaim_call
+from dtq.scripts.reaper import touch_call as touch_call
+from dtq.scripts.retention import DlqPruned as DlqPruned
+from dtq.scripts.retention import KeysSwept as KeysSwept
+from dtq.scripts.retention import QueueState as QueueState
+from dtq.scripts.retention import consumer_prune_call as consumer_prune_call
+from dtq.scripts.retention import hist_fold_call as hist_fold_call
+from dtq.scripts.retention import parse_consumer_prune as parse_consumer_prune
+from dtq.scripts.retention import parse_queue_state as parse_queue_state
+from dtq.scripts.retention import parse_retention_dlq as parse_retention_dlq
+from dtq.scripts.retention import parse_retention_keys as parse_retention_keys
+from dtq.scripts.retention import queue_empty_call as queue_empty_call
+from dtq.scripts.retention import retention_dlq_call as retention_dlq_call
+from dtq.scripts.retention import retention_keys_call as retention_keys_call
+from dtq.scripts.runner import REPLY_TTL_MS as REPLY_TTL_MS
+from dtq.scripts.runner import SCRIPT_NAMES as SCRIPT_NAMES
+from dtq.scripts.runner import SLOT_GUARD as SLOT_GUARD
+from dtq.scripts.runner import AsyncScripts as AsyncScripts
+from dtq.scripts.runner import Call as Call
+from dtq.scripts.runner import ScriptError as ScriptError
+from dtq.scripts.runner import SyncScripts as SyncScripts
+from dtq.scripts.runner import hiredis_packing as hiredis_packing
+from dtq.scripts.runner import new_nonce as new_nonce
+from dtq.scripts.runner import source as source
+from dtq.scripts.runner import to_str as to_str
+from dtq.scripts.runner import with_slot_guard as with_slot_guard
+from dtq.scripts.schedules import Fired as Fired
+from dtq.scripts.schedules import FireOutcome as FireOutcome
+from dtq.scripts.schedules import Stored as Stored
+from dtq.scripts.schedules import parse_schedule_fire as parse_schedule_fire
+from dtq.scripts.schedules import parse_schedule_put as parse_schedule_put
+from dtq.scripts.schedules import schedule_fire_call as schedule_fire_call
+from dtq.scripts.schedules import schedule_put_call as schedule_put_call
 
 REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
     "claim": (ClaimSentinel,),
@@ -172,112 +143,3 @@ REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
 """Per script, the enums naming every sentinel value it can answer (a string it returns, a
 flag, a negative number standing for "none"); scripts that answer only counts and ids have
 none."""
-
-__all__ = [
-    "RECLAIM_STEPS",
-    "REPLIES",
-    "REPLY_TTL_MS",
-    "SCRIPT_NAMES",
-    "SLOT_GUARD",
-    "Applied",
-    "AsyncScripts",
-    "Call",
-    "CancelOutcome",
-    "CancelResult",
-    "ClaimBatch",
-    "ClaimSentinel",
-    "Claimed",
-    "Created",
-    "DlqPruned",
-    "DlqVerdict",
-    "Enqueued",
-    "Failure",
-    "FireOutcome",
-    "Fired",
-    "FlowCancelled",
-    "FlowEnqueued",
-    "FlowStatus",
-    "Held",
-    "History",
-    "KeysSwept",
-    "Lock",
-    "NewTask",
-    "Progress",
-    "PromoteResult",
-    "PromoteSentinel",
-    "PurgeBatch",
-    "QueueState",
-    "ReclaimResult",
-    "RunRef",
-    "ScriptError",
-    "Stored",
-    "Success",
-    "SweepResult",
-    "SyncScripts",
-    "TouchMark",
-    "TouchResult",
-    "Unlock",
-    "Verdict",
-    "cancel_call",
-    "claim_call",
-    "complete_call",
-    "consumer_prune_call",
-    "dlq_discard_call",
-    "dlq_requeue_call",
-    "enqueue_call",
-    "enqueue_one_call",
-    "fail_call",
-    "flow_apply_call",
-    "flow_cancel_call",
-    "flow_enqueue_call",
-    "flow_put_call",
-    "flow_tomb_call",
-    "group_hold_call",
-    "hiredis_packing",
-    "hist_fold_call",
-    "limit_sweep_call",
-    "lock_call",
-    "new_nonce",
-    "parse_applied",
-    "parse_cancel",
-    "parse_claim",
-    "parse_complete",
-    "parse_complete_claim",
-    "parse_consumer_prune",
-    "parse_created",
-    "parse_dlq",
-    "parse_enqueue",
-    "parse_flow_cancel",
-    "parse_flow_enqueue",
-    "parse_group_hold",
-    "parse_limit_sweep",
-    "parse_lock",
-    "parse_progress",
-    "parse_promote",
-    "parse_purge",
-    "parse_queue_state",
-    "parse_reclaim",
-    "parse_retention_dlq",
-    "parse_retention_keys",
-    "parse_schedule_fire",
-    "parse_schedule_put",
-    "parse_touch",
-    "parse_unlock",
-    "parse_verdicts",
-    "progress_call",
-    "promote_call",
-    "purge_call",
-    "queue_empty_call",
-    "reclaim_call",
-    "recover_call",
-    "requeue_call",
-    "retention_dlq_call",
-    "retention_keys_call",
-    "schedule_fire_call",
-    "schedule_put_call",
-    "source",
-    "to_str",
-    "touch_call",
-    "unlock_call",
-    "with_slot_guard",
-]

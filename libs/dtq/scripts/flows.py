@@ -1,6 +1,4 @@
-"""The workflow scripts' wrappers: flow_enqueue.lua (create a flow), flow_put.lua (create a
-released step on its queue), flow_apply.lua (a step's outcome applied at its flow's home),
-flow_cancel.lua and flow_tomb.lua. dtq.workflows plans a flow; these send it."""
+"""The workflow scripts' wrappers (flow_*.lua): dtq.workflows plans a flow; these send it."""
 
 from __future__ import annotations
 
@@ -76,7 +74,6 @@ def flow_put_call(qk: QueueKeys, spec: str, args: str, events_maxlen: int) -> Ca
 
 
 def parse_created(raw: Any) -> Created:
-    """flow_put.lua's or flow_tomb.lua's reply."""
     return Created(int(raw))
 
 

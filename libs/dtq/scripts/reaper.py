@@ -25,8 +25,7 @@ class PromoteSentinel(IntEnum):
     NONE_DUE = -1
 
 
-# XAUTOCLAIM calls one reclaim.lua call makes at most: with the reaper's COUNT (adopted per
-# call), one call examines at most RECLAIM_STEPS x 10 x COUNT pending entries.
+# XAUTOCLAIM calls one reclaim.lua call makes at most.
 RECLAIM_STEPS = 10
 
 
@@ -35,8 +34,7 @@ class ReclaimResult:
     requeued: int
     failed: int
     absorbed: int
-    # Where the pass goes on: the band (KEYS index 1..10, p9 first; 0 once the pass is
-    # complete) and the cursor in it, for the next call (reclaim_call's ``band``/``cursor``).
+    # Where the pass goes on (KEYS index 1..10, p9 first; 0 once complete) and the cursor in it.
     band: int = 0
     cursor: str = "0-0"
     steps: int = 0  # XAUTOCLAIM calls this call made
@@ -46,6 +44,15 @@ class ReclaimResult:
     def more(self) -> bool:
         """The pass is not complete: call again from ``band``/``cursor``."""
         return self.band != 0
+
+    def __add__(self, other: ReclaimResult) -> ReclaimResult:
+        """The counts of both (a pass of several calls, a pass over several queues)."""
+        return ReclaimResult(
+            self.requeued + other.requeued,
+            self.failed + other.failed,
+            self.absorbed + other.absorbed,
+            cancelled=self.cancelled + other.cancelled,
+        )
 
 
 def reclaim_call(

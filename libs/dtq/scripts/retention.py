@@ -1,6 +1,4 @@
-"""The retention pass's wrappers (the worker's dtq_worker.retention runs them):
-retention_dlq.lua, retention_consumers.lua, retention_queue.lua, retention_keys.lua and
-retention_hist.lua."""
+"""The retention pass's wrappers (retention_*.lua; the worker's dtq_worker.retention runs them)."""
 
 from __future__ import annotations
 
@@ -37,7 +35,6 @@ def consumer_prune_call(qk: QueueKeys, idle_ms: int) -> Call:
 
 
 def parse_consumer_prune(raw: Any) -> int:
-    """The number of consumers deleted."""
     return int(raw)
 
 

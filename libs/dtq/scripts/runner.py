@@ -1,11 +1,6 @@
 """Running the Lua scripts: their text as sent (:func:`source`), one invocation
-(:class:`Call`), the runners (:class:`SyncScripts`, :class:`AsyncScripts`: EVALSHA, reloading
-after a NOSCRIPT, the fast lane of :mod:`dtq.store.transport` where it applies) and the error
-codes a script replies with (:class:`ScriptError`).
-
-The typed wrappers (a call builder, a reply parser and its result type per script) are in the
-sibling modules of this package, one per family of scripts.
-"""
+(:class:`Call`), the runners (:class:`SyncScripts`, :class:`AsyncScripts`) and the error codes a
+script replies with (:class:`ScriptError`)."""
 
 from __future__ import annotations
 
@@ -43,12 +38,10 @@ SCRIPT_NAMES = (
 
 
 def _lua_dir() -> Path:
-    # The wheel ships the scripts as dtq/lua, beside this package (importlib.resources would
-    # say the same, at 13 ms of import time for every process).
+    """dtq/lua in the wheel, else lua/ at the repository root (an editable install)."""
     packaged = Path(__file__).resolve().parents[1] / "lua"
     if packaged.is_dir():
         return packaged
-    # Editable install / source tree: lua/ sits at the repository root.
     return Path(__file__).resolve().parents[3] / "lua"
 
 
@@ -149,13 +142,11 @@ class Call:
     args: list[Any]
 
 
-# The fast lane (dtq.store.transport) is asked first; redis-py's usual path takes what it cannot
-# do. On a cluster there is a lane per node (dtq.store.cluster); a call not run there takes the
-# cluster client's path (MOVED/ASK, TRYAGAIN), and in a cluster pipeline a script is sent as EVAL
-# (redis-py refuses EVALSHA there).
-# The slot guard: a key of the call's slot that never exists, so a node serving a slot in
-# migration answers TRYAGAIN and no script runs half on the old owner (docs/faults.md). Free on a
-# stable slot; scripts that count their KEYS leave it out (lua/includes/nkeys.lua).
+# The fast lane (dtq.store.transport; on a cluster one per node, dtq.store.cluster) is asked
+# first; redis-py's usual path takes what it cannot do. In a cluster pipeline a script is sent as
+# EVAL (redis-py refuses EVALSHA there).
+# The slot guard: a key of the call's slot that never exists, so a slot in migration answers
+# TRYAGAIN and no script runs half on the old owner (docs/faults.md).
 SLOT_GUARD = ":~slotguard"
 
 
@@ -184,6 +175,11 @@ class _Registered:
             obj = self._objs[name] = self._redis.register_script(source(name))
         return obj
 
+    def evalsha(self, call: Call) -> tuple[Any, ...]:
+        """The EVALSHA command of ``call``, to send on a connection of one's own (a NOSCRIPT
+        reply means it did not run; ``run`` loads the script)."""
+        return _evalsha_args(self._obj(call.script).sha, call)
+
 
 class AsyncScripts(_Registered):
     """Runs calls on an asyncio Redis client (EVALSHA, reloading after a NOSCRIPT).
@@ -206,19 +202,13 @@ class AsyncScripts(_Registered):
         self._lanes = transport.AsyncLanes(redis) if lane and not self._cluster else None
         self.routes = cluster.AsyncRoutes(redis) if lane and self._cluster else None
         # Told of every call outside a pipeline whose reply may have been lost after Redis ran
-        # it (a broken connection or a timeout once it was sent), re-sent or not: a worker
-        # looks for the runs such a claim started (lua/recover.lua).
+        # it, re-sent or not (a worker recovers the runs such a claim started: lua/recover.lua).
         self.on_reply_lost: Callable[[Call], None] | None = None
 
     @property
     def lanes(self) -> list[transport.AsyncLane]:
         """The lanes made so far (none without the fast lane)."""
         return [] if self._lanes is None else self._lanes.lanes
-
-    def evalsha(self, call: Call) -> tuple[Any, ...]:
-        """The EVALSHA command of ``call``, to send on a connection of one's own (a NOSCRIPT
-        reply means it did not run; :meth:`run` loads the script)."""
-        return _evalsha_args(self._obj(call.script).sha, call)
 
     async def run(self, call: Call, pipe: AsyncPipeline | None = None) -> Any:
         obj = self._obj(call.script)
@@ -255,20 +245,14 @@ class AsyncScripts(_Registered):
             return res
         except NoScriptError:
             pass  # nothing ran: the usual path loads the script
-        except cluster.NOT_RUN_HERE:
-            # Not this node's slot (any more), or the slot is migrating: nothing ran; the
-            # cluster client follows it (and learns the new slot map), the tag is looked up again.
+        except cluster.NOT_RUN_HERE:  # not this node's slot (any more): nothing ran
             assert self.routes is not None  # (only a cluster's nodes answer so)
             self.routes.forget()
-        except ConnectionError:
-            # The lane was dropped (the usual path reconnects and sends again); the first
-            # send may have run, its reply lost.
+        except ConnectionError:  # the usual path sends again; the first send may have run
             self._reply_lost(call)
             if self.routes is not None:
                 self.routes.forget()  # (the node may be gone: a failover)
-        except (RedisTimeoutError, TimeoutError):
-            # The lane was dropped; the call may have run. Only a runner whose calls are
-            # safe to re-send (the SDK's) sends it again.
+        except (RedisTimeoutError, TimeoutError):  # may have run: re-sent only if replay_safe
             self._reply_lost(call)
             if not self._replay_safe:
                 raise
@@ -361,16 +345,13 @@ class SyncScripts(_Registered):
         """
         calls = iter(calls)
         st = transport.Stream(each)
-        if self.lane is None or not self.lane.stream(calls, self._evalsha, st):
+        if self.lane is None or not self.lane.stream(calls, self.evalsha, st):
             return transport.each_reply([self.run(c) for c in calls], each)
         if st.fallback:  # nothing was sent: every call goes the usual way
             return transport.each_reply([self.run(c) for c in st.rest(calls)], each)
         for k, c in st.misses():  # NOSCRIPT: that call did not run
             st.rerun(k, self.run(c))
         return st.replies
-
-    def _evalsha(self, call: Call) -> tuple[Any, ...]:
-        return _evalsha_args(self._obj(call.script).sha, call)
 
 
 def to_str(v: Any) -> str:
@@ -379,8 +360,7 @@ def to_str(v: Any) -> str:
 
 
 # How long a state-changing SDK call's reply is kept for its re-send (lua/includes/replayed.lua):
-# longer than any client's re-send window (DTQ_CLIENT_RETRIES backoffs of at most 1 s, plus
-# timeouts).
+# longer than any client's re-send window.
 REPLY_TTL_MS = 60_000
 
 
