@@ -121,9 +121,23 @@ def glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
 
+class _Key:
+    """A key at a fixed place under its owner's :attr:`base`: ``<base>:<suffix>``. What each
+    holds is said once, in :func:`layout`."""
+
+    __slots__ = ("suffix",)
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    def __get__(self, obj: QueueKeys | Keys, owner: type | None = None) -> str:
+        return f"{obj.base}:{self.suffix}"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """Keys of one queue; all share the queue's hash tag."""
+    """Keys of one queue; all share the queue's hash tag. A ``*_base`` is the prefix of a family
+    of keys that scripts complete (a tid, a limit key, an hour)."""
 
     prefix: str
     queue: str
@@ -131,6 +145,32 @@ class QueueKeys:
     @property
     def base(self) -> str:
         return f"{self.prefix}:{{{self.prefix}:{self.queue}}}"
+
+    task_base = _Key(_TASK_PART)
+    group_base = _Key("g:")  # the fair-group keys below (docs/groups.md)
+    group_index = _Key("g:idx")
+    group_paused = _Key("g:paused")
+    sched = _Key("sched")
+    dlq = _Key("dlq")
+    idem_base = _Key("idem:")
+    stats = _Key("stats")
+    hist_base = _Key("h:")
+    hist_enq_base = _Key("he:")
+    paused = _Key("paused")
+    events = _Key("events")
+    done_base = _Key("done:")
+    schedules = _Key("schedules")
+    schedules_next = _Key("schedules:next")
+    schedules_last = _Key("schedules:last")
+    schedules_seen = _Key("schedules:seen")
+    lim_base = _Key("lim:")  # see dtq.limits; scripts append ``<key>:run`` etc.
+    lim_parked = _Key("lim:~parked")
+    lim_owed = _Key("lim:~owed")
+    flow_base = _Key(_FLOW_PART)
+    flowq = _Key("flowq")
+    fair = _Key("fair")
+    decl = _Key("decl")
+    decl_seen = _Key("decl:seen")
 
     def stream(self, priority: int) -> str:
         return f"{self.base}:p{priority}"
@@ -140,162 +180,34 @@ class QueueKeys:
         """Priority streams, highest band first."""
         return [self.stream(p) for p in PRIORITIES]
 
-    @property
-    def task_base(self) -> str:
-        """Prefix of task record keys; scripts append the tid."""
-        return f"{self.base}:{_TASK_PART}"
-
     def task(self, tid: str) -> str:
-        return f"{self.base}:{_TASK_PART}{tid}"
+        return self.task_base + tid
 
     @property
     def task_pattern(self) -> str:
         """SCAN ``MATCH`` pattern of this queue's task records."""
         return glob_escape(self.task_base) + "*"
 
-    @property
-    def group_base(self) -> str:
-        """Prefix of the fair-group keys (docs/groups.md): ``w:<band>:<group>`` (list of the
-        group's waiting tids in that band; its head is the group's turn: the tid whose stream
-        entry is the turn, or ``~`` in front of the next while the turn is withheld),
-        ``run:<group>`` (zset of
-        its running tids -> attempt), ``idx`` (zset of active groups -> ms active since) and
-        ``paused`` (set of held groups). Ungrouped tasks are group ``""`` while a group is
-        active."""
-        return f"{self.base}:g:"
-
     def group_waiting(self, band: int, group: str) -> str:
-        return f"{self.base}:g:w:{band}:{group}"
+        return f"{self.group_base}w:{band}:{group}"
 
     def group_running(self, group: str) -> str:
-        return f"{self.base}:g:run:{group}"
-
-    @property
-    def group_index(self) -> str:
-        return f"{self.base}:g:idx"
-
-    @property
-    def group_paused(self) -> str:
-        return f"{self.base}:g:paused"
-
-    @property
-    def sched(self) -> str:
-        return f"{self.base}:sched"
-
-    @property
-    def dlq(self) -> str:
-        return f"{self.base}:dlq"
-
-    @property
-    def idem_base(self) -> str:
-        return f"{self.base}:idem:"
+        return f"{self.group_base}run:{group}"
 
     def idem(self, key: str) -> str:
-        return f"{self.base}:idem:{key}"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.base}:stats"
-
-    @property
-    def hist_base(self) -> str:
-        """The prefix of the history's hour keys ``<hist_base><hour>`` (dtq.stats)."""
-        return f"{self.base}:h:"
-
-    @property
-    def hist_enq_base(self) -> str:
-        """The prefix of the history's per-minute enqueue counters ``<hist_enq_base><minute>``
-        (dtq.stats)."""
-        return f"{self.base}:he:"
-
-    @property
-    def paused(self) -> str:
-        return f"{self.base}:paused"
-
-    @property
-    def events(self) -> str:
-        return f"{self.base}:events"
-
-    @property
-    def done_base(self) -> str:
-        return f"{self.base}:done:"
+        return self.idem_base + key
 
     def done_channel(self, tid: str) -> str:
-        return f"{self.base}:done:{tid}"
-
-    @property
-    def schedules(self) -> str:
-        """Hash: schedule name -> its definition (JSON). See dtq.schedules."""
-        return f"{self.base}:schedules"
-
-    @property
-    def schedules_next(self) -> str:
-        """Zset: schedule name -> next fire time (ms)."""
-        return f"{self.base}:schedules:next"
+        return self.done_base + tid
 
     def reply(self, nonce: str) -> str:
-        """String: the kept reply of the state-changing call ``nonce``
-        (lua/includes/replayed.lua)."""
         return f"{self.base}:reply:{nonce}"
 
-    @property
-    def schedules_last(self) -> str:
-        """Hash: schedule name -> tid of its last fired task (for overlap=False)."""
-        return f"{self.base}:schedules:last"
-
-    @property
-    def lim_base(self) -> str:
-        """Prefix of the per-key limit keys (see dtq.limits); scripts append ``<key>:run`` etc."""
-        return f"{self.base}:lim:"
-
-    @property
-    def lim_parked(self) -> str:
-        """Set of limit keys that have parked tasks (lua/includes/limit_unpark.lua)."""
-        return f"{self.base}:lim:~parked"
-
-    @property
-    def lim_owed(self) -> str:
-        """Set of limit keys whose release of a parked task ran out of budget."""
-        return f"{self.base}:lim:~owed"
-
-    @property
-    def flow_base(self) -> str:
-        """Prefix of the workflow state hashes homed on this queue; scripts append the ftid."""
-        return f"{self.base}:{_FLOW_PART}"
-
     def flow(self, ftid: str) -> str:
-        return f"{self.base}:{_FLOW_PART}{ftid}"
+        return self.flow_base + ftid
 
     def flow_put(self, tid: str) -> str:
-        """String: a workflow step's "put" was delivered here (see :func:`layout`)."""
         return f"{self.base}:{_FLOW_PUT_PART}{tid}"
-
-    @property
-    def flowq(self) -> str:
-        """Stream: this queue's workflow handovers to another slot (dtq_worker.flowmover)."""
-        return f"{self.base}:flowq"
-
-    @property
-    def fair(self) -> str:
-        return f"{self.base}:fair"
-
-    @property
-    def decl(self) -> str:
-        """Hash: task name -> its declared defaults, published by workers (see dtq.declared).
-        Not work: purge leaves it; retention drops it with a queue it forgets."""
-        return f"{self.base}:decl"
-
-    @property
-    def decl_seen(self) -> str:
-        """Hash: task name -> when a live worker of this queue last declared it (ms, Redis
-        clock; see :func:`layout`; lua/requeue.lua, dtq.sdk.client)."""
-        return f"{self.base}:decl:seen"
-
-    @property
-    def schedules_seen(self) -> str:
-        """Hash: code schedule name -> when a live worker last declared it (ms, Redis clock;
-        dtq.schedules.runner)."""
-        return f"{self.base}:schedules:seen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,49 +216,29 @@ class Keys:
 
     prefix: str
 
+    @property
+    def base(self) -> str:
+        return self.prefix
+
+    schema = _Key("schema")
+    queues = _Key("queues")
+    partitions = _Key("partitions")
+    workers = _Key("workers")
+    worker_events = _Key("events:workers")
+    scheduler_lock = _Key("lock:scheduler")
+    retention_lock = _Key("lock:retention")
+    cancel_channel = _Key("cancel")
+
     def queue(self, name: str) -> QueueKeys:
         return QueueKeys(self.prefix, name)
-
-    @property
-    def schema(self) -> str:
-        return f"{self.prefix}:schema"
-
-    @property
-    def queues(self) -> str:
-        return f"{self.prefix}:queues"
-
-    @property
-    def partitions(self) -> str:
-        """Hash: logical queue -> its partition count, when above 1 (dtq.store.partitions)."""
-        return f"{self.prefix}:partitions"
-
-    @property
-    def workers(self) -> str:
-        return f"{self.prefix}:workers"
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
 
-    @property
-    def scheduler_lock(self) -> str:
-        return f"{self.prefix}:lock:scheduler"
-
     def scheduler_lock_of(self, queue: str) -> str:
-        """String: the scheduler leader lock of ``queue`` (value: the leader's worker id)."""
         return f"{self.scheduler_lock}:{queue}"
 
-    @property
-    def retention_lock(self) -> str:
-        """String: the retention pass lease (value: the holder's worker id)."""
-        return f"{self.prefix}:lock:retention"
-
-    @property
-    def cancel_channel(self) -> str:
-        """Pub/sub channel on which workers hear cancel requests for running tasks."""
-        return f"{self.prefix}:cancel"
-
     def wake_channel(self, token: str) -> str:
-        """Pub/sub channel that wakes one blocking Client's result() reader (sdk/donewait.py)."""
         return f"{self.prefix}:wake:{token}"
 
     @property
@@ -391,10 +283,6 @@ class Keys:
         (``q~i``, dtq.store.partitions): the tag is ``{P:q}`` or ``{P:q~...}``."""
         head = glob_escape(self.queue_head + queue)
         return head + "[}" + PARTITION_SEP + "]*:" + glob_escape(_TASK_PART) + "*"
-
-    @property
-    def worker_events(self) -> str:
-        return f"{self.prefix}:events:workers"
 
 
 @dataclass(frozen=True, slots=True)
