@@ -18,7 +18,7 @@ import redis
 
 from dtq import AsyncClient, Client, TaskFailed
 from dtq import scripts as sc
-from dtq.admin import dlq_requeue_call
+from dtq.scripts import dlq_requeue_call
 from dtq.store.keys import GROUP, Keys, QueueKeys, new_tid
 from tests.apps.faulty import read_journal
 from tests.conftest import create_groups, make_settings, wait_until

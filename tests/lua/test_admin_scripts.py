@@ -48,11 +48,11 @@ def dead_letters(run: Any, r: redis.Redis, qk: QueueKeys, n: int, idem: str = ""
 
 
 def requeue(run: Any, qk: QueueKeys, tids: list[str], **kw: Any) -> list[sc.DlqVerdict]:
-    return sc.parse_dlq(run(admin.dlq_requeue_call(qk, tids, events_maxlen=1000, **kw)))
+    return sc.parse_dlq(run(sc.dlq_requeue_call(qk, tids, events_maxlen=1000, **kw)))
 
 
 def discard(run: Any, qk: QueueKeys, tids: list[str]) -> list[sc.DlqVerdict]:
-    return sc.parse_dlq(run(admin.dlq_discard_call(qk, tids, events_maxlen=1000)))
+    return sc.parse_dlq(run(sc.dlq_discard_call(qk, tids, events_maxlen=1000)))
 
 
 # --- purge -----------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def test_purge_removes_waiting_keeps_running_and_finished(
 
     batches = []
     while True:
-        b = admin.parse_purge(run(admin.purge_call(qk, 10, 1000)))
+        b = sc.parse_purge(run(sc.purge_call(qk, 10, 1000)))
         batches.append(b)
         if not b.more:
             break
@@ -86,14 +86,14 @@ def test_purge_removes_waiting_keeps_running_and_finished(
     assert sum(r.xlen(s) for s in qk.streams) == 1
     assert r.hget(qk.task(failed[0]), "status") == "failed" and r.zcard(qk.dlq) == 1
     # Replay: nothing left to purge.
-    assert admin.parse_purge(run(admin.purge_call(qk, 10, 1000))) == admin.PurgeBatch(0, 0, False)
+    assert sc.parse_purge(run(sc.purge_call(qk, 10, 1000))) == sc.PurgeBatch(0, 0, False)
 
 
 def test_purge_without_group_treats_all_entries_as_waiting(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
     tids = enqueue(run, qk, new_task(), new_task(prio=0))  # no group created yet
-    assert admin.parse_purge(run(admin.purge_call(qk, 100, 1000))) == admin.PurgeBatch(2, 0, False)
+    assert sc.parse_purge(run(sc.purge_call(qk, 100, 1000))) == sc.PurgeBatch(2, 0, False)
     assert not any(r.exists(qk.task(t)) for t in tids)
 
 
@@ -122,7 +122,7 @@ def test_purge_races_claimers_each_task_either_started_or_purged(
         rn = sc.SyncScripts(cl).run
         go.wait(30)
         while True:
-            b = admin.parse_purge(rn(admin.purge_call(qk, 7, 1000)))
+            b = sc.parse_purge(rn(sc.purge_call(qk, 7, 1000)))
             purged[0] += b.queued + b.scheduled
             if not b.more:
                 break

@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.admin import dlq_requeue_call
 from dtq.declared import declarations
+from dtq.scripts import dlq_requeue_call
 from dtq.sdk.requests import TaskDefaults, build_task
 from dtq.settings import Settings
 from dtq.store.keys import Keys, QueueKeys

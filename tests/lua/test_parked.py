@@ -11,7 +11,8 @@ import redis
 
 from dtq import AsyncClient, TaskFailed
 from dtq import scripts as sc
-from dtq.admin import Admin, parse_purge, purge_call
+from dtq.admin import Admin
+from dtq.scripts import parse_purge, purge_call
 from dtq.settings import Settings
 from dtq.store.keys import Keys, QueueKeys, new_tid
 from tests.apps.limited import app as limited_app

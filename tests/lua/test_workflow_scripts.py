@@ -14,7 +14,7 @@ import redis
 from dtq import Client, InvalidRequest, Settings, TaskFailed, chain, chord, group, sig
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.admin import dlq_requeue_call
+from dtq.scripts import dlq_requeue_call
 from dtq.store.keys import Keys, split_task_id
 from tests.helpers.flows import W, args_of, claim, complete, fail, outbox, qk_of
 

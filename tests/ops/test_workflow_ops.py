@@ -25,8 +25,9 @@ from dtq import (
 )
 from dtq import scripts as sc
 from dtq import workflows as wf
-from dtq.admin import Admin, dlq_discard_call
+from dtq.admin import Admin
 from dtq.middleware import EnqueueRequest, Middleware
+from dtq.scripts import dlq_discard_call
 from dtq.store.keys import split_task_id
 from tests.chaos.proxy import Proxy
 from tests.conftest import make_settings

@@ -23,7 +23,7 @@ from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.models import TaskInfo
 from dtq.sdk.client import CANCEL_REASON
 from dtq.store.cluster import ascan_tasks, scan_step
-from dtq.store.keys import QueueKeys, is_flow_id, make_task_id, split_task_id
+from dtq.store.keys import is_flow_id, make_task_id, split_task_id
 from dtq.store.record import Field
 
 
@@ -150,12 +150,7 @@ class TaskOps(AdminCore):
     async def _filter_records(
         self, keys: Sequence[str], status: str | None, name: str | None
     ) -> list[TaskInfo]:
-        if not keys:
-            return []
-        async with self._r.pipeline(transaction=False) as pipe:
-            for k in keys:
-                pipe.hgetall(k)
-            recs = await pipe.execute()
+        recs = await self._hgetall(keys)
         decls = await self._declared_of(keys, recs)
         out: list[TaskInfo] = []
         for k, rec, decl in zip(keys, recs, decls, strict=True):
@@ -194,13 +189,7 @@ class TaskOps(AdminCore):
         self, key: str, rec: dict[str, str], declared: str | None = None
     ) -> TaskInfo | None:
         parts = self.keys.task_key_parts(key)
-        if parts is None:
-            return None
-        queue, tid = parts
-        try:
-            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
-        except (ValueError, KeyError):
-            return None
+        return None if parts is None else self._info(*parts, rec, declared)
 
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
@@ -216,8 +205,9 @@ class TaskOps(AdminCore):
         while len(items) < limit and examined < DLQ_BUDGET:
             n = min(chunk, DLQ_BUDGET - examined)
             tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
-            recs = await self._records(qk, tids)
-            decls = await self._declared_of([qk.task(t) for t in tids], recs)
+            keys = [qk.task(t) for t in tids]
+            recs = await self._hgetall(keys)
+            decls = await self._declared_of(keys, recs)
             examined += len(tids)
             for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
                 if rec and rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME)):
@@ -231,12 +221,12 @@ class TaskOps(AdminCore):
                 return Page(items, None, 0, examined)
         return Page(items, str(pos), 0, examined)
 
-    async def _records(self, qk: QueueKeys, tids: Sequence[str]) -> list[dict[str, str]]:
-        if not tids:
+    async def _hgetall(self, keys: Sequence[str]) -> list[dict[str, str]]:
+        if not keys:
             return []
         async with self._r.pipeline(transaction=False) as pipe:
-            for tid in tids:
-                pipe.hgetall(qk.task(tid))
+            for k in keys:
+                pipe.hgetall(k)
             recs: list[dict[str, str]] = await pipe.execute()
         return recs
 

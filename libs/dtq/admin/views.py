@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 from dtq.admin.common import id_ms
@@ -245,16 +243,3 @@ async def filled_page(
         cursor = page.next_cursor
         if cursor is None or len(items) >= limit:
             return Page(items, cursor, scans, examined)
-
-
-def dumps(obj: Any) -> str:
-    """JSON for ``--json`` output and the API: dataclasses and datetimes handled."""
-
-    def default(o: Any) -> Any:
-        if hasattr(o, "to_dict"):
-            return o.to_dict()
-        if isinstance(o, datetime):
-            return o.isoformat()
-        return str(o)
-
-    return json.dumps(obj, default=default, indent=2)
