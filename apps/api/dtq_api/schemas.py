@@ -10,12 +10,12 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
     StrictFloat,
     StrictInt,
-    field_validator,
 )
 
 from dtq.models import TaskStatus
@@ -50,6 +50,11 @@ def _number(value: Any) -> Any:
     return value
 
 
+# Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
+NumInt = Annotated[int | None, BeforeValidator(_number)]
+NumFloat = Annotated[float | None, BeforeValidator(_number)]
+
+
 class EnqueueRequest(BaseModel):
     """The SDK's enqueue fields (``dtq.sdk.requests.ENQUEUE_FIELDS``, checked by
     tests/sdk/test_enqueue_options.py). ``Idempotency-Key`` may also come as a header.
@@ -70,13 +75,13 @@ class EnqueueRequest(BaseModel):
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
-    priority: int | None = Field(None, ge=0, le=9, description="0-9, 9 served first.")
-    delay: float | None = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
+    priority: NumInt = Field(None, ge=0, le=9, description="0-9, 9 served first.")
+    delay: NumFloat = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
     eta: AwareDatetime | None = Field(
         None, description="ISO 8601 time with a zone, within 10 years of now (else 422)."
     )
-    max_retries: int | None = Field(None, ge=0, le=1_000_000)
-    timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
+    max_retries: NumInt = Field(None, ge=0, le=1_000_000)
+    timeout: NumFloat = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=256)
     partition_key: str | None = Field(
         None,
@@ -84,7 +89,7 @@ class EnqueueRequest(BaseModel):
         max_length=256,
         description="Of a partitioned queue: tasks with one key go to one partition.",
     )
-    expires: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
+    expires: NumFloat = Field(None, gt=0, le=10 * 365 * 86400, description="Seconds.")
     metadata: dict[Annotated[str, Field(max_length=100)], Scalar] | None = Field(
         None, max_length=10, description="Small flat metadata: at most 10 scalar entries."
     )
@@ -101,12 +106,6 @@ class EnqueueRequest(BaseModel):
         description="The task's fair group within its queue (a tenant, a customer): the "
         "workers serve a queue's active groups in turn. No control characters.",
     )
-
-    # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
-    @field_validator("priority", "delay", "max_retries", "timeout", "expires", mode="before")
-    @classmethod
-    def _numbers(cls, value: Any) -> Any:
-        return _number(value)
 
 
 class Event(Open):
@@ -186,13 +185,7 @@ class CancelOut(BaseModel):
 class RetryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_retries: int | None = Field(None, ge=0, le=1_000_000, description="New retry budget.")
-
-    # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
-    @field_validator("max_retries", mode="before")
-    @classmethod
-    def _numbers(cls, value: Any) -> Any:
-        return _number(value)
+    max_retries: NumInt = Field(None, ge=0, le=1_000_000, description="New retry budget.")
 
 
 class RetryOut(BaseModel):
@@ -296,13 +289,7 @@ class DlqBulkRequest(BaseModel):
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     name: str | None = None
     error: str | None = None
-    max_retries: int | None = Field(None, ge=0, le=1_000_000)
-
-    # Numbers: JSON true or "3" is refused (422), not read as 1 or 3.
-    @field_validator("max_retries", mode="before")
-    @classmethod
-    def _numbers(cls, value: Any) -> Any:
-        return _number(value)
+    max_retries: NumInt = Field(None, ge=0, le=1_000_000)
 
 
 class DiscardOut(BaseModel):

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import ParseResult, parse_qs, unquote, urlparse
 
 import redis
 import redis.asyncio as aredis
@@ -54,31 +54,38 @@ class SentinelUrl:
     username: str | None
 
 
+def _hosts(parsed: ParseResult, what: str) -> list[tuple[str, int]]:
+    """The ``host:port[,host:port...]`` list of a multi-host URL."""
+    hosts = []
+    for part in parsed.netloc.rpartition("@")[2].split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{what} address {part!r} must be host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    return hosts
+
+
+def _credentials(parsed: ParseResult) -> tuple[str | None, str | None]:
+    """(password, username) of a URL, unquoted."""
+    return (
+        unquote(parsed.password) if parsed.password else None,
+        unquote(parsed.username) if parsed.username else None,
+    )
+
+
 def parse_sentinel_url(url: str) -> SentinelUrl:
     """Split a ``redis+sentinel://`` URL; raise ValueError saying what is wrong."""
     parsed = urlparse(url)
     if parsed.scheme != SENTINEL_SCHEME:
         raise ValueError(f"not a {SENTINEL_SCHEME}:// URL")
-    netloc = parsed.netloc.rpartition("@")[2]
-    hosts = []
-    for part in netloc.split(","):
-        host, _, port = part.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"sentinel address {part!r} must be host:port")
-        hosts.append((host.strip("[]"), int(port)))
+    hosts = _hosts(parsed, "sentinel")
     path = [p for p in parsed.path.split("/") if p]
     if not path:
         raise ValueError("names no service: redis+sentinel://host:port/<service>[/db]")
     db = path[1] if len(path) > 1 else "0"
     if not db.isdigit():
         raise ValueError(f"bad database number {db!r}")
-    return SentinelUrl(
-        hosts=hosts,
-        service=path[0],
-        db=int(db),
-        password=unquote(parsed.password) if parsed.password else None,
-        username=unquote(parsed.username) if parsed.username else None,
-    )
+    return SentinelUrl(hosts, path[0], int(db), *_credentials(parsed))
 
 
 # The query options a cluster URL takes (TLS files and checks), passed to redis-py as given.
@@ -103,13 +110,7 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     parsed = urlparse(url)
     if parsed.scheme not in CLUSTER_SCHEMES:
         raise ValueError("not a redis+cluster:// or rediss+cluster:// URL")
-    netloc = parsed.netloc.rpartition("@")[2]
-    nodes = []
-    for part in netloc.split(","):
-        host, _, port = part.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"cluster node address {part!r} must be host:port")
-        nodes.append((host.strip("[]"), int(port)))
+    nodes = _hosts(parsed, "cluster node")
     if parsed.path.strip("/"):
         raise ValueError("a cluster has one database: nothing may follow host:port[,...]/")
     options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
@@ -118,13 +119,8 @@ def parse_cluster_url(url: str) -> ClusterUrl:
         raise ValueError(
             f"bad option: {unknown[0]!r} (a cluster URL takes {', '.join(CLUSTER_OPTIONS)})"
         )
-    return ClusterUrl(
-        nodes=nodes,
-        password=unquote(parsed.password) if parsed.password else None,
-        username=unquote(parsed.username) if parsed.username else None,
-        ssl=parsed.scheme == "rediss+cluster",
-        options=options,
-    )
+    password, username = _credentials(parsed)
+    return ClusterUrl(nodes, password, username, parsed.scheme == "rediss+cluster", options)
 
 
 def is_cluster(client: object) -> bool:
@@ -133,13 +129,11 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, scluster.RedisCluster | acluster.RedisCluster)
 
 
-# redis-py raises "no startup node reachable" as a RedisClusterException, outside the RedisError
-# family that every dtq caller maps to "Redis unreachable" (SDK, CLI, API) or retries (worker):
-# these subclasses raise it as the ConnectionError it is.
+# redis-py's "no startup node reachable" is a RedisClusterException, outside the RedisError
+# family every dtq caller handles: raised here as the ConnectionError it is.
 _UNREACHABLE = "Redis Cluster cannot be connected"
-# How long one command waits out a slot in migration: TRYAGAIN (a multi-key call, every dtq
-# script on a cluster: dtq.scripts.runner's slot guard) means it did not run, so sending it
-# again is always safe. redis-py retries TRYAGAIN itself only for about half a second.
+# How long a command waits out a migrating slot: TRYAGAIN means it did not run, so re-sending
+# is safe; redis-py's own retry covers only about half a second.
 SLOT_WAIT_S = 10.0
 
 
@@ -176,14 +170,9 @@ class _SlotWait:
 
 POOL_CONNECTIONS = 100  # a client's connections at most (redis-py's default pool too)
 POOL_WAIT_S = 20.0  # how long a call waits for one of them before RedisUnavailable
-# A cluster client's calls wait for one of POOL_CONNECTIONS places (dtq/store/inflight.py), but its
-# result() waits' subscribed connection comes out of a node's pool outside them: each node's
-# pool holds this many more, or 100 calls in flight on the subscription's node met a full pool
-# ("Too many connections"; tests/store/test_cluster_pool_room.py). One subscription per client, and
-# room for one being made again while the old one closes.
+# A node's pool also holds, outside the POOL_CONNECTIONS places calls wait for: the result()
+# subscription (one, and one being remade) and the fast lane's kept connections.
 SUBSCRIBED_ROOM = 4
-# The fast lane's kept connections on each node (dtq.cluster) come out of its pool outside those
-# places too: up to MAX_ASYNC_LANES for an asyncio client, one for a blocking one.
 LANE_ROOM = MAX_ASYNC_LANES
 
 
@@ -197,8 +186,8 @@ class _SyncCluster(scluster.RedisCluster):
     def __init__(
         self, *, wait_for_connection: bool = False, check_eviction: bool = False, **kwargs: Any
     ) -> None:
-        # As _AsyncCluster's: a node's pool refuses the call past its 100 connections. (Set
-        # first: the slot map is read by the constructor, through execute_command.)
+        # As _AsyncCluster's; set first: the constructor reads the slot map through
+        # execute_command.
         self._gate: Callable[[], contextlib.AbstractContextManager[None]] = (
             SyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
@@ -252,9 +241,8 @@ class _AsyncCluster(acluster.RedisCluster):
             self.connection_kwargs["connection_class"] = checked
             for node in self.startup_nodes:
                 node.connection_class = checked
-        # A node holds 100 connections and refuses the next call at once (MaxConnectionsError):
-        # with wait_for_connection, calls beyond that many in flight (commands and pipelines)
-        # wait here instead, as BlockingConnectionPool's do (dtq/store/inflight.py).
+        # A node refuses a call past its 100 connections: with wait_for_connection, calls
+        # beyond that many in flight wait here instead (dtq/store/inflight.py).
         self._gate: Callable[[], contextlib.AbstractAsyncContextManager[None]] = (
             AsyncInFlight(POOL_CONNECTIONS) if wait_for_connection else no_cap
         )
@@ -291,14 +279,12 @@ class _AsyncCluster(acluster.RedisCluster):
 
 
 class _BlockingSentinelPool(AsyncSentinelPool, aredis.BlockingConnectionPool):
-    """redis-py's asyncio Sentinel pool (the primary's address from the sentinels), with
-    BlockingConnectionPool's wait for a free connection (redis-py has no blocking form of it):
-    the Sentinel pool adds the address, the blocking one the wait, neither touches the other's
-    methods."""
+    """The Sentinel pool's primary address with the blocking pool's wait for a connection
+    (redis-py has no blocking Sentinel pool); neither touches the other's methods."""
 
 
 class _SyncBlockingSentinelPool(SyncSentinelPool, redis.BlockingConnectionPool):
-    """The same for the blocking client: threads wait for a connection."""
+    """The same for the blocking client."""
 
 
 def _waiting(kwargs: dict[str, Any], pool_class: type) -> dict[str, Any]:
@@ -339,14 +325,7 @@ def sync_redis(
     check_eviction: bool = False,
     **kwargs: Any,
 ) -> redis.Redis:
-    """A blocking client for ``url`` (any form dtq accepts).
-
-    ``retries`` > 0: a command that meets a connection error or a timeout is re-sent that many
-    times at most (jittered backoff). Only for clients whose every call is safe to re-send
-    (the SDK's, see docs/faults.md); the worker keeps 0 and handles its own failures.
-    ``wait_for_connection``: as for :func:`async_redis`, for threads.
-    ``check_eviction``: as for :func:`async_redis`.
-    """
+    """A blocking client for ``url`` (any form dtq accepts); options as for :func:`async_redis`."""
     return cast(
         redis.Redis, _client(False, url, retries, wait_for_connection, check_eviction, kwargs)
     )
@@ -360,16 +339,14 @@ def async_redis(
     check_eviction: bool = False,
     **kwargs: Any,
 ) -> aredis.Redis:
-    """An asyncio client for ``url`` (any form dtq accepts); ``retries`` as for sync_redis.
+    """An asyncio client for ``url`` (any form dtq accepts).
 
-    ``wait_for_connection``: a call made while all :data:`POOL_CONNECTIONS` are busy waits for
-    one (up to :data:`POOL_WAIT_S` on one server or over Sentinel) instead of failing at once,
-    as redis-py's pool does ("Too many connections"): for an application's client, whose
-    coroutines may make any number of calls at once (not the worker's, whose calls are
-    bounded).
-
-    ``check_eviction``: each new connection reads the server's ``maxmemory-policy`` (once) and
-    raises :class:`dtq.errors.EvictingRedis` under ``allkeys-*`` (dtq.store.eviction): the SDK's.
+    ``retries`` > 0: a command that meets a connection error or a timeout is re-sent that many
+    times at most (jittered backoff); only for clients whose every call is safe to re-send (the
+    SDK's, docs/faults.md). ``wait_for_connection``: a call made while all
+    :data:`POOL_CONNECTIONS` are busy waits for one (up to :data:`POOL_WAIT_S`) instead of
+    failing at once: for an application's client. ``check_eviction``: a new connection raises
+    :class:`dtq.errors.EvictingRedis` under an ``allkeys-*`` policy (dtq.store.eviction).
     """
     return cast(
         aredis.Redis, _client(True, url, retries, wait_for_connection, check_eviction, kwargs)
