@@ -21,7 +21,7 @@ from typing import Any
 import click
 import redis
 
-from dtq.admin import Admin, Conflict, UnknownQueue, filled_page
+from dtq.admin import Admin, Conflict, UnknownQueue
 from dtq.cli.common import (
     EPILOG,
     EXIT_FAILED,
@@ -31,11 +31,13 @@ from dtq.cli.common import (
     Failed,
     age,
     clip,
+    cursor_option,
     echo,
     emit,
     json_option,
     run_admin,
     short_time,
+    show_page,
     table,
     zoned_time,
 )
@@ -95,15 +97,19 @@ def _json_or_text(value: str) -> Any:
         return value
 
 
-def _json_arg(value: str | None, what: str) -> Any:
+def _json_arg(value: str | None, what: str, kind: type, wanted: str) -> Any:
+    """Option ``what``'s JSON value, a ``kind`` (said as ``wanted``); None when unset."""
     if value is None:
         return None
     try:
-        return json.loads(value)
+        parsed = json.loads(value)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint=what) from None
     except RecursionError:
         raise click.BadParameter("nested deeper than Python can read", param_hint=what) from None
+    if not isinstance(parsed, kind):
+        raise click.BadParameter(f"must be {wanted}", param_hint=what)
+    return parsed
 
 
 @cli.command(epilog=EPILOG)
@@ -160,19 +166,13 @@ def enqueue(
     Warns (on stderr) when no live worker of the queue declares NAME: such a task waits, and
     fails on the worker that takes it.
     """
-    args = _json_arg(args_json, "--args")
-    if args is not None and not isinstance(args, list):
-        raise click.BadParameter("must be a JSON list, e.g. '[1, \"a\"]'", param_hint="--args")
+    args = _json_arg(args_json, "--args", list, "a JSON list, e.g. '[1, \"a\"]'")
     if values:
         if args is not None:
             raise click.UsageError("give the arguments as VALUES or as --args, not both")
         args = [_json_or_text(v) for v in values]
-    kwargs = _json_arg(kwargs_json, "--kwargs")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
-    metadata = _json_arg(metadata_json, "--metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--metadata")
+    kwargs = _json_arg(kwargs_json, "--kwargs", dict, "a JSON object")
+    metadata = _json_arg(metadata_json, "--metadata", dict, "a JSON object")
     expiry = _expires(expires)
 
     async def go(a: Admin) -> tuple[Any, list[str]]:
@@ -256,7 +256,7 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
 @click.option("--status", "-s", help="Only this status (queued, running, failed, ...).")
 @click.option("--name", "-n", help="Only tasks of this name.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@cursor_option
 @json_option
 def tasks(
     queue: str | None,
@@ -267,25 +267,15 @@ def tasks(
     as_json: bool,
 ) -> None:
     """List tasks (a SCAN over task records: cost grows with the number kept)."""
-    page = run_admin(
-        lambda a: filled_page(
-            lambda cur, n: a.list_tasks(queue=queue, status=status, name=name, cursor=cur, limit=n),
-            cursor,
-            limit,
-        )
-    )
-
-    def human() -> None:
-        rows = [
-            (t["id"], t["name"], t["status"], t["attempt"], short_time(t["enqueued_at"]),
-             clip(t["error"], 40))
-            for t in page.items
-        ]  # fmt: skip
-        table(rows, ["id", "name", "status", "attempt", "enqueued", "error"])
-        if page.next_cursor:
-            echo(f"more: --cursor {page.next_cursor}")
-
-    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+    show_page(
+        lambda a, cur, n: a.list_tasks(queue=queue, status=status, name=name, cursor=cur, limit=n),
+        cursor,
+        limit,
+        as_json,
+        ["id", "name", "status", "attempt", "enqueued", "error"],
+        lambda t: (t["id"], t["name"], t["status"], t["attempt"], short_time(t["enqueued_at"]),
+                   clip(t["error"], 40)),
+    )  # fmt: skip
 
 
 @cli.command(epilog=EPILOG)

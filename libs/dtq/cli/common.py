@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
-from dtq.admin import Admin
+from dtq.admin import Admin, Page, filled_page
 from dtq.logs import one_line
 from dtq.settings import Settings, load_settings
 
@@ -145,3 +145,26 @@ def with_bar(
             return await op(a, bar.update)
 
     return run_admin(go)
+
+
+cursor_option = click.option("--cursor", help="Continue from the cursor a previous page printed.")
+
+
+def show_page(
+    fetch: Callable[[Admin, str | None, int], Awaitable[Page]],
+    cursor: str | None,
+    limit: int,
+    as_json: bool,
+    headers: Sequence[str],
+    row: Callable[[Any], Sequence[Any]],
+) -> None:
+    """A listing from ``cursor`` filled to ``limit`` items: a table (one ``row`` per item) and
+    the next cursor, or JSON."""
+    page = run_admin(lambda a: filled_page(lambda cur, n: fetch(a, cur, n), cursor, limit))
+
+    def human() -> None:
+        table([row(x) for x in page.items], headers)
+        if page.next_cursor:
+            echo(f"more: --cursor {page.next_cursor}")
+
+    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)

@@ -7,17 +7,17 @@ from typing import Any
 
 import click
 
-from dtq.admin import Admin, filled_page
+from dtq.admin import Admin
 from dtq.cli.common import (
     EPILOG,
     Failed,
     clip,
+    cursor_option,
     echo,
     emit,
     json_option,
-    run_admin,
     short_time,
-    table,
+    show_page,
     with_bar,
 )
 
@@ -40,7 +40,7 @@ def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
 @dlq.command("list", epilog=EPILOG)
 @_filters
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@cursor_option
 @json_option
 def dlq_list(
     queue: str | None,
@@ -51,24 +51,15 @@ def dlq_list(
     as_json: bool,
 ) -> None:
     """List dead letters, newest failure first, with their last error."""
-    page = run_admin(
-        lambda a: filled_page(
-            lambda cur, n: a.dlq_list(queue=queue, name=name, error=error, cursor=cur, limit=n),
-            cursor,
-            limit,
-        )
-    )
-
-    def human() -> None:
-        rows = [
-            (d["task_id"], d["name"], short_time(d["failed_at"]), d["attempt"], clip(d["error"]))
-            for d in page.items
-        ]
-        table(rows, ["task", "name", "failed", "attempts", "error"])
-        if page.next_cursor:
-            echo(f"more: --cursor {page.next_cursor}")
-
-    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+    show_page(
+        lambda a, cur, n: a.dlq_list(queue=queue, name=name, error=error, cursor=cur, limit=n),
+        cursor,
+        limit,
+        as_json,
+        ["task", "name", "failed", "attempts", "error"],
+        lambda d: (d["task_id"], d["name"], short_time(d["failed_at"]), d["attempt"],
+                   clip(d["error"])),
+    )  # fmt: skip
 
 
 def _bulk_options(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,8 +7,19 @@ from typing import Any
 
 import click
 
-from dtq.admin import Admin, filled_page
-from dtq.cli.common import EPILOG, age, echo, emit, json_option, run_admin, table, with_bar
+from dtq.admin import Admin
+from dtq.cli.common import (
+    EPILOG,
+    age,
+    cursor_option,
+    echo,
+    emit,
+    json_option,
+    run_admin,
+    show_page,
+    table,
+    with_bar,
+)
 from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 
 
@@ -106,26 +117,18 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(1, MAX_GROUP_PAGE), default=GROUP_PAGE,
               show_default=True, help="Groups per page.")  # fmt: skip
-@click.option("--cursor", help="Continue from the cursor a previous page printed.")
+@cursor_option
 @json_option
 def groups(queue: str, limit: int, cursor: str | None, as_json: bool) -> None:
     """List QUEUE's fair groups: the active ones (waiting or running tasks), longest active
     first, then the paused idle ones; each with its waiting and running tasks, whether paused,
     and the age of its oldest waiting task. Tasks without a group show as (ungrouped)."""
-    page = run_admin(
-        lambda a: filled_page(
-            lambda cur, n: a.list_groups(queue, cursor=cur, limit=n), cursor, limit
-        )
-    )
-
-    def human() -> None:
-        rows = [
-            (g["group"] or "(ungrouped)", g["waiting"], g["running"],
-             "yes" if g["paused"] else "no", age(g["oldest_waiting_s"]))
-            for g in page.items
-        ]  # fmt: skip
-        table(rows, ["group", "waiting", "running", "paused", "oldest"])
-        if page.next_cursor:
-            echo(f"more: --cursor {page.next_cursor}")
-
-    emit({"items": page.items, "next_cursor": page.next_cursor}, as_json, human)
+    show_page(
+        lambda a, cur, n: a.list_groups(queue, cursor=cur, limit=n),
+        cursor,
+        limit,
+        as_json,
+        ["group", "waiting", "running", "paused", "oldest"],
+        lambda g: (g["group"] or "(ungrouped)", g["waiting"], g["running"],
+                   "yes" if g["paused"] else "no", age(g["oldest_waiting_s"])),
+    )  # fmt: skip
