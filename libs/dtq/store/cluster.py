@@ -15,7 +15,7 @@ ends it); a slot map change during a walk may list a key twice or miss one, as S
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from redis.exceptions import (
     AskError,
@@ -32,6 +32,7 @@ from dtq.store.keys import QueueKeys
 # The error replies that say "not run here, ask the cluster client" (MovedError is an AskError).
 NOT_RUN_HERE = (AskError, TryAgainError, ClusterDownError)
 MAX_TAGS = 10_000  # tags cached per client at most (then forgotten all at once)
+L = TypeVar("L")
 
 
 def hash_tag(key: str) -> str:
@@ -42,47 +43,66 @@ def hash_tag(key: str) -> str:
     return key[lo + 1 : hi] if lo >= 0 and hi > lo + 1 else key
 
 
-class SyncRoutes:
-    """The blocking lanes of a cluster client: one per primary (``transport.SyncLane`` over the
-    node's own client), and which one each hash tag's calls take."""
+class _Routes(Generic[L]):
+    """Which lane (or lanes) of its node each hash tag's calls take, made once per node."""
 
-    def __init__(self, client: Any, *, replay_safe: bool = False) -> None:
+    def __init__(self, client: Any) -> None:
         self._client = client
-        self._replay_safe = replay_safe
-        self._by_tag: dict[str, transport.SyncLane] = {}
-        self._nodes: dict[str, tuple[Any, transport.SyncLane]] = {}  # name: (its client, lane)
+        self._by_tag: dict[str, L] = {}
+        self._nodes: dict[str, tuple[Any, L]] = {}  # name: (what the lane was made of, lane)
         self.calls = 0  # calls answered on a lane (tests read it)
 
-    def _lane(self, tag: str) -> transport.SyncLane | None:
+    def _source(self, node: Any) -> Any:
+        """What a lane of ``node`` is made of; None: no lane for it."""
+        raise NotImplementedError
+
+    def _make(self, made_of: Any) -> L:
+        raise NotImplementedError
+
+    def _route(self, tag: str) -> L | None:
+        """The lane of ``tag``'s node; None when there is no node yet (no slot map, a slot not
+        covered) or no lane for it."""
         lane = self._by_tag.get(tag)
         if lane is not None:
             return lane
         try:
             node = self._client.get_node_from_key(tag)
-        except (RedisError, RedisClusterException):  # (a slot not covered): the usual path
+        except (RedisError, RedisClusterException):  # the usual path then (it loads the map)
             return None
-        conn = getattr(node, "redis_connection", None)
-        if conn is None:
+        made_of = self._source(node)
+        if made_of is None:
             return None
         known = self._nodes.get(node.name)
-        if known is None or known[0] is not conn:
-            known = self._nodes[node.name] = (
-                conn,
-                transport.SyncLane(conn, replay_safe=self._replay_safe),
-            )
+        if known is None or known[0] is not made_of:
+            known = self._nodes[node.name] = (made_of, self._make(made_of))
         if len(self._by_tag) >= MAX_TAGS:
             self._by_tag.clear()
-        lane = self._by_tag[tag] = known[1]
-        return lane
+        self._by_tag[tag] = known[1]
+        return known[1]
 
     def forget(self) -> None:
         """Look every tag up again (the slot map may have changed)."""
         self._by_tag.clear()
 
+
+class SyncRoutes(_Routes[transport.SyncLane]):
+    """The blocking lanes of a cluster client: one per primary (``transport.SyncLane`` over the
+    node's own client)."""
+
+    def __init__(self, client: Any, *, replay_safe: bool = False) -> None:
+        super().__init__(client)
+        self._replay_safe = replay_safe
+
+    def _source(self, node: Any) -> Any:
+        return getattr(node, "redis_connection", None)
+
+    def _make(self, made_of: Any) -> transport.SyncLane:
+        return transport.SyncLane(made_of, replay_safe=self._replay_safe)
+
     def call(self, tag: str, args: Sequence[Any]) -> Any:
         """As ``SyncLane.call`` on the lane of ``tag``'s node; MISS also when the call was not
         run there (see the module's docstring) or no lane serves the tag."""
-        lane = self._lane(tag)
+        lane = self._route(tag)
         if lane is None:
             return transport.MISS
         try:
@@ -111,46 +131,20 @@ class _NodePool:
         self.node.release(conn)
 
 
-class AsyncRoutes:
+class AsyncRoutes(_Routes[transport.AsyncLanes]):
     """:class:`SyncRoutes` for an asyncio cluster client: ``transport.AsyncLanes`` per primary,
     each lane a connection of the node's own. The caller runs the call (dtq.scripts.runner)."""
 
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._by_tag: dict[str, transport.AsyncLanes] = {}
-        self._nodes: dict[str, tuple[Any, transport.AsyncLanes]] = {}  # name: (node, lanes)
-        self.calls = 0  # calls answered on a lane (tests read it)
+    def _source(self, node: Any) -> Any:
+        return node if callable(getattr(node, "release", None)) else None  # (an older redis-py)
+
+    def _make(self, made_of: Any) -> transport.AsyncLanes:
+        return transport.AsyncLanes(self._client, _NodePool(made_of))
 
     def free(self, tag: str) -> transport.AsyncLane | None:
         """A lane not busy on ``tag``'s node, or None (the cluster client's path then)."""
-        lanes = self._by_tag.get(tag)
-        if lanes is None:
-            lanes = self._lanes(tag)
-            if lanes is None:
-                return None
-        return lanes.free()
-
-    def _lanes(self, tag: str) -> transport.AsyncLanes | None:
-        try:
-            node = self._client.get_node_from_key(tag)
-        except (RedisError, RedisClusterException):  # no slot map yet: the usual path loads it
-            return None
-        if not callable(getattr(node, "release", None)):  # (an older redis-py): no lane
-            return None
-        known = self._nodes.get(node.name)
-        if known is None or known[0] is not node:
-            known = self._nodes[node.name] = (
-                node,
-                transport.AsyncLanes(self._client, _NodePool(node)),
-            )
-        if len(self._by_tag) >= MAX_TAGS:
-            self._by_tag.clear()
-        self._by_tag[tag] = known[1]
-        return known[1]
-
-    def forget(self) -> None:
-        """As :meth:`SyncRoutes.forget`."""
-        self._by_tag.clear()
+        lanes = self._route(tag)
+        return None if lanes is None else lanes.free()
 
 
 def _one(reply: Any) -> tuple[int, list[Any]]:
