@@ -28,6 +28,11 @@ def default_worker_id() -> str:
     return "worker-" + secrets.token_hex(4)
 
 
+def _check_queue_name(q: str) -> None:
+    if not QUEUE_NAME_RE.fullmatch(q):
+        raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+
+
 class Settings(BaseSettings):
     """All of dtq's settings. Environment variables carry the ``DTQ_`` prefix."""
 
@@ -165,11 +170,13 @@ class Settings(BaseSettings):
             return value
         return value.upper() if info.field_name == "log_level" else value.lower()
 
-    @field_validator("queues", mode="before")
+    @field_validator("queues", "api_allowed_hosts", mode="before")
     @classmethod
-    def _split_queues(cls, value: object) -> object:
+    def _split_list(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, str):
-            value = [q.strip() for q in value.split(",") if q.strip()]
+            value = [v.strip() for v in value.split(",") if v.strip()]
+            if info.field_name == "api_allowed_hosts":
+                value = [h.lower() for h in value]
         return value
 
     # --- tracing (dtq.contrib.otel) ---
@@ -184,17 +191,9 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one queue is needed")
         for q in value:
-            if not QUEUE_NAME_RE.fullmatch(q):
-                raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+            _check_queue_name(q)
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
-        return value
-
-    @field_validator("api_allowed_hosts", mode="before")
-    @classmethod
-    def _split_hosts(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = [h.strip().lower() for h in value.split(",") if h.strip()]
         return value
 
     @field_validator("api_token")
@@ -223,24 +222,15 @@ class Settings(BaseSettings):
             out[name.strip()] = num.strip()
         return out
 
-    @field_validator("queue_partitions")
+    @field_validator("queue_partitions", "group_concurrency")
     @classmethod
-    def _check_partitions(cls, value: dict[str, int]) -> dict[str, int]:
+    def _check_counts(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
         for q, n in value.items():
-            if not QUEUE_NAME_RE.fullmatch(q):
-                raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
-            if not 1 <= n <= partitions.MAX_PARTITIONS:
-                raise ValueError(f"{q}={n}: a count is 1 to {partitions.MAX_PARTITIONS}")
-        return value
-
-    @field_validator("group_concurrency")
-    @classmethod
-    def _check_group_caps(cls, value: dict[str, int]) -> dict[str, int]:
-        for q, n in value.items():
-            if not QUEUE_NAME_RE.fullmatch(q):
-                raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
-            if n < 1:
+            _check_queue_name(q)
+            if info.field_name == "group_concurrency" and n < 1:
                 raise ValueError(f"{q}={n}: a group's cap is at least 1")
+            if info.field_name == "queue_partitions" and not 1 <= n <= partitions.MAX_PARTITIONS:
+                raise ValueError(f"{q}={n}: a count is 1 to {partitions.MAX_PARTITIONS}")
         return value
 
     def group_cap(self, queue: str) -> int:
@@ -254,15 +244,11 @@ class Settings(BaseSettings):
     @classmethod
     def _check_url(cls, value: str) -> str:
         parsed = urlparse(value)
-        if parsed.scheme == "redis+sentinel":
-            from dtq.store.connection import parse_sentinel_url
+        if parsed.scheme in ("redis+sentinel", "redis+cluster", "rediss+cluster"):
+            from dtq.store.connection import parse_cluster_url, parse_sentinel_url
 
-            parse_sentinel_url(value)
-            return value
-        if parsed.scheme in ("redis+cluster", "rediss+cluster"):
-            from dtq.store.connection import parse_cluster_url
-
-            parse_cluster_url(value)
+            sentinel = parsed.scheme == "redis+sentinel"
+            (parse_sentinel_url if sentinel else parse_cluster_url)(value)
             return value
         if parsed.scheme not in ("redis", "rediss", "unix"):
             raise ValueError(
