@@ -110,15 +110,9 @@ def _error_message(
     status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]]
 ) -> tuple[Message, Message]:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    start: Message = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *headers,
-        ],
-    }
+    length = str(len(body)).encode()
+    own = [(b"content-type", b"application/json"), (b"content-length", length), *headers]
+    start: Message = {"type": "http.response.start", "status": status, "headers": own}
     return start, {"type": "http.response.body", "body": body}
 
 
@@ -126,12 +120,7 @@ class Guard:
     """See the module doc. ``max_body`` in bytes; ``hosts`` from :func:`allowed_hosts`."""
 
     def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        token: str | None,
-        max_body: int,
-        hosts: frozenset[str] | None,
+        self, app: ASGIApp, *, token: str | None, max_body: int, hosts: frozenset[str] | None
     ) -> None:
         self.app, self.token, self.max_body, self.hosts = app, token, max_body, hosts
 
@@ -157,36 +146,25 @@ class Guard:
             headers.setdefault(k.lower(), v)
         host = headers.get(b"host", b"").decode("latin-1")
         if not host_allowed(self.hosts, host):
-            await refuse(
-                403,
-                "forbidden",
-                f"Host {host[:100]!r} is not one this server answers for (DTQ_API_ALLOWED_HOSTS)",
-            )
+            where = f"Host {host[:100]!r} is not one this server answers for"
+            await refuse(403, "forbidden", where + " (DTQ_API_ALLOWED_HOSTS)")
             return
         api_path = path == "/api/v1" or path.startswith("/api/v1/")
         if self.token and api_path and not self._token_ok(headers.get(b"authorization", b"")):
-            await refuse(
-                401,
-                "unauthorized",
-                "missing or wrong bearer token",
-                (b"www-authenticate", b"Bearer"),
-            )
+            bearer = (b"www-authenticate", b"Bearer")
+            await refuse(401, "unauthorized", "missing or wrong bearer token", bearer)
             return
         if scope.get("method", "GET") in UNSAFE_METHODS:
-            why = self._cross_site(headers)
-            if why:
-                await refuse(403, "forbidden", why)
+            cross = self._cross_site(headers)
+            if cross:
+                await refuse(403, "forbidden", cross)
                 return
         body = await self._read_body(headers, receive)
         if body is None:
             return  # the client left while sending
         if isinstance(body, int):
-            await refuse(
-                413,
-                "payload_too_large",
-                f"request body over {body} bytes",
-                (b"connection", b"close"),
-            )
+            close = (b"connection", b"close")
+            await refuse(413, "payload_too_large", f"request body over {body} bytes", close)
             return
         await self.app(scope, _replay(body, receive), send_secured)
 
