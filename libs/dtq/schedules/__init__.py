@@ -36,7 +36,7 @@ from dtq.schedules.ops import (
     list_schedules,
     remove_schedule,
 )
-from dtq.schedules.runner import FireResult, ScheduleRunner, fire_call
+from dtq.schedules.runner import FireResult, ScheduleRunner
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -55,7 +55,6 @@ __all__ = [
     "aset_enabled",
     "cron_next",
     "declared",
-    "fire_call",
     "list_schedules",
     "periodic",
     "remove_schedule",

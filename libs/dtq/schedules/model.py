@@ -171,22 +171,10 @@ class ScheduleInfo:
         """JSON-ready form, as ``dtq schedules --json`` and ``GET /api/v1/schedules`` show it."""
         s = self.schedule
         return {
-            "name": s.name,
-            "queue": s.queue,
-            "task": s.task,
-            "cron": s.cron,
-            "every": s.every,
-            "tz": s.tz,
+            **{k: getattr(s, k) for k in s.__dataclass_fields__},
             "args": list(s.args),
             "kwargs": dict(s.kwargs),
-            "overlap": s.overlap,
-            "grace": s.grace,
-            "priority": s.priority,
-            "max_retries": s.max_retries,
-            "timeout": s.timeout,
-            "expires": s.expires,
             "metadata": dict(s.metadata),
-            "source": s.source,
             "group": s.group or None,
             "next_fire_at": self.next_fire_at.isoformat() if self.next_fire_at else None,
             "last_task_id": self.last_task_id,

@@ -38,22 +38,6 @@ class FireResult:
     task_id: str | None
 
 
-def fire_call(
-    qk: QueueKeys,
-    s: Schedule,
-    spec: str,
-    expected_ms: int,
-    next_ms: int,
-    fire_ms: int | None,
-    task: sc.NewTask,
-    events_maxlen: int,
-) -> sc.Call:
-    return sc.schedule_fire_call(
-        qk, s.name, spec=spec, expected_ms=expected_ms, next_ms=next_ms, fire_ms=fire_ms,
-        overlap=s.overlap, task=task, events_maxlen=events_maxlen,
-    )  # fmt: skip
-
-
 class ScheduleRunner:
     """Fires the due schedules of a queue; called from the scheduler leader's tick.
 
@@ -183,7 +167,10 @@ class ScheduleRunner:
             log.error("schedule %s of queue %s cannot fire: %s", name, qk.queue, exc)
             await self.redis.zadd(qk.schedules_next, {name: now + 60_000}, xx=True)
             return FireResult(sc.FireOutcome.STALE, None)
-        call = fire_call(qk, s, spec, expected, next_ms, fire_ms, task, self.settings.events_maxlen)
+        call = sc.schedule_fire_call(
+            qk, name, spec=spec, expected_ms=expected, next_ms=next_ms, fire_ms=fire_ms,
+            overlap=s.overlap, task=task, events_maxlen=self.settings.events_maxlen,
+        )  # fmt: skip
         fired = sc.parse_schedule_fire(await self.scripts.run(call))
         outcome, tid = fired.outcome, fired.tid
         task_id = make_task_id(qk.queue, tid) if tid else None
