@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import redis
 
 from dtq.admin import Admin, Event
+from dtq.admin.common import stream_pos
 from dtq.aiotasks import cancel_until_done
 from dtq.errors import RedisUnavailable
 from dtq.settings import Settings
@@ -130,11 +131,6 @@ def _error(message: str) -> bytes:
     return f"event: error\ndata: {json.dumps({'message': message})}\n\n".encode()
 
 
-def _stream_pos(eid: str) -> tuple[int, int]:
-    ms, _, seq = eid.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _frame(e: Event, last_of_entry: bool = True) -> bytes:
     """One message. Only the last event of a stream entry carries its id (an entry can hold
     several events, see dtq.admin.views.events_from): a client that drops mid-entry resumes
@@ -172,7 +168,7 @@ async def sse(
             try:
                 async for page, more in backlog:
                     for e, frame in _frames(page):
-                        last[e.stream] = max(last.get(e.stream, (0, 0)), _stream_pos(e.id))
+                        last[e.stream] = max(last.get(e.stream, (0, 0)), stream_pos(e.id))
                         yield frame
                     if more:
                         yield _error("too many missed events; some are left out")
@@ -191,7 +187,7 @@ async def sse(
                 yield _error(item)
                 continue
             for e, frame in _frames(item):
-                if last and e.stream in last and _stream_pos(e.id) <= last[e.stream]:
+                if last and e.stream in last and stream_pos(e.id) <= last[e.stream]:
                     continue  # already sent from the backlog
                 yield frame
     finally:

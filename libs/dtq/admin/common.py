@@ -57,6 +57,12 @@ def id_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
 
+def stream_pos(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as (ms, seq), ordered as Redis orders ids."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def parse_cursor(cursor: str | None) -> tuple[str, int]:
     """``<scan cursor>.<skip>`` (``<primary>:<scan cursor>.<skip>`` on a cluster walk)."""
     if not cursor:

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
-from dtq.admin.common import id_ms
+from dtq.admin.common import id_ms, stream_pos
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, events_from, iso
 from dtq.aiotasks import cancel_until_done
@@ -200,8 +200,7 @@ class EventOps(AdminCore):
             best_key = (0, 0)
             for i, buf in enumerate(bufs):
                 if heads[i] < len(buf):
-                    ms, _, seq = buf[heads[i]][0].partition("-")
-                    k = (int(ms), int(seq or 0))
+                    k = stream_pos(buf[heads[i]][0])
                     if best < 0 or k < best_key:
                         best, best_key = i, k
             if best < 0:

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
+from dtq.admin.common import stream_pos
 from dtq.models import TaskInfo
 from dtq.store.keys import GROUP, Keys, make_task_id
 from dtq.store.record import Field
@@ -53,11 +54,6 @@ def parse_cursor(cursor: str | None) -> Pos | None:
 def make_cursor(pos: Pos) -> str:
     idx = f"-{pos[3]}" if pos[3] else ""
     return f"{pos[0]}.{pos[1]}{idx}.{pos[2]}"
-
-
-def _key(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _info(queue: str, tid: str, rec: dict[str, str]) -> TaskInfo | None:
@@ -125,12 +121,12 @@ async def newest(
         for chunk in chunks:
             read += len(chunk)
             if len(chunk) == CHUNK:
-                oldest = _key(chunk[-1][0])
+                oldest = stream_pos(chunk[-1][0])
                 cut = oldest if cut is None or oldest > cut else cut
         cands: list[tuple[Pos, str]] = []
         for q, chunk in zip(queues, chunks, strict=True):
             for eid, f in chunk:
-                ms, seq = _key(eid)
+                ms, seq = stream_pos(eid)
                 if cut is not None and (ms, seq) < cut:
                     break
                 if f.get("type") != "enqueued" or not f.get("tid"):
