@@ -5,8 +5,7 @@ The wire stays plain JSON, what other languages and the HTTP API see: a datetime
 string, a date ``YYYY-MM-DD``, a UUID its canonical text, a Decimal its text (no float rounding),
 bytes base64, an enum its value, a dataclass or a pydantic model an object of its fields.
 
-The encoder is msgspec's, picked by measurement (docs/performance.md, "Hand-written code"): it
-encodes Decimal, bytes and date without a Python hook, and its ``convert`` decodes by type
+The encoder is msgspec's (docs/performance.md, "Hand-written code"): it also decodes by type
 annotation, so one dependency does both.
 """
 
@@ -46,8 +45,7 @@ def _builtins(obj: Any) -> Any:
     return msgspec.to_builtins(obj, enc_hook=_enc_hook)
 
 
-# Used only to find out why a value holding ``null`` was encoded: msgspec writes NaN and
-# infinities as null, this refuses them (they are not JSON).
+# Says why a value holding ``null`` was refused: msgspec writes NaN and infinities as null.
 _strict = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_builtins
 )
@@ -63,8 +61,7 @@ _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def too_deep(raw: bytes | str) -> bool:
-    """Whether JSON text ``raw`` nests arrays and objects deeper than :data:`MAX_DEPTH`
-    (counted without a Python loop: brackets first, then the depth with strings cut out)."""
+    """Whether JSON text ``raw`` nests arrays and objects deeper than :data:`MAX_DEPTH`."""
     if isinstance(raw, str):
         if raw.count("[") + raw.count("{") <= MAX_DEPTH:
             return False
@@ -118,7 +115,7 @@ _SCALARS = frozenset({str, int, bool, type(None)})
 
 def _finite(value: Any) -> bool:
     """False when ``value`` may hold a NaN or an infinity: walks lists, tuples and dicts of plain
-    values (cheaper than the stdlib re-encode); anything else is left to that."""
+    values; anything else is left to the stdlib re-encode."""
     t = type(value)
     if t in _SCALARS:
         return True
@@ -128,8 +125,7 @@ def _finite(value: Any) -> bool:
         value = value.values()
     elif t is not list and t is not tuple:
         return False
-    # A loop, not all(...): a generator costs half again as much here.
-    for v in value:  # noqa: SIM110
+    for v in value:  # noqa: SIM110 (a generator costs more)
         if type(v) not in _SCALARS and not _finite(v):
             return False
     return True
@@ -157,7 +153,7 @@ def encode_args(args: Any, kwargs: Any, limit: int) -> tuple[str, str]:
         raise SerializationError(f"kwargs must be a dict, not {type(kwargs).__name__}")
     a = dumps(args, "args")
     k = dumps(kwargs, "kwargs") if kwargs else ""
-    # Characters count at most 4 bytes each in UTF-8: encode only when that could matter.
+    # At most 4 bytes a character: encode only when that could pass the limit.
     size = len(a) + len(k)
     if size * 4 > limit:
         size = len(a.encode()) + len(k.encode())

@@ -1,13 +1,10 @@
-"""The fast lane: script calls written to a kept connection, under redis-py's command layer.
+"""The fast lane: script calls written to a kept connection, under redis-py's command layer
+(whose per-call CPU cost: docs/performance.md, "Hand-written code"). Whatever a lane cannot do
+goes the usual way (:mod:`dtq.scripts`): a NOSCRIPT, a busy lane, a broken connection.
 
-That layer costs client CPU on every call, and a single enqueue is one call (docs/performance.md,
-"Hand-written code"). Whatever a lane cannot do goes the usual way (:mod:`dtq.scripts`): a
-NOSCRIPT, a lane busy with another call, a broken connection (dropped; the usual path retries).
-
-This is the only module that touches redis-py's private parts (a test enforces it), which any
-release may change: :func:`fast_lane` checks once per process that they are all there
-(:func:`missing`); if not, or with ``DTQ_FAST_LANE=0``, every call takes redis-py's public path
-(logged once; the worker's gauge ``dtq_fast_lane_enabled`` reads 0).
+The only module that touches redis-py's private parts (a test enforces it): :func:`fast_lane`
+checks once per process that they are all there (:func:`missing`); if not, or with
+``DTQ_FAST_LANE=0``, every call takes redis-py's public path (logged once).
 """
 
 from __future__ import annotations
@@ -72,7 +69,7 @@ def missing() -> list[str]:
     for name in ("_host_error", "send_packed_command", "read_response", "can_read", "disconnect"):
         if not callable(getattr(sync_conn, name, None)):
             gone.append(f"redis.connection.Connection.{name}")
-    probe = sync_conn()  # type: ignore[no-untyped-call]  # not connected: its parser and socket slots exist from the start
+    probe = sync_conn()  # type: ignore[no-untyped-call]  # (not connected: slots exist)
     if not hasattr(probe, "_sock"):
         gone.append("redis.connection.Connection._sock")
     parser = getattr(probe, "_parser", None)
@@ -138,8 +135,7 @@ def in_use() -> bool | None:
 
 
 def packed(conn: Any, args: Sequence[Any]) -> list[bytes]:
-    """``args`` packed for ``conn``: by hiredis directly (a blocking connection's pack_command
-    checks every argument in Python first, about three times the cost)."""
+    """``args`` packed for ``conn`` by hiredis directly (pack_command checks each in Python)."""
     if _hiredis_pack is None:  # pragma: no cover - no lane without it (missing())
         return conn.pack_command(*args)  # type: ignore[no-any-return]
     try:
@@ -149,8 +145,7 @@ def packed(conn: Any, args: Sequence[Any]) -> list[bytes]:
 
 
 class _HiredisPacking:
-    """Connection mixin: pack commands with hiredis, as redis-py's sync connections do (the
-    asyncio ones pack in Python; docs/performance.md, "Hand-written code")."""
+    """Connection mixin: pack commands with hiredis, as redis-py's sync connections do."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if isinstance(args[0], str):
@@ -242,11 +237,9 @@ class Stream:
 class AsyncLane:
     """One connection of an asyncio client's pool, kept and written to directly.
 
-    ``call`` raises whatever the command raised. A Redis error reply leaves the connection in
-    step; anything else (a broken connection, a timeout, a cancel mid-reply) drops it, so no
-    later call can read a reply meant for this one. ``busy`` is for callers sharing a lane.
-    Without the fast lane (``fast`` False: see :func:`fast_lane`) the connection is kept too,
-    and used only through the oldest public methods of redis-py's connections.
+    ``call`` raises whatever the command raised; anything but a Redis error reply drops the
+    connection, so no later call can read a reply meant for this one. ``busy`` is for callers
+    sharing a lane. With ``fast`` False the connection is used through public methods only.
     """
 
     def __init__(
@@ -409,11 +402,9 @@ os.register_at_fork(after_in_child=_count_fork)
 
 
 def _send(conn: Any, chunks: list[bytes]) -> None:
-    """Send a packed command on a blocking connection: one ``write`` for a plain socket.
-
-    A socket with a timeout makes Python ``poll`` before every send, for nothing when a small
-    request fits the send buffer. The rest of a large call, and TLS, go the usual way.
-    """
+    """Send a packed command on a blocking connection: one ``write`` for a plain socket (a
+    socket with a timeout would ``poll`` first). The rest of a large call, and TLS, go the
+    usual way."""
     sock = conn._sock
     if type(sock) is not socket.socket or len(chunks) != 1:
         conn.send_packed_command(chunks, False)
@@ -433,11 +424,10 @@ def _send(conn: Any, chunks: list[bytes]) -> None:
 def _read(conn: Any) -> Any:
     """The next reply on a blocking connection, read by its hiredis reader directly.
 
-    Keeps what ``Connection.read_response`` guarantees without its other layers: a timeout or a
-    socket error drops the connection and raises redis-py's TimeoutError / ConnectionError.
-    Every error reply raises, whatever its class: redis-py makes ``LOADING``, ``NOAUTH`` and
-    ``max number of clients`` ``ConnectionError`` subclasses, which must not pass for a reply.
-    Other parsers and sockets go the usual way.
+    As ``Connection.read_response``: a timeout or socket error drops the connection and raises
+    redis-py's TimeoutError / ConnectionError. Every error reply raises, whatever its class
+    (``LOADING``, ``NOAUTH`` are ConnectionErrors in redis-py). Other parsers and sockets go
+    the usual way.
     """
     parser = conn._parser
     reader = getattr(parser, "_reader", None)
