@@ -16,13 +16,10 @@ from dtq.admin.common import DLQ_BUDGET, RETRYABLE, SCAN_BUDGET
 from dtq.admin.core import AdminCore
 from dtq.admin.deadletters import DeadLetterOps
 from dtq.admin.events import EventOps
-from dtq.admin.groups import GroupOps
-from dtq.admin.history import HistoryOps
 from dtq.admin.queues import QueueOps
 from dtq.admin.schedules import ScheduleOps
 from dtq.admin.tasks import TaskOps
 from dtq.admin.views import Event, Page, QueueInfo, WorkerInfo, filled_page
-from dtq.admin.workers import WorkerOps
 from dtq.errors import Conflict, UnknownQueue
 
 __all__ = [
@@ -41,7 +38,5 @@ __all__ = [
 ]
 
 
-class Admin(
-    QueueOps, GroupOps, TaskOps, DeadLetterOps, WorkerOps, ScheduleOps, EventOps, HistoryOps
-):
+class Admin(QueueOps, TaskOps, DeadLetterOps, ScheduleOps, EventOps):
     """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""

@@ -1,4 +1,6 @@
-"""Admin's queue operations: their state, pause and resume, purge."""
+"""Admin's queue operations: their state, pause and resume, purge, their history (dtq.stats)
+and their fair groups (docs/groups.md; the SDK's dtq.sdk.groupops does the work, here the
+queue must be a known one: :class:`dtq.UnknownQueue` otherwise)."""
 
 from __future__ import annotations
 
@@ -7,16 +9,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from dtq import scripts as sc
-from dtq.admin.common import BATCH, Progress, id_ms
+from dtq import stats
+from dtq.admin.common import BATCH, Progress, check_queue_name, id_ms
 from dtq.admin.core import AdminCore
-from dtq.admin.views import BulkResult, QueueInfo, merge_infos
+from dtq.admin.views import BulkResult, Page, QueueInfo, merge_infos
+from dtq.errors import InvalidRequest
 from dtq.scripts import parse_purge, purge_call
+from dtq.sdk.groupops import GROUP_PAGE, check_group
 from dtq.store.keys import GROUP, PRIORITIES, QueueKeys
 from dtq.store.partitions import expand
 
 
 class QueueOps(AdminCore):
-    """Queues: their depth, running and dead letters; pause, resume, purge."""
+    """Queues: their depth, running and dead letters; pause, resume, purge; history; groups."""
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every known queue with its depth per priority, schedule, running, dead letters."""
@@ -184,3 +189,42 @@ class QueueOps(AdminCore):
             if not res.more:
                 break
         return queued, scheduled
+
+    async def list_groups(
+        self, queue: str, *, cursor: str | None = None, limit: int = GROUP_PAGE
+    ) -> Page:
+        """A page of the queue's active groups, then its held idle ones (items: GroupInfo's
+        fields as a dict). Bounded work per page (dtq.sdk.groupops): a page may be short, even
+        empty, while ``next_cursor`` is set."""
+        await self._require_queue(queue)
+        page = await self.client.groups(queue, cursor=cursor, limit=limit)
+        return Page([g.to_dict() for g in page.items], page.next_cursor, 0, page.examined)
+
+    async def pause_group(self, queue: str, group: str) -> bool:
+        """Hold ``group`` of the queue: none of its tasks starts; running ones finish. True if
+        it changed."""
+        check_group(group)
+        await self._require_queue(queue)
+        return await self.client.pause_group(queue, group)
+
+    async def resume_group(self, queue: str, group: str) -> bool:
+        """Release ``group`` of the queue. True if it was held."""
+        check_group(group)
+        await self._require_queue(queue)
+        return await self.client.resume_group(queue, group)
+
+    async def stats(
+        self, *, queue: str | None = None, minutes: int = 60, step: int = 1
+    ) -> list[dict[str, Any]]:
+        """Per-minute counts of ``queue`` (its partitions summed; every known queue summed when
+        None) over the last ``minutes`` minutes, in buckets of ``step`` minutes, oldest first:
+        each has ``minute`` (ISO 8601, UTC, the bucket's first), the :data:`dtq.stats.COUNTERS`,
+        ``runs`` (runs timed) and the run-time percentiles ``p50``, ``p95``, ``p99`` (seconds,
+        an upper bound; None without runs). Reads two ``MGET`` per physical queue (one more per
+        day of minutes past the first)."""
+        if not (1 <= minutes <= stats.MAX_MINUTES and 1 <= step <= minutes):
+            raise InvalidRequest(f"need 1 <= minutes <= {stats.MAX_MINUTES}, 1 <= step <= minutes")
+        if queue is not None:
+            check_queue_name(queue)
+        qks = [self.keys.queue(q) for q in await self._physical_of(queue)]
+        return await stats.read(self._r, qks, minutes, step)
