@@ -17,7 +17,6 @@ from dtq.admin.core import AdminCore
 from dtq.admin.deadletters import DeadLetterOps
 from dtq.admin.events import EventOps
 from dtq.admin.queues import QueueOps
-from dtq.admin.schedules import ScheduleOps
 from dtq.admin.tasks import TaskOps
 from dtq.admin.views import Event, Page, QueueInfo, WorkerInfo, filled_page
 from dtq.errors import Conflict, UnknownQueue
@@ -38,5 +37,5 @@ __all__ = [
 ]
 
 
-class Admin(QueueOps, TaskOps, DeadLetterOps, ScheduleOps, EventOps):
+class Admin(QueueOps, TaskOps, DeadLetterOps, EventOps):
     """Operator operations. ``async with Admin(settings) as a: ...`` closes its connection."""

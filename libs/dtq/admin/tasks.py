@@ -1,4 +1,5 @@
-"""Admin's task operations: one task, its history, the two task listings, cancel and retry."""
+"""Admin's task operations: one task, its history, the two task listings, cancel and retry;
+periodic schedules (dtq.schedules) and the delayed tasks and retries waiting to run."""
 
 from __future__ import annotations
 
@@ -12,23 +13,26 @@ from dtq.admin.common import (
     HISTORY_SCAN,
     RETRYABLE,
     SCAN_BUDGET,
+    as_int,
     check_listing,
+    check_queue_name,
     parse_cursor,
     position,
 )
 from dtq.admin.core import AdminCore
-from dtq.admin.views import Event, Page, entry_has_task, events_from
+from dtq.admin.views import Event, Page, ScheduledTask, entry_has_task, events_from, iso
 from dtq.declared import pending as pending_declared
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.models import TaskInfo
 from dtq.sdk.client import CANCEL_REASON
 from dtq.store.cluster import ascan_tasks, scan_step
 from dtq.store.keys import is_flow_id, make_task_id, split_task_id
+from dtq.store.partitions import logical
 from dtq.store.record import Field
 
 
 class TaskOps(AdminCore):
-    """Tasks: read one, list them (SCAN walk or newest first), cancel, retry."""
+    """Tasks: read one, list them (SCAN walk or newest first), cancel, retry; schedules."""
 
     async def get_task(self, task_id: str, *, history: bool = False) -> dict[str, Any]:
         """The task's fields (as :class:`dtq.TaskInfo` names them), optionally its history."""
@@ -267,3 +271,61 @@ class TaskOps(AdminCore):
                 outcome,
             )
         return {"id": task_id, "status": "queued"}
+
+    async def list_schedules(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Periodic schedules with their next fire times (from :mod:`dtq.schedules`)."""
+        return [i.to_dict() for i in await self.client.list_schedules(queue)]
+
+    async def set_schedule_enabled(self, queue: str, name: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable one schedule; its fields, ``enabled`` and ``changed``."""
+        check_queue_name(queue)
+        changed, info = await self.client.set_schedule_enabled(name, queue, enabled)
+        return {**info.to_dict(), "changed": changed}
+
+    async def remove_schedule(self, queue: str, name: str) -> bool:
+        """Remove one schedule; whether it existed."""
+        check_queue_name(queue)
+        return await self.client.remove_schedule(name, queue)
+
+    async def run_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        """Enqueue one schedule's task now; the new task's fields."""
+        check_queue_name(queue)
+        return await self.get_task(await self.client.run_schedule_now(name, queue))
+
+    async def list_scheduled(
+        self, queue: str | None = None, limit: int = 100
+    ) -> list[ScheduledTask]:
+        """Delayed tasks and retries waiting in the schedule, soonest first.
+
+        Two pipelined round trips for all queues: their soonest entries, then those records.
+        """
+        queues = await self._physical_of(queue)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.zrange(self.keys.queue(q).sched, 0, limit - 1, withscores=True)
+            per_queue: list[list[tuple[str, float]]] = await pipe.execute()
+        # The soonest ``limit`` over all queues are all that is shown: read only their records.
+        soonest = sorted(
+            (
+                (score, q, tid)
+                for q, entries in zip(queues, per_queue, strict=True)
+                for tid, score in entries
+            ),
+        )[:limit]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for _, q, tid in soonest:
+                pipe.hmget(self.keys.queue(q).task(tid), [Field.NAME, Field.RETRIES])
+            recs = await pipe.execute() if soonest else []
+        out: list[ScheduledTask] = []
+        for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):
+            out.append(
+                ScheduledTask(
+                    task_id=make_task_id(q, tid),
+                    queue=logical(q),
+                    name=nm or "",
+                    due_at=iso(score),
+                    kind="retry" if as_int(retries) > 0 else "delayed",
+                )
+            )
+        out.sort(key=lambda s: s.due_at or "")
+        return out[:limit]
