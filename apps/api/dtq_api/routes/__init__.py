@@ -7,12 +7,12 @@ from fastapi import APIRouter, Depends
 
 from dtq_api.deps import auth
 from dtq_api.errors import ERRORS
-from dtq_api.routes import deadletters, events, queues, schedules, stats, tasks, workers
+from dtq_api.routes import deadletters, events, queues, schedules, tasks
 
 
 def api_router() -> APIRouter:
     """``/api/v1``: every resource's routes, in the order the OpenAPI document lists them."""
     api = APIRouter(prefix="/api/v1", dependencies=[Depends(auth)], responses=ERRORS)
-    for part in (tasks, queues, workers, schedules, deadletters, events, stats):
+    for part in (tasks, queues, schedules, deadletters, events):
         api.include_router(part.router)
     return api

@@ -1,4 +1,5 @@
-"""The ``/api/v1/queues`` routes: state, pause, resume, purge; a queue's fair groups."""
+"""The ``/api/v1/queues`` routes: state, pause, resume, purge; a queue's fair groups; and
+``/api/v1/workers``, the fleet that consumes them."""
 
 from __future__ import annotations
 
@@ -82,3 +83,9 @@ async def resume_group(a: A, name: QueueName, group: GroupName) -> Any:
     changed = await a.resume_group(name, group)
     log.info("group %r of queue %s resumed", group, name, extra={"queue": name})
     return {"queue": name, "group": group, "paused": False, "changed": changed}
+
+
+@router.get("/workers", response_model=s.WorkerList, tags=["workers"])
+async def list_workers(a: A) -> Any:
+    """Workers with heartbeat age; ``stale`` once it passes 3 heartbeat intervals."""
+    return {"items": [w.to_dict() for w in await a.list_workers()]}
