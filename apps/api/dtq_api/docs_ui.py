@@ -1,6 +1,6 @@
-"""``/docs``: Swagger UI from an installed wheel, not a CDN, started by ``static/docs.js`` rather
-than an inline script, so the page runs under the dashboard's own Content-Security-Policy
-('self' only).
+"""``/docs``: Swagger UI from an installed wheel, not a CDN: ``static/docs.html``, started by
+``static/docs.js`` rather than an inline script, so the page runs under the dashboard's own
+Content-Security-Policy ('self' only).
 
 The files come from ``fastapi-offline`` (MIT; Swagger UI is Apache-2.0): its Swagger UI 5
 renders FastAPI's OpenAPI 3.1 (``swagger-ui-bundle``'s 4.15 refuses it). Only its static files
@@ -18,25 +18,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 log = logging.getLogger("dtq.api")
-ASSETS = "/docs/assets"
-PAGE = f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>dtq API</title>
-<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">
-<link rel="stylesheet" href="{ASSETS}/swagger-ui.css">
-</head>
-<body>
-<div id="swagger-ui"></div>
-<script src="{ASSETS}/swagger-ui-bundle.js"></script>
-<script src="/static/docs.js"></script>
-</body>
-</html>
-"""
-
-
+ASSETS = "/docs/assets"  # (named in static/docs.html)
+PAGE = Path(str(resources.files("dtq_api") / "static" / "docs.html"))
 MISSING = """<!doctype html><meta charset="utf-8"><title>dtq API</title>
 <p>Swagger UI needs the <code>fastapi-offline</code> package of the <code>api</code> extra:
 <code>pip install 'dtq[api]'</code>. The OpenAPI document is at
@@ -63,4 +46,4 @@ def install(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return HTMLResponse(PAGE if assets is not None else MISSING)
+        return HTMLResponse(PAGE.read_text() if assets is not None else MISSING)

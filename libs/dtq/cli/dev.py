@@ -179,6 +179,16 @@ def _start_api(env: dict[str, str], port: int | None, say: Any) -> subprocess.Po
     return None
 
 
+def _stop(proc: subprocess.Popen[bytes], wait_s: float) -> None:
+    """SIGTERM, then SIGKILL past ``wait_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def dev_env(url: str, prefix: str) -> dict[str, str]:
     """The environment of the demo's processes: the user's without their DTQ_ settings (but
     :data:`PASSED`), with the demo's Redis and key prefix."""
@@ -238,18 +248,9 @@ def run(
                         pass
             return 0 if ok else 1
         finally:
-            if api is not None and api.poll() is None:
-                api.terminate()
-                try:
-                    api.wait(10)
-                except subprocess.TimeoutExpired:
-                    api.kill()
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(30)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
+            if api is not None:
+                _stop(api, 10)
+            _stop(worker, 30)
             say("stopped the worker" + ("" if redis_url else " and Redis"))
 
 
