@@ -80,9 +80,9 @@ def install_errors(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         codes = {
             400: "bad_request",
+            401: "unauthorized",
             404: "not_found",
             405: "method_not_allowed",
-            401: "unauthorized",
         }
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
@@ -106,9 +106,6 @@ def install_errors(app: FastAPI) -> None:
         log.warning("Redis unavailable: %s", msg.removeprefix("Redis unreachable: "))
         return error(503, "redis_unavailable", msg)
 
-    async def dtq_error(_: Request, exc: Exception) -> JSONResponse:
-        return error(400, "bad_request", str(exc))
-
     async def internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error(500, "internal", f"internal error: {type(exc).__name__}")
@@ -127,7 +124,7 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(RedisUnavailable, unavailable)
     app.add_exception_handler(redis.ConnectionError, unavailable)
     app.add_exception_handler(redis.TimeoutError, unavailable)
-    app.add_exception_handler(DtqError, dtq_error)
+    app.add_exception_handler(DtqError, handle(400, "bad_request"))
     app.add_exception_handler(Exception, internal)
 
 
