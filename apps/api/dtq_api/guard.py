@@ -1,20 +1,8 @@
-"""The API's front door, a pure ASGI middleware run before any route reads the request.
-
-In order, for every HTTP request:
-
-1. Every request (any method, any path) must name in ``Host`` a host the server answers for:
-   loopback names when bound to loopback, the bound name, ``DTQ_API_ALLOWED_HOSTS``, or an IP
-   address (see :func:`host_allowed`); else 403. A page of a DNS name rebound to 127.0.0.1
-   is its own origin to the browser, which sends that name as ``Host``: it reads nothing.
-2. ``/api/v1`` needs the bearer token when ``DTQ_API_TOKEN`` is set: checked on the headers
-   alone, so a request without it is answered 401 before a byte of its body is read.
-3. A state-changing request (POST, PUT, PATCH, DELETE) must come from the server's own origin:
-   its ``Origin`` (or ``Referer`` when no ``Origin``) must name the request's ``Host``.
-   Browsers send ``Origin`` on every cross-site POST, so a foreign page's form or ``fetch``
-   gets 403; scripts and the SDK send neither and pass.
-4. The body is read here, counted while it arrives (chunked or not), and refused with 413 as
-   soon as it passes the cap, without reading the rest. The route then gets the buffered body.
-5. Every response carries the security headers below.
+"""The API's front door, a pure ASGI middleware run before any route reads the request; in
+order: the ``Host`` check (403), the bearer token on ``/api/v1`` from the headers alone (401),
+a state-changing request's ``Origin``/``Referer`` against its ``Host`` (403), the body counted
+while it arrives (413 past the cap), then the security headers on every answer. Why each:
+docs/operations.md, "Exposure: who may change things".
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""FastAPI integration: one :class:`dtq.AsyncClient` for the web app's lifetime, and a
-dependency that hands it to each request. Needs ``dtq[api]`` (FastAPI).
-
-    from fastapi import FastAPI
-    from dtq.contrib.fastapi import DtqClient, dtq_lifespan
-
-    api = FastAPI(lifespan=dtq_lifespan(tasks))   # tasks: your dtq.App (or a Redis URL)
-
-    @api.post("/reports/{day}")
-    async def start(day: str, dtq: DtqClient) -> dict[str, str]:
-        return {"task_id": (await dtq.enqueue("reports.build", [day])).id}
-
-Given the :class:`dtq.App`, the client knows the tasks' declared defaults and runs the app's
-``before_enqueue`` middleware (tracing included), as ``app.async_client()`` would.
+"""FastAPI integration: one :class:`dtq.AsyncClient` for the web app's lifetime
+(:func:`dtq_lifespan`), and a dependency that hands it to each request (:data:`DtqClient`).
+Needs ``dtq[api]``; usage: docs/integrations/fastapi.md. Given the :class:`dtq.App`, the client
+knows the tasks' declared defaults and runs the app's ``before_enqueue`` middleware.
 """
 
 from __future__ import annotations

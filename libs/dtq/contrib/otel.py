@@ -1,21 +1,8 @@
 """OpenTelemetry tracing as a middleware: ``App(tracing=True)``, ``DTQ_TRACING=1``, or
-``app.add_middleware(OpenTelemetryMiddleware(tracer_provider=...))``. Needs
-``pip install 'dtq[otel]'``.
-
-- An enqueue by a client that knows the app makes a PRODUCER span ``enqueue <task>`` and
-  injects its W3C trace context (``traceparent``, ``tracestate``, through the global
-  propagator) into the task's headers. The headers are stored in the task's record (field
-  ``hdr``, not in the user's ``metadata``) and come back to the worker in the claim reply: no
-  extra round trip.
-- Each run makes a CONSUMER span ``run <task>``, a child of the enqueue's span (so a retried
-  task shows one run span per attempt under its enqueue), current while the body runs, and
-  ended once the outcome is written, with the outcome as an attribute. A failed or retried run
-  has ERROR status and the exception recorded.
-
-Attributes follow the OpenTelemetry messaging conventions where they fit
-(``messaging.system=dtq``, ``messaging.destination.name`` = queue,
-``messaging.operation.type`` = ``send`` / ``process``, ``messaging.message.id`` = task id) and
-add ``dtq.task.name``, ``dtq.task.attempt`` and ``dtq.task.outcome``.
+``app.add_middleware(OpenTelemetryMiddleware(tracer_provider=...))``; needs
+``pip install 'dtq[otel]'``. A PRODUCER span per enqueue injects its W3C trace context into the
+task's headers (kept in the record, back in the claim reply); a CONSUMER span per run is its
+child. Spans and attributes: docs/integrations/opentelemetry.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Sentry error reporting as a middleware: a run that ends ``failed`` becomes one Sentry event,
-tagged with the task. An example of the hooks as much as an integration; needs ``sentry-sdk``.
-
-    import sentry_sdk
-    from dtq.contrib.sentry import SentryMiddleware
-
-    sentry_sdk.init(dsn="...")
-    app.add_middleware(SentryMiddleware())
-
-- ``around_task`` gives each run its own Sentry isolation scope (a worker runs many tasks at
-  once in one process: tags and breadcrumbs a task sets must not leak into another's events)
-  and tags it ``dtq.task``, ``dtq.queue``, ``dtq.attempt``, ``dtq.task_id``.
-- ``on_outcome`` reports a run whose verdict is ``failed`` (retries spent, ``dtq.Fail``, an
-  unstorable result) in that scope, with the exception and its traceback when there is one.
-  A failed attempt that will be retried is reported only with ``report_retries=True`` (one
-  event per attempt); ``dtq.Retry`` is never reported on its own.
+tagged with the task, in the run's own isolation scope (a worker runs many tasks in one
+process). An example of the hooks as much as an integration; needs ``sentry-sdk``. Usage and
+what is reported: docs/integrations/sentry.md.
 """
 
 from __future__ import annotations
