@@ -1,12 +1,5 @@
 """``dtq``: the admin command line. Every command goes through :mod:`dtq.admin` / the SDK.
-
-Human tables by default, ``--json`` for scripts (JSON on stdout; progress bars go to stderr).
-
-Exit codes:
-  0  the operation succeeded
-  1  the operation failed or found nothing (unknown task/queue, wrong state, declined prompt)
-  2  usage or configuration error (bad option, bad setting, invalid request)
-  3  Redis unreachable
+Human tables by default, ``--json`` for scripts; the exit codes are :data:`EPILOG`'s.
 """
 
 from __future__ import annotations

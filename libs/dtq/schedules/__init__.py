@@ -1,16 +1,8 @@
-"""Periodic schedules: cron expressions (time-zone and DST aware) and fixed intervals.
-
-Declared in code with ``@app.periodic(...)`` or added at run time with :func:`add_schedule`.
-Schedules are stored per queue (``P:{q}:schedules``, next fire times in
-``P:{q}:schedules:next``); the scheduler leader of the queue (one worker at a time) fires them.
-Each fire is one atomic step (``lua/schedule_fire.lua``: compare-and-set of the next fire time,
-then the enqueue), so it is enqueued exactly once however many workers run.
-
-The rules (grace, ``overlap=False``, DST, ``every=N``) are in docs/lifecycle.md.
-
-The package: ``cron.py`` (the time arithmetic), ``model.py`` (:class:`Schedule`, declaring in
-code), ``ops.py`` (the SDK's list/add/remove/enable/run-now), ``runner.py`` (the firing, which the
-worker's scheduler leader and :class:`dtq.testing.TestQueue` run).
+"""Periodic schedules: cron expressions (time-zone and DST aware) and fixed intervals, declared
+in code with ``@app.periodic(...)`` or added at run time with :func:`add_schedule`, stored per
+queue and fired by the queue's scheduler leader, each fire one atomic script call
+(``lua/schedule_fire.lua``). The rules (grace, ``overlap=False``, DST, ``every=N``):
+docs/lifecycle.md.
 """
 
 from __future__ import annotations

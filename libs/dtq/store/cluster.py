@@ -1,15 +1,12 @@
 """A Redis Cluster beside redis-py's cluster client: the fast lane per node (script calls), and
 keyless commands (SCAN of one queue's slot, and SCAN of every primary).
 
-**The lanes** (docs/performance.md, "Redis Cluster"): a call goes to the lane of the node serving
-its keys' hash tag, cached per tag. A cached tag is looked up again only after a call did not
-run there: ``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN`` (the caller then goes through the
-cluster client, which follows the redirect) or a dropped connection. None of those ran the
-script (the slot guard, dtq.scripts.runner, covers a migrating slot).
-
-A queue's keys share one slot, so a SCAN for them goes to its node. A SCAN over the whole prefix
-walks every primary in turn, its cursor ``"<primary index>:<node cursor>"`` (``"0"`` starts and
-ends it); a slot map change during a walk may list a key twice or miss one, as SCAN may anyway.
+A call takes the lane of the node serving its hash tag, cached per tag and looked up again only
+after a call did not run there (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``: the cluster
+client then follows the redirect; none of those ran the script) or a dropped connection
+(docs/performance.md, "Redis Cluster"). A SCAN over the whole prefix walks every primary in
+turn, its cursor ``"<primary index>:<node cursor>"`` (``"0"`` starts and ends it); a slot map
+change mid-walk may repeat or miss a key, as SCAN may anyway.
 """
 
 from __future__ import annotations

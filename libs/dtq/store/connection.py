@@ -1,16 +1,7 @@
-"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, Sentinel or Cluster.
-
-``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``. A Sentinel deployment
-is written ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: dtq asks the
-sentinels for the current primary of ``service`` and follows failovers (a failover shows up as
-transient READONLY / connection errors, which the worker retries).
-
-A Redis Cluster is written ``redis+cluster://[[user]:password@]host:port[,host:port...][/]``
-(``rediss+cluster://`` for TLS): any reachable nodes; redis-py's ``RedisCluster`` learns the
-slot map from them, follows MOVED/ASK and retries TRYAGAIN itself. The cluster client is typed
-as the plain one it stands in for: dtq calls only commands both have, and the few places that
-need a connection of their own (the fast lane, per node: dtq.cluster; the idle wake-up) ask
-:func:`is_cluster` first.
+"""Redis connections from ``DTQ_REDIS_URL``: plain, TLS, unix socket, Sentinel or Cluster (the
+URL forms: docs/configuration.md). A cluster client is typed as the plain one it stands in for:
+dtq calls only commands both have, and the few places that need a connection of their own (the
+fast lane per node, dtq.store.cluster; the idle wake-up) ask :func:`is_cluster` first.
 """
 
 from __future__ import annotations
