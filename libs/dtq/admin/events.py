@@ -94,12 +94,9 @@ class EventOps(AdminCore):
         self, keys: Collection[str], cur: dict[str, str], count: int, block_ms: int
     ) -> list[Any]:
         """On a cluster, where one XREAD cannot span the queues' slots: one XREAD per stream,
-        in parallel, until the first has events or fails (its error is raised).
-
-        The reads still waiting are kept for the next call rather than cancelled: a cancel can
-        be lost (dtq/aiotasks.py), leaving a read whose error nobody takes. :meth:`close` ends
-        them, cancelling again until they end.
-        """
+        in parallel, until the first has events or fails (its error is raised). Reads still
+        waiting are kept for the next call, not cancelled (a cancel can be lost:
+        dtq/aiotasks.py); :meth:`close` ends them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
         reads = self._stream_reads
@@ -165,16 +162,11 @@ class EventOps(AdminCore):
         self, last_id: str, limit: int = 5000
     ) -> AsyncIterator[tuple[list[Event], bool]]:
         """Events of every stream after stream id ``last_id`` (a client's ``Last-Event-ID``),
-        oldest first, at most ``limit``, in pages; with each page, whether more were left out
-        (true on the last page only).
+        oldest first, at most ``limit``, in pages, each with whether more were left out.
 
-        Each stream is read ``RESUME_PAGE`` entries at a time (``XRANGE``), when the merge has
-        used up what was read of it, and an entry's events are made only when it is sent: a
-        resume reads about what it sends, however long the backlog. The loop gets a turn
-        after each page. The cut falls between entries, never inside one: a client resumes
-        after a whole entry (the SSE id of its last event). Stream ids are per stream, so events
-        of another stream in the same millisecond as ``last_id`` may be missed or repeated;
-        later ones are all there.
+        Streams are merged ``RESUME_PAGE`` entries at a time, so a resume reads about what it
+        sends; the cut falls between entries (a client resumes after a whole entry). Ids are
+        per stream: another stream's events in ``last_id``'s millisecond may repeat or miss.
         """
         keys = list(self._event_keys(await self.physical_names()).items())
         bufs: list[list[tuple[str, dict[str, str]]]] = [[] for _ in keys]

@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aredis
 
 from dtq.admin.common import stream_pos
-from dtq.models import TaskInfo
+from dtq.admin.views import task_info
 from dtq.store.keys import GROUP, Keys, make_task_id
 from dtq.store.record import Field
 
@@ -56,15 +56,6 @@ def make_cursor(pos: Pos) -> str:
     return f"{pos[0]}.{pos[1]}{idx}.{pos[2]}"
 
 
-def _info(queue: str, tid: str, rec: dict[str, str]) -> TaskInfo | None:
-    if not rec or "status" not in rec:
-        return None
-    try:
-        return TaskInfo.from_record(make_task_id(queue, tid), queue, rec)
-    except (ValueError, KeyError):
-        return None  # a record this version cannot read is left out, not a 500
-
-
 def _take(
     q: str,
     tid: str,
@@ -82,7 +73,7 @@ def _take(
         return False
     if name is not None and rec.get(Field.NAME) != name:
         return False
-    info = _info(q, tid, rec)
+    info = task_info(q, tid, rec)
     if info is None:
         return False
     seen.add(full_id)
@@ -201,7 +192,7 @@ async def running(
     for (q, tid), rec in zip(tids, recs, strict=True):
         if name is not None and rec.get(Field.NAME) != name:
             continue
-        info = _info(q, tid, rec)
+        info = task_info(q, tid, rec)
         if info is not None and info.status.value == "running":
             out.append(info.to_dict())
     return out

@@ -20,7 +20,7 @@ from dtq.admin.common import (
     position,
 )
 from dtq.admin.core import AdminCore
-from dtq.admin.views import Event, Page, ScheduledTask, entry_has_task, events_from, iso
+from dtq.admin.views import Event, Page, ScheduledTask, entry_has_task, events_from, iso, task_info
 from dtq.declared import pending as pending_declared
 from dtq.errors import Conflict, InvalidRequest, UnknownTask
 from dtq.models import TaskInfo
@@ -193,7 +193,7 @@ class TaskOps(AdminCore):
         self, key: str, rec: dict[str, str], declared: str | None = None
     ) -> TaskInfo | None:
         parts = self.keys.task_key_parts(key)
-        return None if parts is None else self._info(*parts, rec, declared)
+        return None if parts is None else task_info(*parts, rec, declared)
 
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
@@ -215,7 +215,7 @@ class TaskOps(AdminCore):
             examined += len(tids)
             for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
                 if rec and rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME)):
-                    info = self._info(queue, tid, rec, decls[i])
+                    info = task_info(queue, tid, rec, decls[i])
                     if info is not None:
                         items.append(info.to_dict())
                     if len(items) >= limit:
@@ -233,15 +233,6 @@ class TaskOps(AdminCore):
                 pipe.hgetall(k)
             recs: list[dict[str, str]] = await pipe.execute()
         return recs
-
-    @staticmethod
-    def _info(
-        queue: str, tid: str, rec: dict[str, str], declared: str | None = None
-    ) -> TaskInfo | None:
-        try:
-            return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
-        except (ValueError, KeyError):
-            return None  # a record this version cannot read is left out, not a 500
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""

@@ -7,9 +7,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dtq.admin.common import id_ms
-from dtq.models import ms_to_datetime
+from dtq.models import TaskInfo, ms_to_datetime
 from dtq.store.keys import make_task_id
 from dtq.store.partitions import logical
+from dtq.store.record import Field
+
+
+def task_info(
+    queue: str, tid: str, rec: dict[str, str], declared: str | None = None
+) -> TaskInfo | None:
+    """The task of a record; None for none, or one this version cannot read (left out of a
+    listing, not a 500)."""
+    if not rec or Field.STATUS not in rec:
+        return None
+    try:
+        return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
+    except (ValueError, KeyError):
+        return None
 
 
 def iso(ms: float | None) -> str | None:
@@ -182,13 +196,8 @@ class ScheduledTask:
 
 def events_from(stream: str, eid: str, f: dict[str, str]) -> list[Event]:
     """The events of one entry of a queue's event stream (``stream`` is the queue) or the
-    workers', in order.
-
-    An entry is one event, or the events of one type that one script call made for several
-    tasks (lua/includes/emit_batch.lua): then its ``tid`` field holds their tids and its
-    ``attempt`` field their attempts, separated by single spaces. Every event of an entry has
-    the entry's stream id.
-    """
+    workers', in order: one, or a batch whose ``tid`` and ``attempt`` fields hold several,
+    space-separated (lua/includes/emit_batch.lua), each with the entry's id."""
     tids = f.get("tid") or ""
     if " " not in tids or stream == "@workers":
         return [event_from(stream, eid, f)]
