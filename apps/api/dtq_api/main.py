@@ -10,8 +10,6 @@ import logging
 import os
 import socket
 import sys
-from types import SimpleNamespace
-from typing import Any
 
 import click
 
@@ -65,12 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     "task's declared defaults and limits",
 )
 @click.version_option(package_name="dtq", prog_name="dtq-api", message="%(prog)s %(version)s")
-def cli(**flags: Any) -> None:
-    """The command line parsed: serve."""
-    serve(SimpleNamespace(**flags))
-
-
-def serve(args: SimpleNamespace) -> None:
+def cli(host: str, port: int, insecure: bool, app: str | None) -> None:
     """Check the settings and the bind address, then run uvicorn until stopped."""
     import uvicorn
 
@@ -79,35 +72,35 @@ def serve(args: SimpleNamespace) -> None:
 
     try:
         settings = load_settings()
-        spec = args.app or os.environ.get("DTQ_APP")
+        spec = app or os.environ.get("DTQ_APP")
         tasks_app = load_app(spec) if spec else None
         if tasks_app is not None:
             tasks_app.configure(settings)
     except ConfigError as exc:
         print(f"dtq-api: {exc}", file=sys.stderr)
         sys.exit(2)
-    if not 0 <= args.port <= 65535:
+    if not 0 <= port <= 65535:
         print("dtq-api: --port must be 0-65535", file=sys.stderr)
         sys.exit(2)
-    if not settings.api_token and not is_loopback(args.host) and not args.insecure:
-        print(f"dtq-api: refusing to serve {args.host} without DTQ_API_TOKEN (anyone reaching "
+    if not settings.api_token and not is_loopback(host) and not insecure:
+        print(f"dtq-api: refusing to serve {host} without DTQ_API_TOKEN (anyone reaching "
               "it could pause, purge and cancel); set a token, bind 127.0.0.1, or pass "
               "--insecure", file=sys.stderr)  # fmt: skip
         sys.exit(2)
-    busy = cannot_bind(args.host, args.port)
+    busy = cannot_bind(host, port)
     if busy:
-        print(f"dtq-api: cannot listen on {args.host}:{args.port}: {busy}", file=sys.stderr)
+        print(f"dtq-api: cannot listen on {host}:{port}: {busy}", file=sys.stderr)
         sys.exit(2)
     logs.setup(settings.log_format, settings.log_level)
-    log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", args.host, args.port,
+    log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", host, port,
              settings.key_prefix, "on" if settings.api_token else "off")  # fmt: skip
     if not settings.api_token:
         log.warning("auth is off (DTQ_API_TOKEN unset): every local process and user can "
-                    "change queues and tasks through %s:%d", args.host, args.port)  # fmt: skip
+                    "change queues and tasks through %s:%d", host, port)  # fmt: skip
     uvicorn.run(
-        create_app(settings, tasks_app, bind_host=args.host),
-        host=args.host,
-        port=args.port,
+        create_app(settings, tasks_app, bind_host=host),
+        host=host,
+        port=port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,

@@ -25,8 +25,8 @@ GROUP = "workers"
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
 
 
-# Random parts of task ids, drawn from the OS 256 at a time (a system call per id is costly).
-# list.pop and extend are atomic; a forked child empties the pool so it never repeats the parent's.
+# Random parts of task ids, drawn from the OS 256 at a time; list.pop and extend are atomic, and
+# a forked child empties the pool so it never repeats the parent's.
 _RANDOM_PARTS: list[str] = []
 os.register_at_fork(after_in_child=_RANDOM_PARTS.clear)
 
@@ -42,8 +42,7 @@ def _random_part() -> str:
 
 def new_tid() -> str:
     """A time-ordered 28-hex-digit id: 12 digits of milliseconds, 16 random."""
-    # Hand-written: python-ulid's ULID().hex[:28] costs more (docs/performance.md,
-    # "Hand-written code"); the stdlib's uuid7 is Python 3.14+.
+    # Hand-written: docs/performance.md, "Hand-written code".
     return f"{int(time.time() * 1000):012x}{_random_part()}"
 
 
@@ -78,8 +77,7 @@ class QueueRef:
 
 
 def make_task_id(queue: str, tid: str) -> str:
-    """The public task id embeds the queue, so any client can find the task's keys. A task of
-    partition i > 0 (queue ``q~i``) gets ``q:<tid>~i``: the id names the logical queue."""
+    """The public id of task ``tid`` of physical queue ``queue`` (:meth:`QueueRef.task_id`)."""
     return QueueRef.parse(queue).task_id(tid)
 
 
