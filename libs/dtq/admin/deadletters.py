@@ -8,16 +8,16 @@ from dtq import scripts as sc
 from dtq.admin.common import (
     BATCH,
     DLQ_BUDGET,
-    MAX_PAGE,
     Progress,
     as_int,
+    check_listing,
     check_queue_name,
     chunks,
     position,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, DeadLetter, Page, iso
-from dtq.errors import Conflict, InvalidRequest, UnknownTask
+from dtq.errors import Conflict, UnknownTask
 from dtq.scripts import dlq_discard_call
 from dtq.store.keys import QueueKeys, make_task_id, split_task_id
 from dtq.store.partitions import logical
@@ -41,10 +41,7 @@ class DeadLetterOps(AdminCore):
         The cursor is ``<queue index>.<offset>`` over the queues in name order. One request
         examines at most ``DLQ_BUDGET`` entries (a queue visited counts as one).
         """
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}")
-        if queue is not None:
-            check_queue_name(queue)
+        check_listing(queue, None, limit)
         queues = await self._physical_of(queue)
         qi, off = position(cursor)
         qidx = int(qi)
