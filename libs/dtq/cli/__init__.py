@@ -137,19 +137,10 @@ def enqueue(
     values: tuple[str, ...],
     args_json: str | None,
     kwargs_json: str | None,
-    queue: str | None,
-    priority: int | None,
-    delay: float | None,
-    eta: str | None,
-    max_retries: int | None,
-    timeout: float | None,
-    idempotency_key: str | None,
     expires: str | None,
     metadata_json: str | None,
-    unique: bool | None,
-    partition_key: str | None,
-    group: str | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Enqueue task NAME with positional arguments VALUES (each read as JSON when it is JSON,
     else as a string: `dtq enqueue add 1 2`, `dtq enqueue greet ada`), or --args. Retry
@@ -172,12 +163,10 @@ def enqueue(
         # The client's own check (UndeclaredTaskWarning), said on stderr as a line of ours.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UndeclaredTaskWarning)
+            # options: the enqueue options named as the client names them (queue, priority, ...)
             h = await a.client.enqueue(
-                name, args, kwargs, queue=queue, priority=priority, delay=delay, eta=eta,
-                max_retries=max_retries, timeout=timeout, idempotency_key=idempotency_key,
-                expires=expiry, metadata=metadata, unique=unique, partition_key=partition_key,
-                group=group,
-            )  # fmt: skip
+                name, args, kwargs, expires=expiry, metadata=metadata, **options
+            )
         return h, [str(w.message) for w in caught if w.category is UndeclaredTaskWarning]
 
     h, undeclared = run_admin(go)
