@@ -1,9 +1,6 @@
 """The FastAPI application: ``/api/v1`` (backed by :mod:`dtq.admin` and the SDK), the dashboard
-at ``/``, ``/healthz``, ``/readyz`` and the fleet ``/metrics``.
-
-Every error answers ``{"error": {"code", "message"}}``. With ``DTQ_API_TOKEN`` set, every
-``/api/v1`` call needs ``Authorization: Bearer <token>`` (compared in constant time); the
-dashboard, health checks, metrics and the OpenAPI document stay open.
+at ``/``, ``/healthz``, ``/readyz`` and the fleet ``/metrics``; every error answers
+``{"error": {"code", "message"}}`` and only ``/api/v1`` needs the token (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -42,10 +39,6 @@ class GuardedFastAPI(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         return Guard(super().build_middleware_stack(), **self.guard_options)
-
-
-def _static_dir() -> Path:
-    return Path(str(resources.files("dtq_api") / "static"))
 
 
 def create_app(
@@ -99,7 +92,7 @@ def create_app(
 
     app.include_router(health.router)
     docs_ui.install(app)
-    static = _static_dir()
+    static = Path(str(resources.files("dtq_api") / "static"))
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:

@@ -153,12 +153,9 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A page of results and the cursor of the next (None on the last page).
-
-    A page may hold fewer than ``limit`` items, even none, while ``next_cursor`` is set: each
-    request stops after a bounded amount of work (``SCAN_BUDGET``, ``DLQ_BUDGET``).
-    ``scans`` and ``examined`` say what this page cost: SCAN calls, records/entries read.
-    """
+    """A page of results and the cursor of the next (None on the last page); bounded work per
+    request, so a page may be short, even empty, while ``next_cursor`` is set. ``scans`` and
+    ``examined`` say what it cost: SCAN calls, records/entries read."""
 
     items: list[Any]
     next_cursor: str | None

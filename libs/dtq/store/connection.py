@@ -278,16 +278,6 @@ class _SyncBlockingSentinelPool(SyncSentinelPool, redis.BlockingConnectionPool):
     """The same for the blocking client."""
 
 
-def _waiting(kwargs: dict[str, Any], pool_class: type) -> dict[str, Any]:
-    """Sentinel's ``master_for`` arguments for a pool whose calls wait for a connection."""
-    return {
-        **kwargs,
-        "connection_pool_class": pool_class,
-        "max_connections": POOL_CONNECTIONS,
-        "timeout": POOL_WAIT_S,
-    }
-
-
 def _cluster_kwargs(c: ClusterUrl, kwargs: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in kwargs.items() if k != "db"}
     out.setdefault("password", c.password)
@@ -367,8 +357,10 @@ def _client(
         s = parse_sentinel_url(url)
         timeout = kwargs.get("socket_timeout", 5)
         sentinel = (AsyncSentinel if aio else Sentinel)(s.hosts, socket_timeout=timeout)  # type: ignore[no-untyped-call]
-        if wait_for_connection:
-            kwargs = _waiting(kwargs, _BlockingSentinelPool if aio else _SyncBlockingSentinelPool)
+        if wait_for_connection:  # a pool whose calls wait for a connection
+            pool_class = _BlockingSentinelPool if aio else _SyncBlockingSentinelPool
+            waits = {"max_connections": POOL_CONNECTIONS, "timeout": POOL_WAIT_S}
+            kwargs = {**kwargs, "connection_pool_class": pool_class, **waits}
         client = sentinel.master_for(
             s.service, db=s.db, password=s.password, username=s.username, **kwargs
         )
