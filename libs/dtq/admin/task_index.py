@@ -1,11 +1,7 @@
-"""The newest-first task list, read from indexes Redis already keeps (no SCAN, no new write).
-
-Every enqueue already appends an ``enqueued`` event with the tid to its queue's capped,
-time-ordered event stream: that stream is a newest-first index, where a zset of its own would
-cost every enqueue one more write. The running tasks are the consumer groups' pending entries.
-The bounds (``INDEX_BUDGET``, ``RECORD_BUDGET``), the reach (``DTQ_EVENTS_MAXLEN``) and the
-cursor: docs/operations.md, "Pagination". A cursor is ``<ms>.<seq>.<queue>``, or
-``<ms>.<seq>-<index>.<queue>`` for a place inside a bulk entry (:data:`Pos`).
+"""The newest-first task list, read from indexes Redis already keeps (no SCAN, no new write):
+each queue's event stream, whose ``enqueued`` events name every task, and the consumer groups'
+pending entries for the running ones. Bounds, reach and cursor: docs/operations.md,
+"Pagination".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""``dtq dev``: the whole system on one machine with no setup.
-
-A private ``redis-server`` (or in-process fakeredis), a worker of :mod:`dtq.examples` and, with
-the ``api`` extra, ``dtq-api``; it enqueues a mix of work, shows each task's end and stops what it
-started. The user's data is never touched (``DTQ_REDIS_URL`` is not read; ``--redis-url`` runs
-under :data:`DEV_PREFIX`; only the :data:`PASSED` settings reach the demo): docs/operations.md,
-"`dtq dev` and your data".
+"""``dtq dev``: a private Redis (or fakeredis), a worker of :mod:`dtq.examples` and, with the
+``api`` extra, ``dtq-api``; it enqueues a mix of work, shows each task's end and stops what it
+started, never touching the user's data (docs/operations.md, "`dtq dev` and your data").
 """
 
 from __future__ import annotations
