@@ -69,7 +69,7 @@ def schedule_fire_call(
         [
             name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
             1 if overlap else 0, events_maxlen, fire_ms or expected_ms,
-            task.tid, task.name, task.args, task.kwargs, task.priority, task.maxr_arg(),
+            task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
             "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
             task.limit, task.group,
         ],
