@@ -379,13 +379,19 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       started[nrun + 1] = tid
       started_at[nrun + 1] = attempt_s
-      local o = 4 + nrun * 8
+      local o = 4 + nrun * 14  -- the run's 14 fields (claim.lua's header names them)
       out[o + 1] = tid
       out[o + 2] = eid
       out[o + 3] = attempt
       out[o + 4] = r[5]
       out[o + 5] = r[6]
       out[o + 6] = r[7] or ''
+      out[o + 7] = r[8] or DEF_MAXR
+      out[o + 8] = r[9] or ''
+      out[o + 9] = r[10] or '0'
+      out[o + 10] = r[11] or '0'
+      out[o + 11] = r[12]
+      out[o + 12] = r[13] or DEF_PRIO
       -- Which of idem, lk, error, flow, grp the record holds (none changes while this run holds
       -- the task): the worker gives them back with the outcome, so complete.lua's fence reads
       -- 3 fields, not 8 (each absent one costs HMGET a scan of the whole record).
@@ -394,11 +400,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         flags = (r[14] and 'i' or '') .. (r[15] and 'l' or '') .. (r[21] and 'e' or '') ..
           (r[22] and 'f' or '') .. (grp and 'g' or '')
       end
-      -- The six numbers and the flags in one value (one Lua concat): each value of the reply
-      -- costs Redis about as much as that concat (docs/performance.md, "Events in batches").
-      out[o + 7] = (r[8] or DEF_MAXR) .. ' ' .. (r[9] or '') .. ' ' .. (r[10] or '0') .. ' ' ..
-        (r[11] or '0') .. ' ' .. r[12] .. ' ' .. (r[13] or DEF_PRIO) .. ' ' .. flags
-      out[o + 8] = r[14] or ''
+      out[o + 13] = flags
+      out[o + 14] = r[14] or ''
       if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
         hdrs = hdrs or {}
         hdrs[#hdrs + 1] = nrun

@@ -117,6 +117,12 @@ def claim_call(
     )
 
 
+RUN_FIELDS = 14
+"""claim.lua's fields per started run, in this order: tid, eid, attempt, name, args, kwargs,
+max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority, flags
+(:attr:`Claimed.flags`), idem. recover.lua and complete.lua's refill answer the same."""
+
+
 def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     """claim.lua's reply (also the last element of complete.lua's when it claimed)."""
     now = int(raw[0])
@@ -127,16 +133,15 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
     runs = []
     s = to_str
-    end = 4 + n * 8
-    for b in range(4, end, 8):  # positional, no slice per run (claim is the hot path)
-        # max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority,
-        # flags (see Claimed.flags)
-        mr, to, rt, it, enq, pr, fl = s(raw[b + 6]).split(" ")
+    end = 4 + n * RUN_FIELDS
+    for b in range(4, end, RUN_FIELDS):
+        # The run's fields in claim.lua's order (RUN_FIELDS); one slice per run.
+        tid, eid, at, name, args, kw, mr, to, rt, it, enq, pr, fl, idem = raw[b : b + RUN_FIELDS]
         runs.append(
             Claimed(
-                queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
-                s(raw[b + 4]), s(raw[b + 5]), int(mr), float(to) if to else None, int(rt),
-                int(it), int(enq), int(pr), s(raw[b + 7]), "", fl,
+                queue, s(tid), s(eid), int(at), s(name), s(args), s(kw), int(mr),
+                float(to) if to else None, int(rt), int(it), int(enq), int(pr), s(idem), "",
+                s(fl),
             )
         )  # fmt: skip
     held = int(raw[end]) if len(raw) > end else 0
