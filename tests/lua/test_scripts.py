@@ -415,7 +415,7 @@ def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys)
 
 def test_fail_without_retry(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk)
-    f = sc.Failure(c.tid, c.eid, c.attempt, "Fail: no", -1)
+    f = sc.Failure(c.tid, c.eid, c.attempt, "Fail: no", None)
     assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
 
 

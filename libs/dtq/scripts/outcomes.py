@@ -203,6 +203,7 @@ def complete_call(
         prio = o.priority if o.flags and o.priority >= 0 else ""
         args += [o.tid, o.eid, o.attempt, o.status, o.payload, prio, o.flags if prio != "" else ""]
     if hist is None:
+        args.append(0)
         return Call("complete", list(_claim_keys(qk)), args)
     args.append(hist.ttl_s)
     args += hist.buckets
@@ -227,7 +228,7 @@ class Failure:
     eid: str
     attempt: int
     error: str
-    retry_delay_ms: int  # -1: no retry allowed
+    retry_delay_ms: int | None  # None: no retry allowed
     traceback: str = ""  # "": none (a kept one is removed: it belonged to an older failure)
 
 
@@ -242,13 +243,16 @@ def fail_call(
     """Store ``failures``; with ``hist``, the stored ones are counted in the history."""
     args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(failures)]
     for f in failures:
-        args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
-    args += [f.traceback for f in failures]  # the optional trailing block
+        delay = "" if f.retry_delay_ms is None else f.retry_delay_ms
+        args += [f.tid, f.eid, f.attempt, f.error, delay]
+    args += [f.traceback for f in failures]
     keys = [
         *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
         qk.lim_base, qk.flow_base, qk.flowq,
     ]  # fmt: skip
-    if hist is not None:  # the history block, after the tracebacks
+    if hist is None:  # the history block, after the tracebacks
+        args.append(0)
+    else:
         args.append(hist.ttl_s)
         args += hist.buckets
         keys.append(qk.hist_base)
