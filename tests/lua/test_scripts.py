@@ -337,7 +337,7 @@ def test_complete_with_what_the_claim_told_does_what_a_full_read_does(
         plain.tid: "-", idem.tid: "i", limited.tid: "l", erred.tid: "e",
     }  # fmt: skip
     outs = [sc.Success.of(runs[t.tid], "succeeded", "1") for t in (plain, idem, limited, erred)]
-    assert all(o.flags and o.priority >= 0 for o in outs)
+    assert all(o.flags and o.priority is not None and o.priority >= 0 for o in outs)
     r.config_resetstat()
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", outs, 100, 60))) == [True] * 4
     stats = r.info("commandstats")

@@ -171,9 +171,9 @@ class Success:
     attempt: int
     status: str  # "succeeded" | "cancelled"
     payload: str  # result JSON, or the cancel reason
-    priority: int = -1
+    priority: int | None = None
     """The run's band, and its :attr:`Claimed.flags`: with both (see :meth:`of`) the fence
-    reads 3 fields of the record instead of 8; without (-1, ""), all 8."""
+    reads 3 fields of the record instead of 8; without (None, ""), all 8."""
     flags: str = ""
 
     @classmethod
@@ -200,7 +200,7 @@ def complete_call(
         1 if fair else 0, group_cap,
     ]  # fmt: skip
     for o in outcomes:
-        prio = o.priority if o.flags and o.priority >= 0 else ""
+        prio = o.priority if o.flags and o.priority is not None else ""
         args += [o.tid, o.eid, o.attempt, o.status, o.payload, prio, o.flags if prio != "" else ""]
     if hist is None:
         args.append(0)
