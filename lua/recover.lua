@@ -23,7 +23,7 @@
 -- ARGV[4]      ms (server time): runs started before it are not this process's
 -- ARGV[5]      max pending entries read per band
 -- ARGV[6]      n, then ARGV[7..] n known runs, 2 fields each: priority, entry id
--- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 14 fields per run (as claim.lua),
+-- Returns      claim.lua's reply: {now_ms, 'ok', absorbed, 0, n, 14 fields per run (as claim.lua),
 --              0, 0, then index and headers of each run that has headers}
 -- include: drop_entry
 -- include: emit
@@ -93,7 +93,7 @@ for i = 1, 10 do
     end
   end
 end
-local out = {now, absorbed, 0, #runs / 14}
+local out = {now, 'ok', absorbed, 0, #runs / 14}
 for _, v in ipairs(runs) do out[#out + 1] = v end
 out[#out + 1] = 0
 out[#out + 1] = 0

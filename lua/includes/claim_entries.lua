@@ -39,13 +39,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   local sched, lim_base = KEYS[16], KEYS[17]
   if not now then now, nows = now_ms() end
   if redis.call('EXISTS', KEYS[11]) == 1 then
-    return {now, -1}
+    return {now, 'paused'}
   end
   if redis.call('EXISTS', unpack(KEYS, 1, 10)) < 10 then
-    return {now, -2}
+    return {now, 'no_streams'}
   end
   -- The reply, built in place: its head (absorbed, expired, n) is filled in at the end.
-  local out = {now, 0, 0, 0}
+  local out = {now, 'ok', 0, 0, 0}
   local nrun = 0
   local hdrs = nil  -- run index (from 0), headers: only for runs that carry headers
   local started, started_at = {}, {}  -- the runs' tids and attempts: one 'started' entry
@@ -379,7 +379,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       started[nrun + 1] = tid
       started_at[nrun + 1] = attempt_s
-      local o = 4 + nrun * 14  -- the run's 14 fields (claim.lua's header names them)
+      local o = 5 + nrun * 14  -- the run's 14 fields (claim.lua's header names them)
       out[o + 1] = tid
       out[o + 2] = eid
       out[o + 3] = attempt
@@ -478,7 +478,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
 
   run_flush()
   emit_batch(KEYS[12], maxlen, 'started', started, started_at, worker)
-  out[2], out[3], out[4] = absorbed, expired, nrun
+  out[3], out[4], out[5] = absorbed, expired, nrun
   out[#out + 1] = held
   local more = 0
   if remaining > 0 and scanned >= budget then more = 1 end

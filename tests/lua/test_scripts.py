@@ -189,12 +189,12 @@ def test_claim_reply_carries_the_headers_set_at_enqueue(
     plain, other = task(), task(headers='{"k":"v"}')
     enqueue(run, qk, plain, traced, other)
     raw = run(sc.claim_call(qk, "w1", 10, 100, 60))
-    assert len(raw) == 4 + 3 * sc.outcomes.RUN_FIELDS + 2 + 2 * 2
+    assert len(raw) == 5 + 3 * sc.outcomes.RUN_FIELDS + 2 + 2 * 2
     runs = {c.tid: c for c in sc.parse_claim(Q, raw).runs}
     assert runs[traced.tid].headers == traced.headers and runs[other.tid].headers == '{"k":"v"}'
     assert runs[plain.tid].headers == ""
     enqueue(run, qk, task())
-    assert len(run(sc.claim_call(qk, "w1", 10, 100, 60))) == 4 + sc.outcomes.RUN_FIELDS + 2
+    assert len(run(sc.claim_call(qk, "w1", 10, 100, 60))) == 5 + sc.outcomes.RUN_FIELDS + 2
     assert r.hget(qk.task(traced.tid), "hdr") == traced.headers
     assert r.hget(qk.task(plain.tid), "hdr") is None
 

@@ -76,7 +76,7 @@ from dtq.scripts.locks import (
 from dtq.scripts.outcomes import (
     ClaimBatch,
     Claimed,
-    ClaimSentinel,
+    ClaimState,
     Failure,
     History,
     RunRef,
@@ -146,9 +146,9 @@ from dtq.scripts.schedules import (
 )
 
 REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
-    "claim": (ClaimSentinel,),
-    "complete": (ClaimSentinel,),
-    "recover": (ClaimSentinel,),
+    "claim": (ClaimState,),
+    "complete": (ClaimState,),
+    "recover": (ClaimState,),
     "fail": (Verdict,),
     "requeue": (Verdict,),
     "touch": (TouchMark,),
@@ -185,7 +185,7 @@ __all__ = [
     "CancelOutcome",
     "CancelResult",
     "ClaimBatch",
-    "ClaimSentinel",
+    "ClaimState",
     "Claimed",
     "Created",
     "DlqPruned",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
@@ -14,17 +14,16 @@ from dtq.scripts.runner import Call, to_str
 from dtq.store.keys import GROUP, QueueKeys
 
 
-class ClaimSentinel(IntEnum):
-    """What claim.lua (and complete.lua's claim) answers in place of a count of absorbed
-    entries when it claimed nothing: ``{now_ms, <sentinel>}``."""
+class ClaimState(StrEnum):
+    """The second value of a claim reply (claim.lua, complete.lua's claim, recover.lua):
+    ``{now_ms, <state>, ...}``."""
 
-    PAUSED = -1
-    """The queue is paused."""
-    MISSING_STREAMS = -2
+    OK = "ok"
+    """The claim ran: its counts and runs follow."""
+    PAUSED = "paused"
+    """The queue is paused: nothing follows."""
+    MISSING_STREAMS = "no_streams"
     """A priority stream is missing: the worker recreates the streams and the group."""
-
-
-_PAUSED, _MISSING_STREAMS = int(ClaimSentinel.PAUSED), int(ClaimSentinel.MISSING_STREAMS)
 
 
 class Verdict(StrEnum):
@@ -126,15 +125,18 @@ max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority,
 def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     """claim.lua's reply (also the last element of complete.lua's when it claimed)."""
     now = int(raw[0])
-    if int(raw[1]) == _PAUSED:
-        return ClaimBatch(now, [], paused=True)
-    if int(raw[1]) == _MISSING_STREAMS:
-        return ClaimBatch(now, [], missing_streams=True)
-    absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
-    runs = []
     s = to_str
-    end = 4 + n * RUN_FIELDS
-    for b in range(4, end, RUN_FIELDS):
+    state = s(raw[1])
+    if state != "ok":
+        if state == ClaimState.PAUSED:
+            return ClaimBatch(now, [], paused=True)
+        if state == ClaimState.MISSING_STREAMS:
+            return ClaimBatch(now, [], missing_streams=True)
+        raise ValueError(f"claim reply: unknown state {state!r}")
+    absorbed, expired, n = int(raw[2]), int(raw[3]), int(raw[4])
+    runs = []
+    end = 5 + n * RUN_FIELDS
+    for b in range(5, end, RUN_FIELDS):
         # The run's fields in claim.lua's order (RUN_FIELDS); one slice per run.
         tid, eid, at, name, args, kw, mr, to, rt, it, enq, pr, fl, idem = raw[b : b + RUN_FIELDS]
         runs.append(
