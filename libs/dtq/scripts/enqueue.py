@@ -103,15 +103,17 @@ def enqueue_one_call(
     head, streams = _enqueue_keys(prefix, queue)
     hk, ha = _hist(head[4], hist_ttl_s)
     keys = [*head[:4], hk, streams[t.priority]]
-    fields = (t.tid, t.name, t.args, t.priority, t.max_retries)
     if t.group or _has_options(t):
         o = _options(t)
-        return Call(
-            "enqueue", keys, [events_maxlen, 1, ha, " ".join((FIXED, *o)), *fields, *o.values()]
-        )
-    if t.unset:
-        return Call("enqueue", keys, [events_maxlen, 1, ha, BY_NAME, *fields, t.unset])
-    return Call("enqueue", keys, [events_maxlen, 1, ha, FIXED, *fields])
+        layout = " ".join((FIXED, *o))
+        args = [events_maxlen, 1, ha, layout, t.tid, t.name, t.args, t.priority, t.max_retries]
+        args += o.values()
+    elif t.unset:
+        args = [events_maxlen, 1, ha, BY_NAME, t.tid, t.name, t.args, t.priority, t.max_retries]
+        args.append(t.unset)
+    else:
+        args = [events_maxlen, 1, ha, FIXED, t.tid, t.name, t.args, t.priority, t.max_retries]
+    return Call("enqueue", keys, args)
 
 
 def _hist(base: str, ttl_s: int) -> tuple[str, int]:
