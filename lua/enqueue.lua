@@ -32,7 +32,9 @@
 --                grp      its fair group, '' = none (docs/groups.md)
 --              The caller names only the options some task of the call has: a bulk enqueue of
 --              plain tasks sends 5 fields per task and a single one 9 arguments in all (each
---              argument costs Redis a Lua string); the layout is read once per call.
+--              argument costs Redis a Lua string); the layout is read once per call, and the
+--              plain one and a by-name enqueue's ("tid name args prio maxr dflt") are matched
+--              whole, without parsing.
 -- ARGV[5..]    per task, the fields the layout names (n times).
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
