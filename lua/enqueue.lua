@@ -25,8 +25,8 @@
 --                exp      expires: ms relative to now, 0 = never
 --                idem     idempotency key, '' = none
 --                meta     JSON or ''
---                lim      '' = none, else "concurrency|rate count|rate window ms|key"
---                         (dtq/limits.py)
+--                lk       its limit key, '' = none; with it lc, lrn, lrw: the concurrency,
+--                         the rate's count and its window in ms (dtq/limits.py)
 --                hdr      JSON object of strings set by middleware (e.g. a W3C traceparent) or
 --                         ''; handed to the worker in the claim reply
 --                grp      its fair group, '' = none (docs/groups.md)
@@ -72,8 +72,8 @@ elseif ARGV[4] ~= 'tid name args prio maxr' then
     return redis.error_reply('DTQ_BAD_CALL a layout starts with "tid name args prio maxr"')
   end
   -- 1: stored as sent; 0: read below
-  local known = {dflt = 1, kwargs = 1, timeout = 1, meta = 1, hdr = 1, grp = 1, delay = 0,
-    exp = 0, idem = 0, lim = 0}
+  local known = {dflt = 1, kwargs = 1, timeout = 1, meta = 1, hdr = 1, grp = 1, lk = 1, lc = 1,
+    lrn = 1, lrw = 1, delay = 0, exp = 0, idem = 0}
   at, copy = {}, {}
   for f in string.gmatch(string.sub(ARGV[4], 25), '%S+') do
     if at[f] or not known[f] then
@@ -195,11 +195,6 @@ for i = 0, n - 1 do
       if expires > 0 then
         now = now or tonumber(nows)
         h[#h + 1] = 'exp'; h[#h + 1] = now + expires
-      end
-      local lim = at.lim and ARGV[o + at.lim] or ''
-      if lim ~= '' then
-        local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
-        for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end
       end
       if idem ~= '' then
         h[#h + 1] = 'idem'; h[#h + 1] = idem

@@ -92,14 +92,15 @@ def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
         "kwargs": ({"kwargs": '{"a":1}'}, "kwargs"), "timeout": ({"timeout": 2.5}, "timeout"),
         "delay": ({"delay_ms": 60_000}, "due"), "exp": ({"expires_ms": 9_000}, "exp"),
         "idem": ({"idempotency_key": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
-        "lim": ({"limit": "1|0|0|lk"}, "lk"),
+        "lk lc lrn lrw": ({"limit": "1|0|0|lk"}, "lk"),
         "hdr": ({"headers": '{"traceparent":"00-ab-cd-01"}'}, "hdr"),
         "dflt": ({"unset": "mt"}, "dflt"), "grp": ({"group": "g1"}, "grp"),
     }  # fmt: skip
     for what, (kw, field) in options.items():
         t = task(**kw)
         c = sc.enqueue_call(qk, [t], 100)
-        assert c.args[3] == f"tid name args prio maxr {what}" and len(c.args) == 4 + 6, what
+        assert c.args[3] == f"tid name args prio maxr {what}", what
+        assert len(c.args) == 4 + 5 + len(what.split()), what
         run(c)
         assert r.hget(qk.task(t.tid), field) is not None, what
     # The fields follow the layout's order, whatever it is.
@@ -155,6 +156,13 @@ def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     assert [r.hget(qk.task(t.tid), "kwargs") for t in mixed] == [None, '{"a":1}', None]
     assert [r.hget(qk.task(t.tid), "status") for t in mixed] == ["queued", "queued", "scheduled"]
     assert [r.hget(qk.task(t.tid), "dflt") for t in mixed] == [None, None, "e"]
+    # A limit is four fields of their own (key, concurrency, rate count, rate window).
+    limited = [task(limit="0|5|1000|k|x"), task()]
+    call = sc.enqueue_call(qk, limited, 100)
+    assert call.args[3] == "tid name args prio maxr lk lc lrn lrw"
+    run(call)
+    assert r.hmget(qk.task(limited[0].tid), "lk", "lc", "lrn", "lrw") == ["k|x", "0", "5", "1000"]
+    assert r.hmget(qk.task(limited[1].tid), "lk", "lc", "lrn", "lrw") == [None] * 4
 
 
 def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: QueueKeys) -> None:

@@ -45,7 +45,8 @@ class Enqueued:
 # enqueue.lua's layout (its ARGV[4]): the fields each task sends. The 5 fixed ones come first;
 # then only the options some task of the call has, in the order of OPTIONS.
 FIXED = "tid name args prio maxr"
-OPTIONS = ("dflt", "kwargs", "timeout", "delay", "exp", "idem", "meta", "lim", "hdr", "grp")
+LIMIT = ("lk", "lc", "lrn", "lrw")  # a limit's key, concurrency, rate count, rate window (ms)
+OPTIONS = ("dflt", "kwargs", "timeout", "delay", "exp", "idem", "meta", *LIMIT, "hdr", "grp")
 BY_NAME = FIXED + " dflt"  # a by-name enqueue's, which enqueue.lua reads without parsing
 _UNSET = {**dict.fromkeys(OPTIONS, ""), "delay": 0, "exp": 0}  # an option a task leaves out
 
@@ -151,7 +152,9 @@ def _options(t: NewTask) -> dict[str, Any]:
     if t.meta:
         o["meta"] = t.meta
     if t.limit:
-        o["lim"] = t.limit
+        # (dtq.limits.Limit.encode(): "concurrency|rate count|rate window ms|key")
+        lc, lrn, lrw, o["lk"] = t.limit.split("|", 3)
+        o["lc"], o["lrn"], o["lrw"] = lc, lrn, lrw
     if t.headers:
         o["hdr"] = t.headers
     if t.group:
