@@ -28,12 +28,12 @@
 --              p+1, credits kept in KEYS[18] across calls and workers); 0 = strict priority
 -- ARGV[8]      the group cap: how many tasks of one group of this queue may run at once
 --              (DTQ_GROUP_CONCURRENCY; 0: no cap; fair groups: docs/groups.md)
--- Returns      {now_ms, absorbed, expired, n, then 8 fields per started task:
---               tid, eid, attempt, name, args, kwargs, numbers, idem, then held, more, then
---               2 fields per started task that carries headers: its index among the n (from
---               0), its headers (JSON)}
---              numbers: "<max_retries> <timeout> <retries> <interruptions> <enqueued_ms>
---              <priority> <flags>" separated by single spaces (timeout empty when none);
+-- Returns      {now_ms, 'ok', absorbed, expired, n, then 14 fields per started task:
+--               tid, eid, attempt, name, args, kwargs, max_retries, timeout (empty: none),
+--               retries, interruptions, enqueued_ms, priority, flags, idem (empty: none),
+--               then held, more, then 2 fields per started task that carries headers: its
+--               index among the n (from 0), its headers (JSON)}
+--              (dtq/scripts/outcomes.py, RUN_FIELDS, names them for the parser)
 --              flags: letters of i, l, e, f, g when the record holds idem, lk, error, flow,
 --              grp, a dash for none (complete.lua takes them back)
 --              held: entries parked by a limit or held by their group's pause or cap (they
@@ -41,8 +41,8 @@
 --              scan budget ran out with slots still free (the caller claims again at once).
 --              Headers (set by middleware at enqueue, e.g. a trace context) come after the
 --              tail so that a run without them costs the reply nothing.
---              {now_ms, -1} when the queue is paused, {now_ms, -2} when a priority stream is
---              missing (the worker then recreates the streams and the group).
+--              {now_ms, 'paused'} when the queue is paused, {now_ms, 'no_streams'} when a
+--              priority stream is missing (the worker then recreates the streams and the group).
 --
 -- Limits: a task with a limit key (field lk) starts only while fewer than lc runs of that key
 -- are running (zset lim:<lk>:run, stale members dropped when found full) and fewer than lrn

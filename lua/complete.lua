@@ -23,9 +23,9 @@
 -- ARGV[10..]   per run, 7 fields: tid, eid, attempt, status ('succeeded' | 'cancelled'),
 --              payload (the result JSON, or the cancel reason), priority and flags as the
 --              run's claim answered them (both empty when not known: see below)
--- ARGV[10+7n]  optional: history TTL (s; '' or absent: no history, dtq/stats.py), then per
---              run (in the same order) its run-time bucket ('': not counted); KEYS[22]
---              P:{q}:h: (the history's hour keys) is given with them. The stored outcomes are
+-- ARGV[10+7n]  history TTL (s; 0: no history, and nothing follows; dtq/stats.py); when not 0,
+--              then per run (in the same order) its run-time bucket ('': not counted), and
+--              KEYS[22] P:{q}:h: (the history's hour keys) is given. The stored outcomes are
 --              counted in one BITFIELD (includes/hist_add.lua).
 -- Returns      list of n integers: 1 stored (now or by an earlier send of this write),
 --              0 rejected (stale); when ARGV[7] > 0 one more
@@ -122,6 +122,7 @@ local acks = {}  -- stream index -> entry ids: acknowledged and deleted once per
 -- status, at the end (includes/emit_batch.lua)
 local ended = {}
 local hist_ttl = ARGV[10 + n * 7]
+if hist_ttl == '0' then hist_ttl = nil end
 local hist = {}  -- history slot -> count of this call's stored outcomes
 local SLOT = {succeeded = 1, cancelled = 4}
 for i = 0, n - 1 do

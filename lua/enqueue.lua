@@ -12,25 +12,30 @@
 -- ARGV[1]      events maxlen (0 = no events)
 -- ARGV[2]      n, the number of tasks
 -- ARGV[3]      the counter's TTL (s), set when a call makes it; '0': not counted (history off)
--- ARGV[4..]    per task, 14 fields: 5 always given: tid, name, args(JSON), priority(0-9),
---              max_retries (a number; or "~<letters><number>" when the enqueue left some of
---              max_retries/timeout/expires to the worker's declaration: the letters, of "mte",
---              are stored as the record's "dflt" (dtq/declared.py); the number is stored as
---              maxr either way, dtq's default where "m" is among the letters, so a worker that
---              does not know "dflt" reads the record as before); then 9 options: kwargs(JSON or
---              ''), timeout_s('' = none),
---              delay_ms(0 = now), expires_ms(0 = never, relative to now), idempotency key
---              ('' = none), meta(JSON or ''), limit ('' = none, else
---              "concurrency|rate count|rate window ms|key", dtq/limits.py), headers (JSON
---              object of strings set by middleware, e.g. a W3C traceparent, or ''; stored as
---              field hdr and handed to the worker in the claim reply), group ('' = none; its
---              fair group, field grp: docs/groups.md).
---              When no task of the call has an option, each sends its 5 fields only (the
---              call has 3 + 5n arguments: a bulk enqueue of plain tasks sends 5 per task, not
---              14, and a single one 7, not 16; each argument costs Redis a Lua string). When
---              a group is the only option any task of the call has, each sends 6: its 5 and
---              its group ('' = none; 3 + 6n arguments). Else the last task may stop after its
---              5 fields when its 9 options are empty.
+-- ARGV[4]      the layout: the names of the fields each task sends, in order, separated by
+--              single spaces. Always first the 5 fixed ones, "tid name args prio maxr": tid,
+--              name, args(JSON), priority(0-9), max_retries (a number: dtq's default where the
+--              enqueue left it to the worker's declaration). Then any of these options, each
+--              at most once, in any order (an option left out is empty for every task):
+--                dflt     letters of "mte": which of max_retries/timeout/expires the enqueue left
+--                         to the worker's declaration (record field dflt, dtq/declared.py)
+--                kwargs   JSON or ''
+--                timeout  seconds, '' = none
+--                delay    ms, 0 = now
+--                exp      expires: ms relative to now, 0 = never
+--                idem     idempotency key, '' = none
+--                meta     JSON or ''
+--                lk       its limit key, '' = none; with it lc, lrn, lrw: the concurrency,
+--                         the rate's count and its window in ms (dtq/limits.py)
+--                hdr      JSON object of strings set by middleware (e.g. a W3C traceparent) or
+--                         ''; handed to the worker in the claim reply
+--                grp      its fair group, '' = none (docs/groups.md)
+--              The caller names only the options some task of the call has: a bulk enqueue of
+--              plain tasks sends 5 fields per task and a single one 9 arguments in all (each
+--              argument costs Redis a Lua string); the layout is read once per call, and the
+--              plain one and a by-name enqueue's ("tid name args prio maxr dflt") are matched
+--              whole, without parsing.
+-- ARGV[5..]    per task, the fields the layout names (n times).
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
 --              A task whose record exists already was made by this very call, sent before:
@@ -54,8 +59,31 @@
 
 local maxlen = events_maxlen(ARGV[1])
 local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no strtod)
-local F = 14  -- fields per task; 5 when no task of the call has options, 6 with groups only
-if #ARGV == 3 + 5 * n then F = 5 elseif #ARGV == 3 + 6 * n then F = 6 end
+-- The layout (ARGV[4]), read once: F fields per task; at: each option's offset among them, and
+-- copy: offset, name of each option stored in the record as sent (when not empty); both nil
+-- for the fixed 5 only (the plain path) and for those and dflt (by_name: a by-name enqueue's,
+-- which makes no table for it).
+local F, at, copy = 5, nil, nil
+local by_name = ARGV[4] == 'tid name args prio maxr dflt'
+if by_name then
+  F = 6
+elseif ARGV[4] ~= 'tid name args prio maxr' then
+  if string.sub(ARGV[4], 1, 24) ~= 'tid name args prio maxr ' then
+    return redis.error_reply('DTQ_BAD_CALL a layout starts with "tid name args prio maxr"')
+  end
+  -- 1: stored as sent; 0: read below
+  local known = {dflt = 1, kwargs = 1, timeout = 1, meta = 1, hdr = 1, grp = 1, lk = 1, lc = 1,
+    lrn = 1, lrw = 1, delay = 0, exp = 0, idem = 0}
+  at, copy = {}, {}
+  for f in string.gmatch(string.sub(ARGV[4], 25), '%S+') do
+    if at[f] or not known[f] then
+      return redis.error_reply('DTQ_BAD_CALL unknown or repeated task field ' .. f)
+    end
+    at[f] = F
+    if known[f] == 1 then copy[#copy + 1] = F; copy[#copy + 1] = f end
+    F = F + 1
+  end
+end
 -- Before anything is written: every task's band has its stream among the keys.
 local stream, streams = KEYS[6], nil  -- the one band's stream; or band digit -> stream
 local bad = nil
@@ -66,13 +94,13 @@ if string.byte(KEYS[nk], -1) == 100 then nk = nk - 1 end
 if nk == 6 then
   local band = string.sub(stream, -1)
   for i = 0, n - 1 do
-    if ARGV[7 + i * F] ~= band then bad = ARGV[7 + i * F]; break end
+    if ARGV[8 + i * F] ~= band then bad = ARGV[8 + i * F]; break end
   end
 else
   streams = {}
   for i = 6, nk do streams[string.sub(KEYS[i], -1)] = KEYS[i] end
   for i = 0, n - 1 do
-    if not streams[ARGV[7 + i * F]] then bad = ARGV[7 + i * F]; break end
+    if not streams[ARGV[8 + i * F]] then bad = ARGV[8 + i * F]; break end
   end
 end
 if bad or not stream then
@@ -97,12 +125,13 @@ local gidx = n > 1 and {} or nil
 -- single enqueue pays nothing.)
 local wl, pushed, npushed = nil, nil, 0
 for i = 0, n - 1 do
-  local o = 4 + i * F
+  local o = 5 + i * F
   local tid, prio = ARGV[o], ARGV[o + 3]
-  local opts = F == 14 and ARGV[o + 5] ~= nil  -- the 9 options were sent
-  local g6 = F == 6 and ARGV[o + 5] ~= '' and ARGV[o + 5] or nil  -- the group, the 6th field
   local delay, idem = 0, ''
-  if opts then delay, idem = tonumber(ARGV[o + 7]), ARGV[o + 9] end
+  if at then
+    if at.delay then delay = tonumber(ARGV[o + at.delay]) end
+    if at.idem then idem = ARGV[o + at.idem] end
+  end
   local status, created = nil, 1
   if idem ~= '' then  -- an idempotency key naming a live task answers with that task
     local prev = redis.call('GET', KEYS[4] .. idem)
@@ -124,7 +153,7 @@ for i = 0, n - 1 do
     else
       status = 'queued'
       local sk = streams and streams[prio] or stream
-      local grp = g6 or opts and ARGV[o + 13] or ''
+      local grp = at and at.grp and ARGV[o + at.grp] or ''
       if grp == '' and gmode == nil then  -- (a new group of this call: active, not indexed yet)
         gmode = gidx ~= nil and gidx[1] ~= nil or
           redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
@@ -160,37 +189,24 @@ for i = 0, n - 1 do
       end
     end
     local h = NONE  -- the record's optional fields
-    local maxr, dflt = ARGV[o + 4], nil
-    if string.byte(maxr) == 126 then  -- '~': some values are left to the declaration
-      dflt, maxr = string.match(maxr, '^~(%l+)(%d+)$')
-      h = {'dflt', dflt}
-    elseif opts then
+    local maxr = ARGV[o + 4]
+    if at then
       h = {}
-    end
-    if opts then
-      local kwargs, timeout, expires = ARGV[o + 5], ARGV[o + 6], tonumber(ARGV[o + 8])
-      local meta, lim, hdr, grp = ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13]
-      if kwargs ~= '' then h[#h + 1] = 'kwargs'; h[#h + 1] = kwargs end
-      if timeout ~= '' then h[#h + 1] = 'timeout'; h[#h + 1] = timeout end
+      for j = 1, #copy, 2 do
+        local v = ARGV[o + copy[j]]
+        if v ~= '' then h[#h + 1] = copy[j + 1]; h[#h + 1] = v end
+      end
+      local expires = at.exp and tonumber(ARGV[o + at.exp]) or 0
       if expires > 0 then
         now = now or tonumber(nows)
         h[#h + 1] = 'exp'; h[#h + 1] = now + expires
-      end
-      if meta ~= '' then h[#h + 1] = 'meta'; h[#h + 1] = meta end
-      if hdr ~= '' then h[#h + 1] = 'hdr'; h[#h + 1] = hdr end
-      if grp and grp ~= '' then h[#h + 1] = 'grp'; h[#h + 1] = grp end
-      if lim ~= '' then
-        local lc, lrn, lrw, lk = string.match(lim, '^(%d+)|(%d+)|(%d+)|(.*)$')
-        for _, v in ipairs({'lk', lk, 'lc', lc, 'lrn', lrn, 'lrw', lrw}) do h[#h + 1] = v end
       end
       if idem ~= '' then
         h[#h + 1] = 'idem'; h[#h + 1] = idem
         redis.call('SET', KEYS[4] .. idem, tid)
       end
-    end
-    if g6 then
-      if h == NONE then h = {} end
-      h[#h + 1] = 'grp'; h[#h + 1] = g6
+    elseif by_name and ARGV[o + 5] ~= '' then
+      h = {'dflt', ARGV[o + 5]}
     end
     if gstore then
       if h == NONE then h = {} end

@@ -20,12 +20,12 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] n
 -- ARGV[7..]    per run, 5 fields: tid, eid, attempt, error text,
---              retry delay ms (-1: no retry allowed, e.g. dtq.Fail or an unstorable result)
--- ARGV[7+5n..] optional: per run (in the same order) the failure's traceback text, stored in
---              the record's 'tb' field; '' removes a kept one. Absent: 'tb' is left as it is.
--- ARGV[7+6n]   optional (after the tracebacks): history TTL (s; '' or absent: no history,
---              dtq/stats.py), then per run its run-time bucket ('': not counted); KEYS[20]
---              P:{q}:h: is given with them. Counted in one BITFIELD (includes/hist_add.lua).
+--              retry delay ms ('' = no retry allowed, e.g. dtq.Fail or an unstorable result)
+-- ARGV[7+5n..] per run (in the same order) the failure's traceback text, stored in the
+--              record's 'tb' field; '' removes a kept one
+-- ARGV[7+6n]   history TTL (s; 0: no history, and nothing follows; dtq/stats.py); when not 0,
+--              then per run its run-time bucket ('': not counted), and KEYS[20] P:{q}:h: is
+--              given. Counted in one BITFIELD (includes/hist_add.lua).
 -- Returns      list of n: 'scheduled' | 'failed' | 'cancelled' | 'stale'; for a re-send,
 --              the status the record has now ('scheduled', 'failed', 'cancelled', or what
 --              followed: 'queued', ...)
@@ -50,12 +50,13 @@ local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS
   maxlen = maxlen, ttl = ttl, done_prefix = done_prefix, now = now, worker = worker}
 local out = {}
 local hist_ttl = ARGV[7 + n * 6]
+if hist_ttl == '0' then hist_ttl = nil end
 local hist = {}  -- history slot -> count of this call's stored outcomes
 local SLOT = {failed = 2, scheduled = 3, cancelled = 4}
 for i = 0, n - 1 do
   local o = 7 + i * 5
   local tid, eid, attempt, err = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
-  local delay = tonumber(ARGV[o + 4])
+  local delay = tonumber(ARGV[o + 4])  -- (nil: no retry allowed)
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'status', 'attempt', 'worker', 'prio', 'retries', 'maxr',
     'cancel', 'flow', 'grp')
@@ -67,7 +68,7 @@ for i = 0, n - 1 do
     if r[7] then
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[7], err)
     else
-      out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay >= 0, delay, err)
+      out[#out + 1] = spend_retry(k, rk, tid, attempt, r[5], r[6], delay ~= nil, delay or 0, err)
     end
     if hist_ttl then
       local sl = SLOT[out[#out]]
@@ -78,7 +79,7 @@ for i = 0, n - 1 do
     local tb = ARGV[7 + n * 5 + i]
     if tb == '' then
       redis.call('HDEL', rk, 'tb')
-    elseif tb then
+    else
       redis.call('HSET', rk, 'tb', tb)
     end
     if r[8] and out[#out] ~= 'scheduled' then

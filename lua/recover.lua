@@ -23,7 +23,7 @@
 -- ARGV[4]      ms (server time): runs started before it are not this process's
 -- ARGV[5]      max pending entries read per band
 -- ARGV[6]      n, then ARGV[7..] n known runs, 2 fields each: priority, entry id
--- Returns      claim.lua's reply: {now_ms, absorbed, 0, n, 8 fields per run (as claim.lua),
+-- Returns      claim.lua's reply: {now_ms, 'ok', absorbed, 0, n, 14 fields per run (as claim.lua),
 --              0, 0, then index and headers of each run that has headers}
 -- include: drop_entry
 -- include: emit
@@ -69,14 +69,18 @@ for i = 1, 10 do
           runs[o + 4] = r[6]
           runs[o + 5] = r[7]
           runs[o + 6] = r[8] or ''
+          runs[o + 7] = r[9] or DEF_MAXR
+          runs[o + 8] = r[10] or ''
+          runs[o + 9] = r[11] or '0'
+          runs[o + 10] = r[12] or '0'
+          runs[o + 11] = r[13] or '0'
+          runs[o + 12] = r[14] or DEF_PRIO
           local flags = (r[15] and 'i' or '') .. (r[17] and 'l' or '') ..
             (r[18] and 'e' or '') .. (r[19] and 'f' or '') .. (r[20] and 'g' or '')  -- as claim's
-          runs[o + 7] = (r[9] or DEF_MAXR) .. ' ' .. (r[10] or '') .. ' ' .. (r[11] or '0') ..
-            ' ' .. (r[12] or '0') .. ' ' .. (r[13] or '0') .. ' ' .. (r[14] or DEF_PRIO) .. ' ' ..
-            (flags == '' and '-' or flags)
-          runs[o + 8] = r[15] or ''
+          runs[o + 13] = flags == '' and '-' or flags
+          runs[o + 14] = r[15] or ''
           if r[16] then
-            hdrs[#hdrs + 1] = o / 8
+            hdrs[#hdrs + 1] = o / 14
             hdrs[#hdrs + 1] = r[16]
           end
         end
@@ -89,7 +93,7 @@ for i = 1, 10 do
     end
   end
 end
-local out = {now, absorbed, 0, #runs / 8}
+local out = {now, 'ok', absorbed, 0, #runs / 14}
 for _, v in ipairs(runs) do out[#out + 1] = v end
 out[#out + 1] = 0
 out[#out + 1] = 0

@@ -80,13 +80,18 @@ def _outcomes(raw: Any) -> list[Any]:
 
 
 def _runs(raw: Any) -> list[tuple[str, str, int]]:
-    """(tid, eid, attempt) of a claim reply, whatever its fields per run (older versions)."""
-    n = int(raw[3]) if len(raw) > 3 else 0
+    """(tid, eid, attempt) of a claim reply, whatever its fields per run, with its state second
+    or (older versions) without."""
+    if len(raw) < 4:
+        return []
+    h = 5 if _s(raw[1]) == "ok" else 4  # the first run's first field
+    n = int(raw[h - 1])
     if n <= 0:
         return []
-    step = (len(raw) - 6) // n  # then held, more (no run here has headers)
+    step = (len(raw) - h - 2) // n  # then held, more (no run here has headers)
     return [
-        (_s(raw[4 + k * step]), _s(raw[5 + k * step]), int(raw[6 + k * step])) for k in range(n)
+        (_s(raw[h + k * step]), _s(raw[h + 1 + k * step]), int(raw[h + 2 + k * step]))
+        for k in range(n)
     ]
 
 

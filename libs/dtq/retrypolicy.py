@@ -14,7 +14,7 @@ from dtq.errors import Fail, Retry, SerializationError
 from dtq.models import clip_traceback
 from dtq.settings import Settings
 
-NO_RETRY = -1
+NO_RETRY = None
 """A failure's retry delay that forbids a retry (``Fail``, an unstorable result)."""
 
 

@@ -235,10 +235,10 @@ def _spec(keys: Keys, p: Plan, i: int) -> str:
     t = s.task
     qk = keys.queue(s.queue)
     fields = [
-        s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.maxr_arg()),
+        s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.max_retries),
         "" if t.timeout is None else repr(float(t.timeout)), str(t.delay_ms),
         str(t.expires_ms), t.meta, f"{keys.queue(p.home).flow(p.ftid)}|{i}", qk.task_base,
-        t.headers, t.group,
+        t.headers, t.group, t.unset,
     ]  # fmt: skip
     return codec.dumps(fields, "workflow step")
 

@@ -39,13 +39,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   local sched, lim_base = KEYS[16], KEYS[17]
   if not now then now, nows = now_ms() end
   if redis.call('EXISTS', KEYS[11]) == 1 then
-    return {now, -1}
+    return {now, 'paused'}
   end
   if redis.call('EXISTS', unpack(KEYS, 1, 10)) < 10 then
-    return {now, -2}
+    return {now, 'no_streams'}
   end
   -- The reply, built in place: its head (absorbed, expired, n) is filled in at the end.
-  local out = {now, 0, 0, 0}
+  local out = {now, 'ok', 0, 0, 0}
   local nrun = 0
   local hdrs = nil  -- run index (from 0), headers: only for runs that carry headers
   local started, started_at = {}, {}  -- the runs' tids and attempts: one 'started' entry
@@ -383,13 +383,19 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       started[nrun + 1] = tid
       started_at[nrun + 1] = attempt_s
-      local o = 4 + nrun * 8
+      local o = 5 + nrun * 14  -- the run's 14 fields (claim.lua's header names them)
       out[o + 1] = tid
       out[o + 2] = eid
       out[o + 3] = attempt
       out[o + 4] = r[5]
       out[o + 5] = r[6]
       out[o + 6] = r[7] or ''
+      out[o + 7] = r[8] or DEF_MAXR
+      out[o + 8] = r[9] or ''
+      out[o + 9] = r[10] or '0'
+      out[o + 10] = r[11] or '0'
+      out[o + 11] = r[12]
+      out[o + 12] = r[13] or DEF_PRIO
       -- Which of idem, lk, error, flow, grp the record holds (none changes while this run holds
       -- the task): the worker gives them back with the outcome, so complete.lua's fence reads
       -- 3 fields, not 8 (each absent one costs HMGET a scan of the whole record).
@@ -398,11 +404,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         flags = (r[14] and 'i' or '') .. (r[15] and 'l' or '') .. (r[21] and 'e' or '') ..
           (r[22] and 'f' or '') .. (grp and 'g' or '')
       end
-      -- The six numbers and the flags in one value (one Lua concat): each value of the reply
-      -- costs Redis about as much as that concat (docs/performance.md, "Events in batches").
-      out[o + 7] = (r[8] or DEF_MAXR) .. ' ' .. (r[9] or '') .. ' ' .. (r[10] or '0') .. ' ' ..
-        (r[11] or '0') .. ' ' .. r[12] .. ' ' .. (r[13] or DEF_PRIO) .. ' ' .. flags
-      out[o + 8] = r[14] or ''
+      out[o + 13] = flags
+      out[o + 14] = r[14] or ''
       if r[20] then  -- headers for the worker's middleware (e.g. traceparent): see claim.lua
         hdrs = hdrs or {}
         hdrs[#hdrs + 1] = nrun
@@ -485,7 +488,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
 
   run_flush()
   emit_batch(KEYS[12], maxlen, 'started', started, started_at, worker)
-  out[2], out[3], out[4] = absorbed, expired, nrun
+  out[3], out[4], out[5] = absorbed, expired, nrun
   out[#out + 1] = held
   local more = 0
   if remaining > 0 and scanned >= budget then more = 1 end

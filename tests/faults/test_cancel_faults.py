@@ -106,11 +106,11 @@ def test_reclaim_of_a_lost_run_ends_it_cancelled_when_its_cancel_was_requested(
 
 @pytest.mark.parametrize(
     ("max_retries", "delay_ms"),
-    [(3, 0), (0, 0), (3, -1)],
+    [(3, 0), (0, 0), (3, None)],
     ids=["retries-left", "retries-spent", "no-retry-allowed"],
 )
 def test_a_run_that_fails_after_its_cancel_was_requested_ends_cancelled(
-    r: redis.Redis, run: Any, qk: QueueKeys, max_retries: int, delay_ms: int
+    r: redis.Redis, run: Any, qk: QueueKeys, max_retries: int, delay_ms: int | None
 ) -> None:
     c = start(run, r, qk, max_retries=max_retries)
     request_cancel(run, qk, c.tid)

@@ -38,7 +38,7 @@ def complete(
 
 def fail(r: redis.Redis, settings: Settings, queue: str, c: sc.Claimed, err: str) -> str:
     qk = qk_of(settings, queue)
-    f = sc.Failure(c.tid, c.eid, c.attempt, err, -1)  # no retry: ends failed
+    f = sc.Failure(c.tid, c.eid, c.attempt, err, None)  # no retry: ends failed
     return sc.parse_verdicts(sc.SyncScripts(r).run(sc.fail_call(qk, W, [f], 100, 60)))[0]
 
 

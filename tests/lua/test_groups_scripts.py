@@ -294,16 +294,16 @@ def test_priorities_decide_before_turns(r: redis.Redis, run: Any, qk: QueueKeys)
 
 def test_a_group_is_an_option_of_the_enqueue_call(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     """A task whose only option is its group sends enqueue.lua's 6 fields (with another
-    option, 14); its record holds grp."""
+    option, one more each); its record holds grp."""
     t = task("acme")
     call = sc.enqueue_call(qk, [t], 100)
-    assert len(call.args) == 3 + 6
+    assert call.args[3] == "tid name args prio maxr grp" and len(call.args) == 4 + 6
     run(call)
     assert r.hget(qk.task(t.tid), "grp") == "acme"
     assert turn(r, qk, 5, "acme") == t.tid
     other = task("acme", meta='{"k": 1}')
     call = sc.enqueue_call(qk, [other], 100)
-    assert len(call.args) == 3 + 14
+    assert call.args[3] == "tid name args prio maxr meta grp" and len(call.args) == 4 + 7
     run(call)
     assert r.hget(qk.task(other.tid), "grp") == "acme"
     assert r.lrange(qk.group_waiting(5, "acme"), 0, -1) == [t.tid, other.tid]

@@ -62,74 +62,107 @@ def test_enqueue_refuses_a_call_without_the_stream_of_a_tasks_band(
     assert not r.exists(qk.task(good.tid)) and r.xlen(qk.stream(5)) == 0  # nothing written
 
 
+FULL = " ".join((sc.enqueue.FIXED, *sc.enqueue.OPTIONS))  # enqueue.lua's every field
+
+
+def full_fields(t: sc.NewTask) -> list[Any]:
+    """Task ``t`` as the fields of the layout :data:`FULL` (every option sent, empty or not)."""
+    o = sc.enqueue._options(t)
+    rest = [o.get(f, sc.enqueue._UNSET[f]) for f in sc.enqueue.OPTIONS]
+    return [t.tid, t.name, t.args, t.priority, t.max_retries, *rest]
+
+
 def test_a_plain_single_enqueue_sends_only_the_fixed_fields(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
-    """A task without options is sent as 5 fields, not 14 (the single enqueue's hot path);
-    the record is the one the 14 fields make, and any option sends all 14."""
+    """A task without options is sent as its 5 fixed fields under the fixed layout (the single
+    enqueue's hot path); the record is the one every field makes, and an option adds only
+    itself to the layout and to the fields."""
     plain, twin = task(args="[]"), task(args="[]")
     call = sc.enqueue_call(qk, [plain], 100)
-    assert call.args == [100, 1, 0, plain.tid, "t", "[]", 5, 3]
+    assert call.args == [100, 1, 0, "tid name args prio maxr", plain.tid, "t", "[]", 5, 3]
     assert sc.parse_enqueue(run(call)) == [sc.Enqueued(plain.tid, "queued", True)]
-    run(sc.Call("enqueue", call.keys, [100, 1, 0, *sc.enqueue._task_args(twin)]))
+    run(sc.Call("enqueue", call.keys, [100, 1, 0, FULL, *full_fields(twin)]))
     short, full = r.hgetall(qk.task(plain.tid)), r.hgetall(qk.task(twin.tid))
     assert short.pop("eid") != full.pop("eid")
     short.pop("enq"), full.pop("enq")
     assert short == full and short["status"] == "queued" and "kwargs" not in short
-    # Each option alone: all 14 fields go, and the record carries the option.
+    # Each option alone: the layout names it after the fixed 5, and the record carries it.
     options = {
         "kwargs": ({"kwargs": '{"a":1}'}, "kwargs"), "timeout": ({"timeout": 2.5}, "timeout"),
-        "delay": ({"delay_ms": 60_000}, "due"), "expires": ({"expires_ms": 9_000}, "exp"),
-        "idem": ({"idem": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
-        "limit": ({"limit": "1|0|0|lk"}, "lk"),
-        "headers": ({"headers": '{"traceparent":"00-ab-cd-01"}'}, "hdr"),
+        "delay": ({"delay_ms": 60_000}, "due"), "exp": ({"expires_ms": 9_000}, "exp"),
+        "idem": ({"idempotency_key": "k-opt"}, "idem"), "meta": ({"meta": '{"m":1}'}, "meta"),
+        "lk lc lrn lrw": ({"limit": "1|0|0|lk"}, "lk"),
+        "hdr": ({"headers": '{"traceparent":"00-ab-cd-01"}'}, "hdr"),
+        "dflt": ({"unset": "mt"}, "dflt"), "grp": ({"group": "g1"}, "grp"),
     }  # fmt: skip
     for what, (kw, field) in options.items():
         t = task(**kw)
         c = sc.enqueue_call(qk, [t], 100)
-        assert len(c.args) == 3 + 14, what
+        assert c.args[3] == f"tid name args prio maxr {what}", what
+        assert len(c.args) == 4 + 5 + len(what.split()), what
         run(c)
         assert r.hget(qk.task(t.tid), field) is not None, what
-    # In a batch, the last task may stop after its fixed fields too.
-    first, last = task(prio=9), task(prio=9)
-    keys = sc.enqueue_call(qk, [first, last], 100).keys
-    run(
-        sc.Call(
-            "enqueue",
-            keys,
-            [100, 2, 0, *sc.enqueue._task_args(first), *sc.enqueue._task_args(last)[:5]],
-        )
-    )
-    assert r.hget(qk.task(last.tid), "status") == "queued" and r.xlen(qk.stream(9)) == 2
+    # The fields follow the layout's order, whatever it is.
+    t = task(prio=9, meta='{"m":2}', kwargs='{"b":2}')
+    keys = sc.enqueue_call(qk, [t], 100).keys
+    fields = [t.tid, t.name, t.args, 9, 3, '{"m":2}', '{"b":2}']
+    run(sc.Call("enqueue", keys, [100, 1, 0, "tid name args prio maxr meta kwargs", *fields]))
+    assert r.hmget(qk.task(t.tid), "meta", "kwargs") == ['{"m":2}', '{"b":2}']
+
+
+def test_enqueue_refuses_a_layout_it_does_not_know(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    """A layout must start with the fixed 5 fields and name each known option at most once:
+    anything else is refused before a task is written."""
+    t = task(prio=9)
+    keys = sc.enqueue_call(qk, [t], 100).keys
+    fixed = [t.tid, t.name, t.args, 9, 3]
+    for layout, extra in (
+        ("tid name args maxr prio", []), ("tid name args prio maxr color", ["red"]),
+        ("tid name args prio maxr meta meta", ["", ""]), ("tid name args prio", []),
+    ):  # fmt: skip
+        with pytest.raises(redis.ResponseError, match="DTQ_BAD_CALL"):
+            run(sc.Call("enqueue", keys, [100, 1, 0, layout, *fixed, *extra]))
+    assert not r.exists(qk.task(t.tid)) and r.xlen(qk.stream(9)) == 0
 
 
 def test_a_bulk_enqueue_of_plain_tasks_sends_only_their_fixed_fields(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
-    """A batch in which no task has an option sends 5 fields per task, not 14 (the bulk
-    enqueue's hot path); its records are those the 14 fields make. One task with an option
-    sends all 14 for every task, and each record gets only its own options."""
+    """A batch in which no task has an option sends 5 fields per task (the bulk enqueue's hot
+    path); its records are those every field makes. A batch in which some task has options
+    names those in its layout, every task sends them, and each record gets only its own."""
     plain = [task(prio=p, args="[]") for p in (9, 9, 0)]
     call = sc.enqueue_call(qk, plain, 100)
-    assert len(call.args) == 3 + 5 * 3
+    assert len(call.args) == 4 + 5 * 3 and call.args[3] == sc.enqueue.FIXED
     assert [e.status for e in sc.parse_enqueue(run(call))] == ["queued"] * 3
     twin = task(prio=9, args="[]")
-    run(sc.Call("enqueue", call.keys, [100, 1, 0, *sc.enqueue._task_args(twin)]))
+    run(sc.Call("enqueue", call.keys, [100, 1, 0, FULL, *full_fields(twin)]))
     short, full = r.hgetall(qk.task(plain[0].tid)), r.hgetall(qk.task(twin.tid))
     for rec in (short, full):
         rec.pop("eid"), rec.pop("enq")
     assert short == full and r.xlen(qk.stream(9)) == 3 and r.xlen(qk.stream(0)) == 1
-    # Left to the declaration (dtq.declared): still a fixed field, so still the short form.
+    # Left to the declaration (dtq.declared): the one option named, 6 fields per task.
     unset = task(unset="m")
     call = sc.enqueue_call(qk, [unset, task()], 100)
-    assert len(call.args) == 3 + 5 * 2
+    assert call.args[3] == "tid name args prio maxr dflt" and len(call.args) == 4 + 6 * 2
     run(call)
     assert r.hget(qk.task(unset.tid), "dflt") == "m"
-    mixed = [task(), task(kwargs='{"a":1}'), task()]
+    mixed = [task(), task(kwargs='{"a":1}'), task(delay_ms=60_000, unset="e")]
     call = sc.enqueue_call(qk, mixed, 100)
-    assert len(call.args) == 3 + 14 * 3
+    assert call.args[3] == "tid name args prio maxr dflt kwargs delay"
+    assert len(call.args) == 4 + 8 * 3
     run(call)
     assert [r.hget(qk.task(t.tid), "kwargs") for t in mixed] == [None, '{"a":1}', None]
+    assert [r.hget(qk.task(t.tid), "status") for t in mixed] == ["queued", "queued", "scheduled"]
+    assert [r.hget(qk.task(t.tid), "dflt") for t in mixed] == [None, None, "e"]
+    # A limit is four fields of their own (key, concurrency, rate count, rate window).
+    limited = [task(limit="0|5|1000|k|x"), task()]
+    call = sc.enqueue_call(qk, limited, 100)
+    assert call.args[3] == "tid name args prio maxr lk lc lrn lrw"
+    run(call)
+    assert r.hmget(qk.task(limited[0].tid), "lk", "lc", "lrn", "lrw") == ["k|x", "0", "5", "1000"]
+    assert r.hmget(qk.task(limited[1].tid), "lk", "lc", "lrn", "lrw") == [None] * 4
 
 
 def test_enqueue_scheduled_first_reads_the_clock(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
@@ -156,7 +189,7 @@ def test_claim_reply_carries_the_headers_set_at_enqueue(
 ) -> None:
     """Middleware headers (a trace context) reach the worker in the claim reply itself, with
     no second round trip; a task without headers claims with "" in their place, and costs the
-    reply nothing (8 fields per run; headers follow the tail, only for runs that have them)."""
+    reply nothing (14 fields per run; headers follow the tail, only for runs that have them)."""
     groups(r, qk)
     traced = task(
         headers='{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
@@ -164,12 +197,12 @@ def test_claim_reply_carries_the_headers_set_at_enqueue(
     plain, other = task(), task(headers='{"k":"v"}')
     enqueue(run, qk, plain, traced, other)
     raw = run(sc.claim_call(qk, "w1", 10, 100, 60))
-    assert len(raw) == 4 + 3 * 8 + 2 + 2 * 2
+    assert len(raw) == 5 + 3 * sc.outcomes.RUN_FIELDS + 2 + 2 * 2
     runs = {c.tid: c for c in sc.parse_claim(Q, raw).runs}
     assert runs[traced.tid].headers == traced.headers and runs[other.tid].headers == '{"k":"v"}'
     assert runs[plain.tid].headers == ""
     enqueue(run, qk, task())
-    assert len(run(sc.claim_call(qk, "w1", 10, 100, 60))) == 4 + 8 + 2
+    assert len(run(sc.claim_call(qk, "w1", 10, 100, 60))) == 5 + sc.outcomes.RUN_FIELDS + 2
     assert r.hget(qk.task(traced.tid), "hdr") == traced.headers
     assert r.hget(qk.task(plain.tid), "hdr") is None
 
@@ -312,7 +345,7 @@ def test_complete_with_what_the_claim_told_does_what_a_full_read_does(
         plain.tid: "-", idem.tid: "i", limited.tid: "l", erred.tid: "e",
     }  # fmt: skip
     outs = [sc.Success.of(runs[t.tid], "succeeded", "1") for t in (plain, idem, limited, erred)]
-    assert all(o.flags and o.priority >= 0 for o in outs)
+    assert all(o.flags and o.priority is not None and o.priority >= 0 for o in outs)
     r.config_resetstat()
     assert sc.parse_complete(run(sc.complete_call(qk, "w1", outs, 100, 60))) == [True] * 4
     stats = r.info("commandstats")
@@ -390,7 +423,7 @@ def test_fail_retries_then_dead_letters(r: redis.Redis, run: Any, qk: QueueKeys)
 
 def test_fail_without_retry(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     c = started(run, r, qk)
-    f = sc.Failure(c.tid, c.eid, c.attempt, "Fail: no", -1)
+    f = sc.Failure(c.tid, c.eid, c.attempt, "Fail: no", None)
     assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
 
 

@@ -400,3 +400,22 @@ def test_steps_made_ready_while_the_flow_is_failed_wait_for_its_resume(
     assert args_of(r, settings, "default", b) == [1] and args_of(r, settings, "default", d) == [3]
     assert complete(r, settings, "default", b, 2) and complete(r, settings, "default", d, 4)
     assert client.result(h.id, timeout=1) == [2, 4]
+
+
+def test_a_step_by_name_records_what_it_left_to_the_declaration(
+    r: redis.Redis, settings: Settings, client: Client
+) -> None:
+    """A step enqueued by name names the values it left to the worker's declaration in its
+    spec's own field: its record holds them as dflt (and max_retries as a plain number, left
+    out at dtq's default) until the first claim fills them (dtq.declared)."""
+    h = client.enqueue_workflow(chain(sig("a", [1]), sig("b", max_retries=7)))
+    qk = qk_of(settings, "default")
+    [tid] = [k.rsplit(":", 1)[1] for k in r.scan_iter(qk.task("*")) if r.hget(k, "flow")]
+    rec = r.hgetall(qk.task(tid))
+    assert rec["dflt"] == "mte" and "maxr" not in rec and rec["name"] == "a"
+    [a] = claim(r, settings, "default")
+    assert r.hget(qk.task(a.tid), "dflt") == "" and a.max_retries == 3
+    assert complete(r, settings, "default", a, 2)
+    [b] = claim(r, settings, "default")
+    assert b.max_retries == 7 and r.hget(qk.task(b.tid), "maxr") == "7"
+    assert client.get(h.id).status == "running"

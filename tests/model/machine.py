@@ -233,10 +233,10 @@ class DtqModel(RuleBasedStateMachine):
         if batch is not None:
             self.launch(w, batch)
 
-    @rule(pick=st.integers(0, 7), delay=st.sampled_from([-1, 0, 10_000]), fault=faults)
+    @rule(pick=st.integers(0, 7), delay=st.sampled_from([None, 0, 10_000]), fault=faults)
     @precondition(lambda self: any(self.held.values()))
-    def fail(self, pick: int, delay: int, fault: Fault) -> None:
-        """The pick-th held run fails (``delay`` -1: no retry allowed, a ``Fail``)."""
+    def fail(self, pick: int, delay: int | None, fault: Fault) -> None:
+        """The pick-th held run fails (``delay`` None: no retry allowed, a ``Fail``)."""
         w, tid = self.pick_run(pick)
         c = self.held[w][tid]
         f = sc.Failure(c.tid, c.eid, c.attempt, "E: boom", delay)

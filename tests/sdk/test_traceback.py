@@ -94,20 +94,19 @@ async def test_a_later_failure_without_traceback_clears_the_old_one(settings: Se
     assert info.traceback is None  # it belonged to the first run's error, not this one
 
 
-def test_fail_script_without_the_trailing_tracebacks_leaves_them(
-    settings: Settings, r: Any
-) -> None:
-    """Callers that do not send the optional trailing block (older layout) still work."""
+def test_fail_script_with_an_empty_traceback_stores_none(settings: Settings, r: Any) -> None:
+    """The tracebacks block is always sent (a fixed layout): a failure without one sends '' and
+    its record holds none; the history TTL after it is 0 when not counted."""
     qk = Keys(settings.key_prefix).queue("default")
     create_groups(r, qk)
     with __import__("dtq").Client(settings=settings) as c:
         h = c.enqueue("x", max_retries=0)
         scripts = sc.SyncScripts(c.redis)
         [run] = sc.parse_claim("default", scripts.run(sc.claim_call(qk, "w", 1, 1000, 60))).runs
-        call = sc.fail_call(qk, "w", [sc.Failure(run.tid, run.eid, run.attempt, "E: x", -1,
-                                                 "Traceback: tb")], 1000, 60)  # fmt: skip
-        old = sc.Call(call.script, call.keys, call.args[: 6 + 5])
-        assert sc.parse_verdicts(scripts.run(old)) == ["failed"]
+        call = sc.fail_call(qk, "w", [sc.Failure(run.tid, run.eid, run.attempt, "E: x", None)],
+                            1000, 60)  # fmt: skip
+        assert call.args[6 + 5 :] == ["", 0]
+        assert sc.parse_verdicts(scripts.run(call)) == ["failed"]
         assert c.get(h.id).traceback is None
         assert json.loads(json.dumps(c.get(h.id).to_dict()))["status"] == "failed"
 

@@ -26,10 +26,10 @@ NOW_MS = 1_700_000_000_000
 
 
 def claim_reply(queue: str, tids: list[str], *, more: bool = False) -> list[Any]:
-    """claim.lua's reply starting ``tids`` (8 fields a run), then held and more."""
-    raw: list[Any] = [NOW_MS, 0, 0, len(tids)]
+    """claim.lua's reply starting ``tids`` (14 fields a run), then held and more."""
+    raw: list[Any] = [NOW_MS, "ok", 0, 0, len(tids)]
     for tid in tids:
-        raw += [tid, f"{tid}-0", 1, "job", "[]", "", f"3  0 0 {NOW_MS} 5 -", ""]
+        raw += [tid, f"{tid}-0", 1, "job", "[]", "", "3", "", "0", "0", NOW_MS, "5", "-", ""]
     return [*raw, 0, 1 if more else 0]
 
 

@@ -88,8 +88,9 @@ async def test_an_outcome_writes_refill_is_taken_inside_the_write() -> None:
         async def run(self, call: sc.Call) -> Any:
             order.append("sent")
             # complete.lua with a claim: stored flag of the one outcome, then claim.lua's reply
-            # (now, absorbed, expired, n, then 8 fields per run).
-            return [1, [1000, 0, 0, 1, "t2", "2-0", 1, "ok", "[]", "", "3  0 0 0 0 0", ""]]
+            # (now, state, absorbed, expired, n, then 14 fields per run).
+            run = ["t2", "2-0", 1, "ok", "[]", "", "3", "", "0", "0", "0", "0", "-", ""]
+            return [1, [1000, "ok", 0, 0, 1, *run]]
 
     env.scripts = Scripts()  # type: ignore[assignment]
 

@@ -174,8 +174,8 @@ async def test_drain_waits_for_a_claim_in_flight_when_the_stop_came(settings: Se
     gate = asyncio.Event()
     hooked_wait = asyncio.Event()
 
-    def took_runs(claim_reply: Any) -> bool:  # claim.lua: {now_ms, absorbed, expired, n, ...}
-        return isinstance(claim_reply, list) and len(claim_reply) > 3 and int(claim_reply[3]) > 0
+    def took_runs(claim_reply: Any) -> bool:  # a claim.lua reply that started runs
+        return isinstance(claim_reply, list) and bool(sc.parse_claim("default", claim_reply).runs)
 
     async with AsyncClient(settings=settings, app=app) as c:
         async with running_worker(app, settings) as w:

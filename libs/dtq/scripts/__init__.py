@@ -54,7 +54,7 @@ from dtq.scripts.locks import parse_unlock as parse_unlock
 from dtq.scripts.locks import unlock_call as unlock_call
 from dtq.scripts.outcomes import ClaimBatch as ClaimBatch
 from dtq.scripts.outcomes import Claimed as Claimed
-from dtq.scripts.outcomes import ClaimSentinel as ClaimSentinel
+from dtq.scripts.outcomes import ClaimState as ClaimState
 from dtq.scripts.outcomes import Failure as Failure
 from dtq.scripts.outcomes import History as History
 from dtq.scripts.outcomes import RunRef as RunRef
@@ -117,9 +117,9 @@ from dtq.scripts.schedules import schedule_fire_call as schedule_fire_call
 from dtq.scripts.schedules import schedule_put_call as schedule_put_call
 
 REPLIES: Final[dict[str, tuple[type[Enum], ...]]] = {
-    "claim": (ClaimSentinel,),
-    "complete": (ClaimSentinel,),
-    "recover": (ClaimSentinel,),
+    "claim": (ClaimState,),
+    "complete": (ClaimState,),
+    "recover": (ClaimState,),
     "fail": (Verdict,),
     "requeue": (Verdict,),
     "touch": (TouchMark,),

@@ -4,7 +4,7 @@ enqueue answered (:class:`Enqueued`)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -34,16 +34,21 @@ class NewTask:
     headers: str = ""  # JSON object of strings from middleware (dtq.middleware), or ""
     group: str = ""  # the task's fair group within its queue (docs/groups.md), or ""
 
-    def maxr_arg(self) -> int | str:
-        """enqueue.lua's max_retries field: the number, or "~<unset letters><number>"."""
-        return f"~{self.unset}{self.max_retries}" if self.unset else self.max_retries
-
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     tid: str
     status: str
     created: bool
+
+
+# enqueue.lua's layout (its ARGV[4]): the fields each task sends. The 5 fixed ones come first;
+# then only the options some task of the call has, in the order of OPTIONS.
+FIXED = "tid name args prio maxr"
+LIMIT = ("lk", "lc", "lrn", "lrw")  # a limit's key, concurrency, rate count, rate window (ms)
+OPTIONS = ("dflt", "kwargs", "timeout", "delay", "exp", "idem", "meta", *LIMIT, "hdr", "grp")
+BY_NAME = FIXED + " dflt"  # a by-name enqueue's, which enqueue.lua reads without parsing
+_UNSET = {**dict.fromkeys(OPTIONS, ""), "delay": 0, "exp": 0}  # an option a task leaves out
 
 
 def enqueue_call(
@@ -57,27 +62,32 @@ def enqueue_call(
     else in this minute's counter, by this process's clock)."""
     if len(tasks) == 1:
         return enqueue_one_call(qk.prefix, qk.queue, tasks[0], events_maxlen, hist_ttl_s=hist_ttl_s)
-    n = len(tasks)
     head, streams = _enqueue_keys(qk.prefix, qk.queue)
     hk, ha = _hist(head[4], hist_ttl_s)
-    args: list[Any] = [events_maxlen, n, ha]
-    grouped = False
-    for t in tasks:  # plain tasks send their 5 fixed fields only (see enqueue.lua)
-        if _has_options(t):
-            args = [events_maxlen, n, ha]
-            for t in tasks:
-                args += _task_args(t)
+    by_name = False
+    for t in tasks:  # plain tasks send their 5 fixed fields only, by name 6 (see enqueue.lua)
+        if t.group or _has_options(t):
             break
-        grouped = grouped or bool(t.group)
-        args += (t.tid, t.name, t.args, t.priority, t.maxr_arg() if t.unset else t.max_retries)
+        by_name = by_name or bool(t.unset)
     else:
-        if grouped:  # a group the only option: 6 fields each
-            args = [events_maxlen, n, ha]
-            for t in tasks:
-                args += (t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.group)
-    # Only the bands used: enqueue.lua finds each stream by its last character.
-    bands = (streams[p] for p in {t.priority for t in tasks})
-    return Call("enqueue", [*head[:4], hk, *bands], args)
+        args: list[Any] = [events_maxlen, len(tasks), ha, BY_NAME if by_name else FIXED]
+        for t in tasks:
+            args += (t.tid, t.name, t.args, t.priority, t.max_retries)
+            if by_name:
+                args.append(t.unset)
+        return Call("enqueue", [*head[:4], hk, *_bands(streams, tasks)], args)
+    opts = [_options(t) for t in tasks]
+    used = [f for f in OPTIONS if any(f in o for o in opts)]
+    args = [events_maxlen, len(tasks), ha, " ".join((FIXED, *used))]
+    for t, o in zip(tasks, opts, strict=True):
+        args += (t.tid, t.name, t.args, t.priority, t.max_retries)
+        args += [o.get(f, _UNSET[f]) for f in used]
+    return Call("enqueue", [*head[:4], hk, *_bands(streams, tasks)], args)
+
+
+def _bands(streams: tuple[str, ...], tasks: Sequence[NewTask]) -> Iterator[str]:
+    """Only the bands used: enqueue.lua finds each stream by its last character."""
+    return (streams[p] for p in {t.priority for t in tasks})
 
 
 def enqueue_one_call(
@@ -90,17 +100,21 @@ def enqueue_one_call(
 ) -> Call:
     """:func:`enqueue_call` of one task, from the key prefix and queue name (the single
     enqueue's path: no QueueKeys is made, and the keys are looked up by two strings). A task
-    without options sends only its 5 fixed fields (enqueue.lua reads the missing 8 as empty)."""
+    without options sends only its 5 fixed fields (and its dflt when by name)."""
     head, streams = _enqueue_keys(prefix, queue)
     hk, ha = _hist(head[4], hist_ttl_s)
-    mr = t.maxr_arg() if t.unset else t.max_retries
-    if _has_options(t):
-        args = [events_maxlen, 1, ha, *_task_args(t)]
-    elif t.group:  # a group the only option: 6 fields
-        args = [events_maxlen, 1, ha, t.tid, t.name, t.args, t.priority, mr, t.group]
+    keys = [*head[:4], hk, streams[t.priority]]
+    if t.group or _has_options(t):
+        o = _options(t)
+        layout = " ".join((FIXED, *o))
+        args = [events_maxlen, 1, ha, layout, t.tid, t.name, t.args, t.priority, t.max_retries]
+        args += o.values()
+    elif t.unset:
+        args = [events_maxlen, 1, ha, BY_NAME, t.tid, t.name, t.args, t.priority, t.max_retries]
+        args.append(t.unset)
     else:
-        args = [events_maxlen, 1, ha, t.tid, t.name, t.args, t.priority, mr]
-    return Call("enqueue", [*head[:4], hk, streams[t.priority]], args)
+        args = [events_maxlen, 1, ha, FIXED, t.tid, t.name, t.args, t.priority, t.max_retries]
+    return Call("enqueue", keys, args)
 
 
 def _hist(base: str, ttl_s: int) -> tuple[str, int]:
@@ -112,21 +126,40 @@ def _hist(base: str, ttl_s: int) -> tuple[str, int]:
 
 
 def _has_options(t: NewTask) -> bool:
-    """Whether any of the 9 options of enqueue.lua's task fields but the group is set (a task
-    whose only option is its group sends 6 fields: see enqueue.lua)."""
+    """Whether any option of enqueue.lua's layout but dflt and grp is set (the two a by-name or
+    grouped enqueue sets: tested first, on their own)."""
     return bool(
         t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
         or t.meta or t.limit or t.headers
     )  # fmt: skip
 
 
-def _task_args(t: NewTask) -> list[Any]:
-    """enqueue.lua's 14 fields of one task: the 5 fixed ones, then the 9 options."""
-    return [
-        t.tid, t.name, t.args, t.priority, t.maxr_arg(), t.kwargs,
-        "" if t.timeout is None else repr(float(t.timeout)), t.delay_ms, t.expires_ms,
-        t.idempotency_key, t.meta, t.limit, t.headers, t.group,
-    ]  # fmt: skip
+def _options(t: NewTask) -> dict[str, Any]:
+    """The options task ``t`` sets, by their names in enqueue.lua's layout (in OPTIONS order)."""
+    o: dict[str, Any] = {}
+    if t.unset:
+        o["dflt"] = t.unset
+    if t.kwargs:
+        o["kwargs"] = t.kwargs
+    if t.timeout is not None:
+        o["timeout"] = repr(float(t.timeout))
+    if t.delay_ms:
+        o["delay"] = t.delay_ms
+    if t.expires_ms:
+        o["exp"] = t.expires_ms
+    if t.idempotency_key:
+        o["idem"] = t.idempotency_key
+    if t.meta:
+        o["meta"] = t.meta
+    if t.limit:
+        # (dtq.limits.Limit.encode(): "concurrency|rate count|rate window ms|key")
+        lc, lrn, lrw, o["lk"] = t.limit.split("|", 3)
+        o["lc"], o["lrn"], o["lrw"] = lc, lrn, lrw
+    if t.headers:
+        o["hdr"] = t.headers
+    if t.group:
+        o["grp"] = t.group
+    return o
 
 
 # Key lists of the hot-path scripts, built once per queue (each is ~15-18 formatted strings;

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
@@ -14,17 +14,16 @@ from dtq.scripts.runner import Call, to_str
 from dtq.store.keys import GROUP, QueueKeys
 
 
-class ClaimSentinel(IntEnum):
-    """What claim.lua (and complete.lua's claim) answers in place of a count of absorbed
-    entries when it claimed nothing: ``{now_ms, <sentinel>}``."""
+class ClaimState(StrEnum):
+    """The second value of a claim reply (claim.lua, complete.lua's claim, recover.lua):
+    ``{now_ms, <state>, ...}``."""
 
-    PAUSED = -1
-    """The queue is paused."""
-    MISSING_STREAMS = -2
+    OK = "ok"
+    """The claim ran: its counts and runs follow."""
+    PAUSED = "paused"
+    """The queue is paused: nothing follows."""
+    MISSING_STREAMS = "no_streams"
     """A priority stream is missing: the worker recreates the streams and the group."""
-
-
-_PAUSED, _MISSING_STREAMS = int(ClaimSentinel.PAUSED), int(ClaimSentinel.MISSING_STREAMS)
 
 
 class Verdict(StrEnum):
@@ -117,26 +116,34 @@ def claim_call(
     )
 
 
+RUN_FIELDS = 14
+"""claim.lua's fields per started run, in this order: tid, eid, attempt, name, args, kwargs,
+max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority, flags
+(:attr:`Claimed.flags`), idem. recover.lua and complete.lua's refill answer the same."""
+
+
 def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     """claim.lua's reply (also the last element of complete.lua's when it claimed)."""
     now = int(raw[0])
-    if int(raw[1]) == _PAUSED:
-        return ClaimBatch(now, [], paused=True)
-    if int(raw[1]) == _MISSING_STREAMS:
-        return ClaimBatch(now, [], missing_streams=True)
-    absorbed, expired, n = int(raw[1]), int(raw[2]), int(raw[3])
-    runs = []
     s = to_str
-    end = 4 + n * 8
-    for b in range(4, end, 8):  # positional, no slice per run (claim is the hot path)
-        # max_retries, timeout ('' = none), retries, interruptions, enqueued_ms, priority,
-        # flags (see Claimed.flags)
-        mr, to, rt, it, enq, pr, fl = s(raw[b + 6]).split(" ")
+    state = s(raw[1])
+    if state != "ok":
+        if state == ClaimState.PAUSED:
+            return ClaimBatch(now, [], paused=True)
+        if state == ClaimState.MISSING_STREAMS:
+            return ClaimBatch(now, [], missing_streams=True)
+        raise ValueError(f"claim reply: unknown state {state!r}")
+    absorbed, expired, n = int(raw[2]), int(raw[3]), int(raw[4])
+    runs = []
+    end = 5 + n * RUN_FIELDS
+    for b in range(5, end, RUN_FIELDS):
+        # The run's fields in claim.lua's order (RUN_FIELDS); one slice per run.
+        tid, eid, at, name, args, kw, mr, to, rt, it, enq, pr, fl, idem = raw[b : b + RUN_FIELDS]
         runs.append(
             Claimed(
-                queue, s(raw[b]), s(raw[b + 1]), int(raw[b + 2]), s(raw[b + 3]),
-                s(raw[b + 4]), s(raw[b + 5]), int(mr), float(to) if to else None, int(rt),
-                int(it), int(enq), int(pr), s(raw[b + 7]), "", fl,
+                queue, s(tid), s(eid), int(at), s(name), s(args), s(kw), int(mr),
+                float(to) if to else None, int(rt), int(it), int(enq), int(pr), s(idem), "",
+                s(fl),
             )
         )  # fmt: skip
     held = int(raw[end]) if len(raw) > end else 0
@@ -166,9 +173,9 @@ class Success:
     attempt: int
     status: str  # "succeeded" | "cancelled"
     payload: str  # result JSON, or the cancel reason
-    priority: int = -1
+    priority: int | None = None
     """The run's band, and its :attr:`Claimed.flags`: with both (see :meth:`of`) the fence
-    reads 3 fields of the record instead of 8; without (-1, ""), all 8."""
+    reads 3 fields of the record instead of 8; without (None, ""), all 8."""
     flags: str = ""
 
     @classmethod
@@ -195,9 +202,10 @@ def complete_call(
         1 if fair else 0, group_cap,
     ]  # fmt: skip
     for o in outcomes:
-        prio = o.priority if o.flags and o.priority >= 0 else ""
+        prio = o.priority if o.flags and o.priority is not None else ""
         args += [o.tid, o.eid, o.attempt, o.status, o.payload, prio, o.flags if prio != "" else ""]
     if hist is None:
+        args.append(0)
         return Call("complete", list(_claim_keys(qk)), args)
     args.append(hist.ttl_s)
     args += hist.buckets
@@ -222,7 +230,7 @@ class Failure:
     eid: str
     attempt: int
     error: str
-    retry_delay_ms: int  # -1: no retry allowed
+    retry_delay_ms: int | None  # None: no retry allowed
     traceback: str = ""  # "": none (a kept one is removed: it belonged to an older failure)
 
 
@@ -237,13 +245,16 @@ def fail_call(
     """Store ``failures``; with ``hist``, the stored ones are counted in the history."""
     args: list[Any] = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(failures)]
     for f in failures:
-        args += [f.tid, f.eid, f.attempt, f.error, f.retry_delay_ms]
-    args += [f.traceback for f in failures]  # the optional trailing block
+        delay = "" if f.retry_delay_ms is None else f.retry_delay_ms
+        args += [f.tid, f.eid, f.attempt, f.error, delay]
+    args += [f.traceback for f in failures]
     keys = [
         *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
         qk.lim_base, qk.flow_base, qk.flowq,
     ]  # fmt: skip
-    if hist is not None:  # the history block, after the tracebacks
+    if hist is None:  # the history block, after the tracebacks
+        args.append(0)
+    else:
         args.append(hist.ttl_s)
         args += hist.buckets
         keys.append(qk.hist_base)

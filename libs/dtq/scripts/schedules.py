@@ -69,11 +69,20 @@ def schedule_fire_call(
         [
             name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
             1 if overlap else 0, events_maxlen, fire_ms or expected_ms,
-            task.tid, task.name, task.args, task.kwargs, task.priority, task.maxr_arg(),
+            task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
             "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
-            task.limit, task.group,
+            *_limit_fields(task.limit), task.group,
         ],
     )  # fmt: skip
+
+
+def _limit_fields(limit: str) -> tuple[str, str, str, str]:
+    """schedule_fire.lua's lk, lc, lrn, lrw of a task's limit (dtq.limits.Limit.encode():
+    "concurrency|rate count|rate window ms|key"; "" = none)."""
+    if not limit:
+        return "", "", "", ""
+    lc, lrn, lrw, lk = limit.split("|", 3)
+    return lk, lc, lrn, lrw
 
 
 def parse_schedule_fire(raw: list[Any]) -> Fired:
