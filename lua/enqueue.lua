@@ -33,8 +33,8 @@
 --              The caller names only the options some task of the call has: a bulk enqueue of
 --              plain tasks sends 5 fields per task and a single one 9 arguments in all (each
 --              argument costs Redis a Lua string); the layout is read once per call, and the
---              plain one and a by-name enqueue's ("tid name args prio maxr dflt") are matched
---              whole, without parsing.
+--              plain one, a by-name enqueue's ("tid name args prio maxr dflt") and a grouped
+--              task's (those with "grp" after them) are matched whole, without parsing.
 -- ARGV[5..]    per task, the fields the layout names (n times).
 -- Returns      flat list, 3 per task: tid, status, created(1) | existing(0)
 --              For an idempotency key that names a live task, that task's tid and status.
@@ -67,6 +67,10 @@ local F, at, copy = 5, nil, nil
 local by_name = ARGV[4] == 'tid name args prio maxr dflt'
 if by_name then
   F = 6
+elseif ARGV[4] == 'tid name args prio maxr grp' then  -- a grouped task's, also not parsed
+  F, at, copy = 6, {grp = 5}, {5, 'grp'}
+elseif ARGV[4] == 'tid name args prio maxr dflt grp' then
+  F, at, copy = 7, {dflt = 5, grp = 6}, {5, 'dflt', 6, 'grp'}
 elseif ARGV[4] ~= 'tid name args prio maxr' then
   if string.sub(ARGV[4], 1, 24) ~= 'tid name args prio maxr ' then
     return redis.error_reply('DTQ_BAD_CALL a layout starts with "tid name args prio maxr"')
