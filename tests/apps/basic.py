@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import time
 
@@ -29,6 +30,19 @@ def record_start(tag: str = "") -> None:
 @app.task(name="add")
 async def add(a: int, b: int) -> int:
     return a + b
+
+
+# A variable a task sets in its own context: a run started later must not see it (each run's
+# context is the worker's, not the one of the run whose outcome write claimed it).
+_leak: contextvars.ContextVar[str | None] = contextvars.ContextVar("leak", default=None)
+
+
+@app.task(name="context_leak")
+async def context_leak(i: int) -> str | None:
+    seen = _leak.get()
+    _leak.set(f"run {i}")
+    await asyncio.sleep(0.001)
+    return seen
 
 
 @app.task(name="child_context")

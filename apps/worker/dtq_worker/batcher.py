@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -27,13 +28,15 @@ class Batcher(Generic[I, O]):
         self._max_batch = max_batch
         self._flights = flights
         self._busy = 0
+        self._ctx = contextvars.copy_context()
 
     async def submit(self, item: I) -> O:
         fut: asyncio.Future[O] = asyncio.get_running_loop().create_future()
         self._pending.append((item, fut))
         if self._busy < self._flights:
             self._busy += 1
-            asyncio.get_running_loop().create_task(self._drain())
+            # (in the worker's context: the submitter is a run, whose variables stay its own)
+            asyncio.get_running_loop().create_task(self._drain(), context=self._ctx.copy())
         return await fut
 
     async def _drain(self) -> None:

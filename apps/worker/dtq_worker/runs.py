@@ -5,6 +5,7 @@ stopped (cancel, claim loss, shutdown), handed back and forgotten."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from concurrent.futures import Executor as Executor_
@@ -41,6 +42,7 @@ class Runs:
         held at once; ``counters``: outcomes so far (the heartbeat publishes them)."""
         s = env.settings
         self.env = env
+        self._ctx = contextvars.copy_context()  # each run starts in a copy (start())
         self.slots = Slots(
             s.worker_concurrency,
             s.worker_prefetch,
@@ -94,7 +96,9 @@ class Runs:
     def start(self, run: Run) -> None:
         """Begin the run's task: its body, or the write of its stop (Executor.execute)."""
         run.started_mono = time.monotonic()
-        run.task = asyncio.get_running_loop().create_task(self._run(run))
+        # A copy of the worker's context, not of the caller's: an outcome write that claims
+        # the next runs runs in a run's context, whose variables must not leak into them.
+        run.task = asyncio.get_running_loop().create_task(self._run(run), context=self._ctx.copy())
 
     async def _run(self, run: Run) -> None:
         try:

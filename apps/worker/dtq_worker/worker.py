@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import signal
@@ -183,7 +184,8 @@ class Worker:
             # (not loop.add_signal_handler: the hard-exit timer is armed even while a task
             # blocks the event loop)
             self._arm_hard_exit()
-            loop.call_soon_threadsafe(self.on_signal, sig)
+            # (in a context of its own: the signal may land inside a run's body)
+            loop.call_soon_threadsafe(self.on_signal, sig, context=contextvars.Context())
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, handler)
