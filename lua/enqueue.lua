@@ -118,7 +118,7 @@ local batch = n > 1 and {queued = {{}, {}}, scheduled = {{}, {}}} or nil
 local now, nows = nil, nil  -- the call's time: number, and its text for the record
 local out = nil
 local made = 0  -- tasks this call created: counted in the history at the end
-local gmode = nil  -- whether the queue has active groups (read once, at the first plain task)
+local gmode = nil  -- whether the queue has active groups (read once, with a record: below)
 -- A bulk call's new groups enter the index of active groups by one ZADD, at the end: their
 -- entries (score, group, ...) as group_put collects them.
 local gidx = n > 1 and {} or nil
@@ -145,7 +145,18 @@ for i = 0, n - 1 do
     end
   end
   local rk = KEYS[3] .. tid
-  if not status then status = redis.call('HGET', rk, 'status') end  -- set: a re-send (above)
+  if status then  -- (set: a re-send, above)
+  elseif gmode == nil and delay == 0 and not (at and at.grp and ARGV[o + at.grp] ~= '') then
+    -- The first task of the call to go to a stream without a group asks whether groups are
+    -- active with the same call that asks whether its record exists (a re-send): the index
+    -- counts 2, the record 1. A queue without groups pays no call for them.
+    local ik = string.sub(KEYS[3], 1, -3) .. 'g:idx'
+    local e = redis.call('EXISTS', rk, ik, ik)
+    gmode = e >= 2 or (gidx ~= nil and gidx[1] ~= nil)  -- (or a new group of this call)
+    if e % 2 == 1 then status = redis.call('HGET', rk, 'status') end
+  else
+    status = redis.call('HGET', rk, 'status')
+  end
   if not status then
     local wk, wv  -- where the task waits: its stream entry's id, or its due time
     local gstore = nil  -- grp to store: '' for a task without a group while groups are active
@@ -158,10 +169,6 @@ for i = 0, n - 1 do
       status = 'queued'
       local sk = streams and streams[prio] or stream
       local grp = at and at.grp and ARGV[o + at.grp] or ''
-      if grp == '' and gmode == nil then  -- (a new group of this call: active, not indexed yet)
-        gmode = gidx ~= nil and gidx[1] ~= nil or
-          redis.call('EXISTS', group_base(KEYS[3]) .. 'idx') == 1
-      end
       if grp ~= '' or gmode then  -- its group's turn, or its group's list (docs/groups.md)
         local l = prio .. ':' .. grp
         if l == wl and npushed < 200 then  -- (200: unpack's bound on the Lua stack)

@@ -35,12 +35,16 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     nows)
   local base = KEYS[14]
   local gb = group_base(base)
-  local gmode = nil  -- whether the queue has active groups (read at the first task without one)
   local sched, lim_base = KEYS[16], KEYS[17]
   if not now then now, nows = now_ms() end
-  if redis.call('EXISTS', KEYS[11]) == 1 then
+  -- Whether the queue is paused (counts 1) and whether it has active groups (the index, named
+  -- twice, counts 2): one call.
+  local ik = gb .. 'idx'
+  local e = redis.call('EXISTS', KEYS[11], ik, ik)
+  if e % 2 == 1 then
     return {now, 'paused'}
   end
+  local gmode = e >= 2
   if redis.call('EXISTS', unpack(KEYS, 1, 10)) < 10 then
     return {now, 'no_streams'}
   end
@@ -318,7 +322,6 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     if r[1] == 'queued' and r[2] == eid then
       local grp, legacy = r[24], false
       if not grp then
-        if gmode == nil then gmode = redis.call('EXISTS', gb .. 'idx') == 1 end
         if gmode then grp, legacy = '', true end
       end
       local fill = NOFILL

@@ -237,6 +237,25 @@ def test_tasks_without_a_group_are_one_group_while_groups_are_active(
     assert r.hget(qk.task(plain_before[-1].tid), "grp") == ""
 
 
+@pytest.mark.parametrize("groups_active", [False, True])
+def test_a_resent_plain_enqueue_is_answered_once_with_or_without_active_groups(
+    r: redis.Redis, run: Any, qk: QueueKeys, groups_active: bool
+) -> None:
+    # enqueue.lua asks "does the record exist (a re-send)?" and "are groups active?" with one
+    # call; each answer must still be read right when the other is yes.
+    if groups_active:
+        enqueue(run, qk, task("acme"))
+    t = task()
+    first = enqueue(run, qk, t)
+    entries = r.xlen(qk.stream(5))
+    again = enqueue(run, qk, t)
+    assert [(e.tid, e.status, e.created) for e in again] == [(t.tid, "queued", True)]
+    assert first[0].tid == t.tid and r.xlen(qk.stream(5)) == entries
+    assert (r.hget(qk.task(t.tid), "grp") == "") is groups_active
+    if groups_active:  # the plain task waits in group '' behind its turn, once
+        assert r.lrange(qk.group_waiting(5, ""), 0, -1) == [t.tid]
+
+
 def test_completing_every_task_leaves_no_group_key(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     enqueue(run, qk, *[task(g) for g in ("a", "b", "a", "c")], task())
     while True:
