@@ -16,11 +16,12 @@
 -- ARGV[1]      schedule name, ARGV[2] expected next fire (ms), ARGV[3] new next fire (ms),
 -- ARGV[4]      definition JSON as read by the caller, ARGV[5] fire: 1 enqueue, 0 skip (missed),
 -- ARGV[6]      overlap allowed: 1 | 0, ARGV[7] events maxlen, ARGV[8] fire time (ms, for events)
--- ARGV[9..22]  the task, 14 fields: tid, name, args(JSON), kwargs(JSON or ''), priority,
+-- ARGV[9..23]  the task, 15 fields: tid, name, args(JSON), kwargs(JSON or ''), priority,
 --              max_retries, timeout_s ('' = none), expires_ms (0 = never, relative to now), meta
 --              (JSON or ''), its limit's key ('' = none), concurrency, rate count and rate
 --              window ms (dtq/limits.py; as enqueue.lua's lk, lc, lrn, lrw), fair group ('' =
---              none; field grp, docs/groups.md)
+--              none; field grp, docs/groups.md), dflt (as enqueue.lua's: what the fire left to
+--              the declaration of the worker that runs it, '' = none)
 -- Returns      {outcome, tid}: outcome 'fired' | 'overlap' (skipped, previous run active) |
 --              'missed' (skipped, past the grace period) | 'stale' (someone else moved it)
 -- include: emit
@@ -64,6 +65,7 @@ if timeout ~= '' then redis.call('HSET', rk, 'timeout', timeout) end
 if expires > 0 then redis.call('HSET', rk, 'exp', now + expires) end
 if meta ~= '' then redis.call('HSET', rk, 'meta', meta) end
 if ARGV[22] ~= '' then redis.call('HSET', rk, 'grp', ARGV[22]) end
+if ARGV[23] ~= '' then redis.call('HSET', rk, 'dflt', ARGV[23]) end
 if ARGV[18] ~= '' then
   redis.call('HSET', rk, 'lk', ARGV[18], 'lc', ARGV[19], 'lrn', ARGV[20], 'lrw', ARGV[21])
 end

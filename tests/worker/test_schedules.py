@@ -195,6 +195,25 @@ async def test_due_schedule_fires_once_with_its_metadata(
         )
 
 
+async def test_a_fired_task_the_schedulers_app_does_not_know_takes_the_workers_declaration(
+    settings: Settings, r: redis.Redis
+) -> None:
+    """As a by-name enqueue: what the schedule leaves unset (here timeout and expiry; the
+    schedule sets max_retries) is the declaration's of the worker that runs it, not dtq's
+    defaults (the scheduler may run where the task is not imported)."""
+    app = App()
+    with Client(settings=settings) as c:
+        add_schedule(c, Schedule(name="nightly", task="elsewhere", every=3600, max_retries=5))
+        set_next(r, settings, "nightly", server_ms(r) - 10)
+        runner, ar = runner_for(app, settings)
+        try:
+            await runner.tick("default")
+        finally:
+            await ar.aclose()
+        [key] = tasks_of(r, settings)
+        assert r.hget(key, "dflt") == "te" and r.hget(key, "maxr") == "5"
+
+
 async def test_concurrent_leaders_fire_exactly_once(settings: Settings, r: redis.Redis) -> None:
     """Eight runners on their own connections race for the same due fire: one wins."""
     app = App()

@@ -36,8 +36,10 @@ class Schedule:
 
     Exactly one of ``cron`` (5-field cron expression, wall clock in ``tz``) and ``every``
     (seconds) is given. ``priority``, ``max_retries`` and ``timeout`` default to the task's own
-    (``@app.task``) when the worker knows it. ``expires`` (seconds) ends a fire ``expired`` if no
-    worker starts it in time. ``grace`` is how late a fire may still run (seconds).
+    (``@app.task``): the scheduling worker's when it imports the task, else (``max_retries`` and
+    ``timeout``) the declaration of the worker that runs it. ``expires`` (seconds) ends a fire
+    ``expired`` if no worker starts it in time. ``grace`` is how late a fire may still run
+    (seconds).
     """
 
     name: str

@@ -13,7 +13,7 @@ from dtq import scripts as sc
 from dtq.schedules.cron import from_ms
 from dtq.schedules.model import Schedule, declared
 from dtq.schedules.ops import forget, put_call, server_ms
-from dtq.sdk.requests import TaskDefaults, build_task
+from dtq.sdk.requests import build_task
 from dtq.settings import Settings
 from dtq.store.keys import Keys, QueueKeys, make_task_id
 
@@ -185,10 +185,12 @@ class ScheduleRunner:
 
     def _task(self, s: Schedule, fire_ms: int) -> sc.NewTask:
         meta = {**s.metadata, "schedule": s.name, "fire_at": from_ms(fire_ms).isoformat()}
-        defaults = self.app.defaults_for(s.task) or TaskDefaults(queue=s.queue)
+        # A task this app does not know is enqueued by name: what the schedule leaves unset is
+        # the running worker's declaration (docs/tasks.md), not dtq's defaults.
         _, task = build_task(
             self.settings, s.task, list(s.args), dict(s.kwargs) or None,
-            defaults=defaults, queue=s.queue, priority=s.priority, max_retries=s.max_retries,
-            timeout=s.timeout, expires=s.expires, metadata=meta, group=s.group,
+            defaults=self.app.defaults_for(s.task), queue=s.queue, priority=s.priority,
+            max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
+            group=s.group,
         )  # fmt: skip
         return task

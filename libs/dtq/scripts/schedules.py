@@ -71,7 +71,7 @@ def schedule_fire_call(
             1 if overlap else 0, events_maxlen, fire_ms or expected_ms,
             task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
             "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
-            *_limit_fields(task.limit), task.group,
+            *_limit_fields(task.limit), task.group, task.unset,
         ],
     )  # fmt: skip
 
