@@ -140,10 +140,6 @@ def _ms(time_reply: Any) -> float:
     return int(time_reply[0]) * 1000 + int(time_reply[1]) / 1000
 
 
-def _str(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def resend_delay(attempt: int) -> float:
     """Jittered backoff before a re-send (as redis-py's own)."""
     return random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
@@ -608,7 +604,7 @@ class ClientBase:
             self._redis_clock_ms = _ms((yield lambda r: r.time())) - mono_ms
         oldest = mono_ms + self._redis_clock_ms - self.settings.declaration_grace_s * 1000
         live = {
-            k: {_str(n) for n, ms in seen.items() if int(ms) >= oldest}
+            k: {sc.to_str(n) for n, ms in seen.items() if int(ms) >= oldest}
             for k, seen in zip(keys, replies, strict=False)  # (TIME, if there, is left over)
         }
         out = []
