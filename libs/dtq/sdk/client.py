@@ -15,7 +15,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
@@ -123,6 +123,7 @@ DECLARED_EVERY_S = 300.0
 BLIPS = (redis.ConnectionError, redis.TimeoutError)
 # Replies of a Redis that cannot take writes now (the call did not take effect).
 REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+REDIS_ERRORS = BLIPS + REFUSED
 
 
 def redis_error(exc: Exception) -> RedisUnavailable:
@@ -137,10 +138,6 @@ def redis_error(exc: Exception) -> RedisUnavailable:
 def _ms(time_reply: Any) -> float:
     """Milliseconds of a TIME reply (seconds, microseconds)."""
     return int(time_reply[0]) * 1000 + int(time_reply[1]) / 1000
-
-
-def _str(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def resend_delay(attempt: int) -> float:
@@ -265,32 +262,37 @@ class ClientBase:
         q = queue or (d.queue if d is not None else "default")
         return EnqueueRequest(name, args, kwargs, q, opts, dict(metadata or {}), {})
 
-    def _built(
+    def _task(
+        self, name: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, sc.NewTask] | Steps[tuple[str, sc.NewTask]]:
+        """``enqueue``'s queue and task; with ``before_enqueue`` middleware, the steps that let it
+        see the request first (the client drives them)."""
+        if isinstance(name, Task):
+            return self._by_name(**name.request(args, kwargs), defaults=name.defaults)
+        return self._by_name(name, *args, **kwargs)
+
+    def _by_name(
         self,
         name: str,
-        args: Any,
-        kwargs: Mapping[str, Any] | None,
-        defaults: TaskDefaults | None,
-        options: dict[str, Any],
-    ) -> tuple[str, sc.NewTask] | None:
-        """One enqueue's task; None when ``before_enqueue`` middleware is to see it first."""
+        args: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        defaults: TaskDefaults | None = None,
+        **options: Any,
+    ) -> tuple[str, sc.NewTask] | Steps[tuple[str, sc.NewTask]]:
+        """:meth:`_task` of an ``enqueue`` by name; ``options`` are :class:`EnqueueOptions`."""
         if "headers" in options:  # build_task's, set by middleware only: not an option
             raise TypeError("enqueue() got an unexpected keyword argument 'headers'")
-        if self._mw() is not None:
-            return None
-        return build_task(self.settings, name, args, kwargs, defaults=defaults, **options)
+        d = defaults or self._defaults(name)
+        mw = self._mw()
+        if mw is None:
+            return build_task(self.settings, name, args, kwargs, defaults=d, **options)
+        return self._hooked_steps(mw, self._request(name, args, kwargs, options, d), d)
 
     def _hooked_steps(
-        self,
-        name: str,
-        args: Any,
-        kwargs: Mapping[str, Any] | None,
-        defaults: TaskDefaults | None,
-        options: dict[str, Any],
+        self, mw: Hooks, req: EnqueueRequest, defaults: TaskDefaults | None
     ) -> Steps[tuple[str, sc.NewTask]]:
-        """One enqueue's task, built after ``before_enqueue`` middleware saw its request."""
-        req = self._request(name, args, kwargs, options, defaults)
-        yield Hooked(self._mw() or Hooks(), req)
+        yield Hooked(mw, req)
         return self._build(req, defaults)
 
     def _build(
@@ -602,7 +604,7 @@ class ClientBase:
             self._redis_clock_ms = _ms((yield lambda r: r.time())) - mono_ms
         oldest = mono_ms + self._redis_clock_ms - self.settings.declaration_grace_s * 1000
         live = {
-            k: {_str(n) for n, ms in seen.items() if int(ms) >= oldest}
+            k: {sc.to_str(n) for n, ms in seen.items() if int(ms) >= oldest}
             for k, seen in zip(keys, replies, strict=False)  # (TIME, if there, is left over)
         }
         out = []
@@ -680,12 +682,6 @@ class AsyncClient(ClientBase):
         await self._done.close()
         await self.redis.aclose()
 
-    async def _io(self, fn: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await fn()
-        except BLIPS + REFUSED as exc:
-            raise redis_error(exc) from None
-
     @overload
     async def enqueue(
         self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs
@@ -709,44 +705,25 @@ class AsyncClient(ClientBase):
         by mypy against the function, the handle typed by its result, the task's declared
         defaults applied, options via ``send_email.options(delay=5)``.
         """
-        if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
-            return await self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
-        h = await self._enqueue(name, *args, **kwargs)
-        if due := self._undeclared(((h, name),)):  # once per DECLARED_EVERY_S, not per task
-            await self._warn_undeclared(due)
-        return h
-
-    async def _enqueue(
-        self,
-        name: str,
-        args: Any = None,
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        defaults: TaskDefaults | None = None,
-        **options: Any,
-    ) -> TaskHandle:
-        """``enqueue`` by name; ``options`` are :class:`EnqueueOptions`."""
-        d = defaults or self._defaults(name)
-        built = self._built(name, args, kwargs, d, options)
-        if built is None:  # before_enqueue middleware sees the request first
-            built = await self._drive(self._hooked_steps(name, args, kwargs, d, options))
+        built = self._task(name, args, kwargs)
+        if not isinstance(built, tuple):  # before_enqueue middleware sees the request first
+            built = await self._drive(built)
         q, task = built
         co = self._coalesced
-        if co is None or co.sending():  # (sending: made inside a send, dtq.testing's eager)
-            return await self._enqueue_one(q, task)
-        if co.busy(q):  # an enqueue of q is in flight: this one goes in the batch after it
-            return await co.wait(q, task)
-        token = co.begin(q)
-        try:
-            return await self._enqueue_one(q, task)
-        finally:
-            co.end(q, token)
+        if co is None:
+            h = await self._enqueue_one(q, task)
+        else:  # an enqueue of q in flight: this one goes in the batch after it
+            h = await co.call(q, task, partial(self._enqueue_one, q, task))
+        # (a task object exists: no check whether a worker declares it)
+        if not isinstance(name, Task) and (due := self._undeclared(((h, name),))):
+            await self._warn_undeclared(due)  # once per DECLARED_EVERY_S, not per task
+        return h
 
     async def _enqueue_one(self, q: str, task: sc.NewTask) -> TaskHandle:
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return (await self._send({q: [(0, task)]}, 1))[0]
-        return self._handle(q, await self._io(lambda: self._scripts.run(call)))
+        return self._handle(q, await self._step(call))
 
     async def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
         return await self._send({queue: list(enumerate(tasks))}, len(tasks))
@@ -793,31 +770,35 @@ class AsyncClient(ClientBase):
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
             try:
-                arg, go = await self._io(partial(self._step, step)), steps.send
+                arg, go = await self._step(step), steps.send
             except BaseException as exc:  # (also a cancel: a wait's finally unsubscribes)
                 arg, go = exc, steps.throw
 
     async def _step(self, step: Any) -> Any:
-        if isinstance(step, sc.Call):
-            return await self._scripts.run(step)
-        if isinstance(step, Hooked):
-            return await before_enqueue_async(step.hooks, step.req)
-        if isinstance(step, TaskScan):
-            return await ascan_tasks(self.redis, step.qk, step.cursor, step.count)
-        if isinstance(step, Pipelined):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for call in step.calls:
-                    await self._scripts.run(call, pipe)
-                return await pipe.execute()
-        if isinstance(step, Streamed):
-            return await self._scripts.run_many(step.calls, step.each)
-        if isinstance(step, Pause):
-            if step.woken is None:
-                return await asyncio.sleep(step.seconds)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(step.woken.wait(), step.seconds)
-            return None
-        return await step(self.redis)
+        """One step's I/O (see ClientBase's step generators)."""
+        try:
+            if isinstance(step, sc.Call):
+                return await self._scripts.run(step)
+            if isinstance(step, Hooked):
+                return await before_enqueue_async(step.hooks, step.req)
+            if isinstance(step, TaskScan):
+                return await ascan_tasks(self.redis, step.qk, step.cursor, step.count)
+            if isinstance(step, Pipelined):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for call in step.calls:
+                        await self._scripts.run(call, pipe)
+                    return await pipe.execute()
+            if isinstance(step, Streamed):
+                return await self._scripts.run_many(step.calls, step.each)
+            if isinstance(step, Pause):
+                if step.woken is None:
+                    return await asyncio.sleep(step.seconds)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(step.woken.wait(), step.seconds)
+                return None
+            return await step(self.redis)
+        except REDIS_ERRORS as exc:
+            raise redis_error(exc) from None
 
     async def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none. For a
@@ -915,9 +896,12 @@ class Client(ClientBase):
         redis_client: redis.Redis | None = None,
     ) -> None:
         super().__init__(url, settings, app)
-        self.redis: redis.Redis = redis_client or self._io(
-            lambda: sync_redis(self.settings.redis_url, **self._connection_options())
-        )
+        if redis_client is None:
+            try:  # (a cluster's client connects now)
+                redis_client = sync_redis(self.settings.redis_url, **self._connection_options())
+            except REDIS_ERRORS as exc:
+                raise redis_error(exc) from None
+        self.redis: redis.Redis = redis_client
         self._scripts = sc.SyncScripts(
             self.redis, replay_safe=True, fast_lane=self.settings.fast_lane
         )  # (replay_safe: docs/faults.md)
@@ -936,12 +920,6 @@ class Client(ClientBase):
         self._done.close()
         self.redis.close()
 
-    def _io(self, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except BLIPS + REFUSED as exc:
-            raise redis_error(exc) from None
-
     @overload
     def enqueue(self, name: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]: ...
 
@@ -957,39 +935,25 @@ class Client(ClientBase):
 
     def enqueue(self, name: Any, /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
         """Enqueue one task by name or through the task object; see :meth:`AsyncClient.enqueue`."""
-        if isinstance(name, Task):  # (it exists: no check whether a worker declares it)
-            return self._enqueue(**name.request(args, kwargs), defaults=name.defaults)
-        h = self._enqueue(name, *args, **kwargs)
-        if due := self._undeclared(((h, name),)):  # once per DECLARED_EVERY_S, not per task
-            self._warn_undeclared(due)
-        return h
-
-    def _enqueue(
-        self,
-        name: str,
-        args: Any = None,
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        defaults: TaskDefaults | None = None,
-        **options: Any,
-    ) -> TaskHandle:
-        """``enqueue`` by name; ``options`` are :class:`EnqueueOptions`."""
-        d = defaults or self._defaults(name)
-        built = self._built(name, args, kwargs, d, options)
-        if built is None:  # before_enqueue middleware sees the request first
-            built = self._drive(self._hooked_steps(name, args, kwargs, d, options))
+        built = self._task(name, args, kwargs)
+        if not isinstance(built, tuple):  # before_enqueue middleware sees the request first
+            built = self._drive(built)
         q, task = built
         co = self._coalesced
         if co is None:
-            return self._enqueue_one(q, task)
-        # Another thread's enqueue of q in flight: this one goes in the batch after it.
-        return co.call(q, task, partial(self._enqueue_one, q, task))
+            h = self._enqueue_one(q, task)
+        else:  # another thread's enqueue of q in flight: this one goes in the batch after it
+            h = co.call(q, task, partial(self._enqueue_one, q, task))
+        # (a task object exists: no check whether a worker declares it)
+        if not isinstance(name, Task) and (due := self._undeclared(((h, name),))):
+            self._warn_undeclared(due)  # once per DECLARED_EVERY_S, not per task
+        return h
 
     def _enqueue_one(self, q: str, task: sc.NewTask) -> TaskHandle:
         call = self._single(q, task)
         if call is None:  # the queue's first enqueue by this client registers it
             return self._send({q: [(0, task)]}, 1)[0]
-        return self._handle(q, self._io(lambda: self._scripts.run(call)))
+        return self._handle(q, self._step(call))
 
     def _enqueue_batch(self, queue: str, tasks: Sequence[sc.NewTask]) -> list[TaskHandle]:
         return self._send({queue: list(enumerate(tasks))}, len(tasks))
@@ -1022,27 +986,31 @@ class Client(ClientBase):
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
             try:
-                arg, go = self._io(partial(self._step, step)), steps.send
+                arg, go = self._step(step), steps.send
             except BaseException as exc:
                 arg, go = exc, steps.throw
 
     def _step(self, step: Any) -> Any:
-        if isinstance(step, sc.Call):
-            return self._scripts.run(step)
-        if isinstance(step, Hooked):
-            return before_enqueue_sync(step.hooks, step.req)
-        if isinstance(step, TaskScan):
-            return scan_tasks(self.redis, step.qk, step.cursor, step.count)
-        if isinstance(step, Pipelined):
-            with self.redis.pipeline(transaction=False) as pipe:
-                for call in step.calls:
-                    self._scripts.run(call, pipe)
-                return pipe.execute()
-        if isinstance(step, Streamed):
-            return self._scripts.run_many(step.calls, step.each)
-        if isinstance(step, Pause):
-            return time.sleep(step.seconds) if step.woken is None else step.woken.wait(step.seconds)
-        return step(self.redis)
+        try:
+            if isinstance(step, sc.Call):
+                return self._scripts.run(step)
+            if isinstance(step, Hooked):
+                return before_enqueue_sync(step.hooks, step.req)
+            if isinstance(step, TaskScan):
+                return scan_tasks(self.redis, step.qk, step.cursor, step.count)
+            if isinstance(step, Pipelined):
+                with self.redis.pipeline(transaction=False) as pipe:
+                    for call in step.calls:
+                        self._scripts.run(call, pipe)
+                    return pipe.execute()
+            if isinstance(step, Streamed):
+                return self._scripts.run_many(step.calls, step.each)
+            if isinstance(step, Pause):
+                wait = time.sleep if step.woken is None else step.woken.wait
+                return wait(step.seconds)
+            return step(self.redis)
+        except REDIS_ERRORS as exc:
+            raise redis_error(exc) from None
 
     def get(self, task_id: str) -> TaskInfo:
         """The task's record; raises :class:`dtq.UnknownTask` if there is none (a workflow:

@@ -25,38 +25,30 @@ _SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("dtq_sending", d
 
 
 class Coalescer(Generic[K, I, O]):
-    """``if c.busy(key): return await c.wait(key, item)`` (its result from the next
-    ``send_many(key, items)``), else ``t = c.begin(key)``, send, and ``c.end(key, t)`` in a
-    ``finally``; a call made inside a send (``c.sending()``) is sent on its own."""
+    """``await c.call(key, item, send_one)``: ``send_one()``'s result when ``key`` is idle (or
+    when called inside a send, which cannot wait for itself), else ``item``'s result from the
+    next ``send_many(key, items)``."""
 
     def __init__(self, send_many: Callable[[K, Sequence[I]], Awaitable[Sequence[O]]]) -> None:
         self._send_many = send_many
         self._waiting: dict[K, list[tuple[I, asyncio.Future[O]]]] = {}  # key: one in flight
         self._batches: set[asyncio.Task[None]] = set()
 
-    def busy(self, key: K) -> bool:
-        return key in self._waiting
-
-    async def wait(self, key: K, item: I) -> O:
-        """``item``'s result, sent in the batch after the call of ``key`` in flight."""
-        fut: asyncio.Future[O] = asyncio.get_running_loop().create_future()
-        self._waiting[key].append((item, fut))
-        return await fut
-
-    @staticmethod
-    def sending() -> bool:
-        """Whether this coroutine is inside a send of a coalescer's (its call must not wait)."""
-        return _SENDING.get()
-
-    def begin(self, key: K) -> contextvars.Token[bool]:
-        """The caller sends a call of ``key`` (idle) now: later items of ``key`` wait."""
+    async def call(self, key: K, item: I, send_one: Callable[[], Awaitable[O]]) -> O:
+        if _SENDING.get():
+            return await send_one()
+        waiting = self._waiting.get(key)
+        if waiting is not None:  # a call of key in flight: item goes in the batch after it
+            fut: asyncio.Future[O] = asyncio.get_running_loop().create_future()
+            waiting.append((item, fut))
+            return await fut
         self._waiting[key] = []
-        return _SENDING.set(True)
-
-    def end(self, key: K, token: contextvars.Token[bool]) -> None:
-        """The call of ``key`` that :meth:`begin` announced ended (answered or not)."""
-        _SENDING.reset(token)
-        self._next(key)
+        token = _SENDING.set(True)
+        try:
+            return await send_one()
+        finally:
+            _SENDING.reset(token)
+            self._next(key)
 
     def _next(self, key: K) -> None:
         """The call of ``key`` in flight ended: send what waited for it, as one batch."""

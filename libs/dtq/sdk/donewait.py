@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dtq.scripts import to_str
 from dtq.sdk import forkreset
 from dtq.store.connection import is_cluster
 
@@ -42,8 +43,7 @@ class _Sub:
     def parse(self, msg: dict[str, Any]) -> tuple[bool | None, str]:
         """Whether ``msg`` confirms a subscription (True), announces an end (False) or neither
         (None); and its channel."""
-        kind, channel = msg.get("type"), msg.get("channel")
-        channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+        kind, channel = msg.get("type"), to_str(msg.get("channel"))
         return (True if kind == self.confirm else False if kind == self.message else None), channel
 
     def read(self) -> Any:

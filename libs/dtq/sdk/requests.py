@@ -101,10 +101,6 @@ def _until(value: float | timedelta | datetime | str | None, what: str) -> float
     return _seconds(value, what)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 _DEFAULTS = TaskDefaults()
 _queue_ok: set[str] = set()  # queue names already checked (bounded below)
 
@@ -200,7 +196,7 @@ def _check_queue(q: object) -> None:
 def _int_in(value: Any, top: int | None, error: str) -> int:
     """``value`` as a plain int from 0 to ``top`` (an IntEnum, say: hiredis packs plain ints
     only); InvalidRequest(``error``) otherwise."""
-    if not _is_int(value):
+    if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidRequest(error)
     n = int(value)
     if n < 0 or (top is not None and n > top):
