@@ -7,47 +7,22 @@ docs/lifecycle.md.
 
 from __future__ import annotations
 
-from dtq.errors import UnknownSchedule
-from dtq.schedules.cron import cron_next
-from dtq.schedules.model import (
-    DEFAULT_GRACE_S,
-    DISABLED,
-    MIN_EVERY_S,
-    Schedule,
-    ScheduleInfo,
-    declared,
-    periodic,
-)
-from dtq.schedules.ops import (
-    aadd_schedule,
-    add_schedule,
-    alist_schedules,
-    aremove_schedule,
-    arun_now,
-    aset_enabled,
-    list_schedules,
-    remove_schedule,
-)
-from dtq.schedules.runner import FireResult, ScheduleRunner
-
-__all__ = [
-    "DEFAULT_GRACE_S",
-    "DISABLED",
-    "MIN_EVERY_S",
-    "FireResult",
-    "Schedule",
-    "ScheduleInfo",
-    "ScheduleRunner",
-    "UnknownSchedule",
-    "aadd_schedule",
-    "add_schedule",
-    "alist_schedules",
-    "aremove_schedule",
-    "arun_now",
-    "aset_enabled",
-    "cron_next",
-    "declared",
-    "list_schedules",
-    "periodic",
-    "remove_schedule",
-]
+from dtq.errors import UnknownSchedule as UnknownSchedule
+from dtq.schedules.cron import cron_next as cron_next
+from dtq.schedules.model import DEFAULT_GRACE_S as DEFAULT_GRACE_S
+from dtq.schedules.model import DISABLED as DISABLED
+from dtq.schedules.model import MIN_EVERY_S as MIN_EVERY_S
+from dtq.schedules.model import Schedule as Schedule
+from dtq.schedules.model import ScheduleInfo as ScheduleInfo
+from dtq.schedules.model import declared as declared
+from dtq.schedules.model import periodic as periodic
+from dtq.schedules.ops import aadd_schedule as aadd_schedule
+from dtq.schedules.ops import add_schedule as add_schedule
+from dtq.schedules.ops import alist_schedules as alist_schedules
+from dtq.schedules.ops import aremove_schedule as aremove_schedule
+from dtq.schedules.ops import arun_now as arun_now
+from dtq.schedules.ops import aset_enabled as aset_enabled
+from dtq.schedules.ops import list_schedules as list_schedules
+from dtq.schedules.ops import remove_schedule as remove_schedule
+from dtq.schedules.runner import FireResult as FireResult
+from dtq.schedules.runner import ScheduleRunner as ScheduleRunner
