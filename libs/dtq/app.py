@@ -187,17 +187,44 @@ class App:
     ) -> Callable[[Any], Task[Any, Any]]:
         """Declare a periodic schedule (``cron=`` in ``tz``, or ``every=`` seconds) for a task.
 
-        Decorates a function (registering it as a task) or a :class:`Task`. See
-        :mod:`dtq.schedules` for the rules (grace period, overlap, DST).
+        Decorates a function (registering it as a task) or a :class:`Task`. The schedule's name
+        defaults to the task's name. See :mod:`dtq.schedules` for the rules (grace period,
+        overlap, DST).
         """
-        from dtq.schedules import periodic
+        from dtq.schedules.model import Schedule, declare
 
-        return periodic(
-            self, cron=cron, every=every, tz=tz, name=name, queue=queue, args=args,
-            kwargs=kwargs, overlap=overlap, grace=grace, priority=priority,
-            max_retries=max_retries, timeout=timeout, expires=expires, metadata=metadata,
-            group=group,
-        )  # fmt: skip
+        if isinstance(every, timedelta):
+            every = every.total_seconds()
+
+        def decorate(fn: Any) -> Task[Any, Any]:
+            task: Task[Any, Any] = (
+                fn if isinstance(fn, Task) else self.task(queue=queue or "default")(fn)
+            )
+            declare(
+                self,
+                Schedule(
+                    name=name or task.name,
+                    task=task.name,
+                    queue=queue or task.defaults.queue,
+                    cron=cron,
+                    every=every,
+                    tz=tz,
+                    args=list(args),
+                    kwargs=dict(kwargs or {}),
+                    overlap=overlap,
+                    grace=grace,
+                    priority=priority,
+                    max_retries=max_retries,
+                    timeout=timeout,
+                    expires=expires,
+                    metadata=dict(metadata or {}),
+                    source="code",
+                    group=group,
+                ),
+            )
+            return task
+
+        return decorate
 
     def defaults_for(self, name: str) -> TaskDefaults | None:
         t = self.tasks.get(name)

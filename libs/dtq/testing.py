@@ -420,14 +420,19 @@ def _blocking(coro: Coroutine[Any, Any, T]) -> T:
         return helper.submit(asyncio.run, coro).result()
 
 
-class _TestClient(Client):
+class _Bound:
+    """What both test clients add: their TestQueue, and every enqueue sent through ``_send``
+    (where eager mode runs it), never the single-task call."""
+
     def __init__(self, tq: TestQueue, **kw: Any) -> None:
         super().__init__(**kw)
         self._tq = tq
 
     def _single(self, queue: str, task: sc.NewTask) -> None:
-        return None  # every enqueue goes through _send, where eager mode runs it
+        return None
 
+
+class _TestClient(_Bound, Client):
     def _send(self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int) -> list[TaskHandle]:
         out = super()._send(by_queue, n)
         self._tq._after_enqueue()
@@ -439,14 +444,7 @@ class _TestClient(Client):
         return h
 
 
-class _TestAsyncClient(AsyncClient):
-    def __init__(self, tq: TestQueue, **kw: Any) -> None:
-        super().__init__(**kw)
-        self._tq = tq
-
-    def _single(self, queue: str, task: sc.NewTask) -> None:
-        return None  # as _TestClient._single
-
+class _TestAsyncClient(_Bound, AsyncClient):
     async def _send(
         self, by_queue: dict[str, list[tuple[int, sc.NewTask]]], n: int
     ) -> list[TaskHandle]:

@@ -11,7 +11,7 @@ import pytest
 
 from dtq.app import App
 from dtq.cli import enqueue as cli_enqueue
-from dtq.schedules.model import Schedule, periodic
+from dtq.schedules import Schedule, periodic
 from dtq.sdk.client import AsyncClient, Client
 from dtq.sdk.requests import (
     ENQUEUE_FIELDS,

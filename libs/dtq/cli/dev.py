@@ -21,6 +21,7 @@ from typing import Any
 import click
 import redis
 
+from dtq.cli.common import table
 from dtq.errors import DtqError
 from dtq.models import TaskHandle, TaskStatus
 from dtq.sdk.client import Client
@@ -121,16 +122,13 @@ def _mix(c: Client) -> list[tuple[str, TaskHandle]]:
     return out
 
 
-def _table(c: Client, handles: list[tuple[str, TaskHandle]]) -> str:
-    rows = [("task", "status", "attempts", "id", "result / error")]
+def _table(c: Client, handles: list[tuple[str, TaskHandle]]) -> None:
+    rows = []
     for label, h in handles:
         info = c.get(h.id)
         detail = repr(info.result) if info.status == TaskStatus.SUCCEEDED else (info.error or "")
-        rows.append((label, info.status.value, str(info.attempt), h.id, detail[:60]))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+        rows.append((label, info.status.value, info.attempt, h.id, detail[:60]))
+    table(rows, ["task", "status", "attempts", "id", "result / error"])
 
 
 def _reach(url: str, prefix: str, api: bool) -> str:
@@ -233,7 +231,7 @@ def run(
                 for _, h in handles:
                     with contextlib.suppress(DtqError):  # a failed task is part of the show
                         c.result(h.id, timeout=max(0.1, deadline - time.monotonic()))
-                print(_table(c, handles), flush=True)
+                _table(c, handles)
                 ok = all(c.get(h.id).status.terminal for _, h in handles)
                 if keep:
                     say(_reach(url, env["DTQ_KEY_PREFIX"], api is not None))

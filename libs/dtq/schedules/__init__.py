@@ -7,6 +7,7 @@ docs/lifecycle.md.
 
 from __future__ import annotations
 
+from dtq.app import App
 from dtq.errors import UnknownSchedule as UnknownSchedule
 from dtq.schedules.cron import cron_next as cron_next
 from dtq.schedules.model import DEFAULT_GRACE_S as DEFAULT_GRACE_S
@@ -15,7 +16,6 @@ from dtq.schedules.model import MIN_EVERY_S as MIN_EVERY_S
 from dtq.schedules.model import Schedule as Schedule
 from dtq.schedules.model import ScheduleInfo as ScheduleInfo
 from dtq.schedules.model import declared as declared
-from dtq.schedules.model import periodic as periodic
 from dtq.schedules.ops import aadd_schedule as aadd_schedule
 from dtq.schedules.ops import add_schedule as add_schedule
 from dtq.schedules.ops import alist_schedules as alist_schedules
@@ -26,3 +26,6 @@ from dtq.schedules.ops import list_schedules as list_schedules
 from dtq.schedules.ops import remove_schedule as remove_schedule
 from dtq.schedules.runner import FireResult as FireResult
 from dtq.schedules.runner import ScheduleRunner as ScheduleRunner
+
+periodic = App.periodic
+"""``@app.periodic(...)`` as a function of the app: ``periodic(app, every=60)(fn)``."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -18,7 +18,6 @@ from dtq.schedules.cron import cron_next, from_ms, to_ms
 from dtq.sdk.requests import MAX_SPAN_S, check_group, check_task_name
 from dtq.settings import CONTROL_RE
 from dtq.store.keys import QUEUE_NAME_RE
-from dtq.task import Task
 
 if TYPE_CHECKING:
     from dtq.app import App
@@ -196,57 +195,9 @@ def declared(app: App) -> list[Schedule]:
     return list(_declared.get(app, {}).values())
 
 
-def periodic(
-    app: App,
-    *,
-    cron: str | None = None,
-    every: float | timedelta | None = None,
-    tz: str = "UTC",
-    name: str | None = None,
-    queue: str | None = None,
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    overlap: bool = True,
-    grace: float = DEFAULT_GRACE_S,
-    priority: int | None = None,
-    max_retries: int | None = None,
-    timeout: float | None = None,
-    expires: float | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    group: str | None = None,
-) -> Callable[[Any], Task[Any, Any]]:
-    """Decorator behind ``App.periodic``: registers the function as a task (unless it already is
-    one) and declares its schedule. The schedule's name defaults to the task's name."""
-    if isinstance(every, timedelta):
-        every = every.total_seconds()
-
-    def decorate(fn: Any) -> Task[Any, Any]:
-        task: Task[Any, Any] = (
-            fn if isinstance(fn, Task) else app.task(queue=queue or "default")(fn)
-        )
-        s = Schedule(
-            name=name or task.name,
-            task=task.name,
-            queue=queue or task.defaults.queue,
-            cron=cron,
-            every=every,
-            tz=tz,
-            args=list(args),
-            kwargs=dict(kwargs or {}),
-            overlap=overlap,
-            grace=grace,
-            priority=priority,
-            max_retries=max_retries,
-            timeout=timeout,
-            expires=expires,
-            metadata=dict(metadata or {}),
-            source="code",
-            group=group,
-        )
-        registry = _declared.setdefault(app, {})
-        if (s.queue, s.name) in registry:
-            raise InvalidRequest(f"schedule {s.name!r} is declared twice in queue {s.queue!r}")
-        registry[(s.queue, s.name)] = s
-        return task
-
-    return decorate
+def declare(app: App, s: Schedule) -> None:
+    """Add the code schedule ``s`` to those ``app`` declares (``@app.periodic``)."""
+    registry = _declared.setdefault(app, {})
+    if (s.queue, s.name) in registry:
+        raise InvalidRequest(f"schedule {s.name!r} is declared twice in queue {s.queue!r}")
+    registry[(s.queue, s.name)] = s
