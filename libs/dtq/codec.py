@@ -287,12 +287,9 @@ class Unresolved:
         self.types: ArgTypes | None = None
 
     def decode(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        if self.types is None:
+        if self.types is None:  # (plain, or still unresolvable: as given)
             found = arg_types(self.fn)
-            if not isinstance(found, ArgTypes):  # plain, or still unresolvable: as given
-                self.types = ArgTypes([], {})
-            else:
-                self.types = found
+            self.types = found if isinstance(found, ArgTypes) else ArgTypes([], {})
         return self.types.decode(args, kwargs)
 
 

@@ -66,9 +66,6 @@ def ms_to_datetime(raw: str | float | None) -> datetime | None:
         return None
 
 
-_ms_to_dt = ms_to_datetime
-
-
 def _flow_id(field_: str) -> str | None:
     """The public flow id of a step record's ``flow`` field (``P:{P:home}:f:<ftid>|<i>``)."""
     head, sep, ftid = field_.rpartition("|")[0].rpartition("}:f:")
@@ -160,11 +157,11 @@ class TaskInfo:
             error=rec.get(Field.ERROR),
             worker_id=rec.get(Field.WORKER),
             timeout=float(rec[Field.TIMEOUT]) if rec.get(Field.TIMEOUT) else None,
-            enqueued_at=_ms_to_dt(rec.get(Field.ENQUEUED)),
-            started_at=_ms_to_dt(rec.get(Field.STARTED)),
-            finished_at=_ms_to_dt(rec.get(Field.FINISHED)),
-            due_at=_ms_to_dt(rec.get(Field.DUE)),
-            expires_at=_ms_to_dt(rec.get(Field.EXPIRES)),
+            enqueued_at=ms_to_datetime(rec.get(Field.ENQUEUED)),
+            started_at=ms_to_datetime(rec.get(Field.STARTED)),
+            finished_at=ms_to_datetime(rec.get(Field.FINISHED)),
+            due_at=ms_to_datetime(rec.get(Field.DUE)),
+            expires_at=ms_to_datetime(rec.get(Field.EXPIRES)),
             idempotency_key=rec.get(Field.IDEMPOTENCY_KEY),
             cancel_requested=Field.CANCEL in rec,
             metadata=loads_stored(rec[Field.META]) if rec.get(Field.META) else {},

@@ -7,7 +7,7 @@ import json
 import math
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -89,7 +89,7 @@ class Schedule:
             ):
                 raise InvalidRequest(f"cron must have 5 fields: {self.cron!r}")
             from croniter import croniter
-            from croniter.croniter import CroniterBadCronError
+            from croniter.croniter import CroniterBadCronError, CroniterBadDateError
 
             try:
                 croniter(self.cron)
@@ -99,6 +99,11 @@ class Schedule:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise InvalidRequest(f"unknown time zone {self.tz!r}") from None
+        if self.cron is not None:
+            try:
+                self.next_after(to_ms(datetime.now(UTC)))
+            except CroniterBadDateError:
+                raise InvalidRequest(f"cron expression {self.cron!r} never fires") from None
         if not isinstance(self.grace, int | float) or not 0 <= self.grace <= 86_400:
             raise InvalidRequest("grace must be 0 to 86400 seconds")
         if self.expires is not None and not self.expires > 0:
@@ -109,13 +114,6 @@ class Schedule:
         codec.dumps(list(self.args), "schedule args")
         codec.dumps(dict(self.kwargs), "schedule kwargs")
         codec.dumps(dict(self.metadata), "schedule metadata")
-        if self.cron is not None:
-            from croniter.croniter import CroniterBadDateError
-
-            try:
-                self.next_after(to_ms(datetime.now(UTC)))
-            except CroniterBadDateError:
-                raise InvalidRequest(f"cron expression {self.cron!r} never fires") from None
 
     @property
     def zone(self) -> ZoneInfo:
@@ -142,12 +140,15 @@ class Schedule:
             t = n
         return t
 
+    def fields(self) -> dict[str, Any]:
+        """Its fields, ``args`` as a list and ``kwargs`` and ``metadata`` as dicts."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d.update(args=list(self.args), kwargs=dict(self.kwargs), metadata=dict(self.metadata))
+        return d
+
     def to_json(self) -> str:
         """The stored definition: canonical JSON (sorted keys), compared byte for byte."""
-        d = asdict(self)
-        d["args"] = list(self.args)
-        d["kwargs"] = dict(self.kwargs)
-        d["metadata"] = dict(self.metadata)
+        d = self.fields()
         if not self.group:  # (so a definition stored before groups existed reads unchanged)
             del d["group"]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -170,13 +171,9 @@ class ScheduleInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as ``dtq schedules --json`` and ``GET /api/v1/schedules`` show it."""
-        s = self.schedule
         return {
-            **{k: getattr(s, k) for k in s.__dataclass_fields__},
-            "args": list(s.args),
-            "kwargs": dict(s.kwargs),
-            "metadata": dict(s.metadata),
-            "group": s.group or None,
+            **self.schedule.fields(),
+            "group": self.schedule.group or None,
             "next_fire_at": self.next_fire_at.isoformat() if self.next_fire_at else None,
             "last_task_id": self.last_task_id,
             "enabled": self.enabled,

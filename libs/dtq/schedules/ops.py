@@ -39,14 +39,8 @@ def _infos(
             log.warning("schedule %s in queue %s is unreadable: %s", name, queue, exc)
             continue
         enabled = nxt is None or float(nxt) != DISABLED
-        out.append(
-            ScheduleInfo(
-                s,
-                ms_to_datetime(nxt) if enabled else None,  # None if unreadable: still listed
-                make_task_id(queue, last) if last else None,
-                enabled,
-            )
-        )
+        when = ms_to_datetime(nxt) if enabled else None  # None if unreadable: still listed
+        out.append(ScheduleInfo(s, when, make_task_id(queue, last) if last else None, enabled))
     return out
 
 
