@@ -13,10 +13,9 @@ from dtq.context import running_task
 if TYPE_CHECKING:
     from dtq.jsonlog import JsonFormatter as JsonFormatter
 
-# Control characters could forge log lines or drive a terminal: the text format escapes them.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
+# C0 and C1 controls, DEL, the Unicode line separators: in a name or a log line they could
+# forge lines or drive a terminal. No name may hold one; the text format escapes them.
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -27,7 +26,7 @@ def _escape(m: re.Match[str]) -> str:
 
 def one_line(text: str) -> str:
     """``text`` with every control character shown as an escape, so it stays one line."""
-    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+    return CONTROL_RE.sub(_escape, text) if CONTROL_RE.search(text) else text
 
 
 class TaskContextFilter(logging.Filter):

@@ -15,13 +15,11 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dtq.errors import ConfigError
+from dtq.logs import CONTROL_RE as CONTROL_RE
 from dtq.store import partitions
 from dtq.store.keys import QUEUE_NAME_RE
 
 WORKER_ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-# Characters no name may hold: C0 and C1 controls, DEL, and the Unicode line separators (a
-# name with a newline would forge a log line or a CLI table row).
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def default_worker_id() -> str:

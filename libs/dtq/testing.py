@@ -351,11 +351,8 @@ class TestQueue:
             if include_delayed or self._offset_ms:
                 # Due now (for promote.lua, on the real clock): every delayed task, or those
                 # due by the test clock.
-                due: Any = (
-                    self.redis.zrange(qk.sched, 0, -1)
-                    if include_delayed
-                    else self.redis.zrange(qk.sched, "-inf", self._now_ms(), byscore=True)
-                )
+                top = "+inf" if include_delayed else self._now_ms()
+                due: Any = self.redis.zrange(qk.sched, "-inf", top, byscore=True)
                 if due:
                     self.redis.zadd(qk.sched, dict.fromkeys(due, 0))
             self._scripts.run(sc.promote_call(qk, 1000, s.events_maxlen))

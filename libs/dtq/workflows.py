@@ -212,20 +212,14 @@ def plan(
             assert cur is not None
             return cur, {"chain": trees}
         if isinstance(node, Group):
-            outs, trees = [], []
-            for m in node.members:
-                e, tr = walk(m, inp)
-                outs.append(e)
-                trees.append(tr)
-            return outs, {"group": trees}
+            walked = [walk(m, inp) for m in node.members]
+            return [e for e, _ in walked], {"group": [tr for _, tr in walked]}
         if isinstance(node, Chord):
             h, htree = walk(node.header, inp)
             b, btree = walk(node.body, h)
             return b, {"chord": [htree, btree]}
         raise InvalidRequest(f"not a workflow: {type(node).__name__}")
 
-    if not isinstance(flow, Sig | Chain | Group | Chord):
-        raise InvalidRequest(f"not a workflow: {type(flow).__name__}")
     root, tree = walk(flow, None)
     return Plan(ftid or new_flow_tid(), steps[0].queue, steps, root, tree)
 
@@ -319,23 +313,15 @@ def flow_record(task_id: str, fh: dict[str, str], step_recs: list[Any]) -> dict[
             name = json.loads(fh[f"x{i}"])[2]
         if status is None and f"e{i}" in fh:  # refused at its release (payload limit)
             status = "failed"
-        steps.append(
-            {
-                "index": i,
-                "id": fh.get(f"q{i}", ""),
-                "name": name or "",
-                "status": status or "waiting",
-            }
-        )
+        sid = fh.get(f"q{i}", "")
+        steps.append({"index": i, "id": sid, "name": name or "", "status": status or "waiting"})
     return {
         "status": st,
         "rec": {  # the flow as a task record (its hash shares these names)
             Field.NAME: "workflow",
             Field.STATUS: st,
             Field.ENQUEUED: fh.get("enq", ""),
-            **({Field.FINISHED: fh["finished"]} if "finished" in fh else {}),
-            **({Field.RESULT: fh["result"]} if "result" in fh else {}),
-            **({Field.ERROR: fh["error"]} if "error" in fh else {}),
+            **{f: fh[f] for f in (Field.FINISHED, Field.RESULT, Field.ERROR) if f in fh},
         },
         "steps": steps,
         "tree": json.loads(fh.get("tree", "null")),
