@@ -159,19 +159,18 @@ def enqueue(
     metadata = _json_arg(metadata_json, "--metadata", dict, "a JSON object")
     expiry = _expires(expires)
 
-    async def go(a: Admin) -> tuple[Any, list[str]]:
-        # The client's own check (UndeclaredTaskWarning), said on stderr as a line of ours.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", UndeclaredTaskWarning)
-            # options: the enqueue options named as the client names them (queue, priority, ...)
-            h = await a.client.enqueue(
+    # The client's own check (UndeclaredTaskWarning), said on stderr as a line of ours.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UndeclaredTaskWarning)
+        # options: the enqueue options named as the client names them (queue, priority, ...)
+        h = run_admin(
+            lambda a: a.client.enqueue(
                 name, args, kwargs, expires=expiry, metadata=metadata, **options
             )
-        return h, [str(w.message) for w in caught if w.category is UndeclaredTaskWarning]
-
-    h, undeclared = run_admin(go)
-    for text in undeclared:
-        echo(f"warning: {text}", err=True)
+        )
+    for w in caught:
+        if w.category is UndeclaredTaskWarning:
+            echo(f"warning: {w.message}", err=True)
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
     emit(data, as_json, lambda: echo(f"{h.id} {h.status.value}"
                                             + ("" if h.created else " (existing)")))  # fmt: skip

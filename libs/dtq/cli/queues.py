@@ -49,43 +49,36 @@ def queues(name: str | None, as_json: bool) -> None:
     emit(data if name is None else data[0], as_json, human)
 
 
-group_option = click.option(
-    "--group", "-g", help="Only this fair group of the queue (docs/groups.md)."
+def _hold_command(pause: bool, doc: str) -> click.Command:
+    """``pause`` or ``resume``: of QUEUE, or of one of its groups."""
+
+    @click.command("pause" if pause else "resume", epilog=EPILOG, help=doc)
+    @click.argument("queue")
+    @click.option("--group", "-g", help="Only this fair group of the queue (docs/groups.md).")
+    @json_option
+    def hold(queue: str, group: str | None, as_json: bool) -> None:
+        if group is None:
+            changed = run_admin(lambda a: a.pause(queue) if pause else a.resume(queue))
+        else:
+            changed = run_admin(
+                lambda a: a.pause_group(queue, group) if pause else a.resume_group(queue, group)
+            )
+        data: dict[str, Any] = {"queue": queue, **({} if group is None else {"group": group})}
+        data.update(paused=pause, changed=changed)
+        note = "" if group is None else f" group {group!r}"
+        was = "" if changed else " (already)" if pause else " (was not paused)"
+        done = "paused" if pause else "resumed"
+        emit(data, as_json, lambda: echo(f"{queue}:{note} {done}{was}"))
+
+    return hold
+
+
+pause = _hold_command(
+    True,
+    "Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish. With "
+    "--group, only that group of QUEUE is held; its other groups go on.",
 )
-
-
-@click.command(epilog=EPILOG)
-@click.argument("queue")
-@group_option
-@json_option
-def pause(queue: str, group: str | None, as_json: bool) -> None:
-    """Pause QUEUE cluster-wide: workers stop taking from it; running tasks finish. With
-    --group, only that group of QUEUE is held; its other groups go on."""
-    _hold(queue, group, as_json, True)
-
-
-@click.command(epilog=EPILOG)
-@click.argument("queue")
-@group_option
-@json_option
-def resume(queue: str, group: str | None, as_json: bool) -> None:
-    """Resume QUEUE, or with --group one group of it."""
-    _hold(queue, group, as_json, False)
-
-
-def _hold(queue: str, group: str | None, as_json: bool, pause: bool) -> None:
-    """Pause (or resume) QUEUE, or one group of it."""
-    if group is None:
-        changed = run_admin(lambda a: a.pause(queue) if pause else a.resume(queue))
-    else:
-        changed = run_admin(
-            lambda a: a.pause_group(queue, group) if pause else a.resume_group(queue, group)
-        )
-    data: dict[str, Any] = {"queue": queue, **({} if group is None else {"group": group})}
-    data.update(paused=pause, changed=changed)
-    note = "" if group is None else f" group {group!r}"
-    was = "" if changed else " (already)" if pause else " (was not paused)"
-    emit(data, as_json, lambda: echo(f"{queue}:{note} {'paused' if pause else 'resumed'}{was}"))
+resume = _hold_command(False, "Resume QUEUE, or with --group one group of it.")
 
 
 @click.command(epilog=EPILOG)
