@@ -97,11 +97,5 @@ class Limit:
     def encode(self, task_name: str, args: Any, kwargs: Mapping[str, Any] | None) -> str:
         """The record's limit spec as enqueue.lua takes it: ``conc|count|window_ms|key``."""
         rate = self.parsed_rate
-        return "|".join(
-            [
-                str(self.concurrency or 0),
-                str(rate.count if rate else 0),
-                str(rate.window_ms if rate else 0),
-                self.key_for(task_name, args, kwargs),
-            ]
-        )
+        count, window = (rate.count, rate.window_ms) if rate else (0, 0)
+        return f"{self.concurrency or 0}|{count}|{window}|{self.key_for(task_name, args, kwargs)}"

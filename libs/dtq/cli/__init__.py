@@ -55,7 +55,7 @@ from dtq.sdk.client import CANCEL_REASON
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str | None, prefix: str | None, as_json: bool) -> None:
     """Operate a dtq deployment: tasks, queues, workers, dead letters, schedules."""
-    ctx.obj = {"redis_url": redis_url, "prefix": prefix}
+    ctx.obj = {"redis_url": redis_url, "key_prefix": prefix}  # (settings overrides)
 
 
 for command in (dlq, queues, pause, resume, purge, groups):

@@ -29,14 +29,9 @@ class Failed(Exception):
 
 
 def _settings(ctx: click.Context) -> Settings:
-    obj = ctx.find_root().obj or {}
-    overrides: dict[str, Any] = {}
     # Given but empty is refused by the settings (one line, exit 2), not taken as "unset".
-    if obj.get("redis_url") is not None:
-        overrides["redis_url"] = obj["redis_url"]
-    if obj.get("prefix") is not None:
-        overrides["key_prefix"] = obj["prefix"]
-    return load_settings(**overrides)
+    flags = ctx.find_root().obj or {}
+    return load_settings(**{k: v for k, v in flags.items() if v is not None})
 
 
 def run_admin(fn: Callable[[Admin], Awaitable[T]]) -> T:

@@ -15,8 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.schedules.cron import cron_next, from_ms, to_ms
-from dtq.sdk.requests import MAX_SPAN_S, check_group, check_task_name
-from dtq.settings import CONTROL_RE
+from dtq.sdk.requests import MAX_SPAN_S, check_group, check_task_name, check_text
 from dtq.store.keys import QUEUE_NAME_RE
 
 if TYPE_CHECKING:
@@ -65,8 +64,7 @@ class Schedule:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not 0 < len(self.name) <= 200:
             raise InvalidRequest("schedule name must be a string of 1 to 200 characters")
-        if CONTROL_RE.search(self.name):
-            raise InvalidRequest(f"schedule name {self.name!r} holds control characters")
+        check_text("schedule name", self.name)
         if not isinstance(self.task, str) or not self.task:
             raise InvalidRequest("schedule needs a task name")
         check_task_name(self.task)
