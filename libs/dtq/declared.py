@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from dtq.sdk.requests import DEFAULT_MAX_RETRIES, TaskDefaults
 from dtq.store.record import Field
 
-FIELDS = "mte"  # max_retries, timeout, expires: the letters of the record's "dflt" field
-
 
 def encode(d: TaskDefaults) -> str:
     """``"max_retries|timeout_s|expires_ms"``, empty where the task declares none."""
@@ -46,7 +44,8 @@ def decode(raw: str | None) -> Declared | None:
 
 
 def pending(rec: Mapping[str, str]) -> str:
-    """The letters of the fields a record still leaves to a declaration ('' once claimed)."""
+    """The letters of the fields a record still leaves to a declaration ('' once claimed): m
+    max_retries, t timeout, e expires."""
     return rec.get(Field.LEFT_TO_DECLARATION) or ""
 
 

@@ -139,7 +139,6 @@ class TaskInfo:
         if rec.get(Field.LEFT_TO_DECLARATION):
             rec, defaults = fill_declared(rec, declared)
         rec = with_defaults(rec)  # the fields a record leaves out at their defaults
-        result = loads_stored(rec[Field.RESULT]) if Field.RESULT in rec else None
         args = loads_stored(rec.get(Field.ARGS, "[]"))
         return cls(
             id=task_id,
@@ -153,7 +152,7 @@ class TaskInfo:
             interruptions=int(rec[Field.INTERRUPTIONS]),
             args=args if isinstance(args, list) else [args],  # (undecodable: in a list)
             kwargs=loads_stored(rec[Field.KWARGS]) if rec.get(Field.KWARGS) else {},
-            result=result,
+            result=loads_stored(rec[Field.RESULT]) if Field.RESULT in rec else None,
             error=rec.get(Field.ERROR),
             worker_id=rec.get(Field.WORKER),
             timeout=float(rec[Field.TIMEOUT]) if rec.get(Field.TIMEOUT) else None,

@@ -97,8 +97,7 @@ def redis_for_dev(say: Any, given: str | None = None) -> Iterator[str]:
     server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
     import threading
 
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         _wait_ping(url)
         yield url

@@ -113,17 +113,13 @@ class Schedule:
         codec.dumps(dict(self.kwargs), "schedule kwargs")
         codec.dumps(dict(self.metadata), "schedule metadata")
 
-    @property
-    def zone(self) -> ZoneInfo:
-        return ZoneInfo(self.tz)
-
     def next_after(self, after_ms: int) -> int:
         """The first fire time (ms since the epoch) strictly after ``after_ms``."""
         if self.every is not None:
             step = round(self.every * 1000)
             return (after_ms // step + 1) * step
         assert self.cron is not None
-        return to_ms(cron_next(self.cron, self.zone, from_ms(after_ms)))
+        return to_ms(cron_next(self.cron, ZoneInfo(self.tz), from_ms(after_ms)))
 
     def latest_in(self, lo_ms: int, hi_ms: int) -> int | None:
         """The last fire time in ``[lo_ms, hi_ms]``, or None."""
