@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.schedules.cron import cron_next, from_ms, to_ms
-from dtq.sdk.requests import MAX_SPAN_S, check_group, check_task_name, check_text
+from dtq.sdk.requests import MAX_SPAN_S, SCHEDULE_OPTIONS, check_group, check_task_name, check_text
 from dtq.store.keys import QUEUE_NAME_RE
 
 if TYPE_CHECKING:
@@ -139,6 +139,13 @@ class Schedule:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d.update(args=list(self.args), kwargs=dict(self.kwargs), metadata=dict(self.metadata))
         return d
+
+    def request(self, **meta: Any) -> dict[str, Any]:
+        """enqueue()'s arguments for a task it fires: its options, and its metadata naming it
+        (plus ``meta``)."""
+        options = {k: getattr(self, k) for k in SCHEDULE_OPTIONS}
+        options["metadata"] = {**self.metadata, "schedule": self.name, **meta}
+        return {"args": list(self.args), "kwargs": dict(self.kwargs) or None, **options}
 
     def to_json(self) -> str:
         """The stored definition: canonical JSON (sorted keys), compared byte for byte."""

@@ -131,12 +131,7 @@ def set_enabled_steps(
 
 def run_now_request(s: Schedule) -> dict[str, Any]:
     """enqueue()'s arguments for a schedule's run now: as a fire would, its metadata naming it."""
-    meta = {**s.metadata, "schedule": s.name, "run_now": True}
-    return dict(
-        args=list(s.args), kwargs=dict(s.kwargs) or None, queue=s.queue, priority=s.priority,
-        max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
-        group=s.group,
-    )  # fmt: skip
+    return s.request(run_now=True)
 
 
 def list_schedules(client: Client, queue: str | None = None) -> list[ScheduleInfo]:

@@ -184,13 +184,7 @@ class ScheduleRunner:
         return FireResult(outcome, task_id)
 
     def _task(self, s: Schedule, fire_ms: int) -> sc.NewTask:
-        meta = {**s.metadata, "schedule": s.name, "fire_at": from_ms(fire_ms).isoformat()}
         # A task this app does not know is enqueued by name: what the schedule leaves unset is
         # the running worker's declaration (docs/tasks.md), not dtq's defaults.
-        _, task = build_task(
-            self.settings, s.task, list(s.args), dict(s.kwargs) or None,
-            defaults=self.app.defaults_for(s.task), queue=s.queue, priority=s.priority,
-            max_retries=s.max_retries, timeout=s.timeout, expires=s.expires, metadata=meta,
-            group=s.group,
-        )  # fmt: skip
-        return task
+        req = s.request(fire_at=from_ms(fire_ms).isoformat())
+        return build_task(self.settings, s.task, defaults=self.app.defaults_for(s.task), **req)[1]
