@@ -16,8 +16,7 @@ from dtq.errors import ConfigError, InvalidRequest
 from dtq.limits import Limit
 from dtq.middleware import Hooks, check_middleware
 from dtq.sdk.requests import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, TaskDefaults, check_task_name
-from dtq.settings import Settings, load_settings
-from dtq.store.keys import QUEUE_NAME_RE
+from dtq.settings import Settings, check_queue_name, load_settings
 from dtq.task import Task
 
 if TYPE_CHECKING:
@@ -141,8 +140,7 @@ class App:
         ``unique=True``: while a task of this name with the same arguments is queued, scheduled
         or running, enqueueing it again returns that task (see docs/lifecycle.md).
         """
-        if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
-            raise InvalidRequest(f"bad queue name {queue!r}")
+        check_queue_name(queue)
         if not 0 <= priority <= 9:
             raise InvalidRequest("priority must be an integer from 0 to 9")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:

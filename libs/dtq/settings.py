@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dtq.errors import ConfigError
+from dtq.errors import ConfigError, InvalidRequest
 from dtq.logs import CONTROL_RE as CONTROL_RE
 from dtq.store import partitions
 from dtq.store.keys import QUEUE_NAME_RE
@@ -26,9 +26,10 @@ def default_worker_id() -> str:
     return "worker-" + secrets.token_hex(4)
 
 
-def _check_queue_name(q: str) -> None:
-    if not QUEUE_NAME_RE.fullmatch(q):
-        raise ValueError(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
+def check_queue_name(q: object) -> None:
+    """InvalidRequest (a ValueError, as the settings' checks raise) for a bad queue name."""
+    if not isinstance(q, str) or not QUEUE_NAME_RE.fullmatch(q):
+        raise InvalidRequest(f"bad queue name {q!r}: use letters, digits, '_', '.', '-'")
 
 
 class Settings(BaseSettings):
@@ -189,7 +190,7 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one queue is needed")
         for q in value:
-            _check_queue_name(q)
+            check_queue_name(q)
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
         return value
@@ -224,7 +225,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_counts(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
         for q, n in value.items():
-            _check_queue_name(q)
+            check_queue_name(q)
             if info.field_name == "group_concurrency" and n < 1:
                 raise ValueError(f"{q}={n}: a group's cap is at least 1")
             if info.field_name == "queue_partitions" and not 1 <= n <= partitions.MAX_PARTITIONS:

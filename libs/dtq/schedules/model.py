@@ -16,7 +16,7 @@ from dtq import codec
 from dtq.errors import InvalidRequest
 from dtq.schedules.cron import cron_next, from_ms, to_ms
 from dtq.sdk.requests import MAX_SPAN_S, SCHEDULE_OPTIONS, check_group, check_task_name, check_text
-from dtq.store.keys import QUEUE_NAME_RE
+from dtq.settings import check_queue_name
 
 if TYPE_CHECKING:
     from dtq.app import App
@@ -68,8 +68,7 @@ class Schedule:
         if not isinstance(self.task, str) or not self.task:
             raise InvalidRequest("schedule needs a task name")
         check_task_name(self.task)
-        if not isinstance(self.queue, str) or not QUEUE_NAME_RE.fullmatch(self.queue):
-            raise InvalidRequest(f"bad queue name {self.queue!r}")
+        check_queue_name(self.queue)
         if (self.cron is None) == (self.every is None):
             raise InvalidRequest("give exactly one of cron= and every=")
         if self.every is not None and (
