@@ -14,7 +14,7 @@ from typing import Any
 import click
 import redis
 
-from dtq.admin import Admin, Conflict, UnknownQueue
+from dtq.admin import Admin
 from dtq.cli.common import (
     EPILOG,
     EXIT_FAILED,
@@ -24,6 +24,7 @@ from dtq.cli.common import (
     Failed,
     age,
     clip,
+    confirm,
     cursor_option,
     echo,
     emit,
@@ -42,7 +43,6 @@ from dtq.errors import (
     InvalidRequest,
     RedisUnavailable,
     UndeclaredTaskWarning,
-    UnknownTask,
 )
 from dtq.sdk.client import CANCEL_REASON
 
@@ -285,8 +285,7 @@ def cancel(
         raise click.UsageError("give task ids, or --queue and/or --name")
     if not task_ids:
         what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
-        if not yes:
-            click.confirm(f"Cancel every unfinished task matching {what}?", abort=True, err=True)
+        confirm(f"Cancel every unfinished task matching {what}?", yes)
         summary = run_admin(lambda a: a.client.cancel_many(queue=queue, name=name, reason=why))
         done = f"cancelled {summary.cancelled}, asked {summary.requested} running ones to stop"
         emit(summary.to_dict(), as_json, lambda: echo(done))
@@ -481,7 +480,7 @@ def main(argv: list[str] | None = None) -> None:
     except redis.ResponseError as exc:
         echo(f"error: Redis answered with an error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
-    except (UnknownTask, UnknownQueue, Conflict, Failed, DtqError) as exc:
+    except DtqError as exc:  # (Failed, UnknownTask, UnknownQueue, Conflict, ...)
         echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)

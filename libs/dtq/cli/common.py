@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import click
 
 from dtq.admin import Admin, Page, filled_page
+from dtq.errors import DtqError
 from dtq.logs import one_line
 from dtq.settings import Settings, load_settings
 
@@ -24,7 +25,7 @@ EPILOG = (
 )
 
 
-class Failed(Exception):
+class Failed(DtqError):
     """The operation did not happen; message printed, exit code 1."""
 
 
@@ -57,6 +58,12 @@ def emit(data: Any, as_json: bool, human: Callable[[], None]) -> None:
         click.echo(json.dumps(data, indent=2, default=str))  # (JSON escapes controls)
     else:
         human()
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask ``question`` on stderr unless ``yes`` (--yes); "no" aborts (exit 1)."""
+    if not yes:
+        click.confirm(question, abort=True, err=True)
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:

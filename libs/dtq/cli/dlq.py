@@ -12,6 +12,7 @@ from dtq.cli.common import (
     EPILOG,
     Failed,
     clip,
+    confirm,
     cursor_option,
     echo,
     emit,
@@ -93,11 +94,9 @@ def _bulk(
         raise click.UsageError("give task ids, or filters/--all, not both")
     if not ids and not chosen:
         raise click.UsageError("give task ids, a filter (--queue/--name/--error) or --all")
-    if not ids and not yes:
+    if not ids:
         what = " ".join(f"{k}={v}" for k, v in filters.items() if v)
-        click.confirm(
-            f"{verb} every dead letter{' matching ' + what if what else ''}?", abort=True, err=True
-        )
+        confirm(f"{verb} every dead letter{' matching ' + what if what else ''}?", yes)
 
     async def total(a: Admin) -> int:
         return len(ids) if ids else await a.dlq_count(queue)
@@ -129,10 +128,7 @@ def dlq_discard(**bulk: Any) -> None:
 @json_option
 def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
     """Delete every dead letter (of one queue, or all)."""
-    if not yes:
-        click.confirm(
-            f"Delete every dead letter{' of ' + queue if queue else ''}?", abort=True, err=True
-        )
+    confirm(f"Delete every dead letter{' of ' + queue if queue else ''}?", yes)
     n = with_bar(
         "purging",
         lambda a: a.dlq_count(queue),

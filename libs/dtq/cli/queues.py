@@ -11,6 +11,7 @@ from dtq.admin import Admin
 from dtq.cli.common import (
     EPILOG,
     age,
+    confirm,
     cursor_option,
     echo,
     emit,
@@ -88,12 +89,7 @@ resume = _hold_command(False, "Resume QUEUE, or with --group one group of it.")
 def purge(queue: str, yes: bool, as_json: bool) -> None:
     """Delete every waiting (queued and scheduled) task of QUEUE. Running tasks finish."""
     info = run_admin(lambda a: a.get_queue(queue))
-    if not yes:
-        click.confirm(
-            f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?",
-            abort=True,
-            err=True,
-        )
+    confirm(f"Delete {info.queued} queued and {info.scheduled} scheduled tasks of {queue!r}?", yes)
 
     async def total(a: Admin) -> int:
         q = await a.get_queue(queue)
