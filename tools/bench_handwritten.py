@@ -31,7 +31,7 @@ def show(name: str, fn: Callable[[], object], n: int = 20_000) -> None:
 def logs() -> None:
     from pythonjsonlogger.json import JsonFormatter as PJL
 
-    from dtq.logs import JsonFormatter
+    from dtq.jsonlog import JsonFormatter
 
     rec = logging.LogRecord("dtq.worker", logging.INFO, __file__, 1, "started %s %s attempt %d",
                             ("send_email", "default:0123", 1), None)  # fmt: skip
@@ -40,7 +40,7 @@ def logs() -> None:
     pjl = PJL("{created}{levelname}{name}{message}", style="{",
               rename_fields={"created": "ts", "levelname": "level", "name": "logger",
                              "message": "msg"})  # fmt: skip
-    show("log line: dtq.logs.JsonFormatter", lambda: ours.format(rec))
+    show("log line: dtq.jsonlog.JsonFormatter", lambda: ours.format(rec))
     show("log line: python-json-logger JsonFormatter", lambda: pjl.format(rec))
     try:
         from pythonjsonlogger.msgspec import MsgspecFormatter

@@ -6,12 +6,8 @@ import logging
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
 from dtq.context import running_task
-
-if TYPE_CHECKING:
-    from dtq.jsonlog import JsonFormatter as JsonFormatter
 
 # C0 and C1 controls, DEL, the Unicode line separators: in a name or a log line they could
 # forge lines or drive a terminal. No name may hold one; the text format escapes them.
@@ -82,14 +78,3 @@ def setup(fmt: str = "text", level: str = "INFO", *, tasks: bool = False) -> Non
         if not root.handlers:
             root.addHandler(handler)
         root.setLevel(level)
-
-
-# python-json-logger loads only when JSON lines are asked for (most runs write text).
-if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        if name == "JsonFormatter":
-            from dtq.jsonlog import JsonFormatter
-
-            return JsonFormatter
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,8 @@ from dtq import AsyncClient, Client, ConfigError, DtqError, InvalidRequest, Sett
 from dtq.admin import Admin, filled_page
 from dtq.cli import main
 from dtq.errors import BadTaskId
-from dtq.logs import JsonFormatter, TextFormatter
+from dtq.jsonlog import JsonFormatter
+from dtq.logs import TextFormatter
 from dtq.settings import load_settings
 from dtq.store.keys import QueueKeys
 

@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 
-from dtq.logs import JsonFormatter
+from dtq.jsonlog import JsonFormatter
 
 
 def test_json_log_line_keeps_its_keys_extras_and_traceback() -> None:

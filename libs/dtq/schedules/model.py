@@ -4,7 +4,6 @@ code (``@app.periodic``)."""
 from __future__ import annotations
 
 import json
-import math
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,8 +73,7 @@ class Schedule:
         if self.every is not None and (
             isinstance(self.every, bool)
             or not isinstance(self.every, int | float)
-            or not math.isfinite(self.every)
-            or not MIN_EVERY_S <= self.every <= MAX_SPAN_S
+            or not MIN_EVERY_S <= self.every <= MAX_SPAN_S  # (false for NaN and infinities)
         ):
             raise InvalidRequest(
                 f"every must be a number of seconds from {MIN_EVERY_S:g} to at most {MAX_SPAN_S}"
