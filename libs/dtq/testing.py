@@ -116,26 +116,24 @@ class TestQueue:
         )
         self._aclients: dict[int, AsyncClient] = {}
         self._draining = threading.local()
-        self._saved: tuple[Any, ...] | None = None
+        self._saved: tuple[Settings | None, Client | None] | None = None
         self._offset_ms = 0  # the test clock's lead over the real one (advance())
 
     # --- binding to the app -----------------------------------------------------------------
 
     def __enter__(self) -> TestQueue:
         app = self.app
-        self._saved = (app._settings, app._client, dict(app._aclients))
+        self._saved = (app._settings, app._client)
         app._settings = self.settings
         app._client = self.client
-        app._aclients.clear()
+        # (its own per-loop clients, app._aclients, are not used while bound)
         app.async_client = self._async_client  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
         app = self.app
         assert self._saved is not None
-        app._settings, app._client, aclients = self._saved
-        app._aclients.clear()
-        app._aclients.update(aclients)
+        app._settings, app._client = self._saved
         del app.async_client
         self.redis.close()
 
