@@ -24,7 +24,6 @@ from dtq.schedules.ops import arun_now as arun_now
 from dtq.schedules.ops import aset_enabled as aset_enabled
 from dtq.schedules.ops import list_schedules as list_schedules
 from dtq.schedules.ops import remove_schedule as remove_schedule
-from dtq.schedules.runner import FireResult as FireResult
 from dtq.schedules.runner import ScheduleRunner as ScheduleRunner
 
 periodic = App.periodic

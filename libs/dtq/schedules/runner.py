@@ -6,7 +6,6 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtq import scripts as sc
@@ -30,12 +29,6 @@ def _is_code(spec: str) -> bool:
         return bool(json.loads(spec).get("source") == "code")
     except (ValueError, AttributeError):
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class FireResult:
-    outcome: sc.FireOutcome
-    task_id: str | None
 
 
 class ScheduleRunner:
@@ -150,10 +143,10 @@ class ScheduleRunner:
 
     async def fire_one(
         self, qk: QueueKeys, name: str, expected: int, spec: str | None, now: int
-    ) -> FireResult:
+    ) -> None:
         if spec is None:
             await self.redis.zrem(qk.schedules_next, name)
-            return FireResult(sc.FireOutcome.STALE, None)
+            return
         try:
             s = Schedule.from_json(spec)
             lo = max(expected, now - int(s.grace * 1000))
@@ -166,7 +159,7 @@ class ScheduleRunner:
             # minute rather than spin or stop the scheduler.
             log.error("schedule %s of queue %s cannot fire: %s", name, qk.queue, exc)
             await self.redis.zadd(qk.schedules_next, {name: now + 60_000}, xx=True)
-            return FireResult(sc.FireOutcome.STALE, None)
+            return
         call = sc.schedule_fire_call(
             qk, name, spec=spec, expected_ms=expected, next_ms=next_ms, fire_ms=fire_ms,
             overlap=s.overlap, task=task, events_maxlen=self.settings.events_maxlen,
@@ -181,7 +174,6 @@ class ScheduleRunner:
         elif outcome is sc.FireOutcome.MISSED:
             log.warning("schedule %s skipped missed fire(s) from %s (past the %gs grace)",
                         name, from_ms(expected), s.grace)  # fmt: skip
-        return FireResult(outcome, task_id)
 
     def _task(self, s: Schedule, fire_ms: int) -> sc.NewTask:
         # A task this app does not know is enqueued by name: what the schedule leaves unset is
