@@ -10,9 +10,6 @@ from __future__ import annotations
 from dtq.app import App
 from dtq.errors import UnknownSchedule as UnknownSchedule
 from dtq.schedules.cron import cron_next as cron_next
-from dtq.schedules.model import DEFAULT_GRACE_S as DEFAULT_GRACE_S
-from dtq.schedules.model import DISABLED as DISABLED
-from dtq.schedules.model import MIN_EVERY_S as MIN_EVERY_S
 from dtq.schedules.model import Schedule as Schedule
 from dtq.schedules.model import ScheduleInfo as ScheduleInfo
 from dtq.schedules.model import declared as declared
