@@ -107,9 +107,7 @@ def redis_for_dev(say: Any, given: str | None = None) -> Iterator[str]:
 
 
 def _mix(c: Client) -> list[tuple[str, TaskHandle]]:
-    out: list[tuple[str, TaskHandle]] = []
-    for i in range(3):
-        out.append((f"add {i}+{i}", c.enqueue("examples.add", [i, i])))
+    out = [(f"add {i}+{i}", c.enqueue("examples.add", [i, i])) for i in range(3)]
     for name in ("cat.png", "dog.png"):
         out.append((f"resize {name} (sync, p2)", c.enqueue("examples.resize", [name, 640])))
     out.append(("urgent (p9)", c.enqueue("examples.urgent", ["pay the invoice"])))
@@ -205,12 +203,7 @@ def _settings_in(env: dict[str, str]) -> Settings:
         os.environ.update(saved)
 
 
-def run(
-    keep: bool = False,
-    timeout: float = 60.0,
-    api_port: int | None = None,
-    redis_url: str | None = None,
-) -> int:
+def run(keep: bool, timeout: float, api_port: int | None, redis_url: str | None) -> int:
     def say(msg: str) -> None:
         print(f"dtq dev: {msg}", flush=True)
 
@@ -262,7 +255,7 @@ def run(
 )
 def cli(keep: bool, timeout: float, api_port: int | None, redis_url: str | None) -> None:
     try:
-        sys.exit(run(keep=keep, timeout=timeout, api_port=api_port, redis_url=redis_url))
+        sys.exit(run(keep, timeout, api_port, redis_url))
     except DtqError as exc:
         print(f"dtq dev: {exc}", file=sys.stderr)
         sys.exit(1)
