@@ -45,6 +45,7 @@ from dtq.errors import (
     UndeclaredTaskWarning,
 )
 from dtq.sdk.client import CANCEL_REASON
+from dtq.workflows import render_tree
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -215,9 +216,7 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
             echo("traceback:")
             for line in d["traceback"].rstrip().splitlines():
                 echo(f"  {line}")
-        if d.get("tree") is not None:  # a workflow: its shape and each step's status
-            from dtq.workflows import render_tree
-
+        if flow:  # its shape and each step's status
             echo("steps:")
             for line in render_tree(d["tree"], d["steps"]):
                 echo("  " + line)

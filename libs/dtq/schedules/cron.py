@@ -34,8 +34,7 @@ def _instants(wall: datetime, tz: ZoneInfo, every_hour: bool) -> list[datetime]:
         return [first]
     if first.astimezone(tz).replace(tzinfo=None) != wall:
         # In a spring-forward gap: the time never shows on a clock; fire when the gap ends.
-        lo, hi = min(first, second), max(first, second)
-        return [_gap_end(lo, hi, tz)]
+        return [_gap_end(min(first, second), max(first, second), tz)]
     # Shown twice (fall-back): fold=0 is the first occurrence.
     return [first, second] if every_hour else [first]
 
