@@ -72,10 +72,6 @@ class Limit:
         elif self.rate is not None and not isinstance(self.rate, Rate):
             raise InvalidRequest("Limit rate must be a string like '10/s' or a dtq.Rate")
 
-    @property
-    def parsed_rate(self) -> Rate | None:
-        return self.rate if isinstance(self.rate, Rate) else None
-
     def key_for(self, task_name: str, args: Any, kwargs: Mapping[str, Any] | None) -> str:
         """The limit key of one call (the task name when no key function is given)."""
         if self.key is None:
@@ -96,6 +92,6 @@ class Limit:
 
     def encode(self, task_name: str, args: Any, kwargs: Mapping[str, Any] | None) -> str:
         """The record's limit spec as enqueue.lua takes it: ``conc|count|window_ms|key``."""
-        rate = self.parsed_rate
+        rate = self.rate if isinstance(self.rate, Rate) else None  # (a str was parsed already)
         count, window = (rate.count, rate.window_ms) if rate else (0, 0)
         return f"{self.concurrency or 0}|{count}|{window}|{self.key_for(task_name, args, kwargs)}"

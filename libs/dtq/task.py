@@ -117,18 +117,14 @@ class Task(Generic[P, R]):
             return value  # type: ignore[no-any-return]
         return codec.convert(value, tp)  # type: ignore[no-any-return]
 
-    def check_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """``TypeError`` when ``args`` and ``kwargs`` cannot bind to the function's signature."""
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The enqueue fields of a call of this task; ``TypeError`` (before anything is stored)
+        when the arguments cannot bind to the function's signature."""
         if self._signature is not None:
             try:
                 self._signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"task {self.name!r}: {exc}") from None
-
-    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The enqueue fields of a call of this task; ``TypeError`` (before anything is stored)
-        when the arguments cannot bind to the function's signature."""
-        self.check_call(args, kwargs)
         fields: dict[str, Any] = {"name": self.name, "args": list(args), "kwargs": kwargs}
         if self.call_options is not None:
             fields.update((k, v) for k, v in self.call_options.items() if v is not None)
