@@ -41,13 +41,12 @@ _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _ENCODE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError)
 
 
-def _builtins(obj: Any) -> Any:
-    return msgspec.to_builtins(obj, enc_hook=_enc_hook)
-
-
 # Says why a value holding ``null`` was refused: msgspec writes NaN and infinities as null.
 _strict = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_builtins
+    ensure_ascii=False,
+    separators=(",", ":"),
+    allow_nan=False,
+    default=lambda obj: msgspec.to_builtins(obj, enc_hook=_enc_hook),
 )
 
 
@@ -338,8 +337,5 @@ def _one(value: Any, tp: Any, name: str) -> Any:
     try:
         return convert(value, tp)
     except (ValueError, TypeError, NotImplementedError) as exc:
-        raise ValueError(f"argument {name!r} cannot be read as {_type_name(tp)}: {exc}") from None
-
-
-def _type_name(tp: Any) -> str:
-    return tp.__name__ if isinstance(tp, type) else repr(tp)
+        what = tp.__name__ if isinstance(tp, type) else repr(tp)
+        raise ValueError(f"argument {name!r} cannot be read as {what}: {exc}") from None

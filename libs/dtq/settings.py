@@ -22,10 +22,6 @@ from dtq.store.keys import QUEUE_NAME_RE
 WORKER_ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
-def default_worker_id() -> str:
-    return "worker-" + secrets.token_hex(4)
-
-
 def check_queue_name(q: object) -> None:
     """InvalidRequest (a ValueError, as the settings' checks raise) for a bad queue name."""
     if not isinstance(q, str) or not QUEUE_NAME_RE.fullmatch(q):
@@ -81,7 +77,7 @@ class Settings(BaseSettings):
     """Graceful-shutdown wait for running tasks before they are handed back."""
     hard_exit_s: float = Field(15.0, gt=0)
     """After the drain, the process exits by this deadline even if threads refuse to stop."""
-    worker_id: str = Field(default_factory=default_worker_id)
+    worker_id: str = Field(default_factory=lambda: "worker-" + secrets.token_hex(4))
     """Consumer name, scheduler lock token and metrics label."""
     retry_backoff_s: float = Field(1.0, ge=0)
     """First retry delay; doubles each attempt, with jitter."""

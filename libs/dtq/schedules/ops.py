@@ -44,11 +44,6 @@ def _infos(
     return out
 
 
-def _sorted(infos: list[ScheduleInfo]) -> list[ScheduleInfo]:
-    far = datetime.max.replace(tzinfo=UTC)
-    return sorted(infos, key=lambda i: (i.next_fire_at or far, i.schedule.queue, i.schedule.name))
-
-
 # Each operation is written once, as a generator of its I/O steps (as in dtq.sdk.client), driven
 # by the clients' methods (Client.add_schedule, ...); the functions below are what the docs show.
 
@@ -77,7 +72,8 @@ def list_steps(keys: Keys, queue: str | None) -> Steps[list[ScheduleInfo]]:
         names = sorted(specs)
         replies = yield partial(_fire_times, qk, names)
         out += _infos(q, names, [specs[n] for n in names], replies[:-1], replies[-1])
-    return _sorted(out)
+    far = datetime.max.replace(tzinfo=UTC)  # (no next fire: listed last)
+    return sorted(out, key=lambda i: (i.next_fire_at or far, i.schedule.queue, i.schedule.name))
 
 
 def add_steps(keys: Keys, schedule: Schedule) -> Steps[ScheduleInfo]:
