@@ -325,15 +325,10 @@ def load_settings(flags: Mapping[str, str] | None = None, **overrides: object) -
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, flags)) from None
-
-
-def describe_validation_error(exc: ValidationError, flags: Mapping[str, str] | None = None) -> str:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err.get("loc", ()) if p != "__root__"]
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    if loc and flags and loc[0] in flags:
-        return f"invalid {flags[loc[0]]}: {msg}"
-    if loc:
-        return f"invalid setting DTQ_{loc[0].upper()}: {msg}"
-    return f"invalid settings: {msg}"
+        err = exc.errors()[0]
+        loc = [str(p) for p in err.get("loc", ()) if p != "__root__"]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if not loc:
+        raise ConfigError(f"invalid settings: {msg}")
+    what = flags[loc[0]] if flags and loc[0] in flags else f"setting DTQ_{loc[0].upper()}"
+    raise ConfigError(f"invalid {what}: {msg}")
