@@ -103,7 +103,14 @@ def _bulk(
 
     tids = list(ids) if ids else None
     res = with_bar(verb, total, lambda a, p: op(a, tids, progress=p, **filters), as_json)
-    _report(done, res, as_json)
+
+    def human() -> None:
+        skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
+        echo(f"{done} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
+
+    emit(res.to_dict(), as_json, human)
+    if res.done == 0 and res.skipped:
+        raise Failed(f"nothing {done}")
 
 
 @dlq.command("requeue", epilog=EPILOG)
@@ -136,13 +143,3 @@ def dlq_purge(queue: str | None, yes: bool, as_json: bool) -> None:
         as_json,
     )
     emit({"discarded": n}, as_json, lambda: echo(f"discarded {n} dead letters"))
-
-
-def _report(verb: str, res: Any, as_json: bool) -> None:
-    def human() -> None:
-        skipped = ", ".join(f"{n} {why}" for why, n in res.skipped.items())
-        echo(f"{verb} {res.done}" + (f"; skipped: {skipped}" if skipped else ""))
-
-    emit(res.to_dict(), as_json, human)
-    if res.done == 0 and res.skipped:
-        raise Failed(f"nothing {verb}")
