@@ -192,9 +192,8 @@ class TestQueue:
     ) -> list[TaskInfo]:
         """Assert that such a task was enqueued (``count`` times, if given); return them."""
         found = self.enqueued(name, args, kwargs, queue, group=group)
-        want = f"{name}(args={args!r}, kwargs={kwargs!r}" + (
-            f", group={group!r})" if group is not None else ")"
-        )
+        in_group = "" if group is None else f", group={group!r}"
+        want = f"{name}(args={args!r}, kwargs={kwargs!r}{in_group})"
         if count is None and not found:
             seen = [f"{t.name}{tuple(t.args)}{t.kwargs or ''}" for t in self.tasks()]
             raise AssertionError(f"no task {want} was enqueued; enqueued: {seen}")

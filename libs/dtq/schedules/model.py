@@ -153,9 +153,8 @@ class Schedule:
 
     @classmethod
     def from_json(cls, raw: str) -> Schedule:
-        d = json.loads(raw)
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+        known = cls.__dataclass_fields__  # (a field a newer version added is left out)
+        return cls(**{k: v for k, v in json.loads(raw).items() if k in known})
 
 
 @dataclass(frozen=True, slots=True)
