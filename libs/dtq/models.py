@@ -56,11 +56,7 @@ def ms_to_datetime(raw: str | float | None) -> datetime | None:
     shows such a task rather than failing on it."""
     if raw is None or raw == "":
         return None
-    try:
-        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
-    except (ValueError, OverflowError, OSError):
-        pass
-    try:  # a number stored as float text ("1.7e12")
+    try:  # (float: also a number stored as float text, "1.7e12"; exact for any ms time)
         return datetime.fromtimestamp(float(raw) / 1000, tz=UTC)
     except (ValueError, OverflowError, OSError):
         return None

@@ -302,10 +302,9 @@ def flow_record(task_id: str, fh: dict[str, str], step_recs: list[Any]) -> dict[
     ``step_recs``: [status, name] of each step's task record (None: not created yet)."""
     split_task_id(task_id)
     st = fh.get("status", "running")
-    statuses = [(x or [None])[0] for x in step_recs]
-    if st == "running":
-        started = any(s not in (None, "queued", "scheduled") for s in statuses)
-        st = "running" if started else "queued"
+    waiting = ("queued", "scheduled", None)
+    if st == "running" and all((x or [None])[0] in waiting for x in step_recs):
+        st = "queued"  # (running once a step started)
     steps = []
     for i, x in enumerate(step_recs):
         status, name = (x if x else [None, None])[:2]
