@@ -227,11 +227,9 @@ def run(keep: bool, timeout: float, api_port: int | None, redis_url: str | None)
                 ok = all(c.get(h.id).status.terminal for _, h in handles)
                 if keep:
                     say(_reach(url, env["DTQ_KEY_PREFIX"], api is not None))
-                    try:
+                    with contextlib.suppress(KeyboardInterrupt):
                         while worker.poll() is None:
                             time.sleep(0.5)
-                    except KeyboardInterrupt:
-                        pass
             return 0 if ok else 1
         finally:
             if api is not None:
