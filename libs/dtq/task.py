@@ -70,11 +70,7 @@ class Task(Generic[P, R]):
         too: the task must take a first positional argument, and the others must fit."""
         if self._signature is not None:  # (none for a builtin)
             first = next(iter(self._signature.parameters.values()), None)
-            if first is None or first.kind not in (
-                inspect.Parameter.POSITIONAL_ONLY,
-                inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                inspect.Parameter.VAR_POSITIONAL,
-            ):
+            if first is None or first.kind in (first.KEYWORD_ONLY, first.VAR_KEYWORD):
                 raise InvalidRequest(
                     f"task {self.name!r} takes no first positional argument for the flow to fill"
                 )

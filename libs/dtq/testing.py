@@ -152,8 +152,7 @@ class TestQueue:
         """Every task enqueued so far (any state), oldest first, optionally filtered."""
         out = []
         found: Any = self.redis.smembers(self.keys.queues)
-        queues: list[str] = within(queue, found) if queue else sorted(found)
-        for q in queues:
+        for q in within(queue, found) if queue else sorted(found):
             base = self.keys.queue(q).task_base
             for key in chain.from_iterable(task_key_pages(self.redis, self.keys.queue(q), 500)):
                 rec: dict[str, str] = self.redis.hgetall(key)  # type: ignore[assignment]
@@ -308,8 +307,7 @@ class TestQueue:
         runner = _Runner(self)
         try:
             for _ in range(max_runs):
-                runs = self._claim_one(include_delayed)
-                if runs is None:
+                if (runs := self._claim_one(include_delayed)) is None:
                     break
                 queue, c = runs
                 await self._run(runner, queue, c)
