@@ -123,11 +123,7 @@ def _json_here_or_before(ctx: click.Context, _param: click.Parameter, value: boo
 
 
 json_option = click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print JSON for scripts.",
-    callback=_json_here_or_before,
+    "--json", "as_json", is_flag=True, help="Print JSON for scripts.", callback=_json_here_or_before
 )
 
 

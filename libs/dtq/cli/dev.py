@@ -210,8 +210,7 @@ def run(keep: bool, timeout: float, api_port: int | None, redis_url: str | None)
     with redis_for_dev(say, redis_url) as url:
         env = dev_env(url, DEV_PREFIX if redis_url else "dtq")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "dtq_worker", "dtq.examples:app", "--concurrency", "8"],
-            env=env,
+            [sys.executable, "-m", "dtq_worker", "dtq.examples:app", "--concurrency", "8"], env=env
         )
         say(f"started a worker (pid {worker.pid}) running dtq.examples")
         api = _start_api(env, api_port, say)
