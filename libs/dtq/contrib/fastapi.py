@@ -24,19 +24,11 @@ STATE_KEY = "dtq_client"
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 
 
-def make_client(target: App | Settings | str | None) -> AsyncClient:
-    """An AsyncClient for ``target``: a dtq.App, Settings, a Redis URL, or None (DTQ_*)."""
-    if isinstance(target, App):
-        return AsyncClient(app=target)
-    if isinstance(target, Settings):
-        return AsyncClient(settings=target)
-    return AsyncClient(target)
-
-
 def dtq_lifespan(
     target: App | Settings | str | None = None, *, lifespan: Lifespan | None = None
 ) -> Lifespan:
-    """A FastAPI lifespan opening one AsyncClient at startup and closing it at shutdown.
+    """A FastAPI lifespan opening one AsyncClient at startup and closing it at shutdown; the
+    client of ``target``: a dtq.App, Settings, a Redis URL, or None (DTQ_*).
 
     ``lifespan``: your own lifespan, run inside this one (the client is ready before it
     starts and closed after it ends); what it yields is passed on as the lifespan state.
@@ -44,7 +36,12 @@ def dtq_lifespan(
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[Mapping[str, Any] | None]:
-        client = make_client(target)
+        if isinstance(target, App):
+            client = AsyncClient(app=target)
+        elif isinstance(target, Settings):
+            client = AsyncClient(settings=target)
+        else:
+            client = AsyncClient(target)
         setattr(app.state, STATE_KEY, client)
         try:
             if lifespan is None:
