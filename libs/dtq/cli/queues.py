@@ -29,11 +29,10 @@ from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 @json_option
 def queues(name: str | None, as_json: bool) -> None:
     """List queues: waiting per priority, scheduled, running, dead letters, paused."""
-    infos = (
-        run_admin(lambda a: a.list_queues())
-        if name is None
-        else [run_admin(lambda a: a.get_queue(name))]
-    )
+    if name is None:
+        infos = run_admin(lambda a: a.list_queues())
+    else:
+        infos = [run_admin(lambda a: a.get_queue(name))]
 
     def human() -> None:
         rows = []
