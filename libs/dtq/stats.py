@@ -9,6 +9,7 @@ minute (:data:`COUNTERS`, then the run-time buckets; ``enqueued`` lives in the m
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import struct
 from datetime import UTC, datetime
@@ -41,13 +42,9 @@ def percentile(hist: list[int], q: float) -> float | None:
     total = sum(hist)
     if total == 0:
         return None
-    rank = max(1, math.ceil(q * total))
-    seen = 0
-    for i, n in enumerate(hist):
-        seen += n
-        if seen >= rank:
-            return BOUNDS[min(i, len(BOUNDS) - 1)]
-    return BOUNDS[-1]  # (not reached: seen ends at total)
+    # The first bucket whose running count reaches the quantile's rank.
+    i = bisect.bisect_left(list(itertools.accumulate(hist)), max(1, math.ceil(q * total)))
+    return BOUNDS[min(i, len(BOUNDS) - 1)]
 
 
 def iso_minute(minute: int) -> str:
