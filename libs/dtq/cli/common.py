@@ -16,7 +16,7 @@ import click
 from dtq.admin import Admin, Page, filled_page
 from dtq.errors import DtqError
 from dtq.logs import one_line
-from dtq.settings import Settings, load_settings
+from dtq.settings import load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 T = TypeVar("T")
@@ -29,15 +29,11 @@ class Failed(DtqError):
     """The operation did not happen; message printed, exit code 1."""
 
 
-def _settings(ctx: click.Context) -> Settings:
-    # Given but empty is refused by the settings (one line, exit 2), not taken as "unset".
-    flags = ctx.find_root().obj or {}
-    return load_settings(**{k: v for k, v in flags.items() if v is not None})
-
-
 def run_admin(fn: Callable[[Admin], Awaitable[T]]) -> T:
     """Run one admin operation with a fresh connection."""
-    settings = _settings(click.get_current_context())
+    # The root's flags; given but empty is refused by the settings (one line, exit 2).
+    flags = click.get_current_context().find_root().obj or {}
+    settings = load_settings(**{k: v for k, v in flags.items() if v is not None})
 
     async def go() -> T:
         async with Admin(settings) as admin:
