@@ -4,6 +4,7 @@ Human tables by default, ``--json`` for scripts; the exit codes are :data:`EPILO
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
@@ -70,10 +71,8 @@ def _expires(value: str | None) -> float | datetime | None:
     """``--expires``: seconds from now, or an ISO 8601 time with its zone."""
     if value is None:
         return None
-    try:
+    with contextlib.suppress(ValueError):  # (else a time)
         return float(value)
-    except ValueError:
-        pass
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
