@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -173,7 +172,7 @@ def _start_api(env: dict[str, str], port: int | None, say: Any) -> subprocess.Po
 def _stop(proc: subprocess.Popen[bytes], wait_s: float) -> None:
     """SIGTERM, then SIGKILL past ``wait_s``."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.terminate()  # (SIGTERM)
         try:
             proc.wait(wait_s)
         except subprocess.TimeoutExpired:
