@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> None:
     except redis.ResponseError as exc:
         echo(f"error: Redis answered with an error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
-    except DtqError as exc:  # (Failed, UnknownTask, UnknownQueue, Conflict, ...)
+    except (Failed, DtqError) as exc:  # (DtqError: UnknownTask, UnknownQueue, Conflict, ...)
         echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)

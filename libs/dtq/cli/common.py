@@ -14,7 +14,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import click
 
 from dtq.admin import Admin, Page, filled_page
-from dtq.errors import DtqError
 from dtq.logs import one_line
 from dtq.settings import load_settings
 
@@ -25,7 +24,7 @@ EPILOG = (
 )
 
 
-class Failed(DtqError):
+class Failed(Exception):
     """The operation did not happen; message printed, exit code 1."""
 
 
