@@ -141,16 +141,15 @@ class App:
         or running, enqueueing it again returns that task (see docs/lifecycle.md).
         """
         check_queue_name(queue)
-        if not 0 <= priority <= 9:
+        if type(priority) is not int or not 0 <= priority <= 9:
             raise InvalidRequest("priority must be an integer from 0 to 9")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        if type(max_retries) is not int or max_retries < 0:
             raise InvalidRequest("max_retries must be a non-negative integer")
-        if timeout is not None and timeout <= 0:
-            raise InvalidRequest("timeout must be positive")
         if isinstance(expires, timedelta):
             expires = expires.total_seconds()
-        if expires is not None and not expires > 0:
-            raise InvalidRequest("expires must be a positive number of seconds")
+        for opt, v in (("timeout", timeout), ("expires", expires)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+                raise InvalidRequest(f"{opt} must be a positive number of seconds")
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             tname = name or f"{f.__module__}.{f.__qualname__}"

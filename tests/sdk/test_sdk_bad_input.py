@@ -529,3 +529,25 @@ async def _deep_records_through_the_api(settings: Settings, r: redis.Redis) -> l
             assert one.status_code == 200 and one.json()["metadata"] == got[tid]["metadata"]
             assert "undecodable" in one.json()["metadata"], one.json()["metadata"]
     return ids
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"priority": 5.5},
+        {"priority": "5"},
+        {"priority": 10},
+        {"max_retries": -1},
+        {"timeout": "soon"},
+        {"timeout": 0},
+        {"expires": "soon"},
+    ],
+    ids=str,
+)
+def test_a_task_declaration_refuses_bad_defaults_with_one_dtq_error(kw: dict[str, Any]) -> None:
+    """Refused where the task is declared, with InvalidRequest: not accepted there to fail at
+    each enqueue, nor raised as a TypeError."""
+    from dtq import App
+
+    with pytest.raises(InvalidRequest):
+        App().task(name="t", **kw)(lambda: None)

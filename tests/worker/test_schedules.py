@@ -114,6 +114,15 @@ def test_latest_in_for_cron() -> None:
         {"every": 5, "tz": "Mars/Olympus"},
         {"every": 5, "queue": "bad queue"},
         {"every": 5, "args": [object()]},
+        # Refused when defined, not at every fire (each would log an error and fire nothing).
+        {"every": 5, "priority": 10},
+        {"every": 5, "priority": 5.5},
+        {"every": 5, "priority": True},
+        {"every": 5, "max_retries": -1},
+        {"every": 5, "max_retries": 1.5},
+        {"every": 5, "timeout": 0},
+        {"every": 5, "timeout": "soon"},
+        {"every": 5, "expires": "soon"},
     ],
 )
 def test_bad_schedules_are_refused(kw: dict[str, Any]) -> None:

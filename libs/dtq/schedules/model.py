@@ -101,8 +101,17 @@ class Schedule:
                 raise InvalidRequest(f"cron expression {self.cron!r} never fires") from None
         if not isinstance(self.grace, int | float) or not 0 <= self.grace <= 86_400:
             raise InvalidRequest("grace must be 0 to 86400 seconds")
-        if self.expires is not None and not self.expires > 0:
-            raise InvalidRequest("expires must be positive")
+        for opt, hi in (("priority", 9), ("max_retries", None)):
+            v = getattr(self, opt)
+            if v is not None and (type(v) is not int or v < 0 or (hi is not None and v > hi)):
+                bound = "from 0 to 9" if hi else "of at least 0"
+                raise InvalidRequest(f"{opt} must be an integer {bound}, not {v!r}")
+        for opt in ("timeout", "expires"):
+            v = getattr(self, opt)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf")
+            ):
+                raise InvalidRequest(f"{opt} must be a positive number of seconds, not {v!r}")
         if self.source not in ("code", "runtime"):
             raise InvalidRequest("source must be 'code' or 'runtime'")
         check_group(self.group)
