@@ -217,7 +217,7 @@ class Settings(BaseSettings):
             out[name.strip()] = num.strip()
         return out
 
-    @field_validator("queue_partitions", "group_concurrency")
+    @field_validator("queue_concurrency", "queue_partitions", "group_concurrency")
     @classmethod
     def _check_counts(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
         for q, n in value.items():

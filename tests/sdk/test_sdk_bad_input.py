@@ -77,6 +77,9 @@ def test_enqueue_refuses_control_characters_in_task_names(
         ({"DTQ_WORKER_ID": "w1\n"}, "DTQ_WORKER_ID"),
         ({"DTQ_KEY_PREFIX": "dtq\r"}, "DTQ_KEY_PREFIX"),
         ({"DTQ_KEY_PREFIX": "dtq\x00"}, "DTQ_KEY_PREFIX"),
+        ({"DTQ_QUEUE_CONCURRENCY": "bulk\x1b=2"}, "DTQ_QUEUE_CONCURRENCY"),
+        ({"DTQ_GROUP_CONCURRENCY": "bulk\x1b=2"}, "DTQ_GROUP_CONCURRENCY"),
+        ({"DTQ_QUEUE_PARTITIONS": "bulk\x1b=2"}, "DTQ_QUEUE_PARTITIONS"),
     ],
 )
 def test_settings_refuse_names_with_a_trailing_newline(env: dict[str, Any], setting: str) -> None:
