@@ -41,14 +41,15 @@ def _free_port() -> int:
 
 def _wait_ping(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
-            return
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
-                raise DtqError(f"the Redis at {url} did not come up") from None
-            time.sleep(0.05)
+    with redis.Redis.from_url(url, socket_connect_timeout=0.2) as r:
+        while True:
+            try:
+                r.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
+                    raise DtqError(f"the Redis at {url} did not come up") from None
+                time.sleep(0.05)
 
 
 @contextmanager
