@@ -59,7 +59,7 @@ async def bare() -> None:
 """
 ENQUEUE = """\
 import sys
-from dtq.sdk.client import Client
+from dtq import Client  # (its public home: older checkouts compare too)
 from dtq.settings import Settings
 
 mode, n = sys.argv[1], int(sys.argv[2])
