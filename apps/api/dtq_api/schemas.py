@@ -5,6 +5,7 @@ Response models allow extra fields: the task view grows with the SDK's ``TaskInf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,7 +19,8 @@ from pydantic import (
     StrictInt,
 )
 
-from dtq.models import TaskStatus
+from dtq.admin.views import DeadLetter, Event, QueueInfo, ScheduledTask, WorkerInfo
+from dtq.models import GroupInfo, TaskStatus
 
 # A task of partition i > 0 of a partitioned queue ends "~i" (dtq.store.partitions).
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}(~[1-9][0-9]{0,2})?$"
@@ -108,19 +110,6 @@ class EnqueueRequest(BaseModel):
     )
 
 
-class Event(Open):
-    stream: str
-    id: str
-    ts: str | None
-    ts_ms: int
-    type: str
-    task_id: str | None = None
-    queue: str | None = None
-    attempt: int | None = None
-    worker: str | None = None
-    detail: str = ""
-
-
 class Task(Open):  # type: ignore[no-redef]
     """A task as the SDK's ``TaskInfo`` names its fields."""
 
@@ -193,42 +182,20 @@ class RetryOut(BaseModel):
     status: str
 
 
-class Queue(Open):
-    name: str
-    depth: dict[str, int] = Field(description="Waiting tasks per priority band ('9'..'0').")
-    queued: int
-    scheduled: int
-    running: int
-    dlq: int
-    paused: bool
-    oldest_waiting_age_s: float | None
-    active_groups: int = Field(
-        0, description="Fair groups with waiting or running tasks (partitions summed)."
-    )
-
-
 class QueueList(BaseModel):
-    items: list[Queue]
+    items: list[QueueInfo]
 
 
-class QueueChange(Queue):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueChange(QueueInfo):
+    """The queue after a pause or resume."""
+
     changed: bool
-
-
-class Group(Open):
-    """One fair group of a queue (docs/groups.md), its partitions summed."""
-
-    group: str = Field(description='The name; "" for the tasks enqueued without a group.')
-    waiting: int = Field(description="Tasks of the group waiting to start.")
-    running: int
-    paused: bool = Field(description="Held: none of its tasks starts until it is resumed.")
-    oldest_waiting_s: float | None = Field(
-        description="Seconds since its oldest waiting task was enqueued; null when none waits."
-    )
+    """False when the queue already was so."""
 
 
 class GroupPage(BaseModel):
-    items: list[Group] = Field(
+    items: list[GroupInfo] = Field(
         description="Active groups (longest active first), then held idle ones."
     )
     next_cursor: str | None = Field(description=CURSOR_DOC)
@@ -241,38 +208,8 @@ class GroupChange(BaseModel):
     changed: bool = Field(description="False when the group already was so.")
 
 
-class BulkOut(BaseModel):
-    done: int
-    skipped: dict[str, int]
-
-
-class Worker(Open):
-    worker_id: str
-    live: bool
-    stale: bool
-    status: str
-    last_heartbeat: str | None
-    heartbeat_age_s: float
-    heartbeat_interval_s: float | None
-    active_tasks: int
-    concurrency: int | None
-    queues: list[str]
-    tasks: list[str] = Field(description="the task names the worker can run")
-
-
 class WorkerList(BaseModel):
-    items: list[Worker]
-
-
-class DeadLetter(Open):
-    task_id: str
-    queue: str
-    name: str
-    failed_at: str | None
-    attempt: int
-    retries: int
-    max_retries: int
-    error: str | None
+    items: list[WorkerInfo]
 
 
 class DeadLetterPage(BaseModel):
@@ -295,14 +232,6 @@ class DlqBulkRequest(BaseModel):
 class DiscardOut(BaseModel):
     id: str
     discarded: bool
-
-
-class ScheduledTask(Open):
-    task_id: str
-    queue: str
-    name: str
-    due_at: str | None
-    kind: str
 
 
 class ScheduleChange(BaseModel):

@@ -173,7 +173,9 @@ class AdminCore:
                 WorkerInfo(
                     worker_id=wid,
                     live=live,
+                    stale=not live,
                     last_heartbeat_ms=last,
+                    last_heartbeat=iso(last),
                     heartbeat_age_s=round(age_ms / 1000, 3),
                     heartbeat_interval_s=None if interval_ms is None else interval_ms / 1000,
                     status=h.get("status", "unknown") if live else "stale",

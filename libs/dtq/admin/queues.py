@@ -107,6 +107,7 @@ class QueueOps(AdminCore):
                 QueueInfo(
                     name=name,
                     depth=depth,
+                    queued=sum(depth.values()),
                     scheduled=int(scheduled),
                     running=running,
                     dlq=int(dlq),

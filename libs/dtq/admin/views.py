@@ -1,10 +1,13 @@
-"""What the operator operations answer: plain frozen dataclasses with ``to_dict`` for the API."""
+"""What the operator operations answer: plain frozen dataclasses, also the API's response models
+(FastAPI reads them through pydantic; attribute docstrings become field descriptions)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from pydantic import ConfigDict
 
 from dtq.admin.common import id_ms
 from dtq.models import TaskInfo, ms_to_datetime
@@ -31,13 +34,20 @@ def iso(ms: float | None) -> str | None:
     return None if dt is None else dt.isoformat()
 
 
+# Their fields are always present in the API's answers: required in its schema.
+VIEW = ConfigDict(use_attribute_docstrings=True, json_schema_serialization_defaults_required=True)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
     """One queue as an operator sees it."""
 
+    __pydantic_config__ = VIEW
     name: str
     depth: dict[int, int]
-    """Waiting (queued, not yet taken) tasks per priority band."""
+    """Waiting (queued, not yet taken) tasks per priority band ('9'..'0')."""
+    queued: int
+    """Waiting tasks in every band (the sum of ``depth``)."""
     scheduled: int
     running: int
     """Entries taken by a worker and not yet finished (the group's pending list)."""
@@ -49,15 +59,8 @@ class QueueInfo:
     """Fair groups with waiting or running tasks (docs/groups.md); of a partitioned queue, the
     partitions' counts summed (a group active in two partitions counts twice)."""
 
-    @property
-    def queued(self) -> int:
-        return sum(self.depth.values())
-
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["depth"] = {str(p): n for p, n in self.depth.items()}
-        d["queued"] = self.queued
-        return d
+        return {**asdict(self), "depth": {str(p): n for p, n in self.depth.items()}}
 
 
 def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
@@ -73,6 +76,7 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
     return QueueInfo(
         name=name,
         depth=depth,
+        queued=sum(p.queued for p in parts),
         scheduled=sum(p.scheduled for p in parts),
         running=sum(p.running for p in parts),
         dlq=sum(p.dlq for p in parts),
@@ -86,9 +90,13 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
 class WorkerInfo:
     """A worker's last heartbeat and the observer's verdict on its liveness."""
 
+    __pydantic_config__ = VIEW
     worker_id: str
     live: bool
+    stale: bool
+    """Not live: its last heartbeat is older than 3 heartbeat intervals (or it stopped)."""
     last_heartbeat_ms: int
+    last_heartbeat: str | None
     heartbeat_age_s: float
     heartbeat_interval_s: float | None
     status: str
@@ -104,25 +112,20 @@ class WorkerInfo:
     tasks: list[str] = field(default_factory=list)
     """The task names the worker can run (its app's registry, published with its heartbeat)."""
 
-    @property
-    def stale(self) -> bool:
-        return not self.live
-
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stale"] = self.stale
-        d["last_heartbeat"] = iso(self.last_heartbeat_ms)
-        return d
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     """One lifecycle event from a queue's event stream or the workers' stream."""
 
+    __pydantic_config__ = VIEW
     stream: str
     """``<queue>`` for task events, ``@workers`` for worker events."""
     id: str
     ts_ms: int
+    ts: str | None
     type: str
     task_id: str | None
     queue: str | None
@@ -131,9 +134,7 @@ class Event:
     detail: str
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ts"] = iso(self.ts_ms)
-        return d
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +170,12 @@ class Page:
 class BulkResult:
     """Counts of a bulk operation: how many changed, how many were skipped (and why)."""
 
+    __pydantic_config__ = VIEW
     done: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"done": self.done, "skipped": dict(self.skipped)}
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,20 +217,17 @@ def entry_has_task(f: dict[str, str], tid: str) -> bool:
 
 def event_from(stream: str, eid: str, f: dict[str, str]) -> Event:
     """One event, from an entry that holds one (see :func:`events_from`)."""
-    if stream == "@workers":
-        return Event(
-            stream, eid, id_ms(eid), f.get("type", ""), None, None, None,
-            f.get("worker") or None, f.get("detail", ""),
-        )  # fmt: skip
-    tid = f.get("tid") or ""
-    attempt = f.get("attempt") or ""
+    task_event = stream != "@workers"
+    tid = (f.get("tid") or "") if task_event else ""
+    attempt = (f.get("attempt") or "") if task_event else ""
     return Event(
         stream=stream,
         id=eid,
         ts_ms=id_ms(eid),
+        ts=iso(id_ms(eid)),
         type=f.get("type", ""),
         task_id=make_task_id(stream, tid) if tid else None,
-        queue=logical(stream),
+        queue=logical(stream) if task_event else None,
         attempt=int(attempt) if attempt.isdigit() else None,
         worker=f.get("worker") or None,
         detail=f.get("detail", ""),

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
+from dtq.admin.views import BulkResult
 from dtq_api import schemas as s
 from dtq_api.deps import QUEUE_RE, A, Cursor, TaskId
 
@@ -35,22 +36,22 @@ async def list_dlq(
     return {"items": page.items, "next_cursor": page.next_cursor}
 
 
-@router.post("/dlq/requeue", response_model=s.BulkOut, tags=["dlq"])
-async def requeue_many(a: A, body: s.DlqBulkRequest) -> Any:
+@router.post("/dlq/requeue", tags=["dlq"])
+async def requeue_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
     """Requeue ``ids``, or every dead letter matching the filters (all when none)."""
     res = await a.dlq_requeue(
         body.ids, queue=body.queue, name=body.name, error=body.error, max_retries=body.max_retries
     )
     log.info("requeued %d dead letters", res.done)
-    return res.to_dict()
+    return res
 
 
-@router.post("/dlq/discard", response_model=s.BulkOut, tags=["dlq"])
-async def discard_many(a: A, body: s.DlqBulkRequest) -> Any:
+@router.post("/dlq/discard", tags=["dlq"])
+async def discard_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
     """Delete ``ids``, or every dead letter matching the filters (all when none)."""
     res = await a.dlq_discard(body.ids, queue=body.queue, name=body.name, error=body.error)
     log.info("discarded %d dead letters", res.done)
-    return res.to_dict()
+    return res
 
 
 @router.post("/dlq/{task_id}/requeue", response_model=s.RetryOut, tags=["dlq"])

@@ -20,7 +20,7 @@ async def schedules(a: A, queue: Annotated[str | None, Query(pattern=QUEUE_RE)] 
     """Periodic schedules with their next fire times, and delayed tasks and retries."""
     periodic = await a.list_schedules(queue)
     delayed = await a.list_scheduled(queue)
-    return {"schedules": periodic, "scheduled_tasks": [d.to_dict() for d in delayed]}
+    return {"schedules": periodic, "scheduled_tasks": delayed}
 
 
 @router.post(
