@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from dtq.errors import InvalidRequest
 from dtq.models import TaskStatus
@@ -20,6 +21,24 @@ DLQ_BUDGET = 10_000
 RETRYABLE = ("failed", "cancelled", "expired")
 
 Progress = Callable[[int], None]
+T = TypeVar("T")
+
+
+async def pipelined(r: Any, items: Sequence[T], add: Callable[[Any, T], object]) -> list[Any]:
+    """``add(pipe, item)`` for each item, sent in one round trip (none for no items, no
+    transaction); the replies in order."""
+    if not items:
+        return []
+    async with r.pipeline(transaction=False) as pipe:
+        for item in items:
+            add(pipe, item)
+        replies: list[Any] = await pipe.execute()
+    return replies
+
+
+async def records(r: Any, keys: Sequence[str]) -> list[dict[str, str]]:
+    """Each hash of ``keys`` (task records), in one round trip."""
+    return await pipelined(r, keys, lambda p, k: p.hgetall(k))
 
 
 def check_queue_name(name: str) -> None:

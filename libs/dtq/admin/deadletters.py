@@ -13,6 +13,7 @@ from dtq.admin.common import (
     check_listing,
     check_queue_name,
     chunks,
+    pipelined,
     position,
 )
 from dtq.admin.core import AdminCore
@@ -22,6 +23,9 @@ from dtq.scripts import dlq_discard_call
 from dtq.store.keys import QueueKeys, make_task_id, split_task_id
 from dtq.store.partitions import logical
 from dtq.store.record import DEFAULTS, Field
+
+FIELDS = [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR]
+"""What a dead-letter listing reads of each record."""
 
 
 class DeadLetterOps(AdminCore):
@@ -77,13 +81,7 @@ class DeadLetterOps(AdminCore):
             entries = await self._r.zrevrange(qk.dlq, pos, pos + n - 1, withscores=True)
             if not entries:
                 return out, None, seen
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tid, _ in entries:
-                    pipe.hmget(
-                        qk.task(tid),
-                        [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR],
-                    )
-                recs = await pipe.execute()
+            recs = await pipelined(self._r, entries, lambda p, e: p.hmget(qk.task(e[0]), FIELDS))
             seen += len(entries)
             for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
                 if r[0] is None:
@@ -140,10 +138,9 @@ class DeadLetterOps(AdminCore):
         if name is None and error is None:
             return tids
         qk = self.keys.queue(queue)
-        async with self._r.pipeline(transaction=False) as pipe:
-            for tid in tids:
-                pipe.hmget(qk.task(tid), [Field.NAME, Field.ERROR])
-            recs = await pipe.execute()
+        recs = await pipelined(
+            self._r, tids, lambda p, t: p.hmget(qk.task(t), [Field.NAME, Field.ERROR])
+        )
         return [
             tid
             for tid, (n, e) in zip(tids, recs, strict=True)
@@ -151,11 +148,8 @@ class DeadLetterOps(AdminCore):
         ]
 
     async def dlq_count(self, queue: str | None = None) -> int:
-        queues = await self._physical_of(queue)
-        async with self._r.pipeline(transaction=False) as pipe:
-            for q in queues:
-                pipe.zcard(self.keys.queue(q).dlq)
-            return sum(int(x) for x in await pipe.execute())
+        dlqs = [self.keys.queue(q).dlq for q in await self._physical_of(queue)]
+        return sum(int(n) for n in await pipelined(self._r, dlqs, lambda p, k: p.zcard(k)))
 
     async def dlq_requeue(
         self,

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from dtq.admin.common import stream_pos
+from dtq.admin.common import pipelined, records, stream_pos
 from dtq.admin.views import task_info
 from dtq.store.keys import GROUP, Keys, make_task_id
 from dtq.store.record import Field
@@ -133,10 +133,7 @@ async def newest(
             batch = cands[done : done + n]
             done += len(batch)
             fetched += len(batch)
-            async with r.pipeline(transaction=False) as pipe:
-                for (_, _, q, _), tid in batch:
-                    pipe.hgetall(keys.queue(q).task(tid))
-                recs: list[dict[str, str]] = await pipe.execute()
+            recs = await records(r, [keys.queue(pos[2]).task(tid) for pos, tid in batch])
             for (pos, tid), rec in zip(batch, recs, strict=True):
                 if _take(pos[2], tid, rec, status, name, seen, items) and len(items) >= limit:
                     return items, make_cursor(pos), read
@@ -170,20 +167,12 @@ async def running(
             found += [(int(p["time_since_delivered"]), q, s, p["message_id"]) for p in pend]
     found.sort()
     found = found[:RUNNING_MAX]
-    if not found:
-        return []
-    async with r.pipeline(transaction=False) as pipe:
-        for _, _, s, mid in found:
-            pipe.xrange(s, min=mid, max=mid, count=1)
-        entries = await pipe.execute()
+    entries = await pipelined(r, found, lambda p, f: p.xrange(f[2], min=f[3], max=f[3], count=1))
     tids: list[tuple[str, str]] = []
     for (_, q, _, _), entry in zip(found, entries, strict=True):
         if entry and entry[0][1].get("t"):
             tids.append((q, entry[0][1]["t"]))
-    async with r.pipeline(transaction=False) as pipe:
-        for q, tid in tids:
-            pipe.hgetall(keys.queue(q).task(tid))
-        recs = await pipe.execute()
+    recs = await records(r, [keys.queue(q).task(tid) for q, tid in tids])
     out: list[dict[str, Any]] = []
     for (q, tid), rec in zip(tids, recs, strict=True):
         if name is not None and rec.get(Field.NAME) != name:

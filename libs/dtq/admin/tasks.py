@@ -17,7 +17,9 @@ from dtq.admin.common import (
     check_listing,
     check_queue_name,
     parse_cursor,
+    pipelined,
     position,
+    records,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, Page, ScheduledTask, entry_has_task, events_from, iso, task_info
@@ -154,7 +156,7 @@ class TaskOps(AdminCore):
     async def _filter_records(
         self, keys: Sequence[str], status: str | None, name: str | None
     ) -> list[TaskInfo]:
-        recs = await self._hgetall(keys)
+        recs = await records(self._r, keys)
         decls = await self._declared_of(keys, recs)
         out: list[TaskInfo] = []
         for k, rec, decl in zip(keys, recs, decls, strict=True):
@@ -176,17 +178,14 @@ class TaskOps(AdminCore):
         """The published declaration of each record still waiting for one (dtq.declared),
         None for the others; one pipelined round trip, and none when no record waits."""
         want = [
-            (i, parts[0])
+            (i, self.keys.queue(parts[0]).decl, rec.get(Field.NAME, ""))
             for i, (k, rec) in enumerate(zip(keys, recs, strict=True))
             if rec and pending_declared(rec) and (parts := self.keys.task_key_parts(k))
         ]
         out: list[str | None] = [None] * len(keys)
-        if want:
-            async with self._r.pipeline(transaction=False) as pipe:
-                for i, queue in want:
-                    pipe.hget(self.keys.queue(queue).decl, recs[i].get(Field.NAME, ""))
-                for (i, _), raw in zip(want, await pipe.execute(), strict=True):
-                    out[i] = raw
+        raws = await pipelined(self._r, want, lambda p, w: p.hget(w[1], w[2]))
+        for (i, _, _), raw in zip(want, raws, strict=True):
+            out[i] = raw
         return out
 
     def _info_from_key(
@@ -210,7 +209,7 @@ class TaskOps(AdminCore):
             n = min(chunk, DLQ_BUDGET - examined)
             tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
             keys = [qk.task(t) for t in tids]
-            recs = await self._hgetall(keys)
+            recs = await records(self._r, keys)
             decls = await self._declared_of(keys, recs)
             examined += len(tids)
             for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
@@ -224,15 +223,6 @@ class TaskOps(AdminCore):
             if len(tids) < n:
                 return Page(items, None, 0, examined)
         return Page(items, str(pos), 0, examined)
-
-    async def _hgetall(self, keys: Sequence[str]) -> list[dict[str, str]]:
-        if not keys:
-            return []
-        async with self._r.pipeline(transaction=False) as pipe:
-            for k in keys:
-                pipe.hgetall(k)
-            recs: list[dict[str, str]] = await pipe.execute()
-        return recs
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
@@ -291,10 +281,10 @@ class TaskOps(AdminCore):
         Two pipelined round trips for all queues: their soonest entries, then those records.
         """
         queues = await self._physical_of(queue)
-        async with self._r.pipeline(transaction=False) as pipe:
-            for q in queues:
-                pipe.zrange(self.keys.queue(q).sched, 0, limit - 1, withscores=True)
-            per_queue: list[list[tuple[str, float]]] = await pipe.execute()
+        sched = [self.keys.queue(q).sched for q in queues]
+        per_queue = await pipelined(
+            self._r, sched, lambda p, k: p.zrange(k, 0, limit - 1, withscores=True)
+        )
         # The soonest ``limit`` over all queues are all that is shown: read only their records.
         soonest = sorted(
             (
@@ -303,10 +293,8 @@ class TaskOps(AdminCore):
                 for tid, score in entries
             ),
         )[:limit]
-        async with self._r.pipeline(transaction=False) as pipe:
-            for _, q, tid in soonest:
-                pipe.hmget(self.keys.queue(q).task(tid), [Field.NAME, Field.RETRIES])
-            recs = await pipe.execute() if soonest else []
+        task = [self.keys.queue(q).task(tid) for _, q, tid in soonest]
+        recs = await pipelined(self._r, task, lambda p, k: p.hmget(k, [Field.NAME, Field.RETRIES]))
         out: list[ScheduledTask] = []
         for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):
             out.append(
