@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from dtq.errors import InvalidRequest
@@ -34,6 +34,37 @@ async def pipelined(r: Any, items: Sequence[T], add: Callable[[Any, T], object])
             add(pipe, item)
         replies: list[Any] = await pipe.execute()
     return replies
+
+
+async def zset_scan(
+    r: Any,
+    key: str,
+    pos: int,
+    want: int,
+    budget: int,
+    pick: Callable[[list[tuple[str, float]]], Awaitable[list[T | None]]],
+    newest_first: bool = False,
+) -> tuple[list[T], int | None, int]:
+    """Up to ``want`` items of zset ``key`` from rank ``pos``, reading at most ``budget``
+    entries in chunks of at least ``want``: one range read, then ``pick`` (each entry's item,
+    or None to leave it out). Returns the items, the rank to go on from (None at the end) and
+    the entries read."""
+    out: list[T] = []
+    seen = 0
+    read = r.zrevrange if newest_first else r.zrange
+    while len(out) < want and seen < budget:
+        n = min(max(want, 200), budget - seen)
+        entries = await read(key, pos, pos + n - 1, withscores=True)
+        seen += len(entries)
+        for i, item in enumerate(await pick(entries)):
+            if item is not None:
+                out.append(item)
+                if len(out) >= want:
+                    return out, pos + i + 1, seen
+        pos += len(entries)
+        if len(entries) < n:
+            return out, None, seen
+    return out, pos, seen
 
 
 async def records(r: Any, keys: Sequence[str]) -> list[dict[str, str]]:

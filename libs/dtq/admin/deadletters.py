@@ -15,6 +15,7 @@ from dtq.admin.common import (
     chunks,
     pipelined,
     position,
+    zset_scan,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, DeadLetter, Page, iso
@@ -26,6 +27,12 @@ from dtq.store.record import DEFAULTS, Field
 
 FIELDS = [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR]
 """What a dead-letter listing reads of each record."""
+
+
+def _matches(found: Sequence[str | None], name: str | None, error: str | None) -> bool:
+    """Whether a dead letter (its task's name and last error) passes the filters."""
+    n, e = found
+    return name in (None, n) and (error is None or error.lower() in (e or "").lower())
 
 
 class DeadLetterOps(AdminCore):
@@ -67,47 +74,29 @@ class DeadLetterOps(AdminCore):
     async def _dlq_scan(
         self, queue: str, offset: int, name: str | None, error: str | None, want: int, budget: int
     ) -> tuple[list[DeadLetter], int | None, int]:
-        """Dead letters of one queue from ``offset`` (newest first), reading at most ``budget``
-        entries in chunks of at least ``want`` (one range read and one pipelined read each).
-
-        Returns the letters, the next offset (None at the end) and the entries examined.
-        """
+        """Dead letters of one queue from ``offset``, newest first (:func:`zset_scan`); one whose
+        record expired (no name) is left out, retention removes its entry."""
         qk = self.keys.queue(queue)
-        out: list[DeadLetter] = []
-        pos = offset
-        seen = 0
-        while len(out) < want and seen < budget:
-            n = min(max(want, 200), budget - seen)
-            entries = await self._r.zrevrange(qk.dlq, pos, pos + n - 1, withscores=True)
-            if not entries:
-                return out, None, seen
+
+        async def pick(entries: list[tuple[str, float]]) -> list[DeadLetter | None]:
             recs = await pipelined(self._r, entries, lambda p, e: p.hmget(qk.task(e[0]), FIELDS))
-            seen += len(entries)
-            for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
-                if r[0] is None:
-                    continue  # record expired; retention removes the entry
-                if name is not None and r[0] != name:
-                    continue
-                if error is not None and error.lower() not in (r[4] or "").lower():
-                    continue
-                out.append(
-                    DeadLetter(
-                        task_id=make_task_id(queue, tid),
-                        queue=logical(queue),
-                        name=r[0],
-                        failed_at=iso(score),
-                        attempt=as_int(r[1]),
-                        retries=as_int(r[2]),
-                        max_retries=as_int(r[3] or DEFAULTS[Field.MAX_RETRIES]),
-                        error=r[4],
-                    )
+            return [
+                DeadLetter(
+                    task_id=make_task_id(queue, tid),
+                    queue=logical(queue),
+                    name=r[0],
+                    failed_at=iso(score),
+                    attempt=as_int(r[1]),
+                    retries=as_int(r[2]),
+                    max_retries=as_int(r[3] or DEFAULTS[Field.MAX_RETRIES]),
+                    error=r[4],
                 )
-                if len(out) >= want:
-                    return out, pos + i + 1, seen
-            pos += len(entries)
-            if len(entries) < n:
-                return out, None, seen
-        return out, pos, seen
+                if r[0] is not None and _matches((r[0], r[4]), name, error)
+                else None
+                for (tid, score), r in zip(entries, recs, strict=True)
+            ]
+
+        return await zset_scan(self._r, qk.dlq, offset, want, budget, pick, newest_first=True)
 
     async def _dlq_matching(
         self, queue: str, name: str | None, error: str | None
@@ -141,11 +130,7 @@ class DeadLetterOps(AdminCore):
         recs = await pipelined(
             self._r, tids, lambda p, t: p.hmget(qk.task(t), [Field.NAME, Field.ERROR])
         )
-        return [
-            tid
-            for tid, (n, e) in zip(tids, recs, strict=True)
-            if (name is None or n == name) and (error is None or error.lower() in (e or "").lower())
-        ]
+        return [tid for tid, rec in zip(tids, recs, strict=True) if _matches(rec, name, error)]
 
     async def dlq_count(self, queue: str | None = None) -> int:
         dlqs = [self.keys.queue(q).dlq for q in await self._physical_of(queue)]

@@ -20,6 +20,7 @@ from dtq.admin.common import (
     pipelined,
     position,
     records,
+    zset_scan,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, Page, ScheduledTask, entry_has_task, events_from, iso, task_info
@@ -197,32 +198,25 @@ class TaskOps(AdminCore):
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
     ) -> Page:
-        """Failed or scheduled tasks of one queue from its zset: one range read and one
-        pipelined read of the records per chunk, at most ``DLQ_BUDGET`` entries per page."""
+        """Failed or scheduled tasks of one queue from its zset (:func:`zset_scan`), at most
+        ``DLQ_BUDGET`` entries per page."""
         qk = self.keys.queue(queue)
-        key = qk.dlq if status == "failed" else qk.sched
-        pos = int(position(cursor)[0]) if cursor else 0
-        items: list[dict[str, Any]] = []
-        examined = 0
-        chunk = max(limit, 200)
-        while len(items) < limit and examined < DLQ_BUDGET:
-            n = min(chunk, DLQ_BUDGET - examined)
-            tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
-            keys = [qk.task(t) for t in tids]
+
+        async def pick(entries: list[tuple[str, float]]) -> list[TaskInfo | None]:
+            keys = [qk.task(tid) for tid, _ in entries]
             recs = await records(self._r, keys)
             decls = await self._declared_of(keys, recs)
-            examined += len(tids)
-            for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
-                if rec and rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME)):
-                    info = task_info(queue, tid, rec, decls[i])
-                    if info is not None:
-                        items.append(info.to_dict())
-                    if len(items) >= limit:
-                        return Page(items, str(pos + i + 1), 0, examined)
-            pos += len(tids)
-            if len(tids) < n:
-                return Page(items, None, 0, examined)
-        return Page(items, str(pos), 0, examined)
+            return [
+                task_info(queue, tid, rec, decl)
+                if rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME))
+                else None
+                for (tid, _), rec, decl in zip(entries, recs, decls, strict=True)
+            ]
+
+        key = qk.dlq if status == "failed" else qk.sched
+        pos = int(position(cursor)[0]) if cursor else 0
+        items, nxt, examined = await zset_scan(self._r, key, pos, limit, DLQ_BUDGET, pick)
+        return Page([t.to_dict() for t in items], None if nxt is None else str(nxt), 0, examined)
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
