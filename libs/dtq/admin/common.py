@@ -22,6 +22,8 @@ RETRYABLE = ("failed", "cancelled", "expired")
 
 Progress = Callable[[int], None]
 T = TypeVar("T")
+Pick = Callable[[list[tuple[str, float]]], Awaitable[list[T | None]]]
+"""Each zset entry's (member, score) item, or None to leave it out: one read for a chunk."""
 
 
 async def pipelined(r: Any, items: Sequence[T], add: Callable[[Any, T], object]) -> list[Any]:
@@ -37,18 +39,10 @@ async def pipelined(r: Any, items: Sequence[T], add: Callable[[Any, T], object])
 
 
 async def zset_scan(
-    r: Any,
-    key: str,
-    pos: int,
-    want: int,
-    budget: int,
-    pick: Callable[[list[tuple[str, float]]], Awaitable[list[T | None]]],
-    newest_first: bool = False,
+    r: Any, key: str, pos: int, want: int, budget: int, pick: Pick[T], newest_first: bool = False
 ) -> tuple[list[T], int | None, int]:
-    """Up to ``want`` items of zset ``key`` from rank ``pos``, reading at most ``budget``
-    entries in chunks of at least ``want``: one range read, then ``pick`` (each entry's item,
-    or None to leave it out). Returns the items, the rank to go on from (None at the end) and
-    the entries read."""
+    """Up to ``want`` items picked from zset ``key``'s entries from rank ``pos``, at most
+    ``budget`` entries read; the items, the rank to go on from (None: the end), entries read."""
     out: list[T] = []
     seen = 0
     read = r.zrevrange if newest_first else r.zrange
