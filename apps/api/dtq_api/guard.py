@@ -35,6 +35,12 @@ def is_loopback(host: str) -> bool:
     return host.strip("[]").lower() in LOOPBACK_HOSTS or host.startswith("127.")
 
 
+def bearer_ok(header: bytes, token: str) -> bool:
+    """Whether an ``Authorization`` header is ``Bearer <token>`` (constant-time compare)."""
+    scheme, _, given = header.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode())
+
+
 def allowed_hosts(bind_host: str | None, extra: Iterable[str]) -> frozenset[str] | None:
     """Host names requests may name; None means any (nothing to check against).
 
@@ -138,7 +144,11 @@ class Guard:
             await refuse(403, "forbidden", where + " (DTQ_API_ALLOWED_HOSTS)")
             return
         api_path = path == "/api/v1" or path.startswith("/api/v1/")
-        if self.token and api_path and not self._token_ok(headers.get(b"authorization", b"")):
+        if (
+            self.token
+            and api_path
+            and not bearer_ok(headers.get(b"authorization", b""), self.token)
+        ):
             bearer = (b"www-authenticate", b"Bearer")
             await refuse(401, "unauthorized", "missing or wrong bearer token", bearer)
             return
@@ -155,13 +165,6 @@ class Guard:
             await refuse(413, "payload_too_large", f"request body over {body} bytes", close)
             return
         await self.app(scope, _replay(body, receive), send_secured)
-
-    def _token_ok(self, header: bytes) -> bool:
-        assert self.token is not None
-        scheme, _, given = header.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(
-            given.strip(), self.token.encode()
-        )
 
     def _cross_site(self, headers: dict[bytes, bytes]) -> str | None:
         host = headers.get(b"host", b"").decode("latin-1").lower()

@@ -6,7 +6,7 @@ Response models allow extra fields: the task view grows with the SDK's ``TaskInf
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -19,13 +19,15 @@ from pydantic import (
     StrictInt,
 )
 
-from dtq.admin.views import DeadLetter, Event, QueueInfo, ScheduledTask, WorkerInfo
-from dtq.models import GroupInfo, TaskStatus
+from dtq.admin.views import Event, QueueInfo, ScheduledTask
+from dtq.models import TaskStatus
 
 # A task of partition i > 0 of a partitioned queue ends "~i" (dtq.store.partitions).
+QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}(~[1-9][0-9]{0,2})?$"
 # Strict numbers: in a union a too-long digit string must not fall through to int 0.
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"  # dtq.settings.CONTROL_RE, negated
+T = TypeVar("T")
 Scalar = Annotated[str, Field(max_length=200)] | StrictInt | StrictFloat | StrictBool | None
 
 
@@ -76,7 +78,7 @@ class EnqueueRequest(BaseModel):
     )
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
-    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    queue: str | None = Field(None, pattern=QUEUE_RE)
     priority: NumInt = Field(None, ge=0, le=9, description="0-9, 9 served first.")
     delay: NumFloat = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
     eta: AwareDatetime | None = Field(
@@ -156,9 +158,15 @@ CURSOR_DOC = (
 )
 
 
-class TaskPage(BaseModel):
-    items: list[Task]
+class Items(BaseModel, Generic[T]):
+    items: list[T]
+
+
+class Page(Items[T], Generic[T]):
     next_cursor: str | None = Field(description=CURSOR_DOC)
+
+
+class TaskPage(Page[Task]):
     running: list[Task] = Field(
         default_factory=list,
         description="The tasks running now (first page only; at most 200), however old.",
@@ -182,23 +190,12 @@ class RetryOut(BaseModel):
     status: str
 
 
-class QueueList(BaseModel):
-    items: list[QueueInfo]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueChange(QueueInfo):
     """The queue after a pause or resume."""
 
     changed: bool
     """False when the queue already was so."""
-
-
-class GroupPage(BaseModel):
-    items: list[GroupInfo] = Field(
-        description="Active groups (longest active first), then held idle ones."
-    )
-    next_cursor: str | None = Field(description=CURSOR_DOC)
 
 
 class GroupChange(BaseModel):
@@ -208,22 +205,13 @@ class GroupChange(BaseModel):
     changed: bool = Field(description="False when the group already was so.")
 
 
-class WorkerList(BaseModel):
-    items: list[WorkerInfo]
-
-
-class DeadLetterPage(BaseModel):
-    items: list[DeadLetter]
-    next_cursor: str | None = Field(description=CURSOR_DOC)
-
-
 class DlqBulkRequest(BaseModel):
     """Which dead letters: ``ids``, or every one matching the filters (all when none)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ids: list[Annotated[str, Field(pattern=TASK_ID_RE)]] | None = Field(None, max_length=10_000)
-    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    queue: str | None = Field(None, pattern=QUEUE_RE)
     name: str | None = None
     error: str | None = None
     max_retries: NumInt = Field(None, ge=0, le=1_000_000)

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from dtq.admin import QueueInfo
+from dtq.admin import QueueInfo, WorkerInfo
 from dtq.admin.views import BulkResult
+from dtq.models import GroupInfo
 from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 from dtq_api import schemas as s
 from dtq_api.deps import A, GroupCursor, GroupName, QueueName
@@ -20,7 +21,7 @@ log = logging.getLogger("dtq.api")
 router = APIRouter()
 
 
-@router.get("/queues", response_model=s.QueueList, tags=["queues"])
+@router.get("/queues", response_model=s.Items[QueueInfo], tags=["queues"])
 async def list_queues(a: A) -> Any:
     """Every queue: waiting per priority, scheduled, running, dead letters, paused."""
     return {"items": await a.list_queues()}
@@ -54,7 +55,7 @@ async def purge_queue(a: A, name: QueueName) -> BulkResult:
     return res
 
 
-@router.get("/queues/{name}/groups", response_model=s.GroupPage, tags=["queues"])
+@router.get("/queues/{name}/groups", response_model=s.Page[GroupInfo], tags=["queues"])
 async def list_groups(
     a: A,
     name: QueueName,
@@ -67,8 +68,7 @@ async def list_groups(
     One request does bounded work: a page may hold fewer groups than the limit, even none,
     with a ``next_cursor`` to continue from.
     """
-    page = await a.list_groups(name, cursor=cursor, limit=limit)
-    return {"items": page.items, "next_cursor": page.next_cursor}
+    return await a.list_groups(name, cursor=cursor, limit=limit)
 
 
 @router.post("/queues/{name}/groups/{group}/pause", response_model=s.GroupChange, tags=["queues"])
@@ -88,7 +88,7 @@ async def resume_group(a: A, name: QueueName, group: GroupName) -> Any:
     return {"queue": name, "group": group, "paused": False, "changed": changed}
 
 
-@router.get("/workers", response_model=s.WorkerList, tags=["workers"])
+@router.get("/workers", response_model=s.Items[WorkerInfo], tags=["workers"])
 async def list_workers(a: A) -> Any:
     """Workers with heartbeat age; ``stale`` once it passes 3 heartbeat intervals."""
     return {"items": await a.list_workers()}
