@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
-from dtq.admin.common import check_queue_name
+from dtq.admin.common import as_int, check_queue_name
 from dtq.admin.views import WorkerInfo, iso
 from dtq.declared import TASKS_FIELD, task_names
 from dtq.errors import BadTaskId, InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
@@ -109,16 +109,11 @@ class AdminCore:
             return expand([queue], self.settings.queue_partitions)
         return await self.physical_names()
 
-    async def _queue_exists(self, name: str) -> bool:
+    async def _require_queue(self, name: str) -> None:
         check_queue_name(name)
-        if await self._r.sismember(self.keys.queues, name):
-            return True
-        return name in await self.queue_names()
-
-    async def _require_queue(self, name: str) -> QueueKeys:
-        if not await self._queue_exists(name):
+        registered = await self._r.sismember(self.keys.queues, name)
+        if not registered and name not in await self.queue_names():
             raise UnknownQueue(f"no queue named {name!r}")
-        return self.keys.queue(name)
 
     async def resolve_id(self, task_id: str) -> str:
         """``task_id`` when it is a task or workflow id; for a bare ``<tid>`` (an id given
@@ -162,13 +157,10 @@ class AdminCore:
         out: list[WorkerInfo] = []
         for (wid, score), h in zip(entries, hashes, strict=True):
             last = int(h.get("last_heartbeat") or score)
-            interval_ms = (
-                int(h["heartbeat_interval_ms"]) if h.get("heartbeat_interval_ms") else None
-            )
+            interval_ms = as_int(h.get("heartbeat_interval_ms")) or None
             age_ms = max(0.0, now_ms - last)
-            live = bool(h) and interval_ms is not None and age_ms <= 3 * interval_ms
-            if h.get("status") == "stopped":
-                live = False
+            stopped = h.get("status") == "stopped"
+            live = bool(h) and interval_ms is not None and age_ms <= 3 * interval_ms and not stopped
             out.append(
                 WorkerInfo(
                     worker_id=wid,
@@ -186,11 +178,11 @@ class AdminCore:
                         dict.fromkeys(logical(q) for q in h.get("queues", "").split(",") if q)
                     ),
                     tasks=task_names(h.get(TASKS_FIELD)),
-                    active_tasks=int(h.get("active_tasks") or 0),
-                    concurrency=int(h["concurrency"]) if h.get("concurrency") else None,
-                    tasks_processed=int(h.get("tasks_processed") or 0),
-                    tasks_failed=int(h.get("tasks_failed") or 0),
-                    tasks_retried=int(h.get("tasks_retried") or 0),
+                    active_tasks=as_int(h.get("active_tasks")),
+                    concurrency=as_int(h.get("concurrency")) or None,
+                    tasks_processed=as_int(h.get("tasks_processed")),
+                    tasks_failed=as_int(h.get("tasks_failed")),
+                    tasks_retried=as_int(h.get("tasks_retried")),
                     started_at=iso(int(h["started_at"])) if h.get("started_at") else None,
                 )
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from dtq import scripts as sc
@@ -197,7 +198,7 @@ class DeadLetterOps(AdminCore):
         progress: Progress | None,
     ) -> BulkResult:
         done = 0
-        skipped: dict[str, int] = {}
+        skipped: Counter[str] = Counter()
 
         async def apply(qk: QueueKeys, tids: Sequence[str]) -> None:
             nonlocal done
@@ -210,11 +211,8 @@ class DeadLetterOps(AdminCore):
                 )
                 outcomes = sc.parse_dlq(await self._run(call))
                 ok = "discarded"
-            for o in outcomes:
-                if o == ok:
-                    done += 1
-                else:
-                    skipped[o] = skipped.get(o, 0) + 1
+            skipped.update(outcomes)
+            done += skipped.pop(ok, 0)
             if progress is not None:
                 progress(len(tids))
 
@@ -229,7 +227,7 @@ class DeadLetterOps(AdminCore):
                     # Ids outside the filters are left alone (skipped as "filtered").
                     picked = await self._dlq_filter(q, chunk, queue, name, error)
                     if len(picked) < len(chunk):
-                        skipped["filtered"] = skipped.get("filtered", 0) + len(chunk) - len(picked)
+                        skipped["filtered"] += len(chunk) - len(picked)
                     if picked:
                         await apply(self.keys.queue(q), picked)
         else:
@@ -241,4 +239,4 @@ class DeadLetterOps(AdminCore):
                 batches = [b async for b in self._dlq_matching(q, name, error)]
                 for b in batches:
                     await apply(self.keys.queue(q), b)
-        return BulkResult(done, skipped)
+        return BulkResult(done, dict(skipped))

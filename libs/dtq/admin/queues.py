@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from dtq import scripts as sc
 from dtq import stats
-from dtq.admin.common import BATCH, Progress, check_queue_name, id_ms
+from dtq.admin.common import BATCH, Progress, check_queue_name, id_ms, pipelined
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, Page, QueueInfo, merge_infos
 from dtq.errors import InvalidRequest
@@ -29,9 +30,6 @@ class QueueOps(AdminCore):
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
-        return await self.queue_info(name)
-
-    async def queue_info(self, name: str) -> QueueInfo:
         return (await self.queue_infos([name]))[0]
 
     async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
@@ -62,48 +60,27 @@ class QueueOps(AdminCore):
         if isinstance(now, Exception):
             raise now
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        partial: list[tuple[str, dict[int, int], int, dict[int, str], list[Any]]] = []
+        infos: list[QueueInfo] = []
+        waiting: list[tuple[int, str, str]] = []  # (queue, stream, after its delivered) per band
         for j, name in enumerate(names):
             part = raw[j * per : (j + 1) * per]
-            depth: dict[int, int] = {}
-            running = 0
-            starts: dict[int, str] = {}
-            for i, p in enumerate(PRIORITIES):
-                length, groups = part[2 * i], part[2 * i + 1]
-                if isinstance(length, Exception):
-                    raise length
-                pending, start = 0, "-"
-                if not isinstance(groups, Exception):
-                    for g in groups:
-                        if g.get("name") == GROUP:
-                            pending = int(g.get("pending", 0))
-                            start = "(" + str(g.get("last-delivered-id"))
-                depth[p] = max(0, int(length) - pending)
-                running += pending
-                if depth[p]:
-                    starts[p] = start
-            for x in part[-4:]:
+            for x in (*part[0 : 2 * len(PRIORITIES) : 2], *part[-4:]):
                 if isinstance(x, Exception):
                     raise x
-            partial.append((name, depth, running, starts, part[-4:]))
-        firsts: list[Any] = []
-        if any(starts for _, _, _, starts, _ in partial):
-            async with self._r.pipeline(transaction=False) as pipe:
-                for name, _, _, starts, _ in partial:
-                    qk = self.keys.queue(name)
-                    for p, start in starts.items():
-                        pipe.xrange(qk.stream(p), min=start, max="+", count=1)
-                firsts = await pipe.execute()
-        out: list[QueueInfo] = []
-        k = 0
-        for name, depth, running, starts, (scheduled, dlq, paused, groups) in partial:
-            oldest: float | None = None
-            for entries in firsts[k : k + len(starts)]:
-                if entries:
-                    age = max(0.0, (now_ms - id_ms(entries[0][0])) / 1000)
-                    oldest = age if oldest is None else max(oldest, age)
-            k += len(starts)
-            out.append(
+            depth: dict[int, int] = {}
+            running = 0
+            for i, p in enumerate(PRIORITIES):
+                groups = part[2 * i + 1]
+                groups = [] if isinstance(groups, Exception) else groups  # (no stream yet)
+                g: dict[str, Any] = next((x for x in groups if x.get("name") == GROUP), {})
+                pending = int(g.get("pending", 0))
+                depth[p] = max(0, int(part[2 * i]) - pending)
+                running += pending
+                if depth[p]:
+                    start = ("(" + str(g.get("last-delivered-id"))) if g else "-"
+                    waiting.append((j, self.keys.queue(name).stream(p), start))
+            scheduled, dlq, paused, active = part[-4:]
+            infos.append(
                 QueueInfo(
                     name=name,
                     depth=depth,
@@ -112,11 +89,19 @@ class QueueOps(AdminCore):
                     running=running,
                     dlq=int(dlq),
                     paused=bool(paused),
-                    oldest_waiting_age_s=oldest,
-                    active_groups=int(groups),
+                    oldest_waiting_age_s=None,
+                    active_groups=int(active),
                 )
             )
-        return out
+        firsts = await pipelined(
+            self._r, waiting, lambda pipe, w: pipe.xrange(w[1], min=w[2], max="+", count=1)
+        )
+        oldest: dict[int, float] = {}
+        for (j, _, _), entries in zip(waiting, firsts, strict=True):
+            if entries:
+                age = max(0.0, (now_ms - id_ms(entries[0][0])) / 1000)
+                oldest[j] = max(age, oldest.get(j, age))
+        return [replace(q, oldest_waiting_age_s=oldest.get(j)) for j, q in enumerate(infos)]
 
     async def _queue_event(self, qk: QueueKeys, etype: str, detail: str = "") -> None:
         if self.settings.events_maxlen > 0:

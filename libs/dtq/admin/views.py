@@ -68,10 +68,7 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
     waiting age the largest, paused when any partition is."""
     if len(parts) == 1:
         return parts[0]
-    depth: dict[int, int] = {}
-    for p in parts:
-        for band, n in p.depth.items():
-            depth[band] = depth.get(band, 0) + n
+    depth = {band: sum(p.depth.get(band, 0) for p in parts) for band in parts[0].depth}
     ages = [p.oldest_waiting_age_s for p in parts if p.oldest_waiting_age_s is not None]
     return QueueInfo(
         name=name,
