@@ -14,7 +14,6 @@ import redis.asyncio as aredis
 from dtq.admin.common import pipelined, records, stream_pos
 from dtq.admin.views import task_info
 from dtq.store.keys import GROUP, Keys, make_task_id
-from dtq.store.record import Field
 
 INDEX_BUDGET = 20_000
 """Most event-stream entries one task page reads before answering with a cursor."""
@@ -63,14 +62,8 @@ def _take(
 ) -> bool:
     """Add the task to ``items`` when it passes the filters; whether it was added."""
     full_id = make_task_id(q, tid)
-    if full_id in seen:
-        return False  # enqueued again under the same id (a repeat kept its record)
-    if status is not None and rec.get(Field.STATUS) != status:
-        return False
-    if name is not None and rec.get(Field.NAME) != name:
-        return False
-    info = task_info(q, tid, rec)
-    if info is None:
+    info = task_info(q, tid, rec, status=status, name=name)
+    if info is None or full_id in seen:  # (seen: enqueued again, a repeat kept its record)
         return False
     seen.add(full_id)
     items.append(info.to_dict())
@@ -173,11 +166,8 @@ async def running(
         if entry and entry[0][1].get("t"):
             tids.append((q, entry[0][1]["t"]))
     recs = await records(r, [keys.queue(q).task(tid) for q, tid in tids])
-    out: list[dict[str, Any]] = []
-    for (q, tid), rec in zip(tids, recs, strict=True):
-        if name is not None and rec.get(Field.NAME) != name:
-            continue
-        info = task_info(q, tid, rec)
-        if info is not None and info.status.value == "running":
-            out.append(info.to_dict())
-    return out
+    return [
+        info.to_dict()
+        for (q, tid), rec in zip(tids, recs, strict=True)
+        if (info := task_info(q, tid, rec, status="running", name=name))
+    ]

@@ -159,19 +159,13 @@ class TaskOps(AdminCore):
     ) -> list[TaskInfo]:
         recs = await records(self._r, keys)
         decls = await self._declared_of(keys, recs)
-        out: list[TaskInfo] = []
-        for k, rec, decl in zip(keys, recs, decls, strict=True):
-            if not rec or Field.STATUS not in rec:
-                continue
-            if status is not None and rec[Field.STATUS] != status:
-                continue
-            if name is not None and rec.get(Field.NAME) != name:
-                continue
-            info = self._info_from_key(k, rec, decl)
-            if info is not None:
-                out.append(info)
-        out.sort(key=lambda t: t.id)
-        return out
+        infos = [
+            info
+            for k, rec, decl in zip(keys, recs, decls, strict=True)
+            if (parts := self.keys.task_key_parts(k))
+            and (info := task_info(*parts, rec, decl, status=status, name=name))
+        ]
+        return sorted(infos, key=lambda t: t.id)
 
     async def _declared_of(
         self, keys: Sequence[str], recs: Sequence[dict[str, str]]
@@ -189,12 +183,6 @@ class TaskOps(AdminCore):
             out[i] = raw
         return out
 
-    def _info_from_key(
-        self, key: str, rec: dict[str, str], declared: str | None = None
-    ) -> TaskInfo | None:
-        parts = self.keys.task_key_parts(key)
-        return None if parts is None else task_info(*parts, rec, declared)
-
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
     ) -> Page:
@@ -207,9 +195,7 @@ class TaskOps(AdminCore):
             recs = await records(self._r, keys)
             decls = await self._declared_of(keys, recs)
             return [
-                task_info(queue, tid, rec, decl)
-                if rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME))
-                else None
+                task_info(queue, tid, rec, decl, status=status, name=name)
                 for (tid, _), rec, decl in zip(entries, recs, decls, strict=True)
             ]
 
@@ -235,9 +221,7 @@ class TaskOps(AdminCore):
     async def retry(self, task_id: str, *, max_retries: int | None = None) -> dict[str, Any]:
         """Run a failed, cancelled or expired task again under the same id (keeps history)."""
         queue, tid = split_task_id(task_id)
-        qk = self.keys.queue(queue)
-        res = await self._requeue(qk, [tid], max_retries, RETRYABLE)
-        outcome = res[0]
+        (outcome,) = await self._requeue(self.keys.queue(queue), [tid], max_retries, RETRYABLE)
         if outcome == "missing":
             raise UnknownTask(f"no task {task_id}")
         if outcome != "requeued":
@@ -289,16 +273,15 @@ class TaskOps(AdminCore):
         )[:limit]
         task = [self.keys.queue(q).task(tid) for _, q, tid in soonest]
         recs = await pipelined(self._r, task, lambda p, k: p.hmget(k, [Field.NAME, Field.RETRIES]))
-        out: list[ScheduledTask] = []
-        for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):
-            out.append(
-                ScheduledTask(
-                    task_id=make_task_id(q, tid),
-                    queue=logical(q),
-                    name=nm or "",
-                    due_at=iso(score),
-                    kind="retry" if as_int(retries) > 0 else "delayed",
-                )
+        out = [
+            ScheduledTask(
+                task_id=make_task_id(q, tid),
+                queue=logical(q),
+                name=nm or "",
+                due_at=iso(score),
+                kind="retry" if as_int(retries) > 0 else "delayed",
             )
+            for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True)
+        ]
         out.sort(key=lambda s: s.due_at or "")
         return out[:limit]

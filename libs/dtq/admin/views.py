@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import Field as DataclassField
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ConfigDict
 
@@ -17,11 +18,20 @@ from dtq.store.record import Field
 
 
 def task_info(
-    queue: str, tid: str, rec: dict[str, str], declared: str | None = None
+    queue: str,
+    tid: str,
+    rec: dict[str, str],
+    declared: str | None = None,
+    *,
+    status: str | None = None,
+    name: str | None = None,
 ) -> TaskInfo | None:
-    """The task of a record; None for none, or one this version cannot read (left out of a
-    listing, not a 500)."""
-    if not rec or Field.STATUS not in rec:
+    """The task of a record when it has the ``status`` and ``name`` asked for (any when None);
+    None otherwise, for none, or for one this version cannot read (left out of a listing, not
+    a 500)."""
+    if Field.STATUS not in rec or status not in (None, rec[Field.STATUS]):
+        return None
+    if name not in (None, rec.get(Field.NAME)):
         return None
     try:
         return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
@@ -34,15 +44,24 @@ def iso(ms: float | None) -> str | None:
     return None if dt is None else dt.isoformat()
 
 
-# Their fields are always present in the API's answers: required in its schema.
-VIEW = ConfigDict(use_attribute_docstrings=True, json_schema_serialization_defaults_required=True)
+class View:
+    """The base of what an operation answers: ``to_dict`` for ``--json``, and for the API's
+    schema, attribute docstrings as descriptions and every field required (always sent)."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, DataclassField[Any]]]
+    __pydantic_config__ = ConfigDict(
+        use_attribute_docstrings=True, json_schema_serialization_defaults_required=True
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
-class QueueInfo:
+class QueueInfo(View):
     """One queue as an operator sees it."""
 
-    __pydantic_config__ = VIEW
     name: str
     depth: dict[int, int]
     """Waiting (queued, not yet taken) tasks per priority band ('9'..'0')."""
@@ -84,10 +103,9 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerInfo:
+class WorkerInfo(View):
     """A worker's last heartbeat and the observer's verdict on its liveness."""
 
-    __pydantic_config__ = VIEW
     worker_id: str
     live: bool
     stale: bool
@@ -109,15 +127,11 @@ class WorkerInfo:
     tasks: list[str] = field(default_factory=list)
     """The task names the worker can run (its app's registry, published with its heartbeat)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class Event(View):
     """One lifecycle event from a queue's event stream or the workers' stream."""
 
-    __pydantic_config__ = VIEW
     stream: str
     """``<queue>`` for task events, ``@workers`` for worker events."""
     id: str
@@ -130,12 +144,9 @@ class Event:
     worker: str | None
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
-class DeadLetter:
+class DeadLetter(View):
     task_id: str
     queue: str
     name: str
@@ -144,9 +155,6 @@ class DeadLetter:
     retries: int
     max_retries: int
     error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,27 +172,20 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
-class BulkResult:
+class BulkResult(View):
     """Counts of a bulk operation: how many changed, how many were skipped (and why)."""
 
-    __pydantic_config__ = VIEW
     done: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
-class ScheduledTask:
+class ScheduledTask(View):
     task_id: str
     queue: str
     name: str
     due_at: str | None
     kind: str  # "delayed" | "retry"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --- helpers ---------------------------------------------------------------------------------
