@@ -1,7 +1,6 @@
-"""Request and response bodies of the HTTP API (pydantic), so the OpenAPI document is complete.
-
-Response models allow extra fields: the task view grows with the SDK's ``TaskInfo``.
-"""
+"""Request and response bodies of the HTTP API (pydantic), so the OpenAPI document is complete;
+the other answers are dtq.admin's views. The task's model allows extra fields: it grows with the
+SDK's ``TaskInfo``."""
 
 from __future__ import annotations
 
@@ -222,8 +221,7 @@ class DiscardOut(BaseModel):
     discarded: bool
 
 
-class ScheduleChange(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ScheduleChange(Open):
     name: str
     queue: str
     task: str

@@ -39,10 +39,8 @@ class AdminCore:
     ) -> None:
         self.settings = settings or load_settings()
         self.keys = Keys(self.settings.key_prefix)
-        # Re-sends after a blip (DTQ_CLIENT_RETRIES): reads, and state changes made safe to
-        # re-send (docs/faults.md, "Connection blips at the SDK").
-        # Calls beyond the pool's 100 connections wait for one (an API serving many requests
-        # at once), as the SDK's AsyncClient's do.
+        # Re-sends after a blip what is safe to re-send (docs/faults.md); past the pool's 100
+        # connections a call waits for one (an API serving many requests), as the SDK's do.
         self.redis: aredis.Redis = redis_client or async_redis(
             self.settings.redis_url,
             retries=self.settings.client_retries,

@@ -171,12 +171,10 @@ class DeadLetterOps(AdminCore):
 
     async def dlq_requeue_one(self, task_id: str, max_retries: int | None = None) -> None:
         """Requeue one dead letter; UnknownTask / Conflict when it is not one."""
-        res = await self.dlq_requeue([task_id], max_retries=max_retries)
-        self._single(task_id, res)
+        self._single(task_id, await self.dlq_requeue([task_id], max_retries=max_retries))
 
     async def dlq_discard_one(self, task_id: str) -> None:
-        res = await self.dlq_discard([task_id])
-        self._single(task_id, res)
+        self._single(task_id, await self.dlq_discard([task_id]))
 
     @staticmethod
     def _single(task_id: str, res: BulkResult) -> None:

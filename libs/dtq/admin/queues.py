@@ -5,6 +5,7 @@ queue must be a known one: :class:`dtq.UnknownQueue` otherwise)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -115,10 +116,7 @@ class QueueOps(AdminCore):
     async def pause(self, name: str) -> bool:
         """Stop workers taking from the queue (running tasks finish). True if it changed."""
         await self._require_queue(name)
-        changed = False
-        for q in await self._physical_of(name):
-            changed = await self._pause(self.keys.queue(q)) or changed
-        return changed
+        return any([await self._pause(self.keys.queue(q)) for q in await self._physical_of(name)])
 
     async def _pause(self, qk: QueueKeys) -> bool:
         # The value names this call: re-sent after a lost reply, SET NX finds the key set and
@@ -150,31 +148,18 @@ class QueueOps(AdminCore):
         Running tasks finish normally; finished records and dead letters stay.
         """
         await self._require_queue(name)
-        queued = scheduled = 0
+        counts = Counter(queued=0, scheduled=0)
+        ttl_s = self.settings.result_ttl_s
         for q in await self._physical_of(name):
-            q_queued, q_scheduled = await self._purge(self.keys.queue(q), batch, progress)
-            queued += q_queued
-            scheduled += q_scheduled
-        return BulkResult(queued + scheduled, {"queued": queued, "scheduled": scheduled})
-
-    async def _purge(self, qk: QueueKeys, batch: int, progress: Progress | None) -> tuple[int, int]:
-        queued = scheduled = 0
-        while True:
-            call = purge_call(
-                qk,
-                batch,
-                self.settings.events_maxlen,
-                nonce=sc.new_nonce(),
-                flow_ttl_s=self.settings.result_ttl_s,
-            )
-            res = parse_purge(await self._run(call))
-            queued += res.queued
-            scheduled += res.scheduled
-            if progress is not None:
-                progress(res.queued + res.scheduled)
-            if not res.more:
-                break
-        return queued, scheduled
+            qk, more = self.keys.queue(q), True
+            while more:
+                call = purge_call(qk, batch, self.settings.events_maxlen, sc.new_nonce(), ttl_s)
+                res = parse_purge(await self._run(call))
+                counts.update(queued=res.queued, scheduled=res.scheduled)
+                if progress is not None:
+                    progress(res.queued + res.scheduled)
+                more = res.more
+        return BulkResult(counts.total(), dict(counts))
 
     async def list_groups(
         self, queue: str, *, cursor: str | None = None, limit: int = GROUP_PAGE
