@@ -113,12 +113,8 @@ def parse_cursor(cursor: str | None) -> tuple[str, int]:
         return "0", 0
     head, _, tail = cursor.partition(".")
     node, _, at = head.rpartition(":")  # "<primary>:<cursor>" on a cluster (dtq.store.cluster)
-    if (
-        not at.isdigit()
-        or (node and not node.isdigit())
-        or (tail and not tail.isdigit())
-        or int(at) >= 2**64
-    ):
+    rest = node + tail  # digits, when present
+    if not at.isdigit() or int(at) >= 2**64 or (rest and not rest.isdigit()):
         raise InvalidRequest(f"bad cursor {cursor!r}")
     return head, int(tail or 0)
 

@@ -231,8 +231,7 @@ class DeadLetterOps(AdminCore):
         else:
             if queue is not None:
                 check_queue_name(queue)
-            queues = await self._physical_of(queue)
-            for q in queues:
+            for q in await self._physical_of(queue):
                 # The zset shrinks as tasks leave it, so collect first, then apply.
                 batches = [b async for b in self._dlq_matching(q, name, error)]
                 for b in batches:

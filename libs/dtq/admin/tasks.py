@@ -42,8 +42,7 @@ class TaskOps(AdminCore):
         info = await self.client.get(task_id)
         d = info.to_dict()
         queue, tid = split_task_id(task_id)
-        extra = await self._r.hmget(self.keys.queue(queue).task(tid), [Field.REQUEUES])
-        d["requeues"] = int(extra[0] or 0)
+        d["requeues"] = as_int(await self._r.hget(self.keys.queue(queue).task(tid), Field.REQUEUES))
         if history:
             d["history"] = [e.to_dict() for e in await self.task_history(task_id)]
         return d

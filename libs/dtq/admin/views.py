@@ -199,11 +199,10 @@ def events_from(stream: str, eid: str, f: dict[str, str]) -> list[Event]:
     if " " not in tids or stream == "@workers":
         return [event_from(stream, eid, f)]
     attempts = (f.get("attempt") or "").split(" ")
-    out = []
-    for i, tid in enumerate(tids.split(" ")):
-        one = dict(f, tid=tid, attempt=attempts[i] if i < len(attempts) else "")
-        out.append(event_from(stream, eid, one))
-    return out
+    return [
+        event_from(stream, eid, dict(f, tid=tid, attempt=attempts[i] if i < len(attempts) else ""))
+        for i, tid in enumerate(tids.split(" "))
+    ]
 
 
 def entry_has_task(f: dict[str, str], tid: str) -> bool:

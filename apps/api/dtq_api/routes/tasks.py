@@ -71,9 +71,8 @@ async def enqueue(
         fields["idempotency_key"] = utf8_header("Idempotency-Key", idempotency_key)
     name = fields.pop("name")
     h = await a.client.enqueue(name, fields.pop("args", None), fields.pop("kwargs", None), **fields)
-    if not h.created:
-        response.status_code = 200
-    else:
+    response.status_code = 201 if h.created else 200
+    if h.created:
         log.info(
             "enqueued %s (%s) over HTTP", h.id, name, extra={"task_id": h.id, "queue": h.queue}
         )
