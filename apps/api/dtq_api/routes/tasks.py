@@ -8,17 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 
 from dtq.models import TaskStatus
+from dtq_api import deps
 from dtq_api import schemas as s
-from dtq_api.deps import (
-    A,
-    Limit,
-    NameFilter,
-    QueueFilter,
-    RetryBody,
-    TaskCursor,
-    TaskId,
-    utf8_header,
-)
+from dtq_api.deps import A, Limit, NameFilter, QueueFilter, RetryBody, TaskCursor, TaskId
 from dtq_api.errors import ApiError
 
 log = logging.getLogger("dtq.api")
@@ -68,7 +60,7 @@ async def enqueue(
     """
     fields = body.model_dump(exclude_none=True)
     if idempotency_key is not None:  # the header wins over the body field
-        fields["idempotency_key"] = utf8_header("Idempotency-Key", idempotency_key)
+        fields["idempotency_key"] = deps.utf8_header("Idempotency-Key", idempotency_key)
     name = fields.pop("name")
     h = await a.client.enqueue(name, fields.pop("args", None), fields.pop("kwargs", None), **fields)
     response.status_code = 201 if h.created else 200
