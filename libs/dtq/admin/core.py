@@ -195,9 +195,7 @@ class AdminCore:
         max_retries: int | None,
         allowed: Sequence[str] = ("failed",),
     ) -> list[sc.DlqVerdict]:
-        if max_retries is not None and (
-            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
-        ):
+        if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
             raise InvalidRequest("max_retries must be a non-negative integer")
         call = dlq_requeue_call(
             qk,

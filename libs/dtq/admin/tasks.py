@@ -39,8 +39,7 @@ class TaskOps(AdminCore):
 
     async def get_task(self, task_id: str, *, history: bool = False) -> dict[str, Any]:
         """The task's fields (as :class:`dtq.TaskInfo` names them), optionally its history."""
-        info = await self.client.get(task_id)
-        d = info.to_dict()
+        d = (await self.client.get(task_id)).to_dict()
         queue, tid = split_task_id(task_id)
         d["requeues"] = as_int(await self._r.hget(self.keys.queue(queue).task(tid), Field.REQUEUES))
         if history:
@@ -211,8 +210,7 @@ class TaskOps(AdminCore):
             changed = await self.client.cancel(task_id, reason)
             outcome = "cancelled" if changed else "unchanged"
             return {"id": task_id, "outcome": outcome, "status": "cancelled" if changed else before}
-        call = self.client._cancel_call(task_id, reason)
-        res = sc.parse_cancel(await self._run(call))
+        res = sc.parse_cancel(await self._run(self.client._cancel_call(task_id, reason)))
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")
         return {"id": task_id, "outcome": res.outcome, "status": res.status}
@@ -263,13 +261,8 @@ class TaskOps(AdminCore):
             self._r, sched, lambda p, k: p.zrange(k, 0, limit - 1, withscores=True)
         )
         # The soonest ``limit`` over all queues are all that is shown: read only their records.
-        soonest = sorted(
-            (
-                (score, q, tid)
-                for q, entries in zip(queues, per_queue, strict=True)
-                for tid, score in entries
-            ),
-        )[:limit]
+        entries = [(s, q, t) for q, es in zip(queues, per_queue, strict=True) for t, s in es]
+        soonest = sorted(entries)[:limit]
         task = [self.keys.queue(q).task(tid) for _, q, tid in soonest]
         recs = await pipelined(self._r, task, lambda p, k: p.hmget(k, [Field.NAME, Field.RETRIES]))
         out = [

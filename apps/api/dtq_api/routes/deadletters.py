@@ -38,9 +38,7 @@ async def list_dlq(
 @router.post("/dlq/requeue")
 async def requeue_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
     """Requeue ``ids``, or every dead letter matching the filters (all when none)."""
-    res = await a.dlq_requeue(
-        body.ids, queue=body.queue, name=body.name, error=body.error, max_retries=body.max_retries
-    )
+    res = await a.dlq_requeue(body.ids, **body.model_dump(exclude={"ids"}))
     log.info("requeued %d dead letters", res.done)
     return res
 
@@ -48,7 +46,7 @@ async def requeue_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
 @router.post("/dlq/discard")
 async def discard_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
     """Delete ``ids``, or every dead letter matching the filters (all when none)."""
-    res = await a.dlq_discard(body.ids, queue=body.queue, name=body.name, error=body.error)
+    res = await a.dlq_discard(body.ids, **body.model_dump(exclude={"ids", "max_retries"}))
     log.info("discarded %d dead letters", res.done)
     return res
 
