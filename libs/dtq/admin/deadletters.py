@@ -147,10 +147,8 @@ class DeadLetterOps(AdminCore):
         max_retries: int | None = None,
         progress: Progress | None = None,
     ) -> BulkResult:
-        """Requeue dead letters: the given ids, or all matching the filters (all when none).
-
-        Each keeps its id, record and history; ``max_retries`` sets a new retry budget.
-        """
+        """Requeue dead letters: the given ids, or all matching the filters (all when none); each
+        keeps its id, record and history, ``max_retries`` sets a new retry budget."""
         return await self._dlq_bulk("requeue", task_ids, queue, name, error, max_retries, progress)
 
     async def dlq_discard(

@@ -145,12 +145,8 @@ class EventOps(AdminCore):
     async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
         """Events of every stream after stream id ``last_id``, oldest first, at most ``limit``;
         the flag says whether more were left out (see :meth:`resume_pages`)."""
-        out: list[Event] = []
-        left_out = False
-        async for page, more in self.resume_pages(last_id, limit):
-            out += page
-            left_out = more
-        return out, left_out
+        pages = [p async for p in self.resume_pages(last_id, limit)]  # (at least one)
+        return [e for page, _ in pages for e in page], pages[-1][1]
 
     async def resume_pages(  # long: one merge loop, its state local
         self, last_id: str, limit: int = 5000

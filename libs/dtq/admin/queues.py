@@ -143,10 +143,8 @@ class QueueOps(AdminCore):
     async def purge(
         self, name: str, *, batch: int = BATCH, progress: Progress | None = None
     ) -> BulkResult:
-        """Delete the queue's waiting tasks (queued and scheduled), in bounded batches.
-
-        Running tasks finish normally; finished records and dead letters stay.
-        """
+        """Delete the queue's waiting tasks (queued and scheduled), in bounded batches; running
+        tasks finish normally, finished records and dead letters stay."""
         await self._require_queue(name)
         counts = Counter(queued=0, scheduled=0)
         ttl_s = self.settings.result_ttl_s

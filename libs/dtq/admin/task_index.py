@@ -51,25 +51,6 @@ def make_cursor(pos: Pos) -> str:
     return f"{pos[0]}.{pos[1]}{idx}.{pos[2]}"
 
 
-def _take(
-    q: str,
-    tid: str,
-    rec: dict[str, str],
-    status: str | None,
-    name: str | None,
-    seen: set[str],
-    items: list[dict[str, Any]],
-) -> bool:
-    """Add the task to ``items`` when it passes the filters; whether it was added."""
-    full_id = make_task_id(q, tid)
-    info = task_info(q, tid, rec, status=status, name=name)
-    if info is None or full_id in seen:  # (seen: enqueued again, a repeat kept its record)
-        return False
-    seen.add(full_id)
-    items.append(info.to_dict())
-    return True
-
-
 async def newest(
     r: aredis.Redis,
     keys: Keys,
@@ -128,7 +109,13 @@ async def newest(
             fetched += len(batch)
             recs = await records(r, [keys.queue(pos[2]).task(tid) for pos, tid in batch])
             for (pos, tid), rec in zip(batch, recs, strict=True):
-                if _take(pos[2], tid, rec, status, name, seen, items) and len(items) >= limit:
+                full_id = make_task_id(pos[2], tid)
+                info = task_info(pos[2], tid, rec, status=status, name=name)
+                if info is None or full_id in seen:  # (seen: enqueued again, its record kept)
+                    continue
+                seen.add(full_id)
+                items.append(info.to_dict())
+                if len(items) >= limit:
                     return items, make_cursor(pos), read
         if cut is None:
             return items, None, read

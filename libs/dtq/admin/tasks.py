@@ -47,16 +47,13 @@ class TaskOps(AdminCore):
         return d
 
     async def task_history(self, task_id: str, limit: int = HISTORY_SCAN) -> list[Event]:
-        """The task's lifecycle events still in its queue's capped event stream, oldest first.
-
-        Reads the stream newest first, at most ``limit`` entries.
-        """
+        """The task's lifecycle events still in its queue's capped event stream, oldest first
+        (read newest first, at most ``limit`` entries)."""
         queue, tid = split_task_id(task_id)
         key = self.keys.queue(queue).events
         found: list[Event] = []
         own = make_task_id(queue, tid)
-        upper = "+"
-        read = 0
+        upper, read = "+", 0
         while read < limit:
             chunk = await self._r.xrevrange(key, max=upper, min="-", count=1000)
             if not chunk:
@@ -68,8 +65,7 @@ class TaskOps(AdminCore):
             upper = "(" + chunk[-1][0]
             if found and found[-1].type == "enqueued":
                 break
-        found.reverse()
-        return found
+        return found[::-1]
 
     async def list_tasks(
         self,
