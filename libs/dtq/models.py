@@ -207,6 +207,7 @@ class GroupInfo:
     """One fair group of a queue (docs/groups.md), its partitions summed: what
     ``client.groups(queue)`` lists."""
 
+    __pydantic_config__ = {"use_attribute_docstrings": True}  # descriptions in dtq-api's schema
     group: str
     """The group's name; ``""`` for the queue's tasks enqueued without a group."""
     waiting: int

@@ -3,10 +3,9 @@ path and query parameter types."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Body, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 
 from dtq.admin import Admin
@@ -16,29 +15,26 @@ from dtq.settings import Settings
 from dtq_api import schemas as s
 from dtq_api.errors import ApiError
 from dtq_api.events import EventHub, hub_for
+from dtq_api.guard import bearer_ok
 
-QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
-CURSOR_RE = r"^[0-9]{1,19}(\.[0-9]{1,9})?$"  # a position: the DLQ listing's
-Cursor = Annotated[
-    str | None,
-    Query(pattern=CURSOR_RE, description="The previous page's next_cursor (opaque)."),
-]
+
+def _cursor(pattern: str) -> object:
+    return Query(pattern=pattern, description="The previous page's next_cursor (opaque).")
+
+
+Cursor = Annotated[str | None, _cursor(r"^[0-9]{1,19}(\.[0-9]{1,9})?$")]  # the DLQ's position
 # <ms>.<seq>[-<index in a bulk enqueue's entry>].<queue>: dtq.admin.task_index
 TASK_CURSOR_RE = (
     r"^[0-9]{1,19}\.[0-9]{1,19}(-[0-9]{1,19})?(\.[A-Za-z0-9_.\-]{0,100}(~[1-9][0-9]{0,2})?)?$"
 )
-TaskCursor = Annotated[
-    str | None,
-    Query(pattern=TASK_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
-]
-# <i|p><partition>.<position>[.<skip>]: dtq.sdk.groupops
-GroupCursor = Annotated[
-    str | None,
-    Query(pattern=GROUP_CURSOR_RE, description="The previous page's next_cursor (opaque)."),
-]
-TASK_ID_RE = s.TASK_ID_RE
-TaskId = Annotated[str, PathParam(pattern=TASK_ID_RE, description="<queue>:<tid>")]
-QueueName = Annotated[str, PathParam(pattern=QUEUE_RE)]
+TaskCursor = Annotated[str | None, _cursor(TASK_CURSOR_RE)]
+GroupCursor = Annotated[str | None, _cursor(GROUP_CURSOR_RE)]  # dtq.sdk.groupops
+QueueFilter = Annotated[str | None, Query(pattern=s.QUEUE_RE)]
+NameFilter = Annotated[str | None, Query(max_length=200)]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+RetryBody = Annotated[s.RetryRequest | None, Body()]
+TaskId = Annotated[str, PathParam(pattern=s.TASK_ID_RE, description="<queue>:<tid>")]
+QueueName = Annotated[str, PathParam(pattern=s.QUEUE_RE)]
 ScheduleName = Annotated[str, PathParam(min_length=1, max_length=200)]
 GroupName = Annotated[str, PathParam(min_length=1, max_length=MAX_GROUP_LEN)]
 
@@ -70,11 +66,7 @@ A = Annotated[Admin, Depends(_admin_dep)]
 async def auth(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
     """With ``DTQ_API_TOKEN`` set, ``Authorization: Bearer <token>`` (constant-time compare)."""
     token = request.app.state.settings.api_token
-    if not token:
-        return
-    scheme, _, given = (authorization or "").partition(" ")
-    ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
-    if not ok:
+    if token and not bearer_ok((authorization or "").encode("latin-1"), token):
         raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
 

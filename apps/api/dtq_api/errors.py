@@ -63,6 +63,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 """The error answers every ``/api/v1`` operation documents."""
 
 
+HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
+
+
 def install_errors(app: FastAPI) -> None:
     """Answer every error the API can meet in the one error shape."""
 
@@ -78,18 +81,11 @@ def install_errors(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        codes = {
-            400: "bad_request",
-            401: "unauthorized",
-            404: "not_found",
-            405: "method_not_allowed",
-        }
+        code = HTTP_CODES.get(exc.status_code, "http_error")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
-        return error(
-            exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail), headers
-        )
+        return error(exc.status_code, code, str(exc.detail), headers)
 
     async def validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -130,10 +126,8 @@ def install_errors(app: FastAPI) -> None:
 
 def _allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
     """Every method some route serves at this path (a 405's ``Allow``), HEAD left out."""
-    methods: set[str] = set()
-    for m in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-        probe = {**scope, "method": m}
-        if any(route.matches(probe)[0] is Match.FULL for route in app.router.routes):
-            methods.add(m)
-    methods.discard("HEAD")
-    return sorted(methods)
+    return [
+        m
+        for m in ("DELETE", "GET", "PATCH", "POST", "PUT")
+        if any(r.matches({**scope, "method": m})[0] is Match.FULL for r in app.router.routes)
+    ]

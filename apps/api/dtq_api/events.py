@@ -141,10 +141,8 @@ def _frame(e: Event, last_of_entry: bool = True) -> bytes:
 
 def _frames(events: list[Event]) -> Iterator[tuple[Event, bytes]]:
     """Each event with its message (see :func:`_frame`)."""
-    for i, e in enumerate(events):
-        nxt = events[i + 1] if i + 1 < len(events) else None
-        last = nxt is None or (nxt.stream, nxt.id) != (e.stream, e.id)
-        yield e, _frame(e, last)
+    for e, nxt in zip(events, [*events[1:], None], strict=True):
+        yield e, _frame(e, nxt is None or (nxt.stream, nxt.id) != (e.stream, e.id))
 
 
 Backlog = AsyncIterator[tuple[list[Event], bool]]

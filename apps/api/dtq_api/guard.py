@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -24,15 +24,23 @@ CSP = (
     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
-SECURITY_HEADERS = [
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"x-frame-options", b"DENY"),
-]
+SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "content-security-policy": CSP,
+}
+SECURED = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
 
 def is_loopback(host: str) -> bool:
     return host.strip("[]").lower() in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def bearer_ok(header: bytes, token: str) -> bool:
+    """Whether an ``Authorization`` header is ``Bearer <token>`` (constant-time compare)."""
+    scheme, _, given = header.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode())
 
 
 def allowed_hosts(bind_host: str | None, extra: Iterable[str]) -> frozenset[str] | None:
@@ -94,16 +102,6 @@ def _origin_netloc(value: str) -> str | None:
     return netloc.removesuffix(default)
 
 
-def _error_message(
-    status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]]
-) -> tuple[Message, Message]:
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    length = str(len(body)).encode()
-    own = [(b"content-type", b"application/json"), (b"content-length", length), *headers]
-    start: Message = {"type": "http.response.start", "status": status, "headers": own}
-    return start, {"type": "http.response.body", "body": body}
-
-
 class Guard:
     """See the module doc. ``max_body`` in bytes; ``hosts`` from :func:`allowed_hosts`."""
 
@@ -117,17 +115,16 @@ class Guard:
             await self.app(scope, receive, send)
             return
         path: str = scope.get("path", "")
-        extra = [*SECURITY_HEADERS, (b"content-security-policy", CSP.encode())]
 
         async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                message = {**message, "headers": [*message.get("headers", ()), *SECURED]}
             await send(message)
 
-        async def refuse(status: int, code: str, message: str, *hdrs: tuple[bytes, bytes]) -> None:
-            start, body = _error_message(status, code, message, [*hdrs, *extra])
-            await send(start)
-            await send(body)
+        async def refuse(status: int, code: str, message: str, *more: tuple[str, str]) -> None:
+            body = {"error": {"code": code, "message": message}}
+            hdrs = {**dict(more), **SECURITY_HEADERS}
+            await JSONResponse(body, status, hdrs)(scope, receive, send)
 
         headers: dict[bytes, bytes] = {}
         for k, v in scope.get("headers", ()):
@@ -138,9 +135,10 @@ class Guard:
             await refuse(403, "forbidden", where + " (DTQ_API_ALLOWED_HOSTS)")
             return
         api_path = path == "/api/v1" or path.startswith("/api/v1/")
-        if self.token and api_path and not self._token_ok(headers.get(b"authorization", b"")):
-            bearer = (b"www-authenticate", b"Bearer")
-            await refuse(401, "unauthorized", "missing or wrong bearer token", bearer)
+        given = headers.get(b"authorization", b"")
+        if self.token and api_path and not bearer_ok(given, self.token):
+            msg = "missing or wrong bearer token"
+            await refuse(401, "unauthorized", msg, ("www-authenticate", "Bearer"))
             return
         if scope.get("method", "GET") in UNSAFE_METHODS:
             cross = self._cross_site(headers)
@@ -151,17 +149,10 @@ class Guard:
         if body is None:
             return  # the client left while sending
         if isinstance(body, int):
-            close = (b"connection", b"close")
-            await refuse(413, "payload_too_large", f"request body over {body} bytes", close)
+            msg = f"request body over {body} bytes"
+            await refuse(413, "payload_too_large", msg, ("connection", "close"))
             return
         await self.app(scope, _replay(body, receive), send_secured)
-
-    def _token_ok(self, header: bytes) -> bool:
-        assert self.token is not None
-        scheme, _, given = header.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(
-            given.strip(), self.token.encode()
-        )
 
     def _cross_site(self, headers: dict[bytes, bytes]) -> str | None:
         host = headers.get(b"host", b"").decode("latin-1").lower()

@@ -1,11 +1,11 @@
-"""Request and response bodies of the HTTP API (pydantic), so the OpenAPI document is complete.
-
-Response models allow extra fields: the task view grows with the SDK's ``TaskInfo``.
-"""
+"""Request and response bodies of the HTTP API (pydantic), so the OpenAPI document is complete;
+the other answers are dtq.admin's views. The task's model allows extra fields: it grows with the
+SDK's ``TaskInfo``."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -18,12 +18,15 @@ from pydantic import (
     StrictInt,
 )
 
+from dtq.admin.views import Event, QueueInfo, ScheduledTask
 from dtq.models import TaskStatus
 
 # A task of partition i > 0 of a partitioned queue ends "~i" (dtq.store.partitions).
+QUEUE_RE = r"^[A-Za-z0-9_.\-]{1,100}$"
 TASK_ID_RE = r"^[A-Za-z0-9_.\-]{1,100}:[A-Za-z0-9_\-]{1,100}(~[1-9][0-9]{0,2})?$"
 # Strict numbers: in a union a too-long digit string must not fall through to int 0.
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"  # dtq.settings.CONTROL_RE, negated
+T = TypeVar("T")
 Scalar = Annotated[str, Field(max_length=200)] | StrictInt | StrictFloat | StrictBool | None
 
 
@@ -74,7 +77,7 @@ class EnqueueRequest(BaseModel):
     )
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
-    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    queue: str | None = Field(None, pattern=QUEUE_RE)
     priority: NumInt = Field(None, ge=0, le=9, description="0-9, 9 served first.")
     delay: NumFloat = Field(None, ge=0, le=10 * 365 * 86400, description="Seconds.")
     eta: AwareDatetime | None = Field(
@@ -106,19 +109,6 @@ class EnqueueRequest(BaseModel):
         description="The task's fair group within its queue (a tenant, a customer): the "
         "workers serve a queue's active groups in turn. No control characters.",
     )
-
-
-class Event(Open):
-    stream: str
-    id: str
-    ts: str | None
-    ts_ms: int
-    type: str
-    task_id: str | None = None
-    queue: str | None = None
-    attempt: int | None = None
-    worker: str | None = None
-    detail: str = ""
 
 
 class Task(Open):  # type: ignore[no-redef]
@@ -167,9 +157,15 @@ CURSOR_DOC = (
 )
 
 
-class TaskPage(BaseModel):
-    items: list[Task]
+class Items(BaseModel, Generic[T]):
+    items: list[T]
+
+
+class Page(Items[T], Generic[T]):
     next_cursor: str | None = Field(description=CURSOR_DOC)
+
+
+class TaskPage(Page[Task]):
     running: list[Task] = Field(
         default_factory=list,
         description="The tasks running now (first page only; at most 200), however old.",
@@ -193,45 +189,12 @@ class RetryOut(BaseModel):
     status: str
 
 
-class Queue(Open):
-    name: str
-    depth: dict[str, int] = Field(description="Waiting tasks per priority band ('9'..'0').")
-    queued: int
-    scheduled: int
-    running: int
-    dlq: int
-    paused: bool
-    oldest_waiting_age_s: float | None
-    active_groups: int = Field(
-        0, description="Fair groups with waiting or running tasks (partitions summed)."
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueChange(QueueInfo):
+    """The queue after a pause or resume."""
 
-
-class QueueList(BaseModel):
-    items: list[Queue]
-
-
-class QueueChange(Queue):
     changed: bool
-
-
-class Group(Open):
-    """One fair group of a queue (docs/groups.md), its partitions summed."""
-
-    group: str = Field(description='The name; "" for the tasks enqueued without a group.')
-    waiting: int = Field(description="Tasks of the group waiting to start.")
-    running: int
-    paused: bool = Field(description="Held: none of its tasks starts until it is resumed.")
-    oldest_waiting_s: float | None = Field(
-        description="Seconds since its oldest waiting task was enqueued; null when none waits."
-    )
-
-
-class GroupPage(BaseModel):
-    items: list[Group] = Field(
-        description="Active groups (longest active first), then held idle ones."
-    )
-    next_cursor: str | None = Field(description=CURSOR_DOC)
+    """False when the queue already was so."""
 
 
 class GroupChange(BaseModel):
@@ -241,52 +204,13 @@ class GroupChange(BaseModel):
     changed: bool = Field(description="False when the group already was so.")
 
 
-class BulkOut(BaseModel):
-    done: int
-    skipped: dict[str, int]
-
-
-class Worker(Open):
-    worker_id: str
-    live: bool
-    stale: bool
-    status: str
-    last_heartbeat: str | None
-    heartbeat_age_s: float
-    heartbeat_interval_s: float | None
-    active_tasks: int
-    concurrency: int | None
-    queues: list[str]
-    tasks: list[str] = Field(description="the task names the worker can run")
-
-
-class WorkerList(BaseModel):
-    items: list[Worker]
-
-
-class DeadLetter(Open):
-    task_id: str
-    queue: str
-    name: str
-    failed_at: str | None
-    attempt: int
-    retries: int
-    max_retries: int
-    error: str | None
-
-
-class DeadLetterPage(BaseModel):
-    items: list[DeadLetter]
-    next_cursor: str | None = Field(description=CURSOR_DOC)
-
-
 class DlqBulkRequest(BaseModel):
     """Which dead letters: ``ids``, or every one matching the filters (all when none)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ids: list[Annotated[str, Field(pattern=TASK_ID_RE)]] | None = Field(None, max_length=10_000)
-    queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    queue: str | None = Field(None, pattern=QUEUE_RE)
     name: str | None = None
     error: str | None = None
     max_retries: NumInt = Field(None, ge=0, le=1_000_000)
@@ -297,16 +221,7 @@ class DiscardOut(BaseModel):
     discarded: bool
 
 
-class ScheduledTask(Open):
-    task_id: str
-    queue: str
-    name: str
-    due_at: str | None
-    kind: str
-
-
-class ScheduleChange(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ScheduleChange(Open):
     name: str
     queue: str
     task: str

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from dtq.errors import InvalidRequest
 from dtq.models import TaskStatus
@@ -20,6 +21,49 @@ DLQ_BUDGET = 10_000
 RETRYABLE = ("failed", "cancelled", "expired")
 
 Progress = Callable[[int], None]
+T = TypeVar("T")
+Pick = Callable[[list[tuple[str, float]]], Awaitable[list[T | None]]]
+"""Each zset entry's (member, score) item, or None to leave it out: one read for a chunk."""
+
+
+async def pipelined(r: Any, items: Sequence[T], add: Callable[[Any, T], object]) -> list[Any]:
+    """``add(pipe, item)`` for each item, sent in one round trip (none for no items, no
+    transaction); the replies in order."""
+    if not items:
+        return []
+    async with r.pipeline(transaction=False) as pipe:
+        for item in items:
+            add(pipe, item)
+        replies: list[Any] = await pipe.execute()
+    return replies
+
+
+async def zset_scan(
+    r: Any, key: str, pos: int, want: int, budget: int, pick: Pick[T], newest_first: bool = False
+) -> tuple[list[T], int | None, int]:
+    """Up to ``want`` items picked from zset ``key``'s entries from rank ``pos``, at most
+    ``budget`` entries read; the items, the rank to go on from (None: the end), entries read."""
+    out: list[T] = []
+    seen = 0
+    read = r.zrevrange if newest_first else r.zrange
+    while len(out) < want and seen < budget:
+        n = min(max(want, 200), budget - seen)
+        entries = await read(key, pos, pos + n - 1, withscores=True)
+        seen += len(entries)
+        for i, item in enumerate(await pick(entries)):
+            if item is not None:
+                out.append(item)
+                if len(out) >= want:
+                    return out, pos + i + 1, seen
+        pos += len(entries)
+        if len(entries) < n:
+            return out, None, seen
+    return out, pos, seen
+
+
+async def records(r: Any, keys: Sequence[str]) -> list[dict[str, str]]:
+    """Each hash of ``keys`` (task records), in one round trip."""
+    return await pipelined(r, keys, lambda p, k: p.hgetall(k))
 
 
 def check_queue_name(name: str) -> None:
@@ -69,12 +113,8 @@ def parse_cursor(cursor: str | None) -> tuple[str, int]:
         return "0", 0
     head, _, tail = cursor.partition(".")
     node, _, at = head.rpartition(":")  # "<primary>:<cursor>" on a cluster (dtq.store.cluster)
-    if (
-        not at.isdigit()
-        or (node and not node.isdigit())
-        or (tail and not tail.isdigit())
-        or int(at) >= 2**64
-    ):
+    rest = node + tail  # digits, when present
+    if not at.isdigit() or int(at) >= 2**64 or (rest and not rest.isdigit()):
         raise InvalidRequest(f"bad cursor {cursor!r}")
     return head, int(tail or 0)
 

@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aredis
 
 from dtq import scripts as sc
-from dtq.admin.common import check_queue_name
+from dtq.admin.common import as_int, check_queue_name
 from dtq.admin.views import WorkerInfo, iso
 from dtq.declared import TASKS_FIELD, task_names
 from dtq.errors import BadTaskId, InvalidRequest, RedisUnavailable, UnknownQueue, unreachable
@@ -39,10 +39,8 @@ class AdminCore:
     ) -> None:
         self.settings = settings or load_settings()
         self.keys = Keys(self.settings.key_prefix)
-        # Re-sends after a blip (DTQ_CLIENT_RETRIES): reads, and state changes made safe to
-        # re-send (docs/faults.md, "Connection blips at the SDK").
-        # Calls beyond the pool's 100 connections wait for one (an API serving many requests
-        # at once), as the SDK's AsyncClient's do.
+        # Re-sends after a blip what is safe to re-send (docs/faults.md); past the pool's 100
+        # connections a call waits for one (an API serving many requests), as the SDK's do.
         self.redis: aredis.Redis = redis_client or async_redis(
             self.settings.redis_url,
             retries=self.settings.client_retries,
@@ -109,16 +107,11 @@ class AdminCore:
             return expand([queue], self.settings.queue_partitions)
         return await self.physical_names()
 
-    async def _queue_exists(self, name: str) -> bool:
+    async def _require_queue(self, name: str) -> None:
         check_queue_name(name)
-        if await self._r.sismember(self.keys.queues, name):
-            return True
-        return name in await self.queue_names()
-
-    async def _require_queue(self, name: str) -> QueueKeys:
-        if not await self._queue_exists(name):
+        registered = await self._r.sismember(self.keys.queues, name)
+        if not registered and name not in await self.queue_names():
             raise UnknownQueue(f"no queue named {name!r}")
-        return self.keys.queue(name)
 
     async def resolve_id(self, task_id: str) -> str:
         """``task_id`` when it is a task or workflow id; for a bare ``<tid>`` (an id given
@@ -162,18 +155,17 @@ class AdminCore:
         out: list[WorkerInfo] = []
         for (wid, score), h in zip(entries, hashes, strict=True):
             last = int(h.get("last_heartbeat") or score)
-            interval_ms = (
-                int(h["heartbeat_interval_ms"]) if h.get("heartbeat_interval_ms") else None
-            )
+            interval_ms = as_int(h.get("heartbeat_interval_ms")) or None
             age_ms = max(0.0, now_ms - last)
-            live = bool(h) and interval_ms is not None and age_ms <= 3 * interval_ms
-            if h.get("status") == "stopped":
-                live = False
+            stopped = h.get("status") == "stopped"
+            live = bool(h) and interval_ms is not None and age_ms <= 3 * interval_ms and not stopped
             out.append(
                 WorkerInfo(
                     worker_id=wid,
                     live=live,
+                    stale=not live,
                     last_heartbeat_ms=last,
+                    last_heartbeat=iso(last),
                     heartbeat_age_s=round(age_ms / 1000, 3),
                     heartbeat_interval_s=None if interval_ms is None else interval_ms / 1000,
                     status=h.get("status", "unknown") if live else "stale",
@@ -184,11 +176,11 @@ class AdminCore:
                         dict.fromkeys(logical(q) for q in h.get("queues", "").split(",") if q)
                     ),
                     tasks=task_names(h.get(TASKS_FIELD)),
-                    active_tasks=int(h.get("active_tasks") or 0),
-                    concurrency=int(h["concurrency"]) if h.get("concurrency") else None,
-                    tasks_processed=int(h.get("tasks_processed") or 0),
-                    tasks_failed=int(h.get("tasks_failed") or 0),
-                    tasks_retried=int(h.get("tasks_retried") or 0),
+                    active_tasks=as_int(h.get("active_tasks")),
+                    concurrency=as_int(h.get("concurrency")) or None,
+                    tasks_processed=as_int(h.get("tasks_processed")),
+                    tasks_failed=as_int(h.get("tasks_failed")),
+                    tasks_retried=as_int(h.get("tasks_retried")),
                     started_at=iso(int(h["started_at"])) if h.get("started_at") else None,
                 )
             )
@@ -203,9 +195,7 @@ class AdminCore:
         max_retries: int | None,
         allowed: Sequence[str] = ("failed",),
     ) -> list[sc.DlqVerdict]:
-        if max_retries is not None and (
-            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
-        ):
+        if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
             raise InvalidRequest("max_retries must be a non-negative integer")
         call = dlq_requeue_call(
             qk,

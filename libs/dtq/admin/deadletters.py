@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from dtq import scripts as sc
@@ -13,7 +14,9 @@ from dtq.admin.common import (
     check_listing,
     check_queue_name,
     chunks,
+    pipelined,
     position,
+    zset_scan,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, DeadLetter, Page, iso
@@ -22,6 +25,15 @@ from dtq.scripts import dlq_discard_call
 from dtq.store.keys import QueueKeys, make_task_id, split_task_id
 from dtq.store.partitions import logical
 from dtq.store.record import DEFAULTS, Field
+
+FIELDS = [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR]
+"""What a dead-letter listing reads of each record."""
+
+
+def _matches(found: Sequence[str | None], name: str | None, error: str | None) -> bool:
+    """Whether a dead letter (its task's name and last error) passes the filters."""
+    n, e = found
+    return name in (None, n) and (error is None or error.lower() in (e or "").lower())
 
 
 class DeadLetterOps(AdminCore):
@@ -63,53 +75,29 @@ class DeadLetterOps(AdminCore):
     async def _dlq_scan(
         self, queue: str, offset: int, name: str | None, error: str | None, want: int, budget: int
     ) -> tuple[list[DeadLetter], int | None, int]:
-        """Dead letters of one queue from ``offset`` (newest first), reading at most ``budget``
-        entries in chunks of at least ``want`` (one range read and one pipelined read each).
-
-        Returns the letters, the next offset (None at the end) and the entries examined.
-        """
+        """Dead letters of one queue from ``offset``, newest first (:func:`zset_scan`); one whose
+        record expired (no name) is left out, retention removes its entry."""
         qk = self.keys.queue(queue)
-        out: list[DeadLetter] = []
-        pos = offset
-        seen = 0
-        while len(out) < want and seen < budget:
-            n = min(max(want, 200), budget - seen)
-            entries = await self._r.zrevrange(qk.dlq, pos, pos + n - 1, withscores=True)
-            if not entries:
-                return out, None, seen
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tid, _ in entries:
-                    pipe.hmget(
-                        qk.task(tid),
-                        [Field.NAME, Field.ATTEMPT, Field.RETRIES, Field.MAX_RETRIES, Field.ERROR],
-                    )
-                recs = await pipe.execute()
-            seen += len(entries)
-            for i, ((tid, score), r) in enumerate(zip(entries, recs, strict=True)):
-                if r[0] is None:
-                    continue  # record expired; retention removes the entry
-                if name is not None and r[0] != name:
-                    continue
-                if error is not None and error.lower() not in (r[4] or "").lower():
-                    continue
-                out.append(
-                    DeadLetter(
-                        task_id=make_task_id(queue, tid),
-                        queue=logical(queue),
-                        name=r[0],
-                        failed_at=iso(score),
-                        attempt=as_int(r[1]),
-                        retries=as_int(r[2]),
-                        max_retries=as_int(r[3] or DEFAULTS[Field.MAX_RETRIES]),
-                        error=r[4],
-                    )
+
+        async def pick(entries: list[tuple[str, float]]) -> list[DeadLetter | None]:
+            recs = await pipelined(self._r, entries, lambda p, e: p.hmget(qk.task(e[0]), FIELDS))
+            return [
+                DeadLetter(
+                    task_id=make_task_id(queue, tid),
+                    queue=logical(queue),
+                    name=r[0],
+                    failed_at=iso(score),
+                    attempt=as_int(r[1]),
+                    retries=as_int(r[2]),
+                    max_retries=as_int(r[3] or DEFAULTS[Field.MAX_RETRIES]),
+                    error=r[4],
                 )
-                if len(out) >= want:
-                    return out, pos + i + 1, seen
-            pos += len(entries)
-            if len(entries) < n:
-                return out, None, seen
-        return out, pos, seen
+                if r[0] is not None and _matches((r[0], r[4]), name, error)
+                else None
+                for (tid, score), r in zip(entries, recs, strict=True)
+            ]
+
+        return await zset_scan(self._r, qk.dlq, offset, want, budget, pick, newest_first=True)
 
     async def _dlq_matching(
         self, queue: str, name: str | None, error: str | None
@@ -140,22 +128,14 @@ class DeadLetterOps(AdminCore):
         if name is None and error is None:
             return tids
         qk = self.keys.queue(queue)
-        async with self._r.pipeline(transaction=False) as pipe:
-            for tid in tids:
-                pipe.hmget(qk.task(tid), [Field.NAME, Field.ERROR])
-            recs = await pipe.execute()
-        return [
-            tid
-            for tid, (n, e) in zip(tids, recs, strict=True)
-            if (name is None or n == name) and (error is None or error.lower() in (e or "").lower())
-        ]
+        recs = await pipelined(
+            self._r, tids, lambda p, t: p.hmget(qk.task(t), [Field.NAME, Field.ERROR])
+        )
+        return [tid for tid, rec in zip(tids, recs, strict=True) if _matches(rec, name, error)]
 
     async def dlq_count(self, queue: str | None = None) -> int:
-        queues = await self._physical_of(queue)
-        async with self._r.pipeline(transaction=False) as pipe:
-            for q in queues:
-                pipe.zcard(self.keys.queue(q).dlq)
-            return sum(int(x) for x in await pipe.execute())
+        dlqs = [self.keys.queue(q).dlq for q in await self._physical_of(queue)]
+        return sum(int(n) for n in await pipelined(self._r, dlqs, lambda p, k: p.zcard(k)))
 
     async def dlq_requeue(
         self,
@@ -167,10 +147,8 @@ class DeadLetterOps(AdminCore):
         max_retries: int | None = None,
         progress: Progress | None = None,
     ) -> BulkResult:
-        """Requeue dead letters: the given ids, or all matching the filters (all when none).
-
-        Each keeps its id, record and history; ``max_retries`` sets a new retry budget.
-        """
+        """Requeue dead letters: the given ids, or all matching the filters (all when none); each
+        keeps its id, record and history, ``max_retries`` sets a new retry budget."""
         return await self._dlq_bulk("requeue", task_ids, queue, name, error, max_retries, progress)
 
     async def dlq_discard(
@@ -191,12 +169,10 @@ class DeadLetterOps(AdminCore):
 
     async def dlq_requeue_one(self, task_id: str, max_retries: int | None = None) -> None:
         """Requeue one dead letter; UnknownTask / Conflict when it is not one."""
-        res = await self.dlq_requeue([task_id], max_retries=max_retries)
-        self._single(task_id, res)
+        self._single(task_id, await self.dlq_requeue([task_id], max_retries=max_retries))
 
     async def dlq_discard_one(self, task_id: str) -> None:
-        res = await self.dlq_discard([task_id])
-        self._single(task_id, res)
+        self._single(task_id, await self.dlq_discard([task_id]))
 
     @staticmethod
     def _single(task_id: str, res: BulkResult) -> None:
@@ -218,7 +194,7 @@ class DeadLetterOps(AdminCore):
         progress: Progress | None,
     ) -> BulkResult:
         done = 0
-        skipped: dict[str, int] = {}
+        skipped: Counter[str] = Counter()
 
         async def apply(qk: QueueKeys, tids: Sequence[str]) -> None:
             nonlocal done
@@ -231,11 +207,8 @@ class DeadLetterOps(AdminCore):
                 )
                 outcomes = sc.parse_dlq(await self._run(call))
                 ok = "discarded"
-            for o in outcomes:
-                if o == ok:
-                    done += 1
-                else:
-                    skipped[o] = skipped.get(o, 0) + 1
+            skipped.update(outcomes)
+            done += skipped.pop(ok, 0)
             if progress is not None:
                 progress(len(tids))
 
@@ -250,16 +223,15 @@ class DeadLetterOps(AdminCore):
                     # Ids outside the filters are left alone (skipped as "filtered").
                     picked = await self._dlq_filter(q, chunk, queue, name, error)
                     if len(picked) < len(chunk):
-                        skipped["filtered"] = skipped.get("filtered", 0) + len(chunk) - len(picked)
+                        skipped["filtered"] += len(chunk) - len(picked)
                     if picked:
                         await apply(self.keys.queue(q), picked)
         else:
             if queue is not None:
                 check_queue_name(queue)
-            queues = await self._physical_of(queue)
-            for q in queues:
+            for q in await self._physical_of(queue):
                 # The zset shrinks as tasks leave it, so collect first, then apply.
                 batches = [b async for b in self._dlq_matching(q, name, error)]
                 for b in batches:
                     await apply(self.keys.queue(q), b)
-        return BulkResult(done, skipped)
+        return BulkResult(done, dict(skipped))

@@ -38,14 +38,11 @@ class EventOps(AdminCore):
         self, *, queues: Sequence[str] | None = None, since_ms: int | None = None, limit: int = 1000
     ) -> list[Event]:
         """Events newer than ``since_ms`` (default: the last ``limit`` of each stream)."""
-        qs = (
-            await self.physical_names()
-            if queues is None
-            else expand(queues, self.settings.queue_partitions)
-        )
+        parts = self.settings.queue_partitions
+        qs = await self.physical_names() if queues is None else expand(queues, parts)
+        lo = "-" if since_ms is None else str(since_ms)
         out: list[Event] = []
         for key, stream in self._event_keys(qs).items():
-            lo = "-" if since_ms is None else str(since_ms)
             entries = await self._r.xrevrange(key, max="+", min=lo, count=limit)
             for eid, f in entries:
                 out.extend(events_from(stream, eid, f))
@@ -72,10 +69,7 @@ class EventOps(AdminCore):
         if cursors is None:
             cursors = await self.event_cursors()
         keys = self._event_keys(await self.physical_names())
-        cur = dict(cursors)
-        for k in keys:
-            # A queue seen for the first time mid-stream is read from its start.
-            cur.setdefault(k, "0-0")
+        cur = {**dict.fromkeys(keys, "0-0"), **cursors}  # a queue new mid-stream: from its start
         if self._cluster:
             res = await self._xread_each(keys, cur, count, block_ms)
         else:
@@ -151,12 +145,8 @@ class EventOps(AdminCore):
     async def events_after(self, last_id: str, limit: int = 5000) -> tuple[list[Event], bool]:
         """Events of every stream after stream id ``last_id``, oldest first, at most ``limit``;
         the flag says whether more were left out (see :meth:`resume_pages`)."""
-        out: list[Event] = []
-        left_out = False
-        async for page, more in self.resume_pages(last_id, limit):
-            out += page
-            left_out = more
-        return out, left_out
+        pages = [p async for p in self.resume_pages(last_id, limit)]  # (at least one)
+        return [e for page, _ in pages for e in page], pages[-1][1]
 
     async def resume_pages(  # long: one merge loop, its state local
         self, last_id: str, limit: int = 5000
@@ -224,8 +214,7 @@ class EventOps(AdminCore):
         start = now_ms - window_s * 1000
         start -= start % (bucket_s * 1000)
         n = (now_ms - start) // (bucket_s * 1000) + 1
-        kinds = ("succeeded", "failed", "retried", "enqueued")
-        series = {k: [0] * n for k in kinds}
+        series = {k: [0] * n for k in ("succeeded", "failed", "retried", "enqueued")}
         for q in await self.physical_names():
             key = self.keys.queue(q).events
             lo = str(start)

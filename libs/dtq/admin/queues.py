@@ -5,12 +5,14 @@ queue must be a known one: :class:`dtq.UnknownQueue` otherwise)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from dtq import scripts as sc
 from dtq import stats
-from dtq.admin.common import BATCH, Progress, check_queue_name, id_ms
+from dtq.admin.common import BATCH, Progress, check_queue_name, id_ms, pipelined
 from dtq.admin.core import AdminCore
 from dtq.admin.views import BulkResult, Page, QueueInfo, merge_infos
 from dtq.errors import InvalidRequest
@@ -29,9 +31,6 @@ class QueueOps(AdminCore):
 
     async def get_queue(self, name: str) -> QueueInfo:
         await self._require_queue(name)
-        return await self.queue_info(name)
-
-    async def queue_info(self, name: str) -> QueueInfo:
         return (await self.queue_infos([name]))[0]
 
     async def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
@@ -62,60 +61,48 @@ class QueueOps(AdminCore):
         if isinstance(now, Exception):
             raise now
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        partial: list[tuple[str, dict[int, int], int, dict[int, str], list[Any]]] = []
+        infos: list[QueueInfo] = []
+        waiting: list[tuple[int, str, str]] = []  # (queue, stream, after its delivered) per band
         for j, name in enumerate(names):
             part = raw[j * per : (j + 1) * per]
-            depth: dict[int, int] = {}
-            running = 0
-            starts: dict[int, str] = {}
-            for i, p in enumerate(PRIORITIES):
-                length, groups = part[2 * i], part[2 * i + 1]
-                if isinstance(length, Exception):
-                    raise length
-                pending, start = 0, "-"
-                if not isinstance(groups, Exception):
-                    for g in groups:
-                        if g.get("name") == GROUP:
-                            pending = int(g.get("pending", 0))
-                            start = "(" + str(g.get("last-delivered-id"))
-                depth[p] = max(0, int(length) - pending)
-                running += pending
-                if depth[p]:
-                    starts[p] = start
-            for x in part[-4:]:
+            for x in (*part[0 : 2 * len(PRIORITIES) : 2], *part[-4:]):
                 if isinstance(x, Exception):
                     raise x
-            partial.append((name, depth, running, starts, part[-4:]))
-        firsts: list[Any] = []
-        if any(starts for _, _, _, starts, _ in partial):
-            async with self._r.pipeline(transaction=False) as pipe:
-                for name, _, _, starts, _ in partial:
-                    qk = self.keys.queue(name)
-                    for p, start in starts.items():
-                        pipe.xrange(qk.stream(p), min=start, max="+", count=1)
-                firsts = await pipe.execute()
-        out: list[QueueInfo] = []
-        k = 0
-        for name, depth, running, starts, (scheduled, dlq, paused, groups) in partial:
-            oldest: float | None = None
-            for entries in firsts[k : k + len(starts)]:
-                if entries:
-                    age = max(0.0, (now_ms - id_ms(entries[0][0])) / 1000)
-                    oldest = age if oldest is None else max(oldest, age)
-            k += len(starts)
-            out.append(
+            depth: dict[int, int] = {}
+            running = 0
+            for i, p in enumerate(PRIORITIES):
+                groups = part[2 * i + 1]
+                groups = [] if isinstance(groups, Exception) else groups  # (no stream yet)
+                g: dict[str, Any] = next((x for x in groups if x.get("name") == GROUP), {})
+                pending = int(g.get("pending", 0))
+                depth[p] = max(0, int(part[2 * i]) - pending)
+                running += pending
+                if depth[p]:
+                    start = ("(" + str(g.get("last-delivered-id"))) if g else "-"
+                    waiting.append((j, self.keys.queue(name).stream(p), start))
+            scheduled, dlq, paused, active = part[-4:]
+            infos.append(
                 QueueInfo(
                     name=name,
                     depth=depth,
+                    queued=sum(depth.values()),
                     scheduled=int(scheduled),
                     running=running,
                     dlq=int(dlq),
                     paused=bool(paused),
-                    oldest_waiting_age_s=oldest,
-                    active_groups=int(groups),
+                    oldest_waiting_age_s=None,
+                    active_groups=int(active),
                 )
             )
-        return out
+        firsts = await pipelined(
+            self._r, waiting, lambda pipe, w: pipe.xrange(w[1], min=w[2], max="+", count=1)
+        )
+        oldest: dict[int, float] = {}
+        for (j, _, _), entries in zip(waiting, firsts, strict=True):
+            if entries:
+                age = max(0.0, (now_ms - id_ms(entries[0][0])) / 1000)
+                oldest[j] = max(age, oldest.get(j, age))
+        return [replace(q, oldest_waiting_age_s=oldest.get(j)) for j, q in enumerate(infos)]
 
     async def _queue_event(self, qk: QueueKeys, etype: str, detail: str = "") -> None:
         if self.settings.events_maxlen > 0:
@@ -129,10 +116,7 @@ class QueueOps(AdminCore):
     async def pause(self, name: str) -> bool:
         """Stop workers taking from the queue (running tasks finish). True if it changed."""
         await self._require_queue(name)
-        changed = False
-        for q in await self._physical_of(name):
-            changed = await self._pause(self.keys.queue(q)) or changed
-        return changed
+        return any([await self._pause(self.keys.queue(q)) for q in await self._physical_of(name)])
 
     async def _pause(self, qk: QueueKeys) -> bool:
         # The value names this call: re-sent after a lost reply, SET NX finds the key set and
@@ -159,36 +143,21 @@ class QueueOps(AdminCore):
     async def purge(
         self, name: str, *, batch: int = BATCH, progress: Progress | None = None
     ) -> BulkResult:
-        """Delete the queue's waiting tasks (queued and scheduled), in bounded batches.
-
-        Running tasks finish normally; finished records and dead letters stay.
-        """
+        """Delete the queue's waiting tasks (queued and scheduled), in bounded batches; running
+        tasks finish normally, finished records and dead letters stay."""
         await self._require_queue(name)
-        queued = scheduled = 0
+        counts = Counter(queued=0, scheduled=0)
+        ttl_s = self.settings.result_ttl_s
         for q in await self._physical_of(name):
-            q_queued, q_scheduled = await self._purge(self.keys.queue(q), batch, progress)
-            queued += q_queued
-            scheduled += q_scheduled
-        return BulkResult(queued + scheduled, {"queued": queued, "scheduled": scheduled})
-
-    async def _purge(self, qk: QueueKeys, batch: int, progress: Progress | None) -> tuple[int, int]:
-        queued = scheduled = 0
-        while True:
-            call = purge_call(
-                qk,
-                batch,
-                self.settings.events_maxlen,
-                nonce=sc.new_nonce(),
-                flow_ttl_s=self.settings.result_ttl_s,
-            )
-            res = parse_purge(await self._run(call))
-            queued += res.queued
-            scheduled += res.scheduled
-            if progress is not None:
-                progress(res.queued + res.scheduled)
-            if not res.more:
-                break
-        return queued, scheduled
+            qk, more = self.keys.queue(q), True
+            while more:
+                call = purge_call(qk, batch, self.settings.events_maxlen, sc.new_nonce(), ttl_s)
+                res = parse_purge(await self._run(call))
+                counts.update(queued=res.queued, scheduled=res.scheduled)
+                if progress is not None:
+                    progress(res.queued + res.scheduled)
+                more = res.more
+        return BulkResult(counts.total(), dict(counts))
 
     async def list_groups(
         self, queue: str, *, cursor: str | None = None, limit: int = GROUP_PAGE

@@ -11,10 +11,9 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from dtq.admin.common import stream_pos
+from dtq.admin.common import pipelined, records, stream_pos
 from dtq.admin.views import task_info
 from dtq.store.keys import GROUP, Keys, make_task_id
-from dtq.store.record import Field
 
 INDEX_BUDGET = 20_000
 """Most event-stream entries one task page reads before answering with a cursor."""
@@ -50,31 +49,6 @@ def parse_cursor(cursor: str | None) -> Pos | None:
 def make_cursor(pos: Pos) -> str:
     idx = f"-{pos[3]}" if pos[3] else ""
     return f"{pos[0]}.{pos[1]}{idx}.{pos[2]}"
-
-
-def _take(
-    q: str,
-    tid: str,
-    rec: dict[str, str],
-    status: str | None,
-    name: str | None,
-    seen: set[str],
-    items: list[dict[str, Any]],
-) -> bool:
-    """Add the task to ``items`` when it passes the filters; whether it was added."""
-    full_id = make_task_id(q, tid)
-    if full_id in seen:
-        return False  # enqueued again under the same id (a repeat kept its record)
-    if status is not None and rec.get(Field.STATUS) != status:
-        return False
-    if name is not None and rec.get(Field.NAME) != name:
-        return False
-    info = task_info(q, tid, rec)
-    if info is None:
-        return False
-    seen.add(full_id)
-    items.append(info.to_dict())
-    return True
 
 
 async def newest(
@@ -133,12 +107,15 @@ async def newest(
             batch = cands[done : done + n]
             done += len(batch)
             fetched += len(batch)
-            async with r.pipeline(transaction=False) as pipe:
-                for (_, _, q, _), tid in batch:
-                    pipe.hgetall(keys.queue(q).task(tid))
-                recs: list[dict[str, str]] = await pipe.execute()
+            recs = await records(r, [keys.queue(pos[2]).task(tid) for pos, tid in batch])
             for (pos, tid), rec in zip(batch, recs, strict=True):
-                if _take(pos[2], tid, rec, status, name, seen, items) and len(items) >= limit:
+                full_id = make_task_id(pos[2], tid)
+                info = task_info(pos[2], tid, rec, status=status, name=name)
+                if info is None or full_id in seen:  # (seen: enqueued again, its record kept)
+                    continue
+                seen.add(full_id)
+                items.append(info.to_dict())
+                if len(items) >= limit:
                     return items, make_cursor(pos), read
         if cut is None:
             return items, None, read
@@ -170,25 +147,14 @@ async def running(
             found += [(int(p["time_since_delivered"]), q, s, p["message_id"]) for p in pend]
     found.sort()
     found = found[:RUNNING_MAX]
-    if not found:
-        return []
-    async with r.pipeline(transaction=False) as pipe:
-        for _, _, s, mid in found:
-            pipe.xrange(s, min=mid, max=mid, count=1)
-        entries = await pipe.execute()
+    entries = await pipelined(r, found, lambda p, f: p.xrange(f[2], min=f[3], max=f[3], count=1))
     tids: list[tuple[str, str]] = []
     for (_, q, _, _), entry in zip(found, entries, strict=True):
         if entry and entry[0][1].get("t"):
             tids.append((q, entry[0][1]["t"]))
-    async with r.pipeline(transaction=False) as pipe:
-        for q, tid in tids:
-            pipe.hgetall(keys.queue(q).task(tid))
-        recs = await pipe.execute()
-    out: list[dict[str, Any]] = []
-    for (q, tid), rec in zip(tids, recs, strict=True):
-        if name is not None and rec.get(Field.NAME) != name:
-            continue
-        info = task_info(q, tid, rec)
-        if info is not None and info.status.value == "running":
-            out.append(info.to_dict())
-    return out
+    recs = await records(r, [keys.queue(q).task(tid) for q, tid in tids])
+    return [
+        info.to_dict()
+        for (q, tid), rec in zip(tids, recs, strict=True)
+        if (info := task_info(q, tid, rec, status="running", name=name))
+    ]

@@ -17,7 +17,10 @@ from dtq.admin.common import (
     check_listing,
     check_queue_name,
     parse_cursor,
+    pipelined,
     position,
+    records,
+    zset_scan,
 )
 from dtq.admin.core import AdminCore
 from dtq.admin.views import Event, Page, ScheduledTask, entry_has_task, events_from, iso, task_info
@@ -36,26 +39,21 @@ class TaskOps(AdminCore):
 
     async def get_task(self, task_id: str, *, history: bool = False) -> dict[str, Any]:
         """The task's fields (as :class:`dtq.TaskInfo` names them), optionally its history."""
-        info = await self.client.get(task_id)
-        d = info.to_dict()
+        d = (await self.client.get(task_id)).to_dict()
         queue, tid = split_task_id(task_id)
-        extra = await self._r.hmget(self.keys.queue(queue).task(tid), [Field.REQUEUES])
-        d["requeues"] = int(extra[0] or 0)
+        d["requeues"] = as_int(await self._r.hget(self.keys.queue(queue).task(tid), Field.REQUEUES))
         if history:
             d["history"] = [e.to_dict() for e in await self.task_history(task_id)]
         return d
 
     async def task_history(self, task_id: str, limit: int = HISTORY_SCAN) -> list[Event]:
-        """The task's lifecycle events still in its queue's capped event stream, oldest first.
-
-        Reads the stream newest first, at most ``limit`` entries.
-        """
+        """The task's lifecycle events still in its queue's capped event stream, oldest first
+        (read newest first, at most ``limit`` entries)."""
         queue, tid = split_task_id(task_id)
         key = self.keys.queue(queue).events
         found: list[Event] = []
         own = make_task_id(queue, tid)
-        upper = "+"
-        read = 0
+        upper, read = "+", 0
         while read < limit:
             chunk = await self._r.xrevrange(key, max=upper, min="-", count=1000)
             if not chunk:
@@ -67,8 +65,7 @@ class TaskOps(AdminCore):
             upper = "(" + chunk[-1][0]
             if found and found[-1].type == "enqueued":
                 break
-        found.reverse()
-        return found
+        return found[::-1]
 
     async def list_tasks(
         self,
@@ -154,21 +151,15 @@ class TaskOps(AdminCore):
     async def _filter_records(
         self, keys: Sequence[str], status: str | None, name: str | None
     ) -> list[TaskInfo]:
-        recs = await self._hgetall(keys)
+        recs = await records(self._r, keys)
         decls = await self._declared_of(keys, recs)
-        out: list[TaskInfo] = []
-        for k, rec, decl in zip(keys, recs, decls, strict=True):
-            if not rec or Field.STATUS not in rec:
-                continue
-            if status is not None and rec[Field.STATUS] != status:
-                continue
-            if name is not None and rec.get(Field.NAME) != name:
-                continue
-            info = self._info_from_key(k, rec, decl)
-            if info is not None:
-                out.append(info)
-        out.sort(key=lambda t: t.id)
-        return out
+        infos = [
+            info
+            for k, rec, decl in zip(keys, recs, decls, strict=True)
+            if (parts := self.keys.task_key_parts(k))
+            and (info := task_info(*parts, rec, decl, status=status, name=name))
+        ]
+        return sorted(infos, key=lambda t: t.id)
 
     async def _declared_of(
         self, keys: Sequence[str], recs: Sequence[dict[str, str]]
@@ -176,63 +167,36 @@ class TaskOps(AdminCore):
         """The published declaration of each record still waiting for one (dtq.declared),
         None for the others; one pipelined round trip, and none when no record waits."""
         want = [
-            (i, parts[0])
+            (i, self.keys.queue(parts[0]).decl, rec.get(Field.NAME, ""))
             for i, (k, rec) in enumerate(zip(keys, recs, strict=True))
             if rec and pending_declared(rec) and (parts := self.keys.task_key_parts(k))
         ]
         out: list[str | None] = [None] * len(keys)
-        if want:
-            async with self._r.pipeline(transaction=False) as pipe:
-                for i, queue in want:
-                    pipe.hget(self.keys.queue(queue).decl, recs[i].get(Field.NAME, ""))
-                for (i, _), raw in zip(want, await pipe.execute(), strict=True):
-                    out[i] = raw
+        raws = await pipelined(self._r, want, lambda p, w: p.hget(w[1], w[2]))
+        for (i, _, _), raw in zip(want, raws, strict=True):
+            out[i] = raw
         return out
-
-    def _info_from_key(
-        self, key: str, rec: dict[str, str], declared: str | None = None
-    ) -> TaskInfo | None:
-        parts = self.keys.task_key_parts(key)
-        return None if parts is None else task_info(*parts, rec, declared)
 
     async def _list_zset(
         self, queue: str, status: str, name: str | None, cursor: str | None, limit: int
     ) -> Page:
-        """Failed or scheduled tasks of one queue from its zset: one range read and one
-        pipelined read of the records per chunk, at most ``DLQ_BUDGET`` entries per page."""
+        """Failed or scheduled tasks of one queue from its zset (:func:`zset_scan`), at most
+        ``DLQ_BUDGET`` entries per page."""
         qk = self.keys.queue(queue)
+
+        async def pick(entries: list[tuple[str, float]]) -> list[TaskInfo | None]:
+            keys = [qk.task(tid) for tid, _ in entries]
+            recs = await records(self._r, keys)
+            decls = await self._declared_of(keys, recs)
+            return [
+                task_info(queue, tid, rec, decl, status=status, name=name)
+                for (tid, _), rec, decl in zip(entries, recs, decls, strict=True)
+            ]
+
         key = qk.dlq if status == "failed" else qk.sched
         pos = int(position(cursor)[0]) if cursor else 0
-        items: list[dict[str, Any]] = []
-        examined = 0
-        chunk = max(limit, 200)
-        while len(items) < limit and examined < DLQ_BUDGET:
-            n = min(chunk, DLQ_BUDGET - examined)
-            tids: list[str] = await self._r.zrange(key, pos, pos + n - 1)
-            keys = [qk.task(t) for t in tids]
-            recs = await self._hgetall(keys)
-            decls = await self._declared_of(keys, recs)
-            examined += len(tids)
-            for i, (tid, rec) in enumerate(zip(tids, recs, strict=True)):
-                if rec and rec.get(Field.STATUS) == status and name in (None, rec.get(Field.NAME)):
-                    info = task_info(queue, tid, rec, decls[i])
-                    if info is not None:
-                        items.append(info.to_dict())
-                    if len(items) >= limit:
-                        return Page(items, str(pos + i + 1), 0, examined)
-            pos += len(tids)
-            if len(tids) < n:
-                return Page(items, None, 0, examined)
-        return Page(items, str(pos), 0, examined)
-
-    async def _hgetall(self, keys: Sequence[str]) -> list[dict[str, str]]:
-        if not keys:
-            return []
-        async with self._r.pipeline(transaction=False) as pipe:
-            for k in keys:
-                pipe.hgetall(k)
-            recs: list[dict[str, str]] = await pipe.execute()
-        return recs
+        items, nxt, examined = await zset_scan(self._r, key, pos, limit, DLQ_BUDGET, pick)
+        return Page([t.to_dict() for t in items], None if nxt is None else str(nxt), 0, examined)
 
     async def cancel(self, task_id: str, reason: str = CANCEL_REASON) -> dict[str, Any]:
         """Cancel through the SDK's transition; returns the outcome and the task's status."""
@@ -242,8 +206,7 @@ class TaskOps(AdminCore):
             changed = await self.client.cancel(task_id, reason)
             outcome = "cancelled" if changed else "unchanged"
             return {"id": task_id, "outcome": outcome, "status": "cancelled" if changed else before}
-        call = self.client._cancel_call(task_id, reason)
-        res = sc.parse_cancel(await self._run(call))
+        res = sc.parse_cancel(await self._run(self.client._cancel_call(task_id, reason)))
         if res.outcome == "missing":
             raise UnknownTask(f"no task {task_id}")
         return {"id": task_id, "outcome": res.outcome, "status": res.status}
@@ -251,9 +214,7 @@ class TaskOps(AdminCore):
     async def retry(self, task_id: str, *, max_retries: int | None = None) -> dict[str, Any]:
         """Run a failed, cancelled or expired task again under the same id (keeps history)."""
         queue, tid = split_task_id(task_id)
-        qk = self.keys.queue(queue)
-        res = await self._requeue(qk, [tid], max_retries, RETRYABLE)
-        outcome = res[0]
+        (outcome,) = await self._requeue(self.keys.queue(queue), [tid], max_retries, RETRYABLE)
         if outcome == "missing":
             raise UnknownTask(f"no task {task_id}")
         if outcome != "requeued":
@@ -291,32 +252,24 @@ class TaskOps(AdminCore):
         Two pipelined round trips for all queues: their soonest entries, then those records.
         """
         queues = await self._physical_of(queue)
-        async with self._r.pipeline(transaction=False) as pipe:
-            for q in queues:
-                pipe.zrange(self.keys.queue(q).sched, 0, limit - 1, withscores=True)
-            per_queue: list[list[tuple[str, float]]] = await pipe.execute()
+        sched = [self.keys.queue(q).sched for q in queues]
+        per_queue = await pipelined(
+            self._r, sched, lambda p, k: p.zrange(k, 0, limit - 1, withscores=True)
+        )
         # The soonest ``limit`` over all queues are all that is shown: read only their records.
-        soonest = sorted(
-            (
-                (score, q, tid)
-                for q, entries in zip(queues, per_queue, strict=True)
-                for tid, score in entries
-            ),
-        )[:limit]
-        async with self._r.pipeline(transaction=False) as pipe:
-            for _, q, tid in soonest:
-                pipe.hmget(self.keys.queue(q).task(tid), [Field.NAME, Field.RETRIES])
-            recs = await pipe.execute() if soonest else []
-        out: list[ScheduledTask] = []
-        for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True):
-            out.append(
-                ScheduledTask(
-                    task_id=make_task_id(q, tid),
-                    queue=logical(q),
-                    name=nm or "",
-                    due_at=iso(score),
-                    kind="retry" if as_int(retries) > 0 else "delayed",
-                )
+        entries = [(s, q, t) for q, es in zip(queues, per_queue, strict=True) for t, s in es]
+        soonest = sorted(entries)[:limit]
+        task = [self.keys.queue(q).task(tid) for _, q, tid in soonest]
+        recs = await pipelined(self._r, task, lambda p, k: p.hmget(k, [Field.NAME, Field.RETRIES]))
+        out = [
+            ScheduledTask(
+                task_id=make_task_id(q, tid),
+                queue=logical(q),
+                name=nm or "",
+                due_at=iso(score),
+                kind="retry" if as_int(retries) > 0 else "delayed",
             )
+            for (score, q, tid), (nm, retries) in zip(soonest, recs, strict=True)
+        ]
         out.sort(key=lambda s: s.due_at or "")
         return out[:limit]

@@ -1,10 +1,14 @@
-"""What the operator operations answer: plain frozen dataclasses with ``to_dict`` for the API."""
+"""What the operator operations answer: plain frozen dataclasses, also the API's response models
+(FastAPI reads them through pydantic; attribute docstrings become field descriptions)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import Field as DataclassField
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict
 
 from dtq.admin.common import id_ms
 from dtq.models import TaskInfo, ms_to_datetime
@@ -14,11 +18,20 @@ from dtq.store.record import Field
 
 
 def task_info(
-    queue: str, tid: str, rec: dict[str, str], declared: str | None = None
+    queue: str,
+    tid: str,
+    rec: dict[str, str],
+    declared: str | None = None,
+    *,
+    status: str | None = None,
+    name: str | None = None,
 ) -> TaskInfo | None:
-    """The task of a record; None for none, or one this version cannot read (left out of a
-    listing, not a 500)."""
-    if not rec or Field.STATUS not in rec:
+    """The task of a record when it has the ``status`` and ``name`` asked for (any when None);
+    None otherwise, for none, or for one this version cannot read (left out of a listing, not
+    a 500)."""
+    if Field.STATUS not in rec or status not in (None, rec[Field.STATUS]):
+        return None
+    if name not in (None, rec.get(Field.NAME)):
         return None
     try:
         return TaskInfo.from_record(make_task_id(queue, tid), queue, rec, declared)
@@ -31,13 +44,29 @@ def iso(ms: float | None) -> str | None:
     return None if dt is None else dt.isoformat()
 
 
+class View:
+    """The base of what an operation answers: ``to_dict`` for ``--json``, and for the API's
+    schema, attribute docstrings as descriptions and every field required (always sent)."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, DataclassField[Any]]]
+    __pydantic_config__ = ConfigDict(
+        use_attribute_docstrings=True, json_schema_serialization_defaults_required=True
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True, slots=True)
-class QueueInfo:
+class QueueInfo(View):
     """One queue as an operator sees it."""
 
     name: str
     depth: dict[int, int]
-    """Waiting (queued, not yet taken) tasks per priority band."""
+    """Waiting (queued, not yet taken) tasks per priority band ('9'..'0')."""
+    queued: int
+    """Waiting tasks in every band (the sum of ``depth``)."""
     scheduled: int
     running: int
     """Entries taken by a worker and not yet finished (the group's pending list)."""
@@ -49,15 +78,8 @@ class QueueInfo:
     """Fair groups with waiting or running tasks (docs/groups.md); of a partitioned queue, the
     partitions' counts summed (a group active in two partitions counts twice)."""
 
-    @property
-    def queued(self) -> int:
-        return sum(self.depth.values())
-
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["depth"] = {str(p): n for p, n in self.depth.items()}
-        d["queued"] = self.queued
-        return d
+        return {**asdict(self), "depth": {str(p): n for p, n in self.depth.items()}}
 
 
 def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
@@ -65,14 +87,12 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
     waiting age the largest, paused when any partition is."""
     if len(parts) == 1:
         return parts[0]
-    depth: dict[int, int] = {}
-    for p in parts:
-        for band, n in p.depth.items():
-            depth[band] = depth.get(band, 0) + n
+    depth = {band: sum(p.depth.get(band, 0) for p in parts) for band in parts[0].depth}
     ages = [p.oldest_waiting_age_s for p in parts if p.oldest_waiting_age_s is not None]
     return QueueInfo(
         name=name,
         depth=depth,
+        queued=sum(p.queued for p in parts),
         scheduled=sum(p.scheduled for p in parts),
         running=sum(p.running for p in parts),
         dlq=sum(p.dlq for p in parts),
@@ -83,12 +103,15 @@ def merge_infos(name: str, parts: Sequence[QueueInfo]) -> QueueInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerInfo:
+class WorkerInfo(View):
     """A worker's last heartbeat and the observer's verdict on its liveness."""
 
     worker_id: str
     live: bool
+    stale: bool
+    """Not live: its last heartbeat is older than 3 heartbeat intervals (or it stopped)."""
     last_heartbeat_ms: int
+    last_heartbeat: str | None
     heartbeat_age_s: float
     heartbeat_interval_s: float | None
     status: str
@@ -104,25 +127,16 @@ class WorkerInfo:
     tasks: list[str] = field(default_factory=list)
     """The task names the worker can run (its app's registry, published with its heartbeat)."""
 
-    @property
-    def stale(self) -> bool:
-        return not self.live
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stale"] = self.stale
-        d["last_heartbeat"] = iso(self.last_heartbeat_ms)
-        return d
-
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class Event(View):
     """One lifecycle event from a queue's event stream or the workers' stream."""
 
     stream: str
     """``<queue>`` for task events, ``@workers`` for worker events."""
     id: str
     ts_ms: int
+    ts: str | None
     type: str
     task_id: str | None
     queue: str | None
@@ -130,14 +144,9 @@ class Event:
     worker: str | None
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ts"] = iso(self.ts_ms)
-        return d
-
 
 @dataclass(frozen=True, slots=True)
-class DeadLetter:
+class DeadLetter(View):
     task_id: str
     queue: str
     name: str
@@ -146,9 +155,6 @@ class DeadLetter:
     retries: int
     max_retries: int
     error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,26 +172,20 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
-class BulkResult:
+class BulkResult(View):
     """Counts of a bulk operation: how many changed, how many were skipped (and why)."""
 
     done: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"done": self.done, "skipped": dict(self.skipped)}
-
 
 @dataclass(frozen=True, slots=True)
-class ScheduledTask:
+class ScheduledTask(View):
     task_id: str
     queue: str
     name: str
     due_at: str | None
     kind: str  # "delayed" | "retry"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -199,11 +199,10 @@ def events_from(stream: str, eid: str, f: dict[str, str]) -> list[Event]:
     if " " not in tids or stream == "@workers":
         return [event_from(stream, eid, f)]
     attempts = (f.get("attempt") or "").split(" ")
-    out = []
-    for i, tid in enumerate(tids.split(" ")):
-        one = dict(f, tid=tid, attempt=attempts[i] if i < len(attempts) else "")
-        out.append(event_from(stream, eid, one))
-    return out
+    return [
+        event_from(stream, eid, dict(f, tid=tid, attempt=attempts[i] if i < len(attempts) else ""))
+        for i, tid in enumerate(tids.split(" "))
+    ]
 
 
 def entry_has_task(f: dict[str, str], tid: str) -> bool:
@@ -215,20 +214,17 @@ def entry_has_task(f: dict[str, str], tid: str) -> bool:
 
 def event_from(stream: str, eid: str, f: dict[str, str]) -> Event:
     """One event, from an entry that holds one (see :func:`events_from`)."""
-    if stream == "@workers":
-        return Event(
-            stream, eid, id_ms(eid), f.get("type", ""), None, None, None,
-            f.get("worker") or None, f.get("detail", ""),
-        )  # fmt: skip
-    tid = f.get("tid") or ""
-    attempt = f.get("attempt") or ""
+    task_event = stream != "@workers"
+    tid = (f.get("tid") or "") if task_event else ""
+    attempt = (f.get("attempt") or "") if task_event else ""
     return Event(
         stream=stream,
         id=eid,
         ts_ms=id_ms(eid),
+        ts=iso(id_ms(eid)),
         type=f.get("type", ""),
         task_id=make_task_id(stream, tid) if tid else None,
-        queue=logical(stream),
+        queue=logical(stream) if task_event else None,
         attempt=int(attempt) if attempt.isdigit() else None,
         worker=f.get("worker") or None,
         detail=f.get("detail", ""),

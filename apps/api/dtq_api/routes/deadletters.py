@@ -5,65 +5,61 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Query
 
+from dtq.admin.views import BulkResult, DeadLetter
 from dtq_api import schemas as s
-from dtq_api.deps import QUEUE_RE, A, Cursor, TaskId
+from dtq_api.deps import A, Cursor, Limit, NameFilter, QueueFilter, RetryBody, TaskId
 
 log = logging.getLogger("dtq.api")
 
-router = APIRouter()
+router = APIRouter(tags=["dlq"])
 
 
-@router.get("/dlq", response_model=s.DeadLetterPage, tags=["dlq"])
+@router.get("/dlq", response_model=s.Page[DeadLetter])
 async def list_dlq(
     a: A,
-    queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
-    name: Annotated[str | None, Query(max_length=200)] = None,
+    queue: QueueFilter = None,
+    name: NameFilter = None,
     error_contains: Annotated[str | None, Query(alias="error", max_length=200)] = None,
     cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Limit = 50,
 ) -> Any:
     """Failed tasks, newest failure first, with their last error.
 
     One request examines a bounded number of dead letters: a filter matching few answers
     a short (even empty) page with a ``next_cursor`` to continue from.
     """
-    page = await a.dlq_list(
+    return await a.dlq_list(
         queue=queue, name=name, error=error_contains, cursor=cursor, limit=limit
     )
-    return {"items": page.items, "next_cursor": page.next_cursor}
 
 
-@router.post("/dlq/requeue", response_model=s.BulkOut, tags=["dlq"])
-async def requeue_many(a: A, body: s.DlqBulkRequest) -> Any:
+@router.post("/dlq/requeue")
+async def requeue_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
     """Requeue ``ids``, or every dead letter matching the filters (all when none)."""
-    res = await a.dlq_requeue(
-        body.ids, queue=body.queue, name=body.name, error=body.error, max_retries=body.max_retries
-    )
+    res = await a.dlq_requeue(body.ids, **body.model_dump(exclude={"ids"}))
     log.info("requeued %d dead letters", res.done)
-    return res.to_dict()
+    return res
 
 
-@router.post("/dlq/discard", response_model=s.BulkOut, tags=["dlq"])
-async def discard_many(a: A, body: s.DlqBulkRequest) -> Any:
+@router.post("/dlq/discard")
+async def discard_many(a: A, body: s.DlqBulkRequest) -> BulkResult:
     """Delete ``ids``, or every dead letter matching the filters (all when none)."""
-    res = await a.dlq_discard(body.ids, queue=body.queue, name=body.name, error=body.error)
+    res = await a.dlq_discard(body.ids, **body.model_dump(exclude={"ids", "max_retries"}))
     log.info("discarded %d dead letters", res.done)
-    return res.to_dict()
+    return res
 
 
-@router.post("/dlq/{task_id}/requeue", response_model=s.RetryOut, tags=["dlq"])
-async def requeue_one(
-    a: A, task_id: TaskId, body: Annotated[s.RetryRequest | None, Body()] = None
-) -> Any:
+@router.post("/dlq/{task_id}/requeue", response_model=s.RetryOut)
+async def requeue_one(a: A, task_id: TaskId, body: RetryBody = None) -> Any:
     """Requeue one dead letter (same id and history; optionally a new retry budget)."""
     await a.dlq_requeue_one(task_id, max_retries=body.max_retries if body else None)
     log.info("requeued dead letter %s", task_id, extra={"task_id": task_id})
     return {"id": task_id, "status": "queued"}
 
 
-@router.delete("/dlq/{task_id}", response_model=s.DiscardOut, tags=["dlq"])
+@router.delete("/dlq/{task_id}", response_model=s.DiscardOut)
 async def discard_one(a: A, task_id: TaskId) -> Any:
     """Delete one dead letter for good."""
     await a.dlq_discard_one(task_id)

@@ -12,7 +12,7 @@ from starlette.types import Receive, Scope, Send
 
 from dtq import stats
 from dtq_api import schemas as s
-from dtq_api.deps import QUEUE_RE, A, get_admin, get_hub
+from dtq_api.deps import A, QueueFilter, get_admin, get_hub
 from dtq_api.errors import ApiError
 from dtq_api.events import TooManyStreams, sse
 
@@ -104,7 +104,7 @@ async def throughput(
 @router.get("/stats", response_model=list[s.StatsBucket], tags=["stats"])
 async def get_stats(
     a: A,
-    queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
+    queue: QueueFilter = None,
     minutes: Annotated[int, Query(ge=1, le=stats.MAX_MINUTES)] = 60,
     step: Annotated[int, Query(ge=1, le=stats.MAX_MINUTES)] = 1,
 ) -> Any:

@@ -10,18 +10,16 @@ from dtq_api import metrics
 from dtq_api import schemas as s
 from dtq_api.deps import get_admin
 
-router = APIRouter()
+router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=s.Health, tags=["health"])
+@router.get("/healthz", response_model=s.Health)
 async def healthz() -> Any:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.get(
-    "/readyz", response_model=s.Health, tags=["health"], responses={503: {"model": s.ErrorBody}}
-)
+@router.get("/readyz", response_model=s.Health, responses={503: {"model": s.ErrorBody}})
 async def readyz(request: Request) -> Any:
     """Redis answers."""
     await get_admin(request.app).ping()
@@ -30,7 +28,6 @@ async def readyz(request: Request) -> Any:
 
 @router.get(
     "/metrics",
-    tags=["health"],
     response_class=Response,
     responses={
         200: {

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from dtq.admin import QueueInfo, WorkerInfo
+from dtq.admin.views import BulkResult
+from dtq.models import GroupInfo
 from dtq.sdk.groupops import GROUP_PAGE, MAX_GROUP_PAGE
 from dtq_api import schemas as s
 from dtq_api.deps import A, GroupCursor, GroupName, QueueName
@@ -17,41 +21,41 @@ log = logging.getLogger("dtq.api")
 router = APIRouter()
 
 
-@router.get("/queues", response_model=s.QueueList, tags=["queues"])
+@router.get("/queues", response_model=s.Items[QueueInfo], tags=["queues"])
 async def list_queues(a: A) -> Any:
     """Every queue: waiting per priority, scheduled, running, dead letters, paused."""
-    return {"items": [q.to_dict() for q in await a.list_queues()]}
+    return {"items": await a.list_queues()}
 
 
-@router.get("/queues/{name}", response_model=s.Queue, tags=["queues"])
-async def get_queue(a: A, name: QueueName) -> Any:
-    return (await a.get_queue(name)).to_dict()
+@router.get("/queues/{name}", tags=["queues"])
+async def get_queue(a: A, name: QueueName) -> QueueInfo:
+    return await a.get_queue(name)
 
 
-@router.post("/queues/{name}/pause", response_model=s.QueueChange, tags=["queues"])
-async def pause_queue(a: A, name: QueueName) -> Any:
+@router.post("/queues/{name}/pause", tags=["queues"])
+async def pause_queue(a: A, name: QueueName) -> s.QueueChange:
     """Workers stop taking from the queue; running tasks finish."""
     changed = await a.pause(name)
     log.info("queue %s paused", name, extra={"queue": name})
-    return {**(await a.get_queue(name)).to_dict(), "changed": changed}
+    return s.QueueChange(**asdict(await a.get_queue(name)), changed=changed)
 
 
-@router.post("/queues/{name}/resume", response_model=s.QueueChange, tags=["queues"])
-async def resume_queue(a: A, name: QueueName) -> Any:
+@router.post("/queues/{name}/resume", tags=["queues"])
+async def resume_queue(a: A, name: QueueName) -> s.QueueChange:
     changed = await a.resume(name)
     log.info("queue %s resumed", name, extra={"queue": name})
-    return {**(await a.get_queue(name)).to_dict(), "changed": changed}
+    return s.QueueChange(**asdict(await a.get_queue(name)), changed=changed)
 
 
-@router.post("/queues/{name}/purge", response_model=s.BulkOut, tags=["queues"])
-async def purge_queue(a: A, name: QueueName) -> Any:
+@router.post("/queues/{name}/purge", tags=["queues"])
+async def purge_queue(a: A, name: QueueName) -> BulkResult:
     """Delete every waiting (queued and scheduled) task of the queue, in bounded batches."""
     res = await a.purge(name)
     log.info("queue %s purged: %d tasks", name, res.done, extra={"queue": name})
-    return res.to_dict()
+    return res
 
 
-@router.get("/queues/{name}/groups", response_model=s.GroupPage, tags=["queues"])
+@router.get("/queues/{name}/groups", response_model=s.Page[GroupInfo], tags=["queues"])
 async def list_groups(
     a: A,
     name: QueueName,
@@ -64,8 +68,7 @@ async def list_groups(
     One request does bounded work: a page may hold fewer groups than the limit, even none,
     with a ``next_cursor`` to continue from.
     """
-    page = await a.list_groups(name, cursor=cursor, limit=limit)
-    return {"items": page.items, "next_cursor": page.next_cursor}
+    return await a.list_groups(name, cursor=cursor, limit=limit)
 
 
 @router.post("/queues/{name}/groups/{group}/pause", response_model=s.GroupChange, tags=["queues"])
@@ -85,7 +88,7 @@ async def resume_group(a: A, name: QueueName, group: GroupName) -> Any:
     return {"queue": name, "group": group, "paused": False, "changed": changed}
 
 
-@router.get("/workers", response_model=s.WorkerList, tags=["workers"])
+@router.get("/workers", response_model=s.Items[WorkerInfo], tags=["workers"])
 async def list_workers(a: A) -> Any:
     """Workers with heartbeat age; ``stale`` once it passes 3 heartbeat intervals."""
-    return {"items": [w.to_dict() for w in await a.list_workers()]}
+    return {"items": await a.list_workers()}

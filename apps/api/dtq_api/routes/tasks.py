@@ -5,26 +5,27 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Header, Response
 
 from dtq.models import TaskStatus
+from dtq_api import deps
 from dtq_api import schemas as s
-from dtq_api.deps import QUEUE_RE, A, TaskCursor, TaskId, utf8_header
+from dtq_api.deps import A, Limit, NameFilter, QueueFilter, RetryBody, TaskCursor, TaskId
 from dtq_api.errors import ApiError
 
 log = logging.getLogger("dtq.api")
 
-router = APIRouter()
+router = APIRouter(tags=["tasks"])
 
 
-@router.get("/tasks", response_model=s.TaskPage, tags=["tasks"])
+@router.get("/tasks", response_model=s.TaskPage)
 async def list_tasks(
     a: A,
-    queue: Annotated[str | None, Query(pattern=QUEUE_RE)] = None,
+    queue: QueueFilter = None,
     status: TaskStatus | None = None,
-    name: Annotated[str | None, Query(max_length=200)] = None,
+    name: NameFilter = None,
     cursor: TaskCursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Limit = 50,
 ) -> Any:
     """Tasks matching all filters, newest first, with cursor pagination.
 
@@ -35,8 +36,7 @@ async def list_tasks(
     matching few tasks answers a short (even empty) page with a ``next_cursor``.
     """
     st = status.value if status is not None else None
-    page = await a.recent_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
-    return {"items": page.items, "next_cursor": page.next_cursor, "running": page.running}
+    return await a.recent_tasks(queue=queue, status=st, name=name, cursor=cursor, limit=limit)
 
 
 existing: dict[int | str, dict[str, Any]] = {
@@ -44,7 +44,7 @@ existing: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/tasks", response_model=s.Task, status_code=201, tags=["tasks"], responses=existing)
+@router.post("/tasks", response_model=s.Task, status_code=201, responses=existing)
 async def enqueue(
     a: A,
     body: s.EnqueueRequest,
@@ -60,27 +60,24 @@ async def enqueue(
     """
     fields = body.model_dump(exclude_none=True)
     if idempotency_key is not None:  # the header wins over the body field
-        fields["idempotency_key"] = utf8_header("Idempotency-Key", idempotency_key)
+        fields["idempotency_key"] = deps.utf8_header("Idempotency-Key", idempotency_key)
     name = fields.pop("name")
     h = await a.client.enqueue(name, fields.pop("args", None), fields.pop("kwargs", None), **fields)
-    if not h.created:
-        response.status_code = 200
-    else:
+    response.status_code = 201 if h.created else 200
+    if h.created:
         log.info(
             "enqueued %s (%s) over HTTP", h.id, name, extra={"task_id": h.id, "queue": h.queue}
         )
-    d = await a.get_task(h.id)
-    d["created"] = h.created
-    return d
+    return {**await a.get_task(h.id), "created": h.created}
 
 
-@router.get("/tasks/{task_id}", response_model=s.Task, tags=["tasks"])
+@router.get("/tasks/{task_id}", response_model=s.Task)
 async def get_task(a: A, task_id: TaskId, history: bool = True) -> Any:
     """One task: arguments, status, attempts, result or error, and its event history."""
     return await a.get_task(task_id, history=history)
 
 
-@router.post("/tasks/{task_id}/cancel", response_model=s.CancelOut, tags=["tasks"])
+@router.post("/tasks/{task_id}/cancel", response_model=s.CancelOut)
 async def cancel_task(a: A, task_id: TaskId) -> Any:
     """Cancel a queued/scheduled task, or ask a running one to stop. 409 when finished."""
     d = await a.cancel(task_id)
@@ -90,10 +87,8 @@ async def cancel_task(a: A, task_id: TaskId) -> Any:
     return d
 
 
-@router.post("/tasks/{task_id}/retry", response_model=s.RetryOut, tags=["tasks"])
-async def retry_task(
-    a: A, task_id: TaskId, body: Annotated[s.RetryRequest | None, Body()] = None
-) -> Any:
+@router.post("/tasks/{task_id}/retry", response_model=s.RetryOut)
+async def retry_task(a: A, task_id: TaskId, body: RetryBody = None) -> Any:
     """Run a failed, cancelled or expired task again, same id, history kept."""
     d = await a.retry(task_id, max_retries=body.max_retries if body else None)
     log.info("retry %s", task_id, extra={"task_id": task_id})
