@@ -15,21 +15,12 @@ def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredi
     """``(calls, blocking)`` for a worker consuming ``queues`` (physical) queues: a call waits up
     to twice the heartbeat interval (at least 5 s); on a cluster the blocking reads hold two
     connections per queue (clusterwait.py, flowmover.py) beyond the pool's usual 100."""
-    timeout = max(5.0, settings.heartbeat_interval_s * 2)
-    calls = async_redis(
-        settings.redis_url,
-        decode_responses=True,
-        socket_timeout=timeout,
-        socket_connect_timeout=min(timeout, 5.0),
-    )
-    more: dict[str, Any] = {"max_connections": POOL_CONNECTIONS + 2 * queues}
-    blocking = async_redis(
-        settings.redis_url,
-        decode_responses=True,
-        socket_timeout=timeout + 2,
-        socket_connect_timeout=min(timeout, 5.0),
-        **(more if is_cluster_url(settings.redis_url) else {}),
-    )
+    url, timeout = settings.redis_url, max(5.0, settings.heartbeat_interval_s * 2)
+    both: dict[str, Any] = {"decode_responses": True, "socket_connect_timeout": min(timeout, 5.0)}
+    calls = async_redis(url, socket_timeout=timeout, **both)
+    if is_cluster_url(url):
+        both["max_connections"] = POOL_CONNECTIONS + 2 * queues
+    blocking = async_redis(url, socket_timeout=timeout + 2, **both)
     lane = settings.fast_lane
     sc.hiredis_packing(calls, fast_lane=lane)  # the batched script calls are long
     sc.hiredis_packing(blocking, fast_lane=lane)  # the idle XREAD names every band

@@ -93,16 +93,9 @@ class Consumer:
                 await asyncio.sleep(0)  # the runs just launched start before the XREAD wakes Redis
 
     async def claim_once(self, idle_ms: int | None = None) -> tuple[int, int, bool]:
-        """One claim pass over the queues in order: every claim of the poll loop.
-
-        ``idle_ms`` (the last pass, at that server time, left nothing to take): the pass waits
-        first, until a newer entry lands, a block (1 s) ends, or a run of a capped queue ends;
-        on one server its first claim rides behind the XREAD (:meth:`_behind_xread`), on a
-        cluster the claims follow the per-queue XREADs (clusterwait.py).
-
-        Returns (runs started, server ms, drained): drained when every queue was asked and
-        each gave fewer runs than free slots.
-        """
+        """One claim pass over the queues in order; ``idle_ms``: the last pass, at that server
+        time, left nothing, so this one waits first (docs/design.md, "The worker", poll).
+        Returns (runs started, server ms, drained: every queue gave fewer runs than asked)."""
         env = self.env
         total, now_ms = 0, 0
         drained = True
@@ -162,24 +155,30 @@ class Consumer:
         return total, now_ms, drained
 
     async def _idle_wait(self, idle_ms: int, order: list[str]) -> tuple[str | None, list[str]]:
-        """An idle pass's wait, and the queues at their cap as it began. Returns the XREAD's
-        cursor when the pass's first claim is to ride behind it (one server), else None: the
-        wait is over."""
+        """An idle pass's wait, and the queues at their cap as it began: the XREAD's cursor when
+        the first claim rides behind it (one server), else None (the wait is over)."""
         after = f"{max(0, idle_ms - 1)}-{MAX_SEQ}"  # entries added after the last pass's claim
         capped = [q for q in order if self.slots.free(q) <= 0]
         if len(capped) == len(order):  # nothing can be taken before a run ends
             await self.slots.changed.wait(IDLE_BLOCK_MS / 1000)
             return None, capped
-        if self._cluster is not None:
-            await self._wait_cluster(self._cluster, after, capped)
-            return None, capped
-        return after, capped
+        if self._cluster is None:
+            return after, capped
+        self.env.idle = True
+        freed = asyncio.ensure_future(self._slot_for(capped)) if capped else None
+        try:
+            if not self.env.stopping:
+                await self._cluster.wait(after, freed)
+        finally:
+            self.env.idle = False
+            if freed is not None:
+                freed.cancel()
+        return None, capped
 
     async def _claim(
         self, queue: str, free: int, send: Callable[[], Awaitable[Any]]
     ) -> sc.ClaimBatch:
-        """A claim of ``free`` slots of ``queue``, sent by ``send()``: the slots are held until
-        Runs.take launches its runs."""
+        """A claim of ``free`` slots of ``queue``, sent by ``send()``, held until Runs.take."""
         sent = time.monotonic()
         self.slots.reserve(queue, free)
         try:
@@ -238,17 +237,6 @@ class Consumer:
             return raw
 
         return send
-
-    async def _wait_cluster(self, cw: ClusterWait, after: str, capped: list[str]) -> None:
-        self.env.idle = True
-        freed = asyncio.ensure_future(self._slot_for(capped)) if capped else None
-        try:
-            if not self.env.stopping:
-                await cw.wait(after, freed)
-        finally:
-            self.env.idle = False
-            if freed is not None:
-                freed.cancel()
 
     def _freed(self, capped: list[str]) -> bool:
         """Whether a queue of ``capped`` (at its cap when the wait began) may claim again."""

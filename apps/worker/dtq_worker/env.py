@@ -113,15 +113,12 @@ class WorkerEnv:
 
     def emit_event(self, etype: str, detail: str = "") -> None:
         """A worker event (started, claim lost...) on the worker events stream; best effort."""
+        self.spawn(self.write_event(etype, detail))
 
-        async def go() -> None:
-            try:
-                ts = int(time.time() * 1000)
-                fields = {"type": etype, "worker": self.worker_id, "detail": detail, "ts": ts}
-                await self.redis.xadd(
-                    self.keys.worker_events, fields, maxlen=1000, approximate=True
-                )
-            except Exception as exc:
-                log.debug("worker event %s not written: %s", etype, exc)
-
-        self.spawn(go())
+    async def write_event(self, etype: str, detail: str = "") -> None:
+        try:
+            ts = int(time.time() * 1000)
+            fields = {"type": etype, "worker": self.worker_id, "detail": detail, "ts": ts}
+            await self.redis.xadd(self.keys.worker_events, fields, maxlen=1000, approximate=True)
+        except Exception as exc:
+            log.debug("worker event %s not written: %s", etype, exc)

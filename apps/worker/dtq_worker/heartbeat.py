@@ -268,7 +268,12 @@ class Heartbeat:
             for q, q_runs in by_queue.items():
                 refs = [r.ref for r in q_runs]
                 await env.scripts.run(sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe)
-            self._declare(pipe, now_ms)
+            for q in env.queues:  # what this worker declares, stamped (docs/operations.md)
+                qk = env.keys.queue(q)
+                if self.tasks:
+                    pipe.hset(qk.decl_seen, mapping=dict.fromkeys(self.tasks, now_ms))
+                if self.schedules.get(q):
+                    pipe.hset(qk.schedules_seen, mapping=dict.fromkeys(self.schedules[q], now_ms))
             cluster = is_cluster(env.redis)
             if not cluster:
                 pipe.time()
@@ -277,24 +282,8 @@ class Heartbeat:
             replies.append(await env.redis.time())
         return replies
 
-    def _declare(self, pipe: Any, now_ms: int) -> None:
-        """Stamp, per queue consumed, the task names and code schedules this worker declares
-        with this beat's time (rolling deploys; docs/operations.md)."""
-        env = self.env
-        for q in env.queues:
-            qk = env.keys.queue(q)
-            if self.tasks:
-                pipe.hset(qk.decl_seen, mapping=dict.fromkeys(self.tasks, now_ms))
-            names = self.schedules.get(q)
-            if names:
-                pipe.hset(qk.schedules_seen, mapping=dict.fromkeys(names, now_ms))
-
     def _took(
-        self,
-        replies: list[Any],
-        published: bool,
-        by_queue: Mapping[str, list[Run]],
-        sent: float,
+        self, replies: list[Any], published: bool, by_queue: Mapping[str, list[Run]], sent: float
     ) -> None:
         """Apply a beat Redis took: the clock, the renewed leases, the touches' reports."""
         self.backoff.ok()

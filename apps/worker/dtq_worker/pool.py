@@ -302,11 +302,6 @@ class Pool:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def check(settings: Settings) -> None:
-    """Raise ConfigError for settings no child could run with (before any child starts)."""
-    child_ids(settings, settings.worker_processes)
-
-
 def run_pool(
     settings: Settings, argv: list[str], early_signals: list[int], entry: poolfork.Entry
 ) -> int:

@@ -22,14 +22,11 @@ class Reaper:
         self.env = env
         self._ensure_groups = ensure_groups
 
-    @property
-    def period(self) -> float:
-        return max(0.5, self.env.settings.visibility_timeout_s / 2)
-
     async def loop(self) -> None:
         env = self.env
+        period = max(0.5, env.settings.visibility_timeout_s / 2)
         while not env.stopping:
-            await env.sleep(self.period * random.uniform(0.8, 1.2))
+            await env.sleep(period * random.uniform(0.8, 1.2))
             if env.stopping or not env.healthy.is_set():
                 continue
             await self.reap_once()

@@ -23,8 +23,7 @@ AT_ONCE = 8  # recoveries sent at once: hundreds of queues must not take the cli
 
 class Recovery:
     def __init__(self, env: WorkerEnv, runs: Runs) -> None:
-        """``runs``: takes up the runs found (or hands them back while stopping), and says
-        which runs of a queue are known here (Runs.known)."""
+        """``runs``: takes up (or hands back) the runs found; says which are known here."""
         self.env = env
         self.runs = runs
         self.slots = runs.slots

@@ -49,10 +49,6 @@ class Retention:
         self.cursor = "0"  # a SCAN walk's (over every primary of a cluster: dtq.store.cluster)
         self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
-    @property
-    def lock_key(self) -> str:
-        return self.env.keys.retention_lock
-
     async def maybe_run(self) -> RetentionReport | None:
         """Run a pass when one is due and this worker holds (or takes) the retention lease."""
         s = self.env.settings
@@ -61,7 +57,7 @@ class Retention:
         self.next_at = time.monotonic() + s.retention_interval_s * random.uniform(0.9, 1.1)
         lease_ms = int(max(30.0, s.retention_interval_s * 3) * 1000)
         try:
-            call = sc.lock_call(self.lock_key, self.env.worker_id, lease_ms)
+            call = sc.lock_call(self.env.keys.retention_lock, self.env.worker_id, lease_ms)
             if sc.parse_lock(await self.env.scripts.run(call)) is not sc.Lock.HELD:
                 return None
             report = await self.run_once()

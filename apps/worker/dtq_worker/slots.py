@@ -65,8 +65,8 @@ class Run(Attempt):
 
     @property
     def begun(self) -> bool:
-        """Whether its task's coroutine has begun (one cancelled earlier would skip its cleanup:
-        it is left to start, and Executor.execute ends it by its stop reason)."""
+        """Whether its task's coroutine has begun (cancelled before, it would skip its cleanup:
+        Executor.execute ends it by its stop reason instead)."""
         coro: Any = self.task.get_coro() if self.task is not None else None
         return coro is not None and inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
 
@@ -91,9 +91,6 @@ class Signal:
         f: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(f)
         try:
-            if timeout is None:
-                await f
-                return True
             async with asyncio.timeout(timeout):
                 await f
             return True
@@ -245,12 +242,6 @@ class Slots:
         if self.draining or self.capacity - self.active - self.claiming > 0:
             self.changed.notify()
         return True
-
-    def start_waiting(self, run: Run) -> None:
-        """Start a waiting run's task now, in the slot it holds."""
-        self.ready.remove(run)
-        run.waiting = False
-        self._start(run)
 
     def take_ready(self) -> list[Run]:
         """Every run waiting for a slot, as they are (still held: forget each when done)."""

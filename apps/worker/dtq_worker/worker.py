@@ -66,7 +66,6 @@ class Worker:
         self.queues = partitions.expand(settings.queues, settings.queue_partitions)
         self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
-        self.pid = os.getpid()
         self.redis, self.blocking = worker_clients(settings, len(self.queues))
         self.scripts = sc.AsyncScripts(self.redis, fast_lane=settings.fast_lane)
         self.metrics = WorkerMetrics(self.worker_id)
@@ -380,13 +379,8 @@ class Worker:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zrem(self.keys.workers, self.worker_id)
                 pipe.delete(self.keys.worker(self.worker_id))
-                pipe.xadd(
-                    self.keys.worker_events,
-                    {"type": "worker_stopped", "worker": self.worker_id, "detail": "",
-                     "ts": int(time.time() * 1000)},
-                    maxlen=1000, approximate=True,
-                )  # fmt: skip
                 await pipe.execute()
+            await self.env.write_event("worker_stopped")
         except (rex.RedisError, OSError) as exc:
             log.warning("could not deregister cleanly: %s", exc)
         log.info("worker %s stopped", self.worker_id)
