@@ -120,8 +120,7 @@ class PoolEndpoints(Collector):
     def retire(self, index: int) -> None:
         """The child of ``index`` died: keep the counters it last reported (module doc)."""
         with self._lock:
-            text = self._last.pop(index, None)
-            if text is not None:
+            if (text := self._last.pop(index, None)) is not None:
                 self._retired.add_text(text, gauges=False)
 
     def collect(self) -> Iterator[Metric]:

@@ -45,17 +45,14 @@ class Recovery:
         return queue in self.slots.recovering
 
     async def wait(self, queue: str) -> None:
-        ev = self._busy.get(queue)
-        if ev is not None:
+        if (ev := self._busy.get(queue)) is not None:
             await ev.wait()
 
     def reply_lost(self, call: sc.Call) -> None:
         """AsyncScripts.on_reply_lost: a call that may have claimed lost its reply."""
         claims = call.script == "claim" or (call.script == "complete" and int(call.args[6]) > 0)
-        if claims:
-            queue = self._queue_of.get(call.keys[13])
-            if queue is not None:
-                self.request(queue)
+        if claims and (queue := self._queue_of.get(call.keys[13])) is not None:
+            self.request(queue)
 
     def request(self, queue: str) -> None:
         """Recover ``queue`` soon (once no claim of it is in flight); one at a time per queue."""

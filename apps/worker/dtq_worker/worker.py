@@ -148,19 +148,15 @@ class Worker:
                 await asyncio.sleep(min(backoff.failed(exc), left + 0.01))  # a last try at it
 
     async def check_eviction(self) -> None:
-        """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
-        ``volatile-*`` (dtq.store.eviction)."""
+        """Refuse an ``allkeys-*`` maxmemory-policy, warn on ``volatile-*`` (dtq.store.eviction)."""
         policy = await eviction.eviction_policy(self.redis)
-        refused = eviction.refusal(policy)
-        if refused:
+        if refused := eviction.refusal(policy):
             raise ConfigError(refused)
-        warned = eviction.warning(policy)
-        if warned:
+        if warned := eviction.warning(policy):
             log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
-        """Create each consumed queue's streams and group, and publish there every task's
-        declared defaults (dtq.declared); again whenever the streams were found gone."""
+        """Create each queue's streams and group; publish the tasks' defaults (dtq.declared)."""
         decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
@@ -253,8 +249,7 @@ class Worker:
             if self.http is not None:  # an in-process worker must free its port when it ends
                 self.http.stop()
                 self.http = None
-            timer = getattr(self, "_hard_timer", None)
-            if timer is not None:
+            if (timer := getattr(self, "_hard_timer", None)) is not None:
                 timer.cancel()  # stopped in time; an in-process worker must not end its host later
 
     async def _serve(self) -> int:
@@ -277,8 +272,7 @@ class Worker:
                  s.worker_concurrency, served(self.app.tasks),
                  metrics_note(s.metrics_port if poolchild.port_file() is None else None),
                  )  # fmt: skip
-        unset = default_url_warning(s)
-        if unset:
+        if unset := default_url_warning(s):
             log.warning("%s", unset)
         env = self.env
         stopping, finished = (lambda: env.stopping), (lambda: env.finished)
