@@ -18,6 +18,7 @@ from dtq.declared import TASKS_FIELD
 from dtq.errors import ConfigError
 from dtq.store import eviction
 from dtq.store.connection import is_cluster
+from dtq_worker import poolchild
 from dtq_worker.faults import Backoff, is_transient
 
 if TYPE_CHECKING:
@@ -32,19 +33,6 @@ STOPPING = ("draining", "stopped")
 
 class IdStillHeld(Exception):
     """The worker id stayed held by a live, stopping worker past the wait (exit code 4)."""
-
-
-def _dead_here(host: str, pid: str) -> bool:
-    """Whether the holder is a process of this host that no longer exists."""
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 class Heartbeat:
@@ -195,7 +183,7 @@ class Heartbeat:
             _, (holder, status), ttl = await pipe.execute()
         if holder != me:
             host, _, pid = (holder or "").rpartition(":")
-            if ttl > 0 and not _dead_here(host, pid):
+            if ttl > 0 and not (host == socket.gethostname() and poolchild.pid_gone(pid)):
                 return host, pid, status
             await env.redis.hset(key, "owner", me)  # its holder is gone: take it over
         if ttl < 0 or holder != me:  # it expires like a heartbeat unless beats follow

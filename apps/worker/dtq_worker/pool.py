@@ -57,15 +57,8 @@ def child_ids(settings: Settings, n: int) -> list[str | None]:
 def _remove_stale_dirs() -> None:
     """Remove the port directories of parents that died without cleaning up (SIGKILL)."""
     for d in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
-        pid = d.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if poolchild.pid_gone(d.name.removeprefix(DIR_PREFIX).split("-", 1)[0]):
             shutil.rmtree(d, ignore_errors=True)
-        except OSError:  # alive (another user's): not ours to touch
-            pass
 
 
 @dataclass
