@@ -130,8 +130,7 @@ class Heartbeat:
         when stopped while waiting. A stopping holder is waited for up to :meth:`claim_wait_s`
         (then IdStillHeld), a running one a heartbeat TTL (then ConfigError): docs/faults.md.
         """
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         began = time.monotonic()
         waiting = False
         while True:

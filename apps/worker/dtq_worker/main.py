@@ -20,6 +20,7 @@ from dtq.app import App, load_app
 from dtq.errors import ConfigError, DtqError
 from dtq.settings import load_settings
 from dtq_worker import poolchild
+from dtq_worker.faults import is_transient
 from dtq_worker.heartbeat import IdStillHeld
 from dtq_worker.worker import EXIT_CONFIG, EXIT_ID_HELD, EXIT_REDIS_LOST, Worker
 
@@ -155,15 +156,10 @@ def run_worker(app: App) -> int:
 
     try:
         return int(runner(go()))
-    except DtqError as exc:
+    except (DtqError, IdStillHeld) as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except IdStillHeld as exc:
-        print(f"dtq-worker: {exc}", file=sys.stderr)
-        return EXIT_ID_HELD
+        return EXIT_ID_HELD if isinstance(exc, IdStillHeld) else EXIT_CONFIG
     except Exception as exc:
-        from dtq_worker.faults import is_transient
-
         if is_transient(exc):
             print(f"dtq-worker: Redis unreachable: {exc} (is Redis running? DTQ_REDIS_URL "
                   "says where it is)", file=sys.stderr)  # fmt: skip

@@ -1,8 +1,5 @@
-"""``dtq-worker APP --processes N``: a parent that supervises N full worker processes.
-
-The behaviour (forked children, ids, restarts with backoff, giving up, signals, exit codes) is
-described in docs/operations.md, "Worker processes"; when a fork is safe: poolfork.py.
-"""
+"""``dtq-worker APP --processes N``: a parent that supervises N full worker processes
+(docs/operations.md, "Worker processes"; when a fork is safe: poolfork.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all.
-
-A scrape merges every child's ``/metrics`` (the rules, and a dead child's kept counters:
-docs/operations.md, "Worker processes").
-"""
+"""The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all
+(how children's metrics merge: docs/operations.md, "Worker processes")."""
 
 from __future__ import annotations
 

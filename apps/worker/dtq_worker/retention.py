@@ -69,8 +69,7 @@ class Retention:
         return report
 
     async def run_once(self) -> RetentionReport:
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         rep = RetentionReport()
         queues = sorted(str(q) for q in await env.redis.smembers(env.keys.queues))  # type: ignore[misc]
         rep.queues = queues
@@ -143,8 +142,7 @@ class Retention:
     async def scan_pass(self, rep: RetentionReport, registered: set[str]) -> None:
         """A bounded slice of a SCAN over the prefix (the cursor carries over to the next pass);
         a queue with waiting work missing from ``P:queues`` is registered again."""
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         pattern = env.keys.every_queue_key_pattern
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)

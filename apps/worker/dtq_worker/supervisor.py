@@ -21,10 +21,8 @@ async def supervise(
     stopping: Callable[[], bool],
     on_restart: Callable[[str, BaseException], None] | None = None,
 ) -> None:
-    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises.
-
-    ``on_restart(name, exc)`` is told of each restart (the worker counts them in metrics).
-    """
+    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises, and
+    tell ``on_restart(name, exc)`` (the worker counts restarts in metrics)."""
     restarts = 0
     in_episode = False  # transient errors are logged once per outage, not once per restart
     while True:
