@@ -61,23 +61,20 @@ class Consumer:
         env = self.env
         idle, now_ms = False, 0  # idle: the last pass left nothing, the next one waits first
         while not env.stopping:
+            wait_first, idle = idle, False
             if not env.healthy.is_set():
-                idle = False
                 await env.wait_or_stop(env.healthy.wait(), 1.0)
                 continue
             if env.evicting is not None:  # Redis may evict what it would claim
-                idle = False
                 await env.sleep(min(env.settings.heartbeat_interval_s, 1.0))
                 continue
             if self.slots.unheld <= 0:
-                idle = False
                 await self.slots.changed.wait(1.0)  # a run ends, or the drain starts
                 continue
             try:
-                claimed, now_ms, drained = await self.claim_once(now_ms if idle else None)
+                claimed, now_ms, drained = await self.claim_once(now_ms if wait_first else None)
                 self.backoff.ok()
             except Exception as exc:
-                idle = False
                 if is_nogroup(exc):
                     await self._ensure_groups()
                     continue
@@ -87,8 +84,7 @@ class Consumer:
                 await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
             # Nothing left to take: the next pass waits first rather than send an empty claim.
-            idle = claimed == 0 or drained
-            idle = idle and not (self.runs.more or self._again or env.stopping)
+            idle = (claimed == 0 or drained) and not (self.runs.more or self._again or env.stopping)
             if idle and claimed:
                 await asyncio.sleep(0)  # the runs just launched start before the XREAD wakes Redis
 

@@ -189,12 +189,6 @@ class Heartbeat:
             await env.redis.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
         return None
 
-    def status(self) -> str:
-        env = self.env
-        if env.stopping:
-            return "draining"
-        return "busy" if self.slots.inflight else "ready"
-
     async def beat(self, status: str | None = None) -> bool:
         """One heartbeat; True when Redis took it."""
         sent = time.monotonic()
@@ -232,7 +226,7 @@ class Heartbeat:
             "tasks_processed": self.counters.get("succeeded", 0),
             "tasks_failed": self.counters.get("failed", 0),
             "tasks_retried": self.counters.get("retried", 0),
-            "status": status or self.status(),
+            "status": status or ("draining" if env.stopping else "busy" if active else "ready"),
         }
 
     async def _send(

@@ -81,17 +81,13 @@ class Scheduler:
             self.leading.add(queue)
         return held
 
-    async def sweep_owed(self, queue: str) -> int:
+    async def sweep_owed(self, queue: str) -> None:
         """Finish the parked-task releases a run's end left owed (dead parked ids used up its
         budget, see lua/limit_sweep.lua); each call looks at no more than 5000 parked ids."""
-        released = 0
         for _ in range(SWEEP_CALLS):
             call = sc.limit_sweep_call(self.env.keys.queue(queue), [])
-            swept = sc.parse_limit_sweep(await self.env.scripts.run(call))
-            released += swept.released
-            if not swept.more:
+            if not sc.parse_limit_sweep(await self.env.scripts.run(call)).more:
                 break
-        return released
 
     async def release(self) -> None:
         env = self.env
