@@ -85,12 +85,11 @@ class Heartbeat:
                 await self._watch_eviction()
             elif failing_since is None:
                 failing_since = began
-            if failing_since is not None and (
-                time.monotonic() - failing_since > env.settings.effective_heartbeat_ttl_s
-            ):
+            failed_for = 0.0 if failing_since is None else time.monotonic() - failing_since
+            if failed_for > env.settings.effective_heartbeat_ttl_s:
                 log.error(
                     "no heartbeat succeeded for %.1fs (heartbeat TTL): stopping this worker",
-                    time.monotonic() - failing_since,
+                    failed_for,
                 )
                 self._self_stop()
                 return
@@ -288,15 +287,10 @@ class Heartbeat:
             self.slots.fill()  # runs claimed ahead whose lease was too old to start
 
     def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:
-        by_tid = {r.claimed.tid: r for r in runs}
+        by_tid, inflight = {r.claimed.tid: r for r in runs}, self.slots.inflight
         for tid in res.lost:
             run = by_tid.get(tid)
-            if (
-                run is None
-                or run.stop_reason is not None
-                or self.slots.inflight.get(run.key) is not run
-            ):
-                continue
-            self.runs.lose(run, "was reclaimed by another worker")
+            if run is not None and run.stop_reason is None and inflight.get(run.key) is run:
+                self.runs.lose(run, "was reclaimed by another worker")
         for tid in res.cancel_requested:
             self.runs.cancel(queue, tid)

@@ -33,12 +33,8 @@ class Recovery:
         self._sending = asyncio.Semaphore(AT_ONCE)
         self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
         self.last = time.monotonic()
-
-    @property
-    def period(self) -> float:
-        """The periodic check: a few times per visibility timeout, at most once per heartbeat."""
-        s = self.env.settings
-        return max(s.heartbeat_interval_s, s.visibility_timeout_s / 4)
+        # The periodic check: a few times per visibility timeout, at most once per heartbeat.
+        self.period = max(env.settings.heartbeat_interval_s, env.settings.visibility_timeout_s / 4)
 
     def active(self, queue: str) -> bool:
         """A recovery of ``queue`` is pending or in flight: send no claim of it."""

@@ -157,12 +157,11 @@ class Retention:
         missing = sorted(q for q in busy - registered if is_physical(q))  # partitions too
         if missing:
             rep.queues_registered = int(await env.redis.sadd(env.keys.queues, *missing))
+        ttl_s = max(s.result_ttl_s, s.dlq_ttl_s)
         for q, keys in found.items():
             qk = env.keys.queue(q)
             for i in range(0, len(keys), 500):
-                call = sc.retention_keys_call(
-                    qk, keys[i : i + 500], max(s.result_ttl_s, s.dlq_ttl_s)
-                )
+                call = sc.retention_keys_call(qk, keys[i : i + 500], ttl_s)
                 swept = sc.parse_retention_keys(await env.scripts.run(call))
                 rep.idem_removed += swept.idem_deleted
                 rep.records_expired += swept.expired
