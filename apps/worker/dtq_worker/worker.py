@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import redis.asyncio as aredis
 import redis.exceptions as rex
 
 from dtq import scripts as sc
@@ -20,11 +21,10 @@ from dtq.app import App
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.settings import Settings
-from dtq.store import eviction, partitions
+from dtq.store import connection, eviction, partitions
 from dtq.store.connection import default_url_warning, display_url
 from dtq.store.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq_worker import poolchild
-from dtq_worker.clients import worker_clients
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.env import WorkerEnv
 from dtq_worker.faults import Backoff, is_transient
@@ -54,6 +54,22 @@ def _no_answer(exc: BaseException) -> bool:
     if isinstance(exc, rex.BusyLoadingError):
         return False
     return isinstance(exc, OSError | rex.ConnectionError | rex.TimeoutError)
+
+
+def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredis.Redis]:
+    """``(calls, blocking)`` for a worker consuming ``queues`` (physical) queues: a call waits up
+    to twice the heartbeat interval (at least 5 s); on a cluster the blocking reads hold two
+    connections per queue (clusterwait.py, flowmover.py) beyond the pool's usual 100."""
+    url, timeout = settings.redis_url, max(5.0, settings.heartbeat_interval_s * 2)
+    both: dict[str, Any] = {"decode_responses": True, "socket_connect_timeout": min(timeout, 5.0)}
+    calls = connection.async_redis(url, socket_timeout=timeout, **both)
+    if connection.is_cluster_url(url):
+        both["max_connections"] = connection.POOL_CONNECTIONS + 2 * queues
+    blocking = connection.async_redis(url, socket_timeout=timeout + 2, **both)
+    lane = settings.fast_lane
+    sc.hiredis_packing(calls, fast_lane=lane)  # the batched script calls are long
+    sc.hiredis_packing(blocking, fast_lane=lane)  # the idle XREAD names every band
+    return calls, blocking
 
 
 class Worker:
