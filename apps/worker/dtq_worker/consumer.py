@@ -93,13 +93,12 @@ class Consumer:
         time, left nothing, so this one waits first (docs/design.md, "The worker", poll).
         Returns (runs started, server ms, drained: every queue gave fewer runs than asked)."""
         env = self.env
-        total, now_ms = 0, 0
-        drained = True
-        self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
-        self._again = False
+        total, now_ms, drained = 0, 0, True
+        # (runs.more: set by a claim that stopped at its scan budget, Runs.take)
+        self.runs.more = self._again = False
         # A partitioned queue's partitions take turns, moving on with each pass that claims.
-        order = partitions.poll_order(env.queues, self._turn) if env.partitions_of else env.queues
-        sent = False
+        turn = self._turn
+        order = partitions.poll_order(env.queues, turn) if env.partitions_of else env.queues
         after, capped = (None, []) if idle_ms is None else await self._idle_wait(idle_ms, order)
         # Partitioned queues whose claim got all it asked for: a slot freed later in the pass is
         # the next pass's, which starts at the next partition.
@@ -127,9 +126,7 @@ class Consumer:
                     self._again = True  # a capped queue may claim: no wait, the next pass
                 else:
                     send = pair
-            if not sent:
-                sent = True
-                self._turn += 1
+            self._turn = turn + 1
             try:
                 batch = await self._claim(queue, free, send)
             except NoScriptError:  # the pair's claim did not run: sent the usual way (loads it)

@@ -75,8 +75,7 @@ def hold_signals() -> None:
 
 def forked_child(argv: list[str], unblock: Callable[[], None]) -> None:
     """A forked ``--processes`` child's entry point (poolfork.py): the parent's early signals
-    forgotten (a parent that got one starts no child) and its handlers replaced by the child's
-    before ``unblock()`` lets signals in, then :func:`main` as a fresh child runs it."""
+    and handlers replaced by the child's before ``unblock()`` lets signals in, then :func:`main`."""
     _early_signals.clear()
     hold_signals()
     unblock()

@@ -198,11 +198,10 @@ class Pool:
         self._signals.append(sig)
 
     def _begin_stop(self, sig: int) -> None:
-        first = not self.stopping
-        self.stopping = True
-        if first:
+        if not self.stopping:
             s = self.settings
             self._stop_at = time.monotonic() + s.drain_timeout_s + s.hard_exit_s + KILL_GRACE_S
+        self.stopping = True
         for slot in self.slots:
             slot.restart_at = None
             if slot.proc is not None and slot.proc.poll() is None:

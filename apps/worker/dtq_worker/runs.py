@@ -58,9 +58,8 @@ class Runs:
     # --- in --------------------------------------------------------------------------------
 
     def take(self, queue: str, batch: sc.ClaimBatch, sent: float, reserved: int = 0) -> None:
-        """A claim's reply for ``queue``, sent at ``sent`` (monotonic: its runs' leases count
-        from no later than that): give back the ``reserved`` slots it held and launch its runs,
-        with no await in between."""
+        """A claim's reply for ``queue``, sent at ``sent`` (monotonic: its leases count from then):
+        give back the ``reserved`` slots it held and launch its runs, with no await between."""
         if reserved:
             self.slots.unreserve(queue, reserved)
         if batch.absorbed:
@@ -121,16 +120,10 @@ class Runs:
         """The (priority, entry id) of every run of ``queue`` held here or forgotten unanswered
         lately: a recovery must not adopt them (recovery.py)."""
         now = time.monotonic()
-        for k, until in list(self._unanswered.items()):
-            if until < now:
-                del self._unanswered[k]
-        known = [(q_p_e[1], q_p_e[2]) for q_p_e in self._unanswered if q_p_e[0] == queue]
-        known += [
-            (r.claimed.priority, r.claimed.eid)
-            for r in self.slots.inflight.values()
-            if r.claimed.queue == queue
-        ]
-        return known
+        self._unanswered = {k: until for k, until in self._unanswered.items() if until >= now}
+        held = [r.claimed for r in self.slots.inflight.values()]
+        known = [(p, eid) for q, p, eid in self._unanswered if q == queue]
+        return known + [(c.priority, c.eid) for c in held if c.queue == queue]
 
     def cancel(self, queue: str | None, tid: str) -> None:
         """A cancel request for task ``tid`` (of ``queue``; any queue when None): stop its run,

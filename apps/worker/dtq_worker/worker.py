@@ -369,9 +369,7 @@ class Worker:
             if tasks:
                 await asyncio.wait(tasks, timeout=2.0)
             # Runs the fence answered (writing when stopped) have nothing to hand back.
-            leftovers = [r for r in leftovers if not r.answered]
-            if leftovers:
-                await self.runs.hand_back(leftovers)
+            await self.runs.hand_back([r for r in leftovers if not r.answered])
         # Runs of a late claim whose reply was lost: handed back (after the leftovers, so a
         # stop while Redis is away does not delay them).
         await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
