@@ -122,14 +122,11 @@ class Worker:
     async def prepare(self) -> bool:
         """Check the schema version and create the streams and group; retry while unreachable.
         False when stopped while waiting for the worker id (Heartbeat.claim_id)."""
-        backoff = Backoff(log, "startup")
-        began = time.monotonic()
+        s, backoff, began = self.settings, Backoff(log, "startup"), time.monotonic()
         # A Redis that never answered gets STARTUP_UNREACHED_S; one that answers with a
         # transient error (LOADING, a failover) the heartbeat TTL.
         never_reached = began + min(
-            STARTUP_UNREACHED_S,
-            self.settings.heartbeat_interval_s,
-            self.settings.effective_heartbeat_ttl_s,
+            STARTUP_UNREACHED_S, s.heartbeat_interval_s, s.effective_heartbeat_ttl_s
         )
         reached = False
         while True:
@@ -145,9 +142,7 @@ class Worker:
                 if not await self.heartbeat.claim_id():
                     return False
                 await self.ensure_groups()
-                await partitions.aregister(
-                    self.redis, self.keys, self.settings.queue_partitions, self.queues
-                )
+                await partitions.aregister(self.redis, self.keys, s.queue_partitions, self.queues)
                 sec, usec = await self.redis.time()
                 self.recovery.since_ms = sec * 1000 + usec // 1000
                 return True
@@ -155,9 +150,7 @@ class Worker:
                 raise
             except Exception as exc:
                 reached = reached or not _no_answer(exc)
-                deadline = (
-                    began + self.settings.effective_heartbeat_ttl_s if reached else never_reached
-                )
+                deadline = began + s.effective_heartbeat_ttl_s if reached else never_reached
                 left = deadline - time.monotonic()
                 if not is_transient(exc) or left < 0:
                     raise
@@ -241,10 +234,8 @@ class Worker:
         log.error("hard exit deadline (DTQ_HARD_EXIT_S) passed: exiting now")
         logging.shutdown()
         if not self._process:
-            code = EXIT_HARD_IN_PROCESS
-        else:
-            code = EXIT_REDIS_LOST if self.env.self_stopping else EXIT_OK
-        os._exit(code)
+            os._exit(EXIT_HARD_IN_PROCESS)
+        os._exit(EXIT_REDIS_LOST if self.env.self_stopping else EXIT_OK)
 
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
