@@ -125,17 +125,15 @@ class Executor:
             result = await self.runner.call(run)
             item = result_item(c, result, env.settings.max_result_bytes)
         except asyncio.CancelledError:
-            reason = run.stop_reason
-            if reason is StopReason.CANCELLED:
-                item = sc.Success.of(c, "cancelled", run.cancel_detail)
-            elif reason is StopReason.CLAIM_LOST:
+            if run.stop_reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
                             extra=_extra(run, env.worker_id))  # fmt: skip
                 await self.runner.notify(run, "lost", None)  # (off the hot path: unguarded)
                 return
-            else:
+            if run.stop_reason is not StopReason.CANCELLED:
                 await self.runner.notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
+            item = sc.Success.of(c, "cancelled", run.cancel_detail)
         except Exception as exc:  # Retry, Fail, a timeout, any error (dtq.retrypolicy)
             if isinstance(exc, UnknownName) and await self._hand_back_unknown(run):
                 return

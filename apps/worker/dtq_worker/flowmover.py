@@ -72,11 +72,7 @@ class FlowMover:
                         await self._take_over(stream)
             try:
                 reply: Any = await env.blocking.xreadgroup(
-                    MOVERS,
-                    env.worker_id,
-                    dict.fromkeys(streams, ">"),
-                    count=BATCH,
-                    block=BLOCK_MS,
+                    MOVERS, env.worker_id, dict.fromkeys(streams, ">"), count=BATCH, block=BLOCK_MS
                 )
             except aredis.ResponseError as exc:
                 if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):

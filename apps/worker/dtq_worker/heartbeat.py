@@ -126,9 +126,7 @@ class Heartbeat:
 
     async def claim_id(self) -> bool:
         """Start under this worker id once no live worker of another process holds it; False
-        when stopped while waiting. A stopping holder is waited for up to :meth:`claim_wait_s`
-        (then IdStillHeld), a running one a heartbeat TTL (then ConfigError): docs/faults.md.
-        """
+        when stopped while waiting (the waits and their ends: docs/faults.md, exit codes 2, 4)."""
         env, s = self.env, self.env.settings
         began = time.monotonic()
         waiting = False

@@ -128,17 +128,12 @@ class Pool:
             args += ["--worker-id", slot.worker_id]
         if slot.port_file is not None:
             slot.port_file.unlink(missing_ok=True)
-        how = "fork" if poolfork.can_fork() else "fresh interpreter"
+        env, how = self._env(slot), "fork" if poolfork.can_fork() else "fresh interpreter"
         if how == "fork":
-            slot.proc = poolfork.fork_worker(
-                args, self._env(slot), self._close_in_child, self.entry
-            )
+            slot.proc = poolfork.fork_worker(args, env, self._close_in_child, self.entry)
         else:
-            slot.proc = subprocess.Popen(
-                [sys.executable, "-m", "dtq_worker", *args],
-                env=self._env(slot),
-                start_new_session=True,
-            )
+            cmd = [sys.executable, "-m", "dtq_worker", *args]
+            slot.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         slot.started = time.monotonic()
         slot.restart_at = None
         log.info(
