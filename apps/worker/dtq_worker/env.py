@@ -1,6 +1,5 @@
-"""What every loop of a worker reads and nothing more: its identity, settings, Redis access,
-metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown). No run,
-slot or claim lives here, so a loop can be tested with a WorkerEnv and fakes of those."""
+"""What every loop of a worker reads (identity, settings, Redis, metrics, its life) and nothing
+more: no run, slot or claim, so a loop can be tested with a WorkerEnv and fakes of those."""
 
 from __future__ import annotations
 

@@ -197,8 +197,7 @@ class Executor:
             return
         outcome = "retried" if verdict == "scheduled" else verdict
         rec.count(outcome).inc()
-        counters = self.counters
-        counters[outcome] = counters.get(outcome, 0) + 1
+        self.counters[outcome] = self.counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             _log_failure(run, item, outcome, elapsed, env.worker_id)
         elif self.log_outcomes:

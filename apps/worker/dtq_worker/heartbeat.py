@@ -47,9 +47,8 @@ class Heartbeat:
         self_stop: Callable[[], None],
         schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """``tasks`` and ``schedules`` (queue -> names) are declared with every beat;
-        ``on_beat()``: after every beat Redis took; ``self_stop()``: none got through for the
-        heartbeat TTL. A touch's reports (a claim lost, a cancel flag) go to ``runs``."""
+        """``tasks`` and ``schedules`` (queue -> names) are declared with every beat; ``on_beat()``
+        follows each beat Redis took, ``self_stop()`` none for the TTL; ``runs`` hears touches."""
         self.env = env
         self.runs = runs
         self.slots = runs.slots
@@ -169,9 +168,8 @@ class Heartbeat:
 
     async def _try_claim(self) -> tuple[str, str, str | None] | None:
         """Claim the id (None), or the live holder's host, pid and heartbeat status."""
-        env = self.env
+        env, me = self.env, self.owner()
         key = env.keys.worker(env.worker_id)
-        me = self.owner()
         async with env.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(key, "owner", me)
             pipe.hmget(key, "owner", "status")
@@ -189,13 +187,12 @@ class Heartbeat:
     async def beat(self, status: str | None = None) -> bool:
         """One heartbeat; True when Redis took it."""
         sent = time.monotonic()
-        runs = list(self.slots.inflight.values())
         by_queue: dict[str, list[Run]] = defaultdict(list)
-        for r in runs:
+        for r in self.slots.inflight.values():
             by_queue[r.claimed.queue].append(r)
-        published = self.publish  # read once: another beat may run meanwhile
+        published, active = self.publish, len(self.slots.inflight)  # (another beat may run)
         try:
-            replies = await self._send(by_queue, len(runs), status, published)
+            replies = await self._send(by_queue, active, status, published)
         except Exception as exc:
             if not is_transient(exc):
                 raise

@@ -254,10 +254,8 @@ class Pool:
             self.tick = now = time.monotonic()
             self._handle_signals()
             for slot in self.slots:
-                if slot.proc is not None:
-                    code = slot.proc.poll()
-                    if code is not None:
-                        self._reaped(slot, code)
+                if slot.proc is not None and (code := slot.proc.poll()) is not None:
+                    self._reaped(slot, code)
             self._handle_signals()
             if self.stopping:
                 if all(s.proc is None for s in self.slots):

@@ -69,12 +69,11 @@ class Recovery:
         done = self._busy[queue]
         try:
             await self.slots.claims_settled(queue)
-            s = env.settings
             try:
                 async with self._sending:
                     call = sc.recover_call(
                         env.keys.queue(queue), env.worker_id, self.runs.known(queue),
-                        events_maxlen=s.events_maxlen, since_ms=self.since_ms,
+                        events_maxlen=env.settings.events_maxlen, since_ms=self.since_ms,
                     )  # fmt: skip
                     sent = time.monotonic()
                     batch = sc.parse_claim(queue, await env.scripts.run(call))

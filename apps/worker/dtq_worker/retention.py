@@ -149,8 +149,17 @@ class Retention:
         busy: set[str] = set()
         for _ in range(SCAN_CALLS):
             self.cursor, batch = await scan_step(env.redis, self.cursor, pattern, SCAN_COUNT)
-            for key in batch:
-                self._sort(str(key), found, held, busy)
+            for key in map(str, batch):
+                if (parts := env.keys.queue_key_parts(key)) is None:
+                    continue
+                queue, rest = parts
+                if rest == "sched" or _STREAM.fullmatch(rest):
+                    # (forget_queues deletes these: after it they mean new work; records do not)
+                    busy.add(queue)
+                if rest.startswith(("t:", "idem:")):
+                    found[queue].append(key)
+                elif rest.startswith("lim:") and rest.endswith(":held"):
+                    held[queue].append(rest[len("lim:") : -len(":held")])
             if self.cursor == "0":
                 rep.scan_done = True
                 break
@@ -170,18 +179,3 @@ class Retention:
             for i in range(0, len(lks), 100):
                 call = sc.limit_sweep_call(qk, lks[i : i + 100])
                 rep.parked_released += sc.parse_limit_sweep(await env.scripts.run(call)).released
-
-    def _sort(
-        self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
-    ) -> None:
-        parts = self.env.keys.queue_key_parts(key)
-        if parts is None:
-            return
-        queue, rest = parts
-        if rest == "sched" or _STREAM.fullmatch(rest):
-            # (forget_queues deletes these: after it they mean new work; records do not)
-            busy.add(queue)
-        if rest.startswith(("t:", "idem:")):
-            found[queue].append(key)
-        elif rest.startswith("lim:") and rest.endswith(":held"):
-            held[queue].append(rest[len("lim:") : -len(":held")])

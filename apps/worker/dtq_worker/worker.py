@@ -57,9 +57,8 @@ def _no_answer(exc: BaseException) -> bool:
 
 
 def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredis.Redis]:
-    """``(calls, blocking)`` for a worker consuming ``queues`` (physical) queues: a call waits up
-    to twice the heartbeat interval (at least 5 s); on a cluster the blocking reads hold two
-    connections per queue (clusterwait.py, flowmover.py) beyond the pool's usual 100."""
+    """``(calls, blocking)`` for ``queues`` physical queues: a call waits up to twice the heartbeat
+    interval (at least 5 s); on a cluster blocking reads hold two more connections per queue."""
     url, timeout = settings.redis_url, max(5.0, settings.heartbeat_interval_s * 2)
     both: dict[str, Any] = {"decode_responses": True, "socket_connect_timeout": min(timeout, 5.0)}
     calls = connection.async_redis(url, socket_timeout=timeout, **both)
