@@ -11,7 +11,6 @@ from dtq.aiotasks import cancel_until_done
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
 
-
 CLOSE_WAIT_S = 1.0
 
 

@@ -47,7 +47,8 @@ class Consumer:
         self.backoff = Backoff(log, "poll")
         self._turn = 0  # claim passes so far: which partition of a queue comes first
         self._again = False  # the next pass is sent at once, not behind the idle wait
-        self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
+        # Every band of every queue, for the idle XREAD.
+        self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
         self._wake = transport.AsyncLane(env.blocking)  # the idle XREAD's kept connection
         self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
         self._wake_id: int | None = None
@@ -205,8 +206,6 @@ class Consumer:
                 self._wake_conn, self._wake_id = None, None
                 self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
                 self._wake_conn = conn
-        if self._streams is None:
-            self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
         streams = self._streams
         xread = (
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,

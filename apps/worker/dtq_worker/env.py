@@ -17,9 +17,7 @@ from dtq.store.keys import Keys
 from dtq_worker.metrics import WorkerMetrics
 
 log = logging.getLogger("dtq.worker")
-
-
-PROGRESS_WRITES_AT_ONCE = 16
+PROGRESS_WRITES_AT_ONCE = 16  # (WorkerEnv.progress_writes)
 
 
 class RedisClock:
