@@ -233,8 +233,10 @@ class Worker:
         log.error("hard exit deadline (DTQ_HARD_EXIT_S) passed: exiting now")
         logging.shutdown()
         if not self._process:
-            os._exit(EXIT_HARD_IN_PROCESS)
-        os._exit(EXIT_REDIS_LOST if self.env.self_stopping else EXIT_OK)
+            code = EXIT_HARD_IN_PROCESS
+        else:
+            code = EXIT_REDIS_LOST if self.env.self_stopping else EXIT_OK
+        os._exit(code)
 
     async def run(self) -> int:
         """Run until shutdown; return the process exit code."""
