@@ -38,11 +38,9 @@ async def supervise(
             if on_restart is not None:
                 on_restart(name, exc)
             if is_transient(exc):
-                why = describe(exc)
-                if in_episode and time.monotonic() - began < EPISODE_GAP_S:
-                    log.debug("loop %s: transient Redis error, restarting: %s", name, why)
-                else:
-                    log.warning("loop %s: transient Redis error, restarting: %s", name, why)
+                quiet = in_episode and time.monotonic() - began < EPISODE_GAP_S
+                lvl = logging.DEBUG if quiet else logging.WARNING
+                log.log(lvl, "loop %s: transient Redis error, restarting: %s", name, describe(exc))
                 in_episode = True
             else:
                 log.exception("loop %s crashed (restart %d)", name, restarts)
