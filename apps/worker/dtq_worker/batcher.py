@@ -12,9 +12,8 @@ O = TypeVar("O")  # noqa: E741
 
 
 class Batcher(Generic[I, O]):
-    """``submit`` returns the item's own result; ``flush`` sends a whole batch in one call. Up
-    to ``flights`` flushes are in flight at once, each of at most ``max_batch`` items (0: no
-    limit)."""
+    """``submit`` returns the item's own result; ``flush`` sends a whole batch in one call: up to
+    ``flights`` at once, each of at most ``max_batch`` items (0: no limit)."""
 
     def __init__(
         self,

@@ -11,7 +11,6 @@ from dtq.aiotasks import cancel_until_done
 if TYPE_CHECKING:
     from dtq_worker.env import WorkerEnv
 
-
 CLOSE_WAIT_S = 1.0
 
 
@@ -22,9 +21,8 @@ class ClusterWait:
         self._reads: dict[str, asyncio.Task[Any]] = {}
 
     async def wait(self, after: str, also: asyncio.Future[None] | None = None) -> None:
-        """Until an entry with an id above ``after`` is in a band of any queue, a block ends,
-        ``also`` is done (a capped queue's run ended: consumer.py) or the wait is interrupted;
-        raises what a read raised."""
+        """Until an entry above ``after`` is in any queue, a block ends, ``also`` is done (a
+        capped queue's run ended) or the wait is interrupted; raises what a read raised."""
         env = self.env
         done: list[asyncio.Future[Any]] = [t for t in self._reads.values() if t.done()]
         if not done:

@@ -47,7 +47,8 @@ class Consumer:
         self.backoff = Backoff(log, "poll")
         self._turn = 0  # claim passes so far: which partition of a queue comes first
         self._again = False  # the next pass is sent at once, not behind the idle wait
-        self._streams: list[str] | None = None  # every band of every queue, for the idle XREAD
+        # Every band of every queue, for the idle XREAD.
+        self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
         self._wake = transport.AsyncLane(env.blocking)  # the idle XREAD's kept connection
         self._wake_conn: Any = None  # the lane's connection whose CLIENT ID is _wake_id
         self._wake_id: int | None = None
@@ -61,23 +62,20 @@ class Consumer:
         env = self.env
         idle, now_ms = False, 0  # idle: the last pass left nothing, the next one waits first
         while not env.stopping:
+            wait_first, idle = idle, False
             if not env.healthy.is_set():
-                idle = False
                 await env.wait_or_stop(env.healthy.wait(), 1.0)
                 continue
             if env.evicting is not None:  # Redis may evict what it would claim
-                idle = False
                 await env.sleep(min(env.settings.heartbeat_interval_s, 1.0))
                 continue
             if self.slots.unheld <= 0:
-                idle = False
                 await self.slots.changed.wait(1.0)  # a run ends, or the drain starts
                 continue
             try:
-                claimed, now_ms, drained = await self.claim_once(now_ms if idle else None)
+                claimed, now_ms, drained = await self.claim_once(now_ms if wait_first else None)
                 self.backoff.ok()
             except Exception as exc:
-                idle = False
                 if is_nogroup(exc):
                     await self._ensure_groups()
                     continue
@@ -87,30 +85,21 @@ class Consumer:
                 await env.wait_or_stop(asyncio.sleep(self.backoff.failed(exc)), None)
                 continue
             # Nothing left to take: the next pass waits first rather than send an empty claim.
-            idle = claimed == 0 or drained
-            idle = idle and not (self.runs.more or self._again or env.stopping)
+            idle = (claimed == 0 or drained) and not (self.runs.more or self._again or env.stopping)
             if idle and claimed:
                 await asyncio.sleep(0)  # the runs just launched start before the XREAD wakes Redis
 
     async def claim_once(self, idle_ms: int | None = None) -> tuple[int, int, bool]:
-        """One claim pass over the queues in order: every claim of the poll loop.
-
-        ``idle_ms`` (the last pass, at that server time, left nothing to take): the pass waits
-        first, until a newer entry lands, a block (1 s) ends, or a run of a capped queue ends;
-        on one server its first claim rides behind the XREAD (:meth:`_behind_xread`), on a
-        cluster the claims follow the per-queue XREADs (clusterwait.py).
-
-        Returns (runs started, server ms, drained): drained when every queue was asked and
-        each gave fewer runs than free slots.
-        """
+        """One claim pass over the queues in order; ``idle_ms``: the last pass, at that server
+        time, left nothing, so this one waits first (docs/design.md, "The worker", poll).
+        Returns (runs started, server ms, drained: every queue gave fewer runs than asked)."""
         env = self.env
-        total, now_ms = 0, 0
-        drained = True
-        self.runs.more = False  # (set by a claim that stopped at its scan budget: Runs.take)
-        self._again = False
+        total, now_ms, drained = 0, 0, True
+        # (runs.more: set by a claim that stopped at its scan budget, Runs.take)
+        self.runs.more = self._again = False
         # A partitioned queue's partitions take turns, moving on with each pass that claims.
-        order = partitions.poll_order(env.queues, self._turn) if env.partitions_of else env.queues
-        sent = False
+        turn = self._turn
+        order = partitions.poll_order(env.queues, turn) if env.partitions_of else env.queues
         after, capped = (None, []) if idle_ms is None else await self._idle_wait(idle_ms, order)
         # Partitioned queues whose claim got all it asked for: a slot freed later in the pass is
         # the next pass's, which starts at the next partition.
@@ -138,9 +127,7 @@ class Consumer:
                     self._again = True  # a capped queue may claim: no wait, the next pass
                 else:
                     send = pair
-            if not sent:
-                sent = True
-                self._turn += 1
+            self._turn = turn + 1
             try:
                 batch = await self._claim(queue, free, send)
             except NoScriptError:  # the pair's claim did not run: sent the usual way (loads it)
@@ -162,24 +149,30 @@ class Consumer:
         return total, now_ms, drained
 
     async def _idle_wait(self, idle_ms: int, order: list[str]) -> tuple[str | None, list[str]]:
-        """An idle pass's wait, and the queues at their cap as it began. Returns the XREAD's
-        cursor when the pass's first claim is to ride behind it (one server), else None: the
-        wait is over."""
+        """An idle pass's wait, and the queues at their cap as it began: the XREAD's cursor when
+        the first claim rides behind it (one server), else None (the wait is over)."""
         after = f"{max(0, idle_ms - 1)}-{MAX_SEQ}"  # entries added after the last pass's claim
         capped = [q for q in order if self.slots.free(q) <= 0]
         if len(capped) == len(order):  # nothing can be taken before a run ends
             await self.slots.changed.wait(IDLE_BLOCK_MS / 1000)
             return None, capped
-        if self._cluster is not None:
-            await self._wait_cluster(self._cluster, after, capped)
-            return None, capped
-        return after, capped
+        if self._cluster is None:
+            return after, capped
+        self.env.idle = True
+        freed = asyncio.ensure_future(self._slot_for(capped)) if capped else None
+        try:
+            if not self.env.stopping:
+                await self._cluster.wait(after, freed)
+        finally:
+            self.env.idle = False
+            if freed is not None:
+                freed.cancel()
+        return None, capped
 
     async def _claim(
         self, queue: str, free: int, send: Callable[[], Awaitable[Any]]
     ) -> sc.ClaimBatch:
-        """A claim of ``free`` slots of ``queue``, sent by ``send()``: the slots are held until
-        Runs.take launches its runs."""
+        """A claim of ``free`` slots of ``queue``, sent by ``send()``, held until Runs.take."""
         sent = time.monotonic()
         self.slots.reserve(queue, free)
         try:
@@ -213,8 +206,6 @@ class Consumer:
                 self._wake_conn, self._wake_id = None, None
                 self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
                 self._wake_conn = conn
-        if self._streams is None:
-            self._streams = [s for q in env.queues for s in env.keys.queue(q).streams]
         streams = self._streams
         xread = (
             "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
@@ -238,17 +229,6 @@ class Consumer:
             return raw
 
         return send
-
-    async def _wait_cluster(self, cw: ClusterWait, after: str, capped: list[str]) -> None:
-        self.env.idle = True
-        freed = asyncio.ensure_future(self._slot_for(capped)) if capped else None
-        try:
-            if not self.env.stopping:
-                await cw.wait(after, freed)
-        finally:
-            self.env.idle = False
-            if freed is not None:
-                freed.cancel()
 
     def _freed(self, capped: list[str]) -> bool:
         """Whether a queue of ``capped`` (at its cap when the wait began) may claim again."""

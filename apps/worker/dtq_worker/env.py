@@ -1,6 +1,5 @@
-"""What every loop of a worker reads and nothing more: its identity, settings, Redis access,
-metrics, and its life (stopping, finished, Redis reachable, sleeps that end at shutdown). No run,
-slot or claim lives here, so a loop can be tested with a WorkerEnv and fakes of those."""
+"""What every loop of a worker reads (identity, settings, Redis, metrics, its life) and nothing
+more: no run, slot or claim, so a loop can be tested with a WorkerEnv and fakes of those."""
 
 from __future__ import annotations
 
@@ -18,9 +17,7 @@ from dtq.store.keys import Keys
 from dtq_worker.metrics import WorkerMetrics
 
 log = logging.getLogger("dtq.worker")
-
-
-PROGRESS_WRITES_AT_ONCE = 16
+PROGRESS_WRITES_AT_ONCE = 16  # (WorkerEnv.progress_writes)
 
 
 class RedisClock:
@@ -113,15 +110,12 @@ class WorkerEnv:
 
     def emit_event(self, etype: str, detail: str = "") -> None:
         """A worker event (started, claim lost...) on the worker events stream; best effort."""
+        self.spawn(self.write_event(etype, detail))
 
-        async def go() -> None:
-            try:
-                ts = int(time.time() * 1000)
-                fields = {"type": etype, "worker": self.worker_id, "detail": detail, "ts": ts}
-                await self.redis.xadd(
-                    self.keys.worker_events, fields, maxlen=1000, approximate=True
-                )
-            except Exception as exc:
-                log.debug("worker event %s not written: %s", etype, exc)
-
-        self.spawn(go())
+    async def write_event(self, etype: str, detail: str = "") -> None:
+        try:
+            ts = int(time.time() * 1000)
+            fields = {"type": etype, "worker": self.worker_id, "detail": detail, "ts": ts}
+            await self.redis.xadd(self.keys.worker_events, fields, maxlen=1000, approximate=True)
+        except Exception as exc:
+            log.debug("worker event %s not written: %s", etype, exc)

@@ -125,27 +125,22 @@ class Executor:
             result = await self.runner.call(run)
             item = result_item(c, result, env.settings.max_result_bytes)
         except asyncio.CancelledError:
-            reason = run.stop_reason
-            if reason is StopReason.CANCELLED:
-                item = sc.Success.of(c, "cancelled", run.cancel_detail)
-            elif reason is StopReason.CLAIM_LOST:
+            if run.stop_reason is StopReason.CLAIM_LOST:
                 log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
                             extra=_extra(run, env.worker_id))  # fmt: skip
-                if self.mw is not None:
-                    await self.runner.notify(run, "lost", None)
+                await self.runner.notify(run, "lost", None)  # (off the hot path: unguarded)
                 return
-            else:
-                if self.mw is not None:
-                    await self.runner.notify(run, "interrupted", None)
+            if run.stop_reason is not StopReason.CANCELLED:
+                await self.runner.notify(run, "interrupted", None)
                 raise  # shutdown: the worker hands the task back
+            item = sc.Success.of(c, "cancelled", run.cancel_detail)
         except Exception as exc:  # Retry, Fail, a timeout, any error (dtq.retrypolicy)
             if isinstance(exc, UnknownName) and await self._hand_back_unknown(run):
                 return
             item = failure_item(c, exc, env.settings)
         reason = run.stop_reason
         if reason is StopReason.CLAIM_LOST:
-            if self.mw is not None:
-                await self.runner.notify(run, "lost", item)
+            await self.runner.notify(run, "lost", item)
             return  # result discarded; the fence would refuse it anyway
         if reason is StopReason.CANCELLED and isinstance(item, sc.Success):
             item = sc.Success.of(c, "cancelled", run.cancel_detail)
@@ -158,9 +153,8 @@ class Executor:
                 Outcome(c.queue, item, bucket=bucket_of(time.monotonic() - run.started_mono)),
                 lambda: run.stop_reason is not StopReason.CLAIM_LOST,
             )
-        except BaseException:
-            if self.mw is not None:  # every hooked run hears its end (spans are not left open)
-                await self.runner.notify(run, "lost", item)
+        except BaseException:  # every hooked run hears its end (spans are not left open)
+            await self.runner.notify(run, "lost", item)
             raise
         run.answered = verdict is not None
         self._record(run, item, verdict)
@@ -186,8 +180,7 @@ class Executor:
         log.info("handed back %s %s attempt %d: task name unknown here, declared by a live "
                  "worker (%s)", c.name, run.task_id, c.attempt, verdict,
                  extra=_extra(run, env.worker_id))  # fmt: skip
-        if self.mw is not None:
-            await self.runner.notify(run, "interrupted", None)
+        await self.runner.notify(run, "interrupted", None)
         return True
 
     def _record(self, run: Run, item: sc.Success | sc.Failure, verdict: str | None) -> None:
@@ -204,8 +197,7 @@ class Executor:
             return
         outcome = "retried" if verdict == "scheduled" else verdict
         rec.count(outcome).inc()
-        counters = self.counters
-        counters[outcome] = counters.get(outcome, 0) + 1
+        self.counters[outcome] = self.counters.get(outcome, 0) + 1
         if isinstance(item, sc.Failure):
             _log_failure(run, item, outcome, elapsed, env.worker_id)
         elif self.log_outcomes:

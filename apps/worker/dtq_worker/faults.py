@@ -23,9 +23,8 @@ _CLUSTER_UNREACHABLE = "Redis Cluster cannot be connected"
 
 def is_transient(exc: BaseException) -> bool:
     """Connection refused/reset, timeouts, restarts, failovers, too many clients, OOM."""
-    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
-        return True
-    if isinstance(exc, rex.BusyLoadingError | rex.ReadOnlyError):
+    # (LOADING's BusyLoadingError is a ConnectionError, the built-in ConnectionError an OSError)
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | OSError | rex.ReadOnlyError):
         return True
     if isinstance(exc, _TRANSIENT_CLUSTER):
         return True

@@ -28,7 +28,6 @@ AT_ONCE = 8  # readers making their non-blocking calls at once (a cluster: one p
 class FlowMover:
     def __init__(self, env: WorkerEnv) -> None:
         self.env = env
-        self.moved = 0
         self._grouped: set[str] = set()
         self._calling = asyncio.Semaphore(AT_ONCE)
 
@@ -73,11 +72,7 @@ class FlowMover:
                         await self._take_over(stream)
             try:
                 reply: Any = await env.blocking.xreadgroup(
-                    MOVERS,
-                    env.worker_id,
-                    dict.fromkeys(streams, ">"),
-                    count=BATCH,
-                    block=BLOCK_MS,
+                    MOVERS, env.worker_id, dict.fromkeys(streams, ">"), count=BATCH, block=BLOCK_MS
                 )
             except aredis.ResponseError as exc:
                 if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
@@ -121,7 +116,6 @@ class FlowMover:
             marker = wf.put_marker(self.env.keys, fields)
             if marker is not None:  # after the XDEL: a later move of the entry finds the marker
                 await self.env.redis.expire(marker, self.env.settings.result_ttl_s)
-            self.moved += 1
 
     async def _done(self, stream: str, eid: str) -> None:
         pipe = self.env.redis.pipeline(transaction=False)

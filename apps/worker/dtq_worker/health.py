@@ -1,8 +1,5 @@
-"""The worker's HTTP port (DTQ_METRICS_PORT): ``/metrics``, ``/healthz`` and ``/readyz``.
-
-Its own thread answers whatever the event loop does; ``/healthz`` waits for the loop to run a
-no-op (docs/operations.md, the probes' table).
-"""
+"""The worker's HTTP port (DTQ_METRICS_PORT): ``/metrics``, ``/healthz`` and ``/readyz``, from
+a thread of its own (docs/operations.md, the probes' table)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from dtq.declared import TASKS_FIELD
 from dtq.errors import ConfigError
 from dtq.store import eviction
 from dtq.store.connection import is_cluster
+from dtq_worker import poolchild
 from dtq_worker.faults import Backoff, is_transient
 
 if TYPE_CHECKING:
@@ -34,19 +35,6 @@ class IdStillHeld(Exception):
     """The worker id stayed held by a live, stopping worker past the wait (exit code 4)."""
 
 
-def _dead_here(host: str, pid: str) -> bool:
-    """Whether the holder is a process of this host that no longer exists."""
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 class Heartbeat:
     def __init__(
         self,
@@ -59,9 +47,8 @@ class Heartbeat:
         self_stop: Callable[[], None],
         schedules: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """``tasks`` and ``schedules`` (queue -> names) are declared with every beat;
-        ``on_beat()``: after every beat Redis took; ``self_stop()``: none got through for the
-        heartbeat TTL. A touch's reports (a claim lost, a cancel flag) go to ``runs``."""
+        """``tasks`` and ``schedules`` (queue -> names) are declared with every beat; ``on_beat()``
+        follows each beat Redis took, ``self_stop()`` none for the TTL; ``runs`` hears touches."""
         self.env = env
         self.runs = runs
         self.slots = runs.slots
@@ -97,12 +84,11 @@ class Heartbeat:
                 await self._watch_eviction()
             elif failing_since is None:
                 failing_since = began
-            if failing_since is not None and (
-                time.monotonic() - failing_since > env.settings.effective_heartbeat_ttl_s
-            ):
+            failed_for = 0.0 if failing_since is None else time.monotonic() - failing_since
+            if failed_for > env.settings.effective_heartbeat_ttl_s:
                 log.error(
                     "no heartbeat succeeded for %.1fs (heartbeat TTL): stopping this worker",
-                    time.monotonic() - failing_since,
+                    failed_for,
                 )
                 self._self_stop()
                 return
@@ -139,11 +125,8 @@ class Heartbeat:
 
     async def claim_id(self) -> bool:
         """Start under this worker id once no live worker of another process holds it; False
-        when stopped while waiting. A stopping holder is waited for up to :meth:`claim_wait_s`
-        (then IdStillHeld), a running one a heartbeat TTL (then ConfigError): docs/faults.md.
-        """
-        env = self.env
-        s = env.settings
+        when stopped while waiting (the waits and their ends: docs/faults.md, exit codes 2, 4)."""
+        env, s = self.env, self.env.settings
         began = time.monotonic()
         waiting = False
         while True:
@@ -185,9 +168,8 @@ class Heartbeat:
 
     async def _try_claim(self) -> tuple[str, str, str | None] | None:
         """Claim the id (None), or the live holder's host, pid and heartbeat status."""
-        env = self.env
+        env, me = self.env, self.owner()
         key = env.keys.worker(env.worker_id)
-        me = self.owner()
         async with env.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(key, "owner", me)
             pipe.hmget(key, "owner", "status")
@@ -195,29 +177,22 @@ class Heartbeat:
             _, (holder, status), ttl = await pipe.execute()
         if holder != me:
             host, _, pid = (holder or "").rpartition(":")
-            if ttl > 0 and not _dead_here(host, pid):
+            if ttl > 0 and not (host == socket.gethostname() and poolchild.pid_gone(pid)):
                 return host, pid, status
             await env.redis.hset(key, "owner", me)  # its holder is gone: take it over
         if ttl < 0 or holder != me:  # it expires like a heartbeat unless beats follow
             await env.redis.pexpire(key, int(env.settings.heartbeat_interval_s * 3000))
         return None
 
-    def status(self) -> str:
-        env = self.env
-        if env.stopping:
-            return "draining"
-        return "busy" if self.slots.inflight else "ready"
-
     async def beat(self, status: str | None = None) -> bool:
         """One heartbeat; True when Redis took it."""
         sent = time.monotonic()
-        runs = list(self.slots.inflight.values())
         by_queue: dict[str, list[Run]] = defaultdict(list)
-        for r in runs:
+        for r in self.slots.inflight.values():
             by_queue[r.claimed.queue].append(r)
-        published = self.publish  # read once: another beat may run meanwhile
+        published, active = self.publish, len(self.slots.inflight)  # (another beat may run)
         try:
-            replies = await self._send(by_queue, len(runs), status, published)
+            replies = await self._send(by_queue, active, status, published)
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -245,7 +220,7 @@ class Heartbeat:
             "tasks_processed": self.counters.get("succeeded", 0),
             "tasks_failed": self.counters.get("failed", 0),
             "tasks_retried": self.counters.get("retried", 0),
-            "status": status or self.status(),
+            "status": status or ("draining" if env.stopping else "busy" if active else "ready"),
         }
 
     async def _send(
@@ -268,7 +243,12 @@ class Heartbeat:
             for q, q_runs in by_queue.items():
                 refs = [r.ref for r in q_runs]
                 await env.scripts.run(sc.touch_call(env.keys.queue(q), env.worker_id, refs), pipe)
-            self._declare(pipe, now_ms)
+            for q in env.queues:  # what this worker declares, stamped (docs/operations.md)
+                qk = env.keys.queue(q)
+                if self.tasks:
+                    pipe.hset(qk.decl_seen, mapping=dict.fromkeys(self.tasks, now_ms))
+                if self.schedules.get(q):
+                    pipe.hset(qk.schedules_seen, mapping=dict.fromkeys(self.schedules[q], now_ms))
             cluster = is_cluster(env.redis)
             if not cluster:
                 pipe.time()
@@ -277,24 +257,8 @@ class Heartbeat:
             replies.append(await env.redis.time())
         return replies
 
-    def _declare(self, pipe: Any, now_ms: int) -> None:
-        """Stamp, per queue consumed, the task names and code schedules this worker declares
-        with this beat's time (rolling deploys; docs/operations.md)."""
-        env = self.env
-        for q in env.queues:
-            qk = env.keys.queue(q)
-            if self.tasks:
-                pipe.hset(qk.decl_seen, mapping=dict.fromkeys(self.tasks, now_ms))
-            names = self.schedules.get(q)
-            if names:
-                pipe.hset(qk.schedules_seen, mapping=dict.fromkeys(names, now_ms))
-
     def _took(
-        self,
-        replies: list[Any],
-        published: bool,
-        by_queue: Mapping[str, list[Run]],
-        sent: float,
+        self, replies: list[Any], published: bool, by_queue: Mapping[str, list[Run]], sent: float
     ) -> None:
         """Apply a beat Redis took: the clock, the renewed leases, the touches' reports."""
         self.backoff.ok()
@@ -318,15 +282,10 @@ class Heartbeat:
             self.slots.fill()  # runs claimed ahead whose lease was too old to start
 
     def apply_touch(self, queue: str, res: sc.TouchResult, runs: list[Run]) -> None:
-        by_tid = {r.claimed.tid: r for r in runs}
+        by_tid, inflight = {r.claimed.tid: r for r in runs}, self.slots.inflight
         for tid in res.lost:
             run = by_tid.get(tid)
-            if (
-                run is None
-                or run.stop_reason is not None
-                or self.slots.inflight.get(run.key) is not run
-            ):
-                continue
-            self.runs.lose(run, "was reclaimed by another worker")
+            if run is not None and run.stop_reason is None and inflight.get(run.key) is run:
+                self.runs.lose(run, "was reclaimed by another worker")
         for tid in res.cancel_requested:
             self.runs.cancel(queue, tid)

@@ -20,29 +20,11 @@ from dtq.app import App, load_app
 from dtq.errors import ConfigError, DtqError
 from dtq.settings import load_settings
 from dtq_worker import poolchild
+from dtq_worker.faults import is_transient
 from dtq_worker.heartbeat import IdStillHeld
 from dtq_worker.worker import EXIT_CONFIG, EXIT_ID_HELD, EXIT_REDIS_LOST, Worker
 
-log = logging.getLogger("dtq.worker")
-
-
-def parse_caps(text: str | None) -> dict[str, int]:
-    caps: dict[str, int] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        name, sep, num = part.partition("=")
-        if not sep or not num.strip().isdigit() or int(num) < 1:
-            raise ConfigError(f"--queue-concurrency wants queue=N pairs, got {part!r}")
-        caps[name.strip()] = int(num)
-    return caps
-
-
 _early_signals: list[int] = []
-
-
-def _remember_signal(sig: int, _frame: object) -> None:
-    _early_signals.append(sig)
 
 
 @click.command(
@@ -87,14 +69,13 @@ def cli(argv: list[str], /, **flags: Any) -> None:
 def hold_signals() -> None:
     """A stop asked for while the app is still importing is honoured once the worker is up (it
     then stops at once, exit 0) instead of killing the process half-started."""
-    signal.signal(signal.SIGTERM, _remember_signal)
-    signal.signal(signal.SIGINT, _remember_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda sig, _frame: _early_signals.append(sig))
 
 
 def forked_child(argv: list[str], unblock: Callable[[], None]) -> None:
     """A forked ``--processes`` child's entry point (poolfork.py): the parent's early signals
-    forgotten (a parent that got one starts no child) and its handlers replaced by the child's
-    before ``unblock()`` lets signals in, then :func:`main` as a fresh child runs it."""
+    and handlers replaced by the child's before ``unblock()`` lets signals in, then :func:`main`."""
     _early_signals.clear()
     hold_signals()
     unblock()
@@ -128,10 +109,6 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
         spec = args.app or os.environ.get("DTQ_APP")
         if not spec:
             raise ConfigError("no APP given (pass module:attribute or set DTQ_APP)")
-        caps = parse_caps(args.queue_concurrency)
-        for q, cap in caps.items():
-            if cap > settings.worker_concurrency:
-                raise ConfigError(f"--queue-concurrency {q}={cap} exceeds the concurrency")
         logs.setup(settings.log_format, settings.log_level, tasks=True)
         app = load_app(spec)
         app.configure(settings)
@@ -139,7 +116,7 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
         if settings.worker_processes > 1:
             from dtq_worker import pool
 
-            pool.check(settings)
+            pool.child_ids(settings, settings.worker_processes)  # ids no child could take
     except ConfigError as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
@@ -150,7 +127,7 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
         code = pool.run_pool(settings, argv, _early_signals, forked_child)
         logging.shutdown()
         sys.exit(code)
-    code = run_worker(app, caps)
+    code = run_worker(app)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -160,7 +137,7 @@ def run(argv: list[str], args: SimpleNamespace) -> None:
     sys.exit(code)
 
 
-def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
+def run_worker(app: App) -> int:
     try:
         import uvloop
 
@@ -169,7 +146,7 @@ def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
         runner = asyncio.run
 
     async def go() -> int:
-        worker = Worker(app, app.settings, caps)
+        worker = Worker(app, app.settings)  # (--queue-concurrency: in the settings)
         worker.owns_process()
         worker.install_signals()
         for sig in _early_signals:
@@ -178,15 +155,10 @@ def run_worker(app: App, caps: dict[str, int] | None = None) -> int:
 
     try:
         return int(runner(go()))
-    except DtqError as exc:
+    except (DtqError, IdStillHeld) as exc:
         print(f"dtq-worker: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except IdStillHeld as exc:
-        print(f"dtq-worker: {exc}", file=sys.stderr)
-        return EXIT_ID_HELD
+        return EXIT_ID_HELD if isinstance(exc, IdStillHeld) else EXIT_CONFIG
     except Exception as exc:
-        from dtq_worker.faults import is_transient
-
         if is_transient(exc):
             print(f"dtq-worker: Redis unreachable: {exc} (is Redis running? DTQ_REDIS_URL "
                   "says where it is)", file=sys.stderr)  # fmt: skip

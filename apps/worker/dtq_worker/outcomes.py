@@ -35,15 +35,11 @@ class Outcome:
 
 
 class OutcomeWriter:
-    """Sends outcomes in batches (one pipeline per flush) and reports the fence's verdict.
-
-    Verdicts: ``succeeded`` / ``cancelled`` (stored), ``scheduled`` (retry), ``failed``,
-    ``stale`` (the run no longer owns the task; nothing was written).
-    """
+    """Sends outcomes in batches (one pipeline per flush); reports the fence's verdict:
+    ``succeeded``/``cancelled``, ``scheduled`` (retry), ``failed`` or ``stale`` (not written)."""
 
     def __init__(self, env: WorkerEnv, slots: Slots, take: Take) -> None:
-        """``take``: where the refill a write claimed goes (Runs.take), handed over as soon as
-        the reply is parsed, before the batch's own runs resume."""
+        """``take``: where a write's refill claim goes (Runs.take), before the batch resumes."""
         self.env = env
         self.slots = slots
         self.take = take
@@ -53,10 +49,8 @@ class OutcomeWriter:
         )
 
     async def write(self, outcome: Outcome, still_owned: Any) -> str | None:
-        """Store ``outcome``, retrying transient errors while ``still_owned()`` is true.
-
-        Returns the verdict, or None when the run lost its claim or the worker gave up.
-        """
+        """Store ``outcome``, retrying transient errors while ``still_owned()``; the verdict, or
+        None when the run lost its claim or the worker gave up."""
         if isinstance(outcome.item, sc.Success) and self._can_refill(outcome.queue):
             outcome.held = True
             self.slots.reserve(outcome.queue, 1)
@@ -78,9 +72,8 @@ class OutcomeWriter:
                 await asyncio.sleep(backoff.failed(exc))
 
     def _can_refill(self, queue: str) -> bool:
-        """Whether a successful run's write should claim the run that takes its slot: only for
-        the first queue (the poll loop keeps the queue order), unpartitioned (partitions take
-        turns) and not while the poll loop waits for work."""
+        """Whether a successful run's write claims the run that takes its slot: only for the
+        first queue (the poll keeps the order), unpartitioned, while the poll is not idle."""
         env = self.env
         return (
             queue == env.queues[0]
@@ -93,8 +86,7 @@ class OutcomeWriter:
         )
 
     async def _flush(self, batch: Sequence[Outcome]) -> list[str]:
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, o in enumerate(batch):
             groups[(o.queue, "ok" if isinstance(o.item, sc.Success) else "fail")].append(i)

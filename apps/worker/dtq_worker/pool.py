@@ -1,8 +1,5 @@
-"""``dtq-worker APP --processes N``: a parent that supervises N full worker processes.
-
-The behaviour (forked children, ids, restarts with backoff, giving up, signals, exit codes) is
-described in docs/operations.md, "Worker processes"; when a fork is safe: poolfork.py.
-"""
+"""``dtq-worker APP --processes N``: a parent that supervises N full worker processes
+(docs/operations.md, "Worker processes"; when a fork is safe: poolfork.py)."""
 
 from __future__ import annotations
 
@@ -57,15 +54,8 @@ def child_ids(settings: Settings, n: int) -> list[str | None]:
 def _remove_stale_dirs() -> None:
     """Remove the port directories of parents that died without cleaning up (SIGKILL)."""
     for d in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
-        pid = d.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if poolchild.pid_gone(d.name.removeprefix(DIR_PREFIX).split("-", 1)[0]):
             shutil.rmtree(d, ignore_errors=True)
-        except OSError:  # alive (another user's): not ours to touch
-            pass
 
 
 @dataclass
@@ -138,17 +128,12 @@ class Pool:
             args += ["--worker-id", slot.worker_id]
         if slot.port_file is not None:
             slot.port_file.unlink(missing_ok=True)
-        how = "fork" if poolfork.can_fork() else "fresh interpreter"
+        env, how = self._env(slot), "fork" if poolfork.can_fork() else "fresh interpreter"
         if how == "fork":
-            slot.proc = poolfork.fork_worker(
-                args, self._env(slot), self._close_in_child, self.entry
-            )
+            slot.proc = poolfork.fork_worker(args, env, self._close_in_child, self.entry)
         else:
-            slot.proc = subprocess.Popen(
-                [sys.executable, "-m", "dtq_worker", *args],
-                env=self._env(slot),
-                start_new_session=True,
-            )
+            cmd = [sys.executable, "-m", "dtq_worker", *args]
+            slot.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         slot.started = time.monotonic()
         slot.restart_at = None
         log.info(
@@ -208,11 +193,10 @@ class Pool:
         self._signals.append(sig)
 
     def _begin_stop(self, sig: int) -> None:
-        first = not self.stopping
-        self.stopping = True
-        if first:
+        if not self.stopping:
             s = self.settings
             self._stop_at = time.monotonic() + s.drain_timeout_s + s.hard_exit_s + KILL_GRACE_S
+        self.stopping = True
         for slot in self.slots:
             slot.restart_at = None
             if slot.proc is not None and slot.proc.poll() is None:
@@ -270,10 +254,8 @@ class Pool:
             self.tick = now = time.monotonic()
             self._handle_signals()
             for slot in self.slots:
-                if slot.proc is not None:
-                    code = slot.proc.poll()
-                    if code is not None:
-                        self._reaped(slot, code)
+                if slot.proc is not None and (code := slot.proc.poll()) is not None:
+                    self._reaped(slot, code)
             self._handle_signals()
             if self.stopping:
                 if all(s.proc is None for s in self.slots):
@@ -300,11 +282,6 @@ class Pool:
             self.http.stop()
         self.endpoints.close()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def check(settings: Settings) -> None:
-    """Raise ConfigError for settings no child could run with (before any child starts)."""
-    child_ids(settings, settings.worker_processes)
 
 
 def run_pool(

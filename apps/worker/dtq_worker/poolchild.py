@@ -34,6 +34,19 @@ def read_port(path: Path) -> int | None:
         return None
 
 
+def pid_gone(pid: str) -> bool:
+    """Whether no process ``pid`` exists on this host (one of another user's does)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
 def _parent_died(sig: int, _frame: object) -> None:
     signal.signal(sig, signal.SIG_IGN)  # repeated as each of the parent's threads exits
     os.kill(os.getpid(), signal.SIGTERM)  # one stop: the worker drains

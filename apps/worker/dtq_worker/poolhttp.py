@@ -1,8 +1,5 @@
-"""The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all.
-
-A scrape merges every child's ``/metrics`` (the rules, and a dead child's kept counters:
-docs/operations.md, "Worker processes").
-"""
+"""The ``--processes`` parent's port: one ``/metrics``, ``/healthz`` and ``/readyz`` for all
+(how children's metrics merge: docs/operations.md, "Worker processes")."""
 
 from __future__ import annotations
 
@@ -120,8 +117,7 @@ class PoolEndpoints(Collector):
     def retire(self, index: int) -> None:
         """The child of ``index`` died: keep the counters it last reported (module doc)."""
         with self._lock:
-            text = self._last.pop(index, None)
-            if text is not None:
+            if (text := self._last.pop(index, None)) is not None:
                 self._retired.add_text(text, gauges=False)
 
     def collect(self) -> Iterator[Metric]:

@@ -22,23 +22,18 @@ class Reaper:
         self.env = env
         self._ensure_groups = ensure_groups
 
-    @property
-    def period(self) -> float:
-        return max(0.5, self.env.settings.visibility_timeout_s / 2)
-
     async def loop(self) -> None:
         env = self.env
+        period = max(0.5, env.settings.visibility_timeout_s / 2)
         while not env.stopping:
-            await env.sleep(self.period * random.uniform(0.8, 1.2))
+            await env.sleep(period * random.uniform(0.8, 1.2))
             if env.stopping or not env.healthy.is_set():
                 continue
             await self.reap_once()
 
     async def reap_once(self) -> sc.ReclaimResult:
-        """One pass over every queue's pending entries: every run idle past the visibility
-        timeout when the pass starts is reclaimed by its end, however many live runs its band
-        holds. The pass is a series of reclaim.lua calls of bounded work, each going on where
-        the one before stopped."""
+        """One pass over every queue: each run idle past the visibility timeout when it starts is
+        reclaimed by its end (docs/design.md, "The worker", reaper)."""
         env = self.env
         total = sc.ReclaimResult(0, 0, 0)
         for queue in env.queues:
@@ -56,8 +51,7 @@ class Reaper:
     async def _pass(self, queue: str) -> sc.ReclaimResult | None:
         """Reclaim calls over ``queue`` until its pass is complete (None: its groups were
         missing and are recreated; the next pass covers it)."""
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         band, cursor = 1, "0-0"
         total = sc.ReclaimResult(0, 0, 0)
         while True:

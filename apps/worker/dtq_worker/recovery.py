@@ -23,8 +23,7 @@ AT_ONCE = 8  # recoveries sent at once: hundreds of queues must not take the cli
 
 class Recovery:
     def __init__(self, env: WorkerEnv, runs: Runs) -> None:
-        """``runs``: takes up the runs found (or hands them back while stopping), and says
-        which runs of a queue are known here (Runs.known)."""
+        """``runs``: takes up (or hands back) the runs found; says which are known here."""
         self.env = env
         self.runs = runs
         self.slots = runs.slots
@@ -34,29 +33,22 @@ class Recovery:
         self._sending = asyncio.Semaphore(AT_ONCE)
         self.since_ms = 0  # server ms when this process started (set by Worker.prepare)
         self.last = time.monotonic()
-
-    @property
-    def period(self) -> float:
-        """The periodic check: a few times per visibility timeout, at most once per heartbeat."""
-        s = self.env.settings
-        return max(s.heartbeat_interval_s, s.visibility_timeout_s / 4)
+        # The periodic check: a few times per visibility timeout, at most once per heartbeat.
+        self.period = max(env.settings.heartbeat_interval_s, env.settings.visibility_timeout_s / 4)
 
     def active(self, queue: str) -> bool:
         """A recovery of ``queue`` is pending or in flight: send no claim of it."""
         return queue in self.slots.recovering
 
     async def wait(self, queue: str) -> None:
-        ev = self._busy.get(queue)
-        if ev is not None:
+        if (ev := self._busy.get(queue)) is not None:
             await ev.wait()
 
     def reply_lost(self, call: sc.Call) -> None:
         """AsyncScripts.on_reply_lost: a call that may have claimed lost its reply."""
         claims = call.script == "claim" or (call.script == "complete" and int(call.args[6]) > 0)
-        if claims:
-            queue = self._queue_of.get(call.keys[13])
-            if queue is not None:
-                self.request(queue)
+        if claims and (queue := self._queue_of.get(call.keys[13])) is not None:
+            self.request(queue)
 
     def request(self, queue: str) -> None:
         """Recover ``queue`` soon (once no claim of it is in flight); one at a time per queue."""
@@ -77,12 +69,11 @@ class Recovery:
         done = self._busy[queue]
         try:
             await self.slots.claims_settled(queue)
-            s = env.settings
             try:
                 async with self._sending:
                     call = sc.recover_call(
                         env.keys.queue(queue), env.worker_id, self.runs.known(queue),
-                        events_maxlen=s.events_maxlen, since_ms=self.since_ms,
+                        events_maxlen=env.settings.events_maxlen, since_ms=self.since_ms,
                     )  # fmt: skip
                     sent = time.monotonic()
                     batch = sc.parse_claim(queue, await env.scripts.run(call))

@@ -49,10 +49,6 @@ class Retention:
         self.cursor = "0"  # a SCAN walk's (over every primary of a cluster: dtq.store.cluster)
         self.empty_before: set[str] = set()  # queues that held nothing on the last pass
 
-    @property
-    def lock_key(self) -> str:
-        return self.env.keys.retention_lock
-
     async def maybe_run(self) -> RetentionReport | None:
         """Run a pass when one is due and this worker holds (or takes) the retention lease."""
         s = self.env.settings
@@ -61,7 +57,7 @@ class Retention:
         self.next_at = time.monotonic() + s.retention_interval_s * random.uniform(0.9, 1.1)
         lease_ms = int(max(30.0, s.retention_interval_s * 3) * 1000)
         try:
-            call = sc.lock_call(self.lock_key, self.env.worker_id, lease_ms)
+            call = sc.lock_call(self.env.keys.retention_lock, self.env.worker_id, lease_ms)
             if sc.parse_lock(await self.env.scripts.run(call)) is not sc.Lock.HELD:
                 return None
             report = await self.run_once()
@@ -73,8 +69,7 @@ class Retention:
         return report
 
     async def run_once(self) -> RetentionReport:
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         rep = RetentionReport()
         queues = sorted(str(q) for q in await env.redis.smembers(env.keys.queues))  # type: ignore[misc]
         rep.queues = queues
@@ -147,28 +142,35 @@ class Retention:
     async def scan_pass(self, rep: RetentionReport, registered: set[str]) -> None:
         """A bounded slice of a SCAN over the prefix (the cursor carries over to the next pass);
         a queue with waiting work missing from ``P:queues`` is registered again."""
-        env = self.env
-        s = env.settings
+        env, s = self.env, self.env.settings
         pattern = env.keys.every_queue_key_pattern
         found: dict[str, list[str]] = defaultdict(list)
         held: dict[str, list[str]] = defaultdict(list)
         busy: set[str] = set()
         for _ in range(SCAN_CALLS):
             self.cursor, batch = await scan_step(env.redis, self.cursor, pattern, SCAN_COUNT)
-            for key in batch:
-                self._sort(str(key), found, held, busy)
+            for key in map(str, batch):
+                if (parts := env.keys.queue_key_parts(key)) is None:
+                    continue
+                queue, rest = parts
+                if rest == "sched" or _STREAM.fullmatch(rest):
+                    # (forget_queues deletes these: after it they mean new work; records do not)
+                    busy.add(queue)
+                if rest.startswith(("t:", "idem:")):
+                    found[queue].append(key)
+                elif rest.startswith("lim:") and rest.endswith(":held"):
+                    held[queue].append(rest[len("lim:") : -len(":held")])
             if self.cursor == "0":
                 rep.scan_done = True
                 break
         missing = sorted(q for q in busy - registered if is_physical(q))  # partitions too
         if missing:
             rep.queues_registered = int(await env.redis.sadd(env.keys.queues, *missing))
+        ttl_s = max(s.result_ttl_s, s.dlq_ttl_s)
         for q, keys in found.items():
             qk = env.keys.queue(q)
             for i in range(0, len(keys), 500):
-                call = sc.retention_keys_call(
-                    qk, keys[i : i + 500], max(s.result_ttl_s, s.dlq_ttl_s)
-                )
+                call = sc.retention_keys_call(qk, keys[i : i + 500], ttl_s)
                 swept = sc.parse_retention_keys(await env.scripts.run(call))
                 rep.idem_removed += swept.idem_deleted
                 rep.records_expired += swept.expired
@@ -177,18 +179,3 @@ class Retention:
             for i in range(0, len(lks), 100):
                 call = sc.limit_sweep_call(qk, lks[i : i + 100])
                 rep.parked_released += sc.parse_limit_sweep(await env.scripts.run(call)).released
-
-    def _sort(
-        self, key: str, found: dict[str, list[str]], held: dict[str, list[str]], busy: set[str]
-    ) -> None:
-        parts = self.env.keys.queue_key_parts(key)
-        if parts is None:
-            return
-        queue, rest = parts
-        if rest == "sched" or _STREAM.fullmatch(rest):
-            # (forget_queues deletes these: after it they mean new work; records do not)
-            busy.add(queue)
-        if rest.startswith(("t:", "idem:")):
-            found[queue].append(key)
-        elif rest.startswith("lim:") and rest.endswith(":held"):
-            held[queue].append(rest[len("lim:") : -len(":held")])

@@ -1,6 +1,5 @@
-"""The one run path: every batch of claimed tasks (the poll loop's claim, an outcome write's
-refill, a recovery) goes to :meth:`Runs.take` and becomes runs here, which are then started,
-stopped (cancel, claim loss, shutdown), handed back and forgotten."""
+"""The one run path: every claimed batch goes to :meth:`Runs.take` and becomes runs here
+(docs/design.md, module map)."""
 
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ class Runs:
         queue_caps: dict[str, int],
         counters: dict[str, int],
     ) -> None:
-        """``pool`` runs sync task bodies; ``queue_caps``: queue -> at most this many of its runs
-        held at once; ``counters``: outcomes so far (the heartbeat publishes them)."""
+        """``pool`` runs sync task bodies; ``queue_caps``: queue -> its most runs held at once;
+        ``counters``: outcomes so far (the heartbeat publishes them)."""
         s = env.settings
         self.env = env
         self._ctx = contextvars.copy_context()  # each run starts in a copy (start())
@@ -59,9 +58,8 @@ class Runs:
     # --- in --------------------------------------------------------------------------------
 
     def take(self, queue: str, batch: sc.ClaimBatch, sent: float, reserved: int = 0) -> None:
-        """A claim's reply for ``queue``, sent at ``sent`` (monotonic: its runs' leases count
-        from no later than that): give back the ``reserved`` slots it held and launch its runs,
-        with no await in between."""
+        """A claim's reply for ``queue``, sent at ``sent`` (monotonic: its leases count from then):
+        give back the ``reserved`` slots it held and launch its runs, with no await between."""
         if reserved:
             self.slots.unreserve(queue, reserved)
         if batch.absorbed:
@@ -80,11 +78,7 @@ class Runs:
         old = slots.inflight.get(run.key)
         if old is not None:
             if old.claimed.attempt == claimed.attempt:  # a recovery and a claim both carry it
-                log.warning(
-                    "run %s attempt %d is already held here; not started again",
-                    run.task_id,
-                    claimed.attempt,
-                )
+                log.warning("run %s attempt %d is already held here", run.task_id, claimed.attempt)
                 return
             # An older attempt still runs here (this worker was frozen): its claim was lost.
             self.forget(old)
@@ -126,16 +120,10 @@ class Runs:
         """The (priority, entry id) of every run of ``queue`` held here or forgotten unanswered
         lately: a recovery must not adopt them (recovery.py)."""
         now = time.monotonic()
-        for k, until in list(self._unanswered.items()):
-            if until < now:
-                del self._unanswered[k]
-        known = [(q_p_e[1], q_p_e[2]) for q_p_e in self._unanswered if q_p_e[0] == queue]
-        known += [
-            (r.claimed.priority, r.claimed.eid)
-            for r in self.slots.inflight.values()
-            if r.claimed.queue == queue
-        ]
-        return known
+        self._unanswered = {k: until for k, until in self._unanswered.items() if until >= now}
+        held = [r.claimed for r in self.slots.inflight.values()]
+        known = [(p, eid) for q, p, eid in self._unanswered if q == queue]
+        return known + [(c.priority, c.eid) for c in held if c.queue == queue]
 
     def cancel(self, queue: str | None, tid: str) -> None:
         """A cancel request for task ``tid`` (of ``queue``; any queue when None): stop its run,
@@ -161,20 +149,20 @@ class Runs:
         self.stop(run, StopReason.CLAIM_LOST)
 
     def stop(self, run: Run, reason: StopReason, detail: str = "") -> None:
-        """Stop a run (Run.stop: the first reason wins). A run still waiting for a slot has no
-        body to cancel: a lost claim is dropped, a cancelled one starts at once and writes
-        "cancelled" without running its body (Executor.execute); a shutdown hands it back."""
+        """Stop a run (Run.stop: the first reason wins). A run waiting for a slot is dropped (a
+        lost claim), or starts and writes "cancelled" without its body; a shutdown hands it back."""
         run.stop(reason, detail)
         if not run.waiting or run.stop_reason is StopReason.SHUTDOWN:
             return
         if run.stop_reason is StopReason.CLAIM_LOST:
             self.forget(run)
-        else:
-            self.slots.start_waiting(run)
+        else:  # it starts now, in the slot it holds
+            self.slots.ready.remove(run)
+            run.waiting = False
+            self.start(run)
 
     async def hand_back_unstarted(self) -> None:
-        """Runs claimed ahead never started their body: back to the queue at once (no
-        interruption counted), for other workers, instead of waiting here for a slot."""
+        """Runs claimed ahead (bodies not started): back to the queue at once, for other workers."""
         unstarted = self.slots.take_ready()
         if not unstarted:
             return
@@ -185,9 +173,8 @@ class Runs:
             self.forget(r)
 
     async def hand_back(self, runs: list[Run], started: bool = True) -> None:
-        """requeue.lua for every run of ``runs``; retried while Redis is away, up to a deadline
-        (most of DTQ_HARD_EXIT_S). ``started=False``: their bodies never began (no
-        interruption is counted)."""
+        """requeue.lua for ``runs``, retried while Redis is away up to most of DTQ_HARD_EXIT_S.
+        ``started=False``: their bodies never began (no interruption is counted)."""
         env, s = self.env, self.env.settings
         by_queue: dict[str, list[Run]] = {}
         for r in runs:

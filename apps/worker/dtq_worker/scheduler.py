@@ -32,9 +32,6 @@ class Scheduler:
         self.retention = Retention(env)
         self.periodic = ScheduleRunner(env.redis, env.scripts, env.keys, env.settings, app)
 
-    def lock_key(self, queue: str) -> str:
-        return self.env.keys.scheduler_lock_of(queue)
-
     async def loop(self) -> None:
         env = self.env
         while not env.stopping:
@@ -62,11 +59,9 @@ class Scheduler:
                     break
             if res.owed:
                 await self.sweep_owed(queue)
-            if res.next_due_ms is not None:
-                soonest = res.next_due_ms if soonest is None else min(soonest, res.next_due_ms)
             next_fire = await self.periodic.tick_if_due(queue, res.next_fire_ms, res.now_ms)
-            if next_fire is not None:
-                soonest = next_fire if soonest is None else min(soonest, next_fire)
+            due = [t for t in (soonest, res.next_due_ms, next_fire) if t is not None]
+            soonest = min(due) if due else None
         return soonest
 
     async def leads(self, queue: str) -> bool:
@@ -74,7 +69,7 @@ class Scheduler:
         now = time.monotonic()
         if now - self._locked_at.get(queue, -LOCK_EVERY_S) < LOCK_EVERY_S:
             return queue in self.leading
-        call = sc.lock_call(self.lock_key(queue), self.env.worker_id, LEASE_MS)
+        call = sc.lock_call(self.env.keys.scheduler_lock_of(queue), self.env.worker_id, LEASE_MS)
         held = sc.parse_lock(await self.env.scripts.run(call)) is sc.Lock.HELD
         self._locked_at[queue] = now
         if not held:
@@ -86,20 +81,17 @@ class Scheduler:
             self.leading.add(queue)
         return held
 
-    async def sweep_owed(self, queue: str) -> int:
+    async def sweep_owed(self, queue: str) -> None:
         """Finish the parked-task releases a run's end left owed (dead parked ids used up its
         budget, see lua/limit_sweep.lua); each call looks at no more than 5000 parked ids."""
-        released = 0
         for _ in range(SWEEP_CALLS):
             call = sc.limit_sweep_call(self.env.keys.queue(queue), [])
-            swept = sc.parse_limit_sweep(await self.env.scripts.run(call))
-            released += swept.released
-            if not swept.more:
+            if not sc.parse_limit_sweep(await self.env.scripts.run(call)).more:
                 break
-        return released
 
     async def release(self) -> None:
+        env = self.env
         for queue in list(self.leading):
-            await self.env.scripts.run(sc.unlock_call(self.lock_key(queue), self.env.worker_id))
+            await env.scripts.run(sc.unlock_call(env.keys.scheduler_lock_of(queue), env.worker_id))
         self.leading.clear()
         self._locked_at.clear()

@@ -1,8 +1,4 @@
-"""A worker's capacity: which runs it holds, how many bodies run, and what claims may still take.
-
-No I/O here; the invariants it keeps: docs/design.md, "The slots". Also the cancel hints for
-runs not (yet) held.
-"""
+"""A worker's capacity and cancel hints, with no I/O (invariants: docs/design.md, "The slots")."""
 
 from __future__ import annotations
 
@@ -65,8 +61,8 @@ class Run(Attempt):
 
     @property
     def begun(self) -> bool:
-        """Whether its task's coroutine has begun (one cancelled earlier would skip its cleanup:
-        it is left to start, and Executor.execute ends it by its stop reason)."""
+        """Whether its task's coroutine has begun (cancelled before, it would skip its cleanup:
+        Executor.execute ends it by its stop reason instead)."""
         coro: Any = self.task.get_coro() if self.task is not None else None
         return coro is not None and inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
 
@@ -91,9 +87,6 @@ class Signal:
         f: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(f)
         try:
-            if timeout is None:
-                await f
-                return True
             async with asyncio.timeout(timeout):
                 await f
             return True
@@ -116,9 +109,8 @@ class Slots:
         start: Callable[[Run], None],
         partitions_of: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
-        """``lease_s``: how long after its claim or renewal a run's lease is surely held;
-        ``start``: begins a run's task; ``partitions_of``: partition -> all of its queue's (a
-        queue's cap covers all)."""
+        """``lease_s``: a run's lease is surely held this long after its claim or renewal;
+        ``start``: begins a run's task; ``partitions_of``: partition -> all of its queue's."""
         self.concurrency = concurrency
         self.capacity = concurrency + prefetch
         self.queue_caps = dict(queue_caps)
@@ -160,8 +152,7 @@ class Slots:
         self.claiming_per_queue[queue] = self.claiming_per_queue.get(queue, 0) + n
 
     def unreserve(self, queue: str, n: int, wake: bool = False) -> None:
-        """Give back ``n`` reserved slots (the claim's runs are launched right after, with no
-        await between). ``wake``: the slots are free now: wake the poll loop."""
+        """Give back ``n`` reserved slots; ``wake``: they are free now (else its runs launch)."""
         self.claiming -= n
         self.claiming_per_queue[queue] -= n
         self._claims.notify()
@@ -211,8 +202,7 @@ class Slots:
         return run.leased_mono >= time.monotonic() - self.lease_s
 
     def release(self, run: Run) -> None:
-        """The run's body is over: a run claimed ahead takes its slot at once (the poll loop is
-        not woken: the outcome write refills the slot, and forget wakes it)."""
+        """The run's body is over: a run claimed ahead takes its slot (forget wakes the poll)."""
         if run.holds_slot:
             run.holds_slot = False
             self.active -= 1
@@ -221,8 +211,7 @@ class Slots:
                 self.fill()
 
     def fill(self) -> None:
-        """Start runs claimed ahead while fewer bodies than the concurrency run, each only while
-        its lease is surely held (else the next heartbeat renews it and calls this)."""
+        """Start runs claimed ahead while bodies are short of the concurrency and leases held."""
         ready = self.ready
         while ready and not self.draining and self.active - len(ready) < self.concurrency:
             if not self.fresh(ready[0]):
@@ -232,8 +221,7 @@ class Slots:
             self._start(run)
 
     def forget(self, run: Run) -> bool:
-        """The run is no longer this worker's: drop it and give back its slot. False when it
-        was not held (already forgotten, or replaced by a newer attempt)."""
+        """The run is no longer this worker's: drop it and its slot. False when it was not held."""
         if self.inflight.get(run.key) is not run:
             return False
         del self.inflight[run.key]
@@ -246,19 +234,12 @@ class Slots:
             self.changed.notify()
         return True
 
-    def start_waiting(self, run: Run) -> None:
-        """Start a waiting run's task now, in the slot it holds."""
-        self.ready.remove(run)
-        run.waiting = False
-        self._start(run)
-
     def take_ready(self) -> list[Run]:
         """Every run waiting for a slot, as they are (still held: forget each when done)."""
         return list(self.ready)
 
     def hint(self, tid: str, horizon_s: float) -> None:
-        """Keep a cancel hint for a task not held here (a claim of it may be on its way back):
-        at most CANCEL_HINTS_MAX, none older than ``horizon_s``."""
+        """Keep a cancel hint for a task not held here (at most CANCEL_HINTS_MAX, ``horizon_s``)."""
         now = time.monotonic()
         hints = self.cancel_hints
         hints.pop(tid, None)

@@ -21,10 +21,8 @@ async def supervise(
     stopping: Callable[[], bool],
     on_restart: Callable[[str, BaseException], None] | None = None,
 ) -> None:
-    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises.
-
-    ``on_restart(name, exc)`` is told of each restart (the worker counts them in metrics).
-    """
+    """Run ``body`` until it returns while ``stopping()``; restart it whenever it raises, and
+    tell ``on_restart(name, exc)`` (the worker counts restarts in metrics)."""
     restarts = 0
     in_episode = False  # transient errors are logged once per outage, not once per restart
     while True:
@@ -40,11 +38,9 @@ async def supervise(
             if on_restart is not None:
                 on_restart(name, exc)
             if is_transient(exc):
-                why = describe(exc)
-                if in_episode and time.monotonic() - began < EPISODE_GAP_S:
-                    log.debug("loop %s: transient Redis error, restarting: %s", name, why)
-                else:
-                    log.warning("loop %s: transient Redis error, restarting: %s", name, why)
+                quiet = in_episode and time.monotonic() - began < EPISODE_GAP_S
+                lvl = logging.DEBUG if quiet else logging.WARNING
+                log.log(lvl, "loop %s: transient Redis error, restarting: %s", name, describe(exc))
                 in_episode = True
             else:
                 log.exception("loop %s crashed (restart %d)", name, restarts)

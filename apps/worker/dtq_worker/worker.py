@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import redis.asyncio as aredis
 import redis.exceptions as rex
 
 from dtq import scripts as sc
@@ -20,11 +21,10 @@ from dtq.app import App
 from dtq.declared import declarations
 from dtq.errors import ConfigError, SchemaMismatch
 from dtq.settings import Settings
-from dtq.store import eviction, partitions
+from dtq.store import connection, eviction, partitions
 from dtq.store.connection import default_url_warning, display_url
 from dtq.store.keys import GROUP, SCHEMA_VERSION, Keys
 from dtq_worker import poolchild
-from dtq_worker.clients import worker_clients
 from dtq_worker.consumer import IDLE_WAIT_TIMEOUT_S, Consumer
 from dtq_worker.env import WorkerEnv
 from dtq_worker.faults import Backoff, is_transient
@@ -56,6 +56,21 @@ def _no_answer(exc: BaseException) -> bool:
     return isinstance(exc, OSError | rex.ConnectionError | rex.TimeoutError)
 
 
+def worker_clients(settings: Settings, queues: int) -> tuple[aredis.Redis, aredis.Redis]:
+    """``(calls, blocking)`` for ``queues`` physical queues: a call waits up to twice the heartbeat
+    interval (at least 5 s); on a cluster blocking reads hold two more connections per queue."""
+    url, timeout = settings.redis_url, max(5.0, settings.heartbeat_interval_s * 2)
+    both: dict[str, Any] = {"decode_responses": True, "socket_connect_timeout": min(timeout, 5.0)}
+    calls = connection.async_redis(url, socket_timeout=timeout, **both)
+    if connection.is_cluster_url(url):
+        both["max_connections"] = connection.POOL_CONNECTIONS + 2 * queues
+    blocking = connection.async_redis(url, socket_timeout=timeout + 2, **both)
+    lane = settings.fast_lane
+    sc.hiredis_packing(calls, fast_lane=lane)  # the batched script calls are long
+    sc.hiredis_packing(blocking, fast_lane=lane)  # the idle XREAD names every band
+    return calls, blocking
+
+
 class Worker:
     def __init__(
         self, app: App, settings: Settings, queue_caps: dict[str, int] | None = None
@@ -66,7 +81,6 @@ class Worker:
         self.queues = partitions.expand(settings.queues, settings.queue_partitions)
         self.queue_caps = {**settings.queue_concurrency, **(queue_caps or {})}
         self.keys = Keys(settings.key_prefix)
-        self.pid = os.getpid()
         self.redis, self.blocking = worker_clients(settings, len(self.queues))
         self.scripts = sc.AsyncScripts(self.redis, fast_lane=settings.fast_lane)
         self.metrics = WorkerMetrics(self.worker_id)
@@ -107,14 +121,11 @@ class Worker:
     async def prepare(self) -> bool:
         """Check the schema version and create the streams and group; retry while unreachable.
         False when stopped while waiting for the worker id (Heartbeat.claim_id)."""
-        backoff = Backoff(log, "startup")
-        began = time.monotonic()
+        s, backoff, began = self.settings, Backoff(log, "startup"), time.monotonic()
         # A Redis that never answered gets STARTUP_UNREACHED_S; one that answers with a
         # transient error (LOADING, a failover) the heartbeat TTL.
         never_reached = began + min(
-            STARTUP_UNREACHED_S,
-            self.settings.heartbeat_interval_s,
-            self.settings.effective_heartbeat_ttl_s,
+            STARTUP_UNREACHED_S, s.heartbeat_interval_s, s.effective_heartbeat_ttl_s
         )
         reached = False
         while True:
@@ -130,9 +141,7 @@ class Worker:
                 if not await self.heartbeat.claim_id():
                     return False
                 await self.ensure_groups()
-                await partitions.aregister(
-                    self.redis, self.keys, self.settings.queue_partitions, self.queues
-                )
+                await partitions.aregister(self.redis, self.keys, s.queue_partitions, self.queues)
                 sec, usec = await self.redis.time()
                 self.recovery.since_ms = sec * 1000 + usec // 1000
                 return True
@@ -140,28 +149,22 @@ class Worker:
                 raise
             except Exception as exc:
                 reached = reached or not _no_answer(exc)
-                deadline = (
-                    began + self.settings.effective_heartbeat_ttl_s if reached else never_reached
-                )
+                deadline = began + s.effective_heartbeat_ttl_s if reached else never_reached
                 left = deadline - time.monotonic()
                 if not is_transient(exc) or left < 0:
                     raise
                 await asyncio.sleep(min(backoff.failed(exc), left + 0.01))  # a last try at it
 
     async def check_eviction(self) -> None:
-        """Refuse an ``allkeys-*`` maxmemory-policy (it evicts waiting work), warn on
-        ``volatile-*`` (dtq.store.eviction)."""
+        """Refuse an ``allkeys-*`` maxmemory-policy, warn on ``volatile-*`` (dtq.store.eviction)."""
         policy = await eviction.eviction_policy(self.redis)
-        refused = eviction.refusal(policy)
-        if refused:
+        if refused := eviction.refusal(policy):
             raise ConfigError(refused)
-        warned = eviction.warning(policy)
-        if warned:
+        if warned := eviction.warning(policy):
             log.warning("%s", warned)
 
     async def ensure_groups(self) -> None:
-        """Create each consumed queue's streams and group, and publish there every task's
-        declared defaults (dtq.declared); again whenever the streams were found gone."""
+        """Create each queue's streams and group; publish the tasks' defaults (dtq.declared)."""
         decl = declarations((n, t.defaults) for n, t in self.app.tasks.items())
         async with self.redis.pipeline(transaction=False) as pipe:
             for q in self.queues:
@@ -254,8 +257,7 @@ class Worker:
             if self.http is not None:  # an in-process worker must free its port when it ends
                 self.http.stop()
                 self.http = None
-            timer = getattr(self, "_hard_timer", None)
-            if timer is not None:
+            if (timer := getattr(self, "_hard_timer", None)) is not None:
                 timer.cancel()  # stopped in time; an in-process worker must not end its host later
 
     async def _serve(self) -> int:
@@ -278,8 +280,7 @@ class Worker:
                  s.worker_concurrency, served(self.app.tasks),
                  metrics_note(s.metrics_port if poolchild.port_file() is None else None),
                  )  # fmt: skip
-        unset = default_url_warning(s)
-        if unset:
+        if unset := default_url_warning(s):
             log.warning("%s", unset)
         env = self.env
         stopping, finished = (lambda: env.stopping), (lambda: env.finished)
@@ -360,9 +361,7 @@ class Worker:
             if tasks:
                 await asyncio.wait(tasks, timeout=2.0)
             # Runs the fence answered (writing when stopped) have nothing to hand back.
-            leftovers = [r for r in leftovers if not r.answered]
-            if leftovers:
-                await self.runs.hand_back(leftovers)
+            await self.runs.hand_back([r for r in leftovers if not r.answered])
         # Runs of a late claim whose reply was lost: handed back (after the leftovers, so a
         # stop while Redis is away does not delay them).
         await self.recovery.settle(timeout=min(3.0, max(0.5, s.hard_exit_s * 0.15)))
@@ -380,13 +379,8 @@ class Worker:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zrem(self.keys.workers, self.worker_id)
                 pipe.delete(self.keys.worker(self.worker_id))
-                pipe.xadd(
-                    self.keys.worker_events,
-                    {"type": "worker_stopped", "worker": self.worker_id, "detail": "",
-                     "ts": int(time.time() * 1000)},
-                    maxlen=1000, approximate=True,
-                )  # fmt: skip
                 await pipe.execute()
+            await self.env.write_event("worker_stopped")
         except (rex.RedisError, OSError) as exc:
             log.warning("could not deregister cleanly: %s", exc)
         log.info("worker %s stopped", self.worker_id)
