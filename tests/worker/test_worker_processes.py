@@ -25,7 +25,7 @@ from dtq import Client
 from dtq.settings import Settings
 from dtq.store.keys import Keys
 from dtq_worker.metrics import WorkerMetrics
-from dtq_worker.poolhttp import Merged
+from dtq_worker.poolhttp import Merged, child_word
 from tests.conftest import ROOT, body_starts, make_settings, wait_until, worker_env
 from tests.redis_server import RedisServer, free_port
 
@@ -386,6 +386,22 @@ def test_merged_metrics_add_counters_and_histograms_and_keep_the_worst_gauge() -
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("status", "body", "word"),
+    [
+        (200, '{"status": "ok"}', "ok"),
+        (503, '{"status": "ok"}', "HTTP 503"),  # the status decides, whatever the body says
+        (503, '{"status": "redis unreachable"}', "redis unreachable"),
+        (200, "not json", "HTTP 200"),
+        (0, "connection refused", "not answering (connection refused)"),
+    ],
+)
+def test_a_childs_probe_is_ok_only_with_http_200_and_status_ok(
+    status: int, body: str, word: str
+) -> None:
+    assert child_word(status, body) == word
+
+
 def test_a_process_refusing_its_configuration_stops_the_pool_with_exit_2(
     redis_server: RedisServer, prefix: str, spawn_worker: Any
 ) -> None:

@@ -81,7 +81,9 @@ def child_word(status: int, body: str) -> str:
         word = json.loads(body).get("status")
     except (ValueError, AttributeError):
         word = None
-    return str(word) if status == 200 and word == "ok" else str(word or f"HTTP {status}")
+    if word == "ok":  # (the status decides: a 503 is not ok whatever its body says)
+        return "ok" if status == 200 else f"HTTP {status}"
+    return str(word or f"HTTP {status}")
 
 
 @dataclass
