@@ -118,7 +118,7 @@ def main() -> None:
     HIST = HIST and "--no-hist" not in argv
     args = [a for a in argv if a not in ("--keep", "--by-name", "--no-hist")]
     keep = "--keep" in argv
-    unset = declared.FIELDS if "--by-name" in argv else ""
+    unset = "mte" if "--by-name" in argv else ""  # (every value the declaration may give)
     n = int(args[0]) if args else 2000
     groups = [int(x) for x in counts.split(",")] if counts else None
     if groups:
