@@ -3,7 +3,7 @@
 -- A hand-back spends no retry while the task's interruptions stay within the budget; past it,
 -- the interruption counts as a failed attempt (retry with the given delay, or "failed"). Runs
 -- whose body never started (claimed ahead, see DTQ_WORKER_PREFETCH) go back with no
--- interruption counted: ARGV[9] = 0. A run whose cancel was requested (the durable cancel
+-- interruption counted: ARGV[9] = 'prefetched'. A run whose cancel was requested (the durable cancel
 -- flag) ends "cancelled" instead of going back: no retry spent, no interruption counted.
 -- A re-send of a hand-back that landed (its reply was lost: the record names this attempt and
 -- worker and is no longer running) is answered with the record's status and writes nothing
@@ -23,9 +23,10 @@
 -- ARGV[1]      group, ARGV[2] worker id, ARGV[3] events maxlen, ARGV[4] record TTL (s) of a
 --              failed task, ARGV[5] done channel prefix, ARGV[6] max interruptions,
 -- ARGV[7]      retry delay ms (used once the budget is spent), ARGV[8] n
--- ARGV[9]      1: the runs' bodies started (count an interruption); 0: they never did;
---              u: their task names are unknown to this worker (see above)
--- ARGV[10]     the declaration grace (ms) when ARGV[9] is 'u'
+-- ARGV[9]      what the runs were: 'started' (their bodies began: count an interruption),
+--              'prefetched' (claimed ahead, never begun), 'unknown' (their task names are
+--              unknown to this worker, see above)
+-- ARGV[10]     the declaration grace (ms) when ARGV[9] is 'unknown'
 -- ARGV[11..]   per run, 3 fields: tid, eid, attempt
 -- Returns      list of n: 'queued' | 'scheduled' | 'failed' | 'cancelled' | 'stale' |
 --              'unknown'; for a re-send, the status the record has now
@@ -45,8 +46,11 @@
 local group, worker = ARGV[1], ARGV[2]
 local maxlen, ttl, done_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local max_intr, delay, n = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local interrupted = ARGV[9] == '1'
-local unknown, grace = ARGV[9] == 'u', tonumber(ARGV[10])
+local interrupted = ARGV[9] == 'started'
+local unknown, grace = ARGV[9] == 'unknown', tonumber(ARGV[10])
+if not interrupted and not unknown and ARGV[9] ~= 'prefetched' then
+  return redis.error_reply('DTQ_BAD_CALL unknown hand-back kind ' .. tostring(ARGV[9]))
+end
 local base = KEYS[15]
 local now = now_ms()
 local k = {sched = KEYS[11], dlq = KEYS[12], events = KEYS[13], idem_base = KEYS[16],

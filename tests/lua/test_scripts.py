@@ -444,6 +444,22 @@ def test_requeue_spends_no_retry_within_budget(r: redis.Redis, run: Any, qk: Que
             assert "interrupted" in r.hget(qk.task(c.tid), "error")
 
 
+def test_requeue_refuses_a_hand_back_kind_it_does_not_know(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """ARGV[9] names what the runs were ('started', 'prefetched', 'unknown'); anything else is
+    refused before a run is touched."""
+    c = started(run, r, qk)
+    ref = sc.RunRef(c.tid, c.eid, c.attempt)
+    call = sc.requeue_call(
+        qk, "w1", [ref], events_maxlen=0, ttl_s=60, max_interruptions=1, retry_delay_ms=0
+    )
+    assert call.args[8] == "started"
+    with pytest.raises(redis.ResponseError, match="DTQ_BAD_CALL"):
+        run(sc.Call(call.script, call.keys, [*call.args[:8], "1", *call.args[9:]]))
+    assert r.hget(qk.task(c.tid), "status") == "running"
+
+
 def test_reclaim_exactly_one_reclaimer_wins(redis_server: Any, qk: QueueKeys) -> None:
     r = redis_server.client()
     run = sc.SyncScripts(r).run

@@ -286,11 +286,10 @@ def requeue_call(
     is counted for them). ``unknown_grace_ms``: runs of a task name this worker does not know,
     handed back (due in ``retry_delay_ms``) only while a live worker declared the name within
     that grace; otherwise answered 'unknown' and left as they are."""
-    mode = 1 if started else 0
+    kind = "unknown" if unknown_grace_ms is not None else "started" if started else "prefetched"
     args: list[Any] = [
         GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions,
-        retry_delay_ms, len(runs), mode if unknown_grace_ms is None else "u",
-        unknown_grace_ms or 0,
+        retry_delay_ms, len(runs), kind, unknown_grace_ms or 0,
     ]  # fmt: skip
     for r in runs:
         args += [r.tid, r.eid, r.attempt]
