@@ -66,7 +66,8 @@ def fairness(
 
             poll(lambda: bool(samples) and samples[-1][1] >= max(1, backlog // 10))
             t_a, n_a = samples[-1]
-            poll(lambda: samples[-1][1] >= max(2, backlog // 5))
+            # (A later sample with more done: a slow poll may see both marks at once.)
+            poll(lambda: samples[-1][1] >= max(2, backlog // 5) and samples[-1][1] > n_a)
             t_b, n_b = samples[-1]
             nxt = time.monotonic()
             for g in range(groups):
