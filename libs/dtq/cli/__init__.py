@@ -172,8 +172,8 @@ def enqueue(
         if w.category is UndeclaredTaskWarning:
             echo(f"warning: {w.message}", err=True)
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
-    emit(data, as_json, lambda: echo(f"{h.id} {h.status.value}"
-                                            + ("" if h.created else " (existing)")))  # fmt: skip
+    existing = "" if h.created else " (existing)"
+    emit(data, as_json, lambda: echo(f"{h.id} {h.status.value}{existing}"))
 
 
 # What `dtq task` leaves out for a workflow: its steps have these, the workflow does not.
@@ -385,8 +385,8 @@ def schedules_remove(name: str, queue: str, as_json: bool) -> None:
     code of a live worker is stored again by it."""
     removed = run_admin(lambda a: a.remove_schedule(queue, name))
     if as_json or removed:
-        emit({"name": name, "queue": queue, "removed": removed}, as_json,
-              lambda: echo(f"schedule {name} of queue {queue} removed"))  # fmt: skip
+        data = {"name": name, "queue": queue, "removed": removed}
+        emit(data, as_json, lambda: echo(f"schedule {name} of queue {queue} removed"))
     if not removed:
         raise Failed(f"no schedule {name!r} in queue {queue!r}")
 
@@ -405,14 +405,13 @@ def stats(queue: str | None, minutes: int, step: int, as_json: bool) -> None:
     rows = run_admin(lambda a: a.stats(queue=queue, minutes=minutes, step=min(step, minutes)))
 
     def human() -> None:
-        def secs(v: float | None) -> str:
-            return "-" if v is None else f"<={v:g}s"
+        def quantiles(b: dict[str, Any]) -> list[str]:
+            return ["-" if b[q] is None else f"<={b[q]:g}s" for q in ("p50", "p95", "p99")]
 
         counts = ("enqueued", "succeeded", "failed", "retried", "cancelled")
         busy = [b for b in rows if any(b[c] for c in counts)]
-        table([(short_time(b["minute"]), *(b[c] for c in counts), secs(b["p50"]),
-                 secs(b["p95"]), secs(b["p99"])) for b in busy],
-               ["minute", *counts, "p50", "p95", "p99"])  # fmt: skip
+        lines = [(short_time(b["minute"]), *(b[c] for c in counts), *quantiles(b)) for b in busy]
+        table(lines, ["minute", *counts, "p50", "p95", "p99"])
         if not busy:
             echo(f"no activity in the last {minutes} minutes")
 
