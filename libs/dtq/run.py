@@ -101,15 +101,14 @@ class Reports:
 
     async def _write(self) -> None:
         r, c = self._runner, self._run.claimed
+        qk, maxlen = r.keys.queue(c.queue), r.events_maxlen
         gate: contextlib.AbstractAsyncContextManager[Any] = r.gate or contextlib.nullcontext()
         while self._pending is not None:
             try:
                 async with gate:  # (the latest report is taken once its turn came)
                     payload, self._pending = self._pending, None
-                    await r.scripts.run(sc.progress_call(
-                        r.keys.queue(c.queue), c.tid, c.attempt, r.worker_id, payload,
-                        r.events_maxlen,
-                    ))  # fmt: skip
+                    call = sc.progress_call(qk, c.tid, c.attempt, r.worker_id, payload, maxlen)
+                    await r.scripts.run(call)
             except Exception as exc:  # progress is best effort; the outcome write is not
                 log.debug("progress of %s not written: %s", c.tid, exc)
 

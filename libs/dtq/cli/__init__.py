@@ -177,8 +177,8 @@ def enqueue(
 
 
 # What `dtq task` leaves out for a workflow: its steps have these, the workflow does not.
-FLOW_OMITS = frozenset(("priority", "attempt", "failures", "retries_left", "timeout", "requeues",
-                        "worker_id", "defaults"))  # fmt: skip
+_RUN_FIELDS = ("priority", "attempt", "failures", "retries_left", "timeout", "requeues")
+FLOW_OMITS = frozenset((*_RUN_FIELDS, "worker_id", "defaults"))
 
 
 @cli.command(epilog=EPILOG)
@@ -195,9 +195,9 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
     flow = d.get("tree") is not None  # a workflow: no attempt, retries or timeout of its own
 
     def human() -> None:
-        for k in ("id", "name", "queue", "group", "status", "priority", "attempt", "failures",
-                  "retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id",
-                  "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
+        head = ("id", "name", "queue", "group", "status", "priority", "attempt", "failures")
+        tail = ("retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id")
+        for k in (*head, *tail, "enqueued_at", "started_at", "finished_at", "due_at"):
             if flow and k in FLOW_OMITS:
                 continue
             if k == "retries_left":
@@ -335,8 +335,8 @@ def workers(as_json: bool) -> None:
              w.pid or "", w.tasks_processed, w.tasks_failed, clip(",".join(w.tasks), 50))
             for w in infos
         ]  # fmt: skip
-        table(rows, ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host",
-                      "pid", "done", "failed", "tasks"])  # fmt: skip
+        heads = ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host"]
+        table(rows, [*heads, "pid", "done", "failed", "tasks"])
 
     emit([w.to_dict() for w in infos], as_json, human)
     if not any(w.live for w in infos):
@@ -360,13 +360,13 @@ def schedules(ctx: click.Context, queue: str | None, as_json: bool) -> None:
 
     def human() -> None:
         echo("periodic schedules:")
-        rows = [
-            (s["name"], s["queue"], s["task"],
-             s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
-             s.get("tz") or "", zoned_time(s.get("next_fire_at"), s.get("tz")))
-            for s in periodic
-        ]  # fmt: skip
-        table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
+
+        def row(s: dict[str, Any]) -> tuple[Any, ...]:
+            when = s.get("cron") or (f"every {s['every']}s" if s.get("every") else "")
+            fire = zoned_time(s.get("next_fire_at"), s.get("tz"))
+            return s["name"], s["queue"], s["task"], when, s.get("tz") or "", fire
+
+        table([row(s) for s in periodic], ["schedule", "queue", "task", "when", "tz", "next fire"])
         echo("delayed tasks and retries:")
         table(
             [(d.task_id, d.name, d.kind, short_time(d.due_at)) for d in delayed],
