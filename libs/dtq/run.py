@@ -153,11 +153,16 @@ class Runner:
     def context(self, run: Attempt, hooks: Reports | None, deadline: float | None) -> TaskContext:
         c = run.claimed
         return TaskContext(
-            id=run.task_id, name=c.name, queue=logical(c.queue), attempt=c.attempt,
-            retries=c.retries, max_retries=c.max_retries, worker_id=self.worker_id,
+            id=run.task_id,
+            name=c.name,
+            queue=logical(c.queue),
+            attempt=c.attempt,
+            retries=c.retries,
+            max_retries=c.max_retries,
+            worker_id=self.worker_id,
             deadline=deadline,
             hooks=hooks,
-        )  # fmt: skip
+        )
 
     async def _around(self, run: Attempt) -> Any:
         """The run inside the middleware's ``around_task`` hooks (one context for all)."""

@@ -123,8 +123,12 @@ class Executor:
             item = result_item(c, result, env.settings.max_result_bytes)
         except asyncio.CancelledError:
             if run.stop_reason is StopReason.CLAIM_LOST:
-                log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
-                            extra=_extra(run, env.worker_id))  # fmt: skip
+                log.warning(
+                    "claim lost, run cancelled: %s attempt %d",
+                    run.task_id,
+                    c.attempt,
+                    extra=_extra(run, env.worker_id),
+                )
                 await self.runner.notify(run, "lost", None)  # (off the hot path: unguarded)
                 return
             if run.stop_reason is not StopReason.CANCELLED:
@@ -163,11 +167,15 @@ class Executor:
         live worker declared the name within DTQ_DECLARATION_GRACE_S; False when none did."""
         env, c, s = self.env, run.claimed, self.env.settings
         call = sc.requeue_call(
-            env.keys.queue(c.queue), env.worker_id, [run.ref], events_maxlen=s.events_maxlen,
-            ttl_s=max(s.result_ttl_s, s.dlq_ttl_s), max_interruptions=s.max_interruptions,
+            env.keys.queue(c.queue),
+            env.worker_id,
+            [run.ref],
+            events_maxlen=s.events_maxlen,
+            ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
+            max_interruptions=s.max_interruptions,
             retry_delay_ms=UNKNOWN_HANDBACK_MS,
             unknown_grace_ms=int(s.declaration_grace_s * 1000),
-        )  # fmt: skip
+        )
         run.writing = True
         self.slots.release(run)
         [verdict] = sc.parse_verdicts(await env.scripts.run(call))
@@ -189,8 +197,12 @@ class Executor:
             return
         if verdict == "stale":
             env.metrics.stale_writes.inc()
-            log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
-                        extra=_extra(run, env.worker_id))  # fmt: skip
+            log.warning(
+                "stale outcome rejected: %s attempt %d",
+                run.task_id,
+                c.attempt,
+                extra=_extra(run, env.worker_id),
+            )
             return
         outcome = "retried" if verdict == "scheduled" else verdict
         rec.count(outcome).inc()

@@ -117,8 +117,11 @@ def _json_arg(value: str | None, what: str, kind: type, wanted: str) -> Any:
 @click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
 @click.option("--timeout", type=float, help="Seconds a run may take.")
 @click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
-@click.option("--expires", help="Seconds from now, or an ISO 8601 time (with zone), by which a "
-              "run must start; else it ends expired.")  # fmt: skip
+@click.option(
+    "--expires",
+    help="Seconds from now, or an ISO 8601 time (with zone), by which a "
+    "run must start; else it ends expired.",
+)
 @click.option("--metadata", "metadata_json", help="A JSON object kept with the task.")
 @click.option(
     "--unique",
