@@ -94,8 +94,13 @@ class Recovery:
                     continue
                 env.metrics.adopted.inc()
                 back = " (handing it back: stopping)" if env.stopping else ""
-                log.warning("adopted run after a lost reply: %s:%s attempt %d%s",
-                            queue, c.tid, c.attempt, back)  # fmt: skip
+                log.warning(
+                    "adopted run after a lost reply: %s:%s attempt %d%s",
+                    queue,
+                    c.tid,
+                    c.attempt,
+                    back,
+                )
                 fresh.append(c)
             if env.stopping:  # bodies never started: handed back, nothing spent
                 if batch.absorbed:
