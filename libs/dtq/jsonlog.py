@@ -13,12 +13,8 @@ class JsonFormatter(MsgspecFormatter):
     traceback); extra fields (task_id, queue, attempt, ...) become keys."""
 
     def __init__(self) -> None:
-        super().__init__(
-            "{created}{levelname}{name}{message}",
-            style="{",
-            rename_fields={"created": "ts", "levelname": "level", "name": "logger",
-                           "message": "msg", "exc_info": "exc"},
-        )  # fmt: skip
+        fields = dict(created="ts", levelname="level", name="logger", message="msg", exc_info="exc")
+        super().__init__("{created}{levelname}{name}{message}", style="{", rename_fields=fields)
 
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
         log_data["ts"] = round(log_data["ts"], 3)

@@ -101,15 +101,14 @@ class Reports:
 
     async def _write(self) -> None:
         r, c = self._runner, self._run.claimed
+        qk, maxlen = r.keys.queue(c.queue), r.events_maxlen
         gate: contextlib.AbstractAsyncContextManager[Any] = r.gate or contextlib.nullcontext()
         while self._pending is not None:
             try:
                 async with gate:  # (the latest report is taken once its turn came)
                     payload, self._pending = self._pending, None
-                    await r.scripts.run(sc.progress_call(
-                        r.keys.queue(c.queue), c.tid, c.attempt, r.worker_id, payload,
-                        r.events_maxlen,
-                    ))  # fmt: skip
+                    call = sc.progress_call(qk, c.tid, c.attempt, r.worker_id, payload, maxlen)
+                    await r.scripts.run(call)
             except Exception as exc:  # progress is best effort; the outcome write is not
                 log.debug("progress of %s not written: %s", c.tid, exc)
 
@@ -154,11 +153,16 @@ class Runner:
     def context(self, run: Attempt, hooks: Reports | None, deadline: float | None) -> TaskContext:
         c = run.claimed
         return TaskContext(
-            id=run.task_id, name=c.name, queue=logical(c.queue), attempt=c.attempt,
-            retries=c.retries, max_retries=c.max_retries, worker_id=self.worker_id,
+            id=run.task_id,
+            name=c.name,
+            queue=logical(c.queue),
+            attempt=c.attempt,
+            retries=c.retries,
+            max_retries=c.max_retries,
+            worker_id=self.worker_id,
             deadline=deadline,
             hooks=hooks,
-        )  # fmt: skip
+        )
 
     async def _around(self, run: Attempt) -> Any:
         """The run inside the middleware's ``around_task`` hooks (one context for all)."""

@@ -228,13 +228,11 @@ def _spec(keys: Keys, p: Plan, i: int) -> str:
     s = p.steps[i]
     t = s.task
     qk = keys.queue(s.queue)
-    fields = [
-        s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.max_retries),
-        "" if t.timeout is None else repr(float(t.timeout)), str(t.delay_ms),
-        str(t.expires_ms), t.meta, f"{keys.queue(p.home).flow(p.ftid)}|{i}", qk.task_base,
-        t.headers, t.group, t.unset,
-    ]  # fmt: skip
-    return codec.dumps(fields, "workflow step")
+    timeout = "" if t.timeout is None else repr(float(t.timeout))
+    flow = f"{keys.queue(p.home).flow(p.ftid)}|{i}"
+    head = [s.queue, t.tid, t.name, t.args, t.kwargs, str(t.priority), str(t.max_retries), timeout]
+    tail = [str(t.delay_ms), str(t.expires_ms), t.meta, flow, qk.task_base, t.headers, t.group]
+    return codec.dumps([*head, *tail, t.unset], "workflow step")
 
 
 def enqueue_call(
@@ -242,10 +240,8 @@ def enqueue_call(
 ) -> tuple[Call, list[tuple[str, str]]]:
     """flow_enqueue.lua's call; and (queue, spec) of each first step on another queue, for the
     client to move at once (:func:`dtq.scripts.flow_put_call`)."""
-    head: list[Any] = [
-        events_maxlen, p.ftid, len(p.steps), json.dumps(p.root, separators=(",", ":")),
-        json.dumps(p.tree, separators=(",", ":")), max_payload,
-    ]  # fmt: skip
+    root, tree = (json.dumps(x, separators=(",", ":")) for x in (p.root, p.tree))
+    head: list[Any] = [events_maxlen, p.ftid, len(p.steps), root, tree, max_payload]
     args: list[Any] = []
     away: list[tuple[str, str]] = []
     for i, s in enumerate(p.steps):

@@ -83,20 +83,27 @@ def cli(host: str, port: int, insecure: bool, app: str | None) -> None:
         print("dtq-api: --port must be 0-65535", file=sys.stderr)
         sys.exit(2)
     if not settings.api_token and not is_loopback(host) and not insecure:
-        print(f"dtq-api: refusing to serve {host} without DTQ_API_TOKEN (anyone reaching "
-              "it could pause, purge and cancel); set a token, bind 127.0.0.1, or pass "
-              "--insecure", file=sys.stderr)  # fmt: skip
+        print(
+            f"dtq-api: refusing to serve {host} without DTQ_API_TOKEN (anyone reaching "
+            "it could pause, purge and cancel); set a token, bind 127.0.0.1, or pass "
+            "--insecure",
+            file=sys.stderr,
+        )
         sys.exit(2)
     busy = cannot_bind(host, port)
     if busy:
         print(f"dtq-api: cannot listen on {host}:{port}: {busy}", file=sys.stderr)
         sys.exit(2)
     logs.setup(settings.log_format, settings.log_level)
-    log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", host, port,
-             settings.key_prefix, "on" if settings.api_token else "off")  # fmt: skip
+    auth = "on" if settings.api_token else "off"
+    log.info("dtq-api on http://%s:%d (prefix %s, auth %s)", host, port, settings.key_prefix, auth)
     if not settings.api_token:
-        log.warning("auth is off (DTQ_API_TOKEN unset): every local process and user can "
-                    "change queues and tasks through %s:%d", host, port)  # fmt: skip
+        log.warning(
+            "auth is off (DTQ_API_TOKEN unset): every local process and user can "
+            "change queues and tasks through %s:%d",
+            host,
+            port,
+        )
     uvicorn.run(
         create_app(settings, tasks_app, bind_host=host),
         host=host,

@@ -189,10 +189,10 @@ class Consumer:
 
     def _claim_call(self, queue: str, free: int) -> sc.Call:
         env, s = self.env, self.env.settings
+        qk = env.keys.queue(queue)
         return sc.claim_call(
-            env.keys.queue(queue), env.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair,
-            s.group_cap(queue),
-        )  # fmt: skip
+            qk, env.worker_id, free, s.events_maxlen, s.result_ttl_s, s.fair, s.group_cap(queue)
+        )
 
     async def _behind_xread(
         self, after: str, call: sc.Call, capped: list[str]
@@ -207,10 +207,8 @@ class Consumer:
                 self._wake_id = int(await self._wake.call(("CLIENT", "ID")))
                 self._wake_conn = conn
         streams = self._streams
-        xread = (
-            "XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams,
-            *([after] * len(streams)),
-        )  # fmt: skip
+        ids = [after] * len(streams)
+        xread = ("XREAD", "COUNT", 1, "BLOCK", IDLE_BLOCK_MS, "STREAMS", *streams, *ids)
         claim, wake_id = env.scripts.evalsha(call), self._wake_id
 
         async def send() -> Any:

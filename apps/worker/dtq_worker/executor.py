@@ -29,13 +29,12 @@ log = logging.getLogger("dtq.executor")
 UNKNOWN_HANDBACK_MS = 1000
 
 
-def _extra(run: Run, worker_id: str) -> dict[str, Any]:
+def _extra(run: Run, worker: str) -> dict[str, Any]:
     """Structured log fields of a run (built only when a line is actually logged)."""
     c = run.claimed
-    return {
-        "task_id": run.task_id, "queue": logical(c.queue), "attempt": c.attempt, "task": c.name,
-        "worker": worker_id,
-    }  # fmt: skip
+    return dict(
+        task_id=run.task_id, queue=logical(c.queue), attempt=c.attempt, task=c.name, worker=worker
+    )
 
 
 def _log_failure(run: Run, item: sc.Failure, outcome: str, elapsed: float, worker: str) -> None:
@@ -45,11 +44,9 @@ def _log_failure(run: Run, item: sc.Failure, outcome: str, elapsed: float, worke
     level = logging.ERROR if outcome == "failed" else logging.INFO
     if not log.isEnabledFor(level):
         return
-    rec = log.makeRecord(
-        log.name, level, __file__, 0, "%s %s %s attempt %d in %.3fs: %s",
-        (outcome, c.name, run.task_id, c.attempt, elapsed, item.error), None,
-        extra=_extra(run, worker),
-    )  # fmt: skip
+    msg = "%s %s %s attempt %d in %.3fs: %s"
+    args = (outcome, c.name, run.task_id, c.attempt, elapsed, item.error)
+    rec = log.makeRecord(log.name, level, __file__, 0, msg, args, None, extra=_extra(run, worker))
     if level == logging.ERROR and item.traceback:
         rec.exc_text = item.traceback.rstrip("\n")  # written after the line, as exc_info's is
     log.handle(rec)
@@ -90,10 +87,10 @@ class Executor:
         self.outcomes = outcomes
         self.slots = slots
         self.counters = counters
+        maxlen = env.settings.events_maxlen
         self.runner = Runner(
-            app, pool, env.worker_id, env.scripts, env.keys, env.settings.events_maxlen,
-            env.progress_writes,
-        )  # fmt: skip
+            app, pool, env.worker_id, env.scripts, env.keys, maxlen, env.progress_writes
+        )
         self.mw = self.runner.mw  # the app's middleware, None when it has none
         self._records: dict[tuple[str, str], _Record] = {}
         info = log.isEnabledFor(logging.INFO)
@@ -126,8 +123,12 @@ class Executor:
             item = result_item(c, result, env.settings.max_result_bytes)
         except asyncio.CancelledError:
             if run.stop_reason is StopReason.CLAIM_LOST:
-                log.warning("claim lost, run cancelled: %s attempt %d", run.task_id, c.attempt,
-                            extra=_extra(run, env.worker_id))  # fmt: skip
+                log.warning(
+                    "claim lost, run cancelled: %s attempt %d",
+                    run.task_id,
+                    c.attempt,
+                    extra=_extra(run, env.worker_id),
+                )
                 await self.runner.notify(run, "lost", None)  # (off the hot path: unguarded)
                 return
             if run.stop_reason is not StopReason.CANCELLED:
@@ -166,11 +167,15 @@ class Executor:
         live worker declared the name within DTQ_DECLARATION_GRACE_S; False when none did."""
         env, c, s = self.env, run.claimed, self.env.settings
         call = sc.requeue_call(
-            env.keys.queue(c.queue), env.worker_id, [run.ref], events_maxlen=s.events_maxlen,
-            ttl_s=max(s.result_ttl_s, s.dlq_ttl_s), max_interruptions=s.max_interruptions,
+            env.keys.queue(c.queue),
+            env.worker_id,
+            [run.ref],
+            events_maxlen=s.events_maxlen,
+            ttl_s=max(s.result_ttl_s, s.dlq_ttl_s),
+            max_interruptions=s.max_interruptions,
             retry_delay_ms=UNKNOWN_HANDBACK_MS,
             unknown_grace_ms=int(s.declaration_grace_s * 1000),
-        )  # fmt: skip
+        )
         run.writing = True
         self.slots.release(run)
         [verdict] = sc.parse_verdicts(await env.scripts.run(call))
@@ -192,8 +197,12 @@ class Executor:
             return
         if verdict == "stale":
             env.metrics.stale_writes.inc()
-            log.warning("stale outcome rejected: %s attempt %d", run.task_id, c.attempt,
-                        extra=_extra(run, env.worker_id))  # fmt: skip
+            log.warning(
+                "stale outcome rejected: %s attempt %d",
+                run.task_id,
+                c.attempt,
+                extra=_extra(run, env.worker_id),
+            )
             return
         outcome = "retried" if verdict == "scheduled" else verdict
         rec.count(outcome).inc()

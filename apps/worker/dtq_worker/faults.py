@@ -11,11 +11,9 @@ import redis.exceptions as rex
 from dtq.errors import describe
 from dtq.store.eviction import is_oom
 
-_TRANSIENT_REPLIES = (
-    "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
-    "max number of clients", "NOREPLICAS",
-    "non local key",  # a script met a key of its slot that a migration already moved
-)  # fmt: skip
+_CODES = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+# "non local key": a script met a key of its slot that a migration already moved.
+_TRANSIENT_REPLIES = (*_CODES, "max number of clients", "non local key")
 # redis-py's cluster client during a failover or a migration (outside the ResponseError family).
 _TRANSIENT_CLUSTER = (rex.SlotNotCoveredError, rex.ClusterError, rex.AskError, rex.TryAgainError)
 _CLUSTER_UNREACHABLE = "Redis Cluster cannot be connected"

@@ -12,9 +12,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 # prometheus_client's default buckets.
-DEFAULT_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"),
-)  # fmt: skip
+_SUB_SECOND = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75)
+DEFAULT_BUCKETS = (*_SUB_SECOND, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"))
 
 
 class HotHistogram:

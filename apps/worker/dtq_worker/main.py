@@ -160,7 +160,10 @@ def run_worker(app: App) -> int:
         return EXIT_ID_HELD if isinstance(exc, IdStillHeld) else EXIT_CONFIG
     except Exception as exc:
         if is_transient(exc):
-            print(f"dtq-worker: Redis unreachable: {exc} (is Redis running? DTQ_REDIS_URL "
-                  "says where it is)", file=sys.stderr)  # fmt: skip
+            print(
+                f"dtq-worker: Redis unreachable: {exc} (is Redis running? DTQ_REDIS_URL "
+                "says where it is)",
+                file=sys.stderr,
+            )
             return EXIT_REDIS_LOST
         raise

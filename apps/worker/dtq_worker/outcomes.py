@@ -116,9 +116,13 @@ class OutcomeWriter:
                         refill = (queue, held, call)
                 else:
                     call = sc.fail_call(
-                        qk, env.worker_id, [batch[i].item for i in idx],  # type: ignore[misc]
-                        s.events_maxlen, max(s.result_ttl_s, s.dlq_ttl_s), _hist(s, batch, idx),
-                    )  # fmt: skip
+                        qk,
+                        env.worker_id,
+                        [batch[i].item for i in idx],  # type: ignore[misc]
+                        s.events_maxlen,
+                        max(s.result_ttl_s, s.dlq_ttl_s),
+                        _hist(s, batch, idx),
+                    )
                 calls.append(call)
                 order.append((kind, idx))
             sent = time.monotonic()

@@ -72,9 +72,12 @@ class Recovery:
             try:
                 async with self._sending:
                     call = sc.recover_call(
-                        env.keys.queue(queue), env.worker_id, self.runs.known(queue),
-                        events_maxlen=env.settings.events_maxlen, since_ms=self.since_ms,
-                    )  # fmt: skip
+                        env.keys.queue(queue),
+                        env.worker_id,
+                        self.runs.known(queue),
+                        events_maxlen=env.settings.events_maxlen,
+                        since_ms=self.since_ms,
+                    )
                     sent = time.monotonic()
                     batch = sc.parse_claim(queue, await env.scripts.run(call))
             except Exception as exc:
@@ -91,8 +94,13 @@ class Recovery:
                     continue
                 env.metrics.adopted.inc()
                 back = " (handing it back: stopping)" if env.stopping else ""
-                log.warning("adopted run after a lost reply: %s:%s attempt %d%s",
-                            queue, c.tid, c.attempt, back)  # fmt: skip
+                log.warning(
+                    "adopted run after a lost reply: %s:%s attempt %d%s",
+                    queue,
+                    c.tid,
+                    c.attempt,
+                    back,
+                )
                 fresh.append(c)
             if env.stopping:  # bodies never started: handed back, nothing spent
                 if batch.absorbed:

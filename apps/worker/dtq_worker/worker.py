@@ -195,8 +195,11 @@ class Worker:
 
     def on_signal(self, sig: int) -> None:
         if not self.env.stopping:
-            log.info("%s: draining (up to %.0fs); send again to skip the drain",
-                     signal.Signals(sig).name, self.settings.drain_timeout_s)  # fmt: skip
+            log.info(
+                "%s: draining (up to %.0fs); send again to skip the drain",
+                signal.Signals(sig).name,
+                self.settings.drain_timeout_s,
+            )
             self.initiate_shutdown()
         else:
             log.warning("second %s: skipping the drain", signal.Signals(sig).name)

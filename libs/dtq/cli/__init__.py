@@ -117,8 +117,11 @@ def _json_arg(value: str | None, what: str, kind: type, wanted: str) -> Any:
 @click.option("--max-retries", type=click.IntRange(0), help="Retry budget.")
 @click.option("--timeout", type=float, help="Seconds a run may take.")
 @click.option("--idempotency-key", help="Return the existing task enqueued with this key.")
-@click.option("--expires", help="Seconds from now, or an ISO 8601 time (with zone), by which a "
-              "run must start; else it ends expired.")  # fmt: skip
+@click.option(
+    "--expires",
+    help="Seconds from now, or an ISO 8601 time (with zone), by which a "
+    "run must start; else it ends expired.",
+)
 @click.option("--metadata", "metadata_json", help="A JSON object kept with the task.")
 @click.option(
     "--unique",
@@ -172,13 +175,13 @@ def enqueue(
         if w.category is UndeclaredTaskWarning:
             echo(f"warning: {w.message}", err=True)
     data = {"id": h.id, "queue": h.queue, "status": h.status.value, "created": h.created}
-    emit(data, as_json, lambda: echo(f"{h.id} {h.status.value}"
-                                            + ("" if h.created else " (existing)")))  # fmt: skip
+    existing = "" if h.created else " (existing)"
+    emit(data, as_json, lambda: echo(f"{h.id} {h.status.value}{existing}"))
 
 
 # What `dtq task` leaves out for a workflow: its steps have these, the workflow does not.
-FLOW_OMITS = frozenset(("priority", "attempt", "failures", "retries_left", "timeout", "requeues",
-                        "worker_id", "defaults"))  # fmt: skip
+_RUN_FIELDS = ("priority", "attempt", "failures", "retries_left", "timeout", "requeues")
+FLOW_OMITS = frozenset((*_RUN_FIELDS, "worker_id", "defaults"))
 
 
 @cli.command(epilog=EPILOG)
@@ -195,9 +198,9 @@ def task(task_id: str, history: bool, as_json: bool) -> None:
     flow = d.get("tree") is not None  # a workflow: no attempt, retries or timeout of its own
 
     def human() -> None:
-        for k in ("id", "name", "queue", "group", "status", "priority", "attempt", "failures",
-                  "retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id",
-                  "enqueued_at", "started_at", "finished_at", "due_at"):  # fmt: skip
+        head = ("id", "name", "queue", "group", "status", "priority", "attempt", "failures")
+        tail = ("retries_left", "timeout", "expires_at", "defaults", "requeues", "worker_id")
+        for k in (*head, *tail, "enqueued_at", "started_at", "finished_at", "due_at"):
             if flow and k in FLOW_OMITS:
                 continue
             if k == "retries_left":
@@ -335,8 +338,8 @@ def workers(as_json: bool) -> None:
              w.pid or "", w.tasks_processed, w.tasks_failed, clip(",".join(w.tasks), 50))
             for w in infos
         ]  # fmt: skip
-        table(rows, ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host",
-                      "pid", "done", "failed", "tasks"])  # fmt: skip
+        heads = ["worker", "liveness", "status", "heartbeat", "in-flight", "queues", "host"]
+        table(rows, [*heads, "pid", "done", "failed", "tasks"])
 
     emit([w.to_dict() for w in infos], as_json, human)
     if not any(w.live for w in infos):
@@ -360,13 +363,13 @@ def schedules(ctx: click.Context, queue: str | None, as_json: bool) -> None:
 
     def human() -> None:
         echo("periodic schedules:")
-        rows = [
-            (s["name"], s["queue"], s["task"],
-             s.get("cron") or (f"every {s['every']}s" if s.get("every") else ""),
-             s.get("tz") or "", zoned_time(s.get("next_fire_at"), s.get("tz")))
-            for s in periodic
-        ]  # fmt: skip
-        table(rows, ["schedule", "queue", "task", "when", "tz", "next fire"])
+
+        def row(s: dict[str, Any]) -> tuple[Any, ...]:
+            when = s.get("cron") or (f"every {s['every']}s" if s.get("every") else "")
+            fire = zoned_time(s.get("next_fire_at"), s.get("tz"))
+            return s["name"], s["queue"], s["task"], when, s.get("tz") or "", fire
+
+        table([row(s) for s in periodic], ["schedule", "queue", "task", "when", "tz", "next fire"])
         echo("delayed tasks and retries:")
         table(
             [(d.task_id, d.name, d.kind, short_time(d.due_at)) for d in delayed],
@@ -385,8 +388,8 @@ def schedules_remove(name: str, queue: str, as_json: bool) -> None:
     code of a live worker is stored again by it."""
     removed = run_admin(lambda a: a.remove_schedule(queue, name))
     if as_json or removed:
-        emit({"name": name, "queue": queue, "removed": removed}, as_json,
-              lambda: echo(f"schedule {name} of queue {queue} removed"))  # fmt: skip
+        data = {"name": name, "queue": queue, "removed": removed}
+        emit(data, as_json, lambda: echo(f"schedule {name} of queue {queue} removed"))
     if not removed:
         raise Failed(f"no schedule {name!r} in queue {queue!r}")
 
@@ -405,14 +408,13 @@ def stats(queue: str | None, minutes: int, step: int, as_json: bool) -> None:
     rows = run_admin(lambda a: a.stats(queue=queue, minutes=minutes, step=min(step, minutes)))
 
     def human() -> None:
-        def secs(v: float | None) -> str:
-            return "-" if v is None else f"<={v:g}s"
+        def quantiles(b: dict[str, Any]) -> list[str]:
+            return ["-" if b[q] is None else f"<={b[q]:g}s" for q in ("p50", "p95", "p99")]
 
         counts = ("enqueued", "succeeded", "failed", "retried", "cancelled")
         busy = [b for b in rows if any(b[c] for c in counts)]
-        table([(short_time(b["minute"]), *(b[c] for c in counts), secs(b["p50"]),
-                 secs(b["p95"]), secs(b["p99"])) for b in busy],
-               ["minute", *counts, "p50", "p95", "p99"])  # fmt: skip
+        lines = [(short_time(b["minute"]), *(b[c] for c in counts), *quantiles(b)) for b in busy]
+        table(lines, ["minute", *counts, "p50", "p95", "p99"])
         if not busy:
             echo(f"no activity in the last {minutes} minutes")
 

@@ -29,8 +29,8 @@ from dtq.settings import Settings, load_settings
 # The key prefix of the demo on a Redis given with --redis-url (the private one uses dtq's).
 DEV_PREFIX = "dtq-dev"
 # The user's DTQ_ settings the demo's processes keep (how they log, how fast they retry).
-PASSED = ("DTQ_LOG_LEVEL", "DTQ_LOG_FORMAT", "DTQ_RETRY_BACKOFF_S", "DTQ_HEARTBEAT_INTERVAL_S",
-          "DTQ_VISIBILITY_TIMEOUT_S")  # fmt: skip
+_LOGGING = ("DTQ_LOG_LEVEL", "DTQ_LOG_FORMAT")
+PASSED = (*_LOGGING, "DTQ_RETRY_BACKOFF_S", "DTQ_HEARTBEAT_INTERVAL_S", "DTQ_VISIBILITY_TIMEOUT_S")
 
 
 def _free_port() -> int:
@@ -71,11 +71,10 @@ def redis_for_dev(say: Any, given: str | None = None) -> Iterator[str]:
     exe = shutil.which("redis-server")
     if exe:
         tmp = tempfile.mkdtemp(prefix="dtq-dev-")
+        flags = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no", "--dir", tmp],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [exe, *flags, "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             _wait_ping(url, proc)
             say(f"started a private redis-server on {url}")
@@ -184,11 +183,10 @@ def dev_env(url: str, prefix: str) -> dict[str, str]:
     """The environment of the demo's processes: the user's without their DTQ_ settings (but
     :data:`PASSED`), with the demo's Redis and key prefix."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_") or k in PASSED}
-    return {
-        "DTQ_RETRY_BACKOFF_S": "0.5", "DTQ_HEARTBEAT_INTERVAL_S": "1",
-        "DTQ_VISIBILITY_TIMEOUT_S": "10",
-        **env, "DTQ_REDIS_URL": url, "DTQ_KEY_PREFIX": prefix,
-    }  # fmt: skip
+    demo = dict(
+        DTQ_RETRY_BACKOFF_S="0.5", DTQ_HEARTBEAT_INTERVAL_S="1", DTQ_VISIBILITY_TIMEOUT_S="10"
+    )
+    return {**demo, **env, "DTQ_REDIS_URL": url, "DTQ_KEY_PREFIX": prefix}
 
 
 def _settings_in(env: dict[str, str]) -> Settings:

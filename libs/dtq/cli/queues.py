@@ -38,8 +38,8 @@ def queues(name: str | None, as_json: bool) -> None:
         rows = []
         for q in infos:
             bands = " ".join(f"p{p}:{n}" for p, n in q.depth.items() if n) or "-"
-            rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq,
-                         "yes" if q.paused else "no", age(q.oldest_waiting_age_s)))  # fmt: skip
+            paused, oldest = "yes" if q.paused else "no", age(q.oldest_waiting_age_s)
+            rows.append((q.name, q.queued, bands, q.scheduled, q.running, q.dlq, paused, oldest))
         table(
             rows,
             ["queue", "queued", "by priority", "scheduled", "running", "dlq", "paused", "oldest"],
@@ -95,10 +95,9 @@ def purge(queue: str, yes: bool, as_json: bool) -> None:
         return q.queued + q.scheduled
 
     res = with_bar("purging", total, lambda a, p: a.purge(queue, progress=p), as_json)
-    emit({"queue": queue, **res.to_dict()}, as_json,
-          lambda: echo(f"{queue}: purged {res.done} tasks "
-                             f"({res.skipped['queued']} queued, "
-                             f"{res.skipped['scheduled']} scheduled)"))  # fmt: skip
+    sk = res.skipped
+    done = f"{queue}: purged {res.done} tasks ({sk['queued']} queued, {sk['scheduled']} scheduled)"
+    emit({"queue": queue, **res.to_dict()}, as_json, lambda: echo(done))
 
 
 @click.command(epilog=EPILOG)

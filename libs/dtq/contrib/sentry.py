@@ -36,10 +36,8 @@ class SentryMiddleware(Middleware):
             scope.set_tag("dtq.queue", ctx.queue)
             scope.set_tag("dtq.attempt", str(ctx.attempt))
             scope.set_tag("dtq.task_id", ctx.id)
-            scope.set_context(
-                "dtq", {"worker_id": ctx.worker_id, "retries": ctx.retries,
-                        "max_retries": ctx.max_retries},
-            )  # fmt: skip
+            retries = {"retries": ctx.retries, "max_retries": ctx.max_retries}
+            scope.set_context("dtq", {"worker_id": ctx.worker_id, **retries})
             self._scopes[(ctx.id, ctx.attempt)] = scope
             return await call_next()
 

@@ -108,8 +108,12 @@ class ScheduleRunner:
                 pipe.hdel(qk.schedules_seen, name)
                 await pipe.execute()
             self._kept.discard((queue, name))
-            log.info("schedule %s of queue %s removed: no live worker declared it for %gs",
-                     name, queue, self.settings.declaration_grace_s)  # fmt: skip
+            log.info(
+                "schedule %s of queue %s removed: no live worker declared it for %gs",
+                name,
+                queue,
+                self.settings.declaration_grace_s,
+            )
 
     async def tick_if_due(self, queue: str, next_fire_ms: int | None, now_ms: int) -> int | None:
         """:meth:`tick` when a schedule is due at ``now_ms`` (the server's time) by
@@ -172,8 +176,12 @@ class ScheduleRunner:
         elif outcome is sc.FireOutcome.OVERLAP:
             log.info("schedule %s skipped a fire: previous run %s still active", name, task_id)
         elif outcome is sc.FireOutcome.MISSED:
-            log.warning("schedule %s skipped missed fire(s) from %s (past the %gs grace)",
-                        name, from_ms(expected), s.grace)  # fmt: skip
+            log.warning(
+                "schedule %s skipped missed fire(s) from %s (past the %gs grace)",
+                name,
+                from_ms(expected),
+                s.grace,
+            )
 
     def _task(self, s: Schedule, fire_ms: int) -> sc.NewTask:
         # A task this app does not know is enqueued by name: what the schedule leaves unset is

@@ -128,10 +128,8 @@ def _hist(base: str, ttl_s: int) -> tuple[str, int]:
 def _has_options(t: NewTask) -> bool:
     """Whether any option of enqueue.lua's layout but dflt and grp is set (the two a by-name or
     grouped enqueue sets: tested first, on their own)."""
-    return bool(
-        t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
-        or t.meta or t.limit or t.headers
-    )  # fmt: skip
+    head = t.kwargs or t.timeout is not None or t.delay_ms or t.expires_ms or t.idempotency_key
+    return bool(head or t.meta or t.limit or t.headers)
 
 
 def _options(t: NewTask) -> dict[str, Any]:

@@ -51,10 +51,8 @@ def parse_verdicts(raw: list[Any]) -> list[Verdict]:
 
 @lru_cache(maxsize=512)
 def _claim_keys(qk: QueueKeys) -> tuple[str, ...]:
-    return (
-        *qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched,
-        qk.lim_base, qk.fair, qk.decl, qk.flow_base, qk.flowq,
-    )  # fmt: skip
+    head = (*qk.streams, qk.paused, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.sched)
+    return (*head, qk.lim_base, qk.fair, qk.decl, qk.flow_base, qk.flowq)
 
 
 # --- claim -----------------------------------------------------------------------------------
@@ -139,13 +137,9 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     for b in range(5, end, RUN_FIELDS):
         # The run's fields in claim.lua's order (RUN_FIELDS); one slice per run.
         tid, eid, at, name, args, kw, mr, to, rt, it, enq, pr, fl, idem = raw[b : b + RUN_FIELDS]
-        runs.append(
-            Claimed(
-                queue, s(tid), s(eid), int(at), s(name), s(args), s(kw), int(mr),
-                float(to) if to else None, int(rt), int(it), int(enq), int(pr), s(idem), "",
-                s(fl),
-            )
-        )  # fmt: skip
+        timeout = float(to) if to else None
+        head = (queue, s(tid), s(eid), int(at), s(name), s(args), s(kw), int(mr), timeout)
+        runs.append(Claimed(*head, int(rt), int(it), int(enq), int(pr), s(idem), "", s(fl)))
     held = int(raw[end]) if len(raw) > end else 0
     more = len(raw) > end + 1 and int(raw[end + 1]) == 1
     for h in range(end + 2, len(raw) - 1, 2):  # headers, only of the runs that have them
@@ -197,10 +191,8 @@ def complete_call(
 ) -> Call:
     """Store ``outcomes``; then, when ``claim`` > 0, claim up to that many runs (as claim.lua).
     With ``hist``, the stored ones are counted in the history (dtq.stats)."""
-    args: list[Any] = [
-        GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes), claim,
-        1 if fair else 0, group_cap,
-    ]  # fmt: skip
+    head = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, len(outcomes), claim]
+    args: list[Any] = [*head, 1 if fair else 0, group_cap]
     for o in outcomes:
         prio = o.priority if o.flags and o.priority is not None else ""
         args += [o.tid, o.eid, o.attempt, o.status, o.payload, prio, o.flags if prio != "" else ""]
@@ -248,10 +240,8 @@ def fail_call(
         delay = "" if f.retry_delay_ms is None else f.retry_delay_ms
         args += [f.tid, f.eid, f.attempt, f.error, delay]
     args += [f.traceback for f in failures]
-    keys = [
-        *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-        qk.lim_base, qk.flow_base, qk.flowq,
-    ]  # fmt: skip
+    head = [*qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base]
+    keys = [*head, qk.lim_base, qk.flow_base, qk.flowq]
     if hist is None:  # the history block, after the tracebacks
         args.append(0)
     else:
@@ -287,20 +277,13 @@ def requeue_call(
     handed back (due in ``retry_delay_ms``) only while a live worker declared the name within
     that grace; otherwise answered 'unknown' and left as they are."""
     kind = "unknown" if unknown_grace_ms is not None else "started" if started else "prefetched"
-    args: list[Any] = [
-        GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions,
-        retry_delay_ms, len(runs), kind, unknown_grace_ms or 0,
-    ]  # fmt: skip
+    head = [GROUP, worker_id, events_maxlen, ttl_s, qk.done_base, max_interruptions]
+    args: list[Any] = [*head, retry_delay_ms, len(runs), kind, unknown_grace_ms or 0]
     for r in runs:
         args += [r.tid, r.eid, r.attempt]
-    return Call(
-        "requeue",
-        [
-            *qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base,
-            qk.lim_base, qk.flow_base, qk.flowq, qk.decl_seen,
-        ],
-        args,
-    )  # fmt: skip
+    keys = [*qk.streams, qk.sched, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base]
+    keys += [qk.lim_base, qk.flow_base, qk.flowq, qk.decl_seen]
+    return Call("requeue", keys, args)
 
 
 def recover_call(

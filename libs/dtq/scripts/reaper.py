@@ -70,17 +70,9 @@ def reclaim_call(
     """One bounded step of a reclaim pass (see reclaim.lua): from ``band``/``cursor`` (a new
     pass by default), at most ``steps`` XAUTOCLAIMs of COUNT ``count``, at most ``count``
     entries adopted."""
-    return Call(
-        "reclaim",
-        [
-            *qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base,
-            qk.flow_base, qk.flowq,
-        ],
-        [
-            GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base, band,
-            cursor, steps,
-        ],
-    )  # fmt: skip
+    keys = [*qk.streams, qk.dlq, qk.events, qk.stats, qk.task_base, qk.idem_base, qk.lim_base]
+    head = [GROUP, worker_id, min_idle_ms, count, events_maxlen, ttl_s, qk.done_base, band]
+    return Call("reclaim", [*keys, qk.flow_base, qk.flowq], [*head, cursor, steps])
 
 
 def parse_reclaim(raw: list[Any]) -> ReclaimResult:

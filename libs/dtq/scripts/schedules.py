@@ -63,17 +63,15 @@ def schedule_fire_call(
     stored definition: anything else is stale) as ``task``, at ``fire_ms`` (None: skip the
     fire as missed); its next time becomes ``next_ms``. ``overlap``: whether a fire may start
     while the previous one still runs."""
+    timeout = "" if task.timeout is None else repr(float(task.timeout))
+    head = [name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1, 1 if overlap else 0]
+    fields = [task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries, timeout]
+    tail = [task.expires_ms, task.meta, *_limit_fields(task.limit), task.group, task.unset]
     return Call(
         "schedule_fire",
         [*qk.streams, qk.events, qk.task_base, qk.schedules, qk.schedules_next, qk.schedules_last],
-        [
-            name, expected_ms, next_ms, spec, 0 if fire_ms is None else 1,
-            1 if overlap else 0, events_maxlen, fire_ms or expected_ms,
-            task.tid, task.name, task.args, task.kwargs, task.priority, task.max_retries,
-            "" if task.timeout is None else repr(float(task.timeout)), task.expires_ms, task.meta,
-            *_limit_fields(task.limit), task.group, task.unset,
-        ],
-    )  # fmt: skip
+        [*head, events_maxlen, fire_ms or expected_ms, *fields, *tail],
+    )
 
 
 def _limit_fields(limit: str) -> tuple[str, str, str, str]:

@@ -170,10 +170,9 @@ def build_task(
     parts = settings.queue_partitions
     if parts or partition_key is not None:
         q = _partition(q, parts.get(q, 1), partition_key, idempotency_key, lim, grp)
-    return q, NewTask(
-        new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "", meta,
-        lim, unset, headers=_headers(headers) if headers else "", group=grp,
-    )  # fmt: skip
+    hdrs = _headers(headers) if headers else ""
+    head = (new_tid(), name, a, k, prio, mr, to, delay_ms, expires_ms, idempotency_key or "")
+    return q, NewTask(*head, meta, lim, unset, headers=hdrs, group=grp)
 
 
 # The steps of build_task, each called only when its check is needed.
