@@ -137,9 +137,13 @@ def parse_claim(queue: str, raw: list[Any]) -> ClaimBatch:
     for b in range(5, end, RUN_FIELDS):
         # The run's fields in claim.lua's order (RUN_FIELDS); one slice per run.
         tid, eid, at, name, args, kw, mr, to, rt, it, enq, pr, fl, idem = raw[b : b + RUN_FIELDS]
-        timeout = float(to) if to else None
-        head = (queue, s(tid), s(eid), int(at), s(name), s(args), s(kw), int(mr), timeout)
-        runs.append(Claimed(*head, int(rt), int(it), int(enq), int(pr), s(idem), "", s(fl)))
+        runs.append(
+            Claimed(  # (one call, no unpacking: the hottest parser of the worker)
+                queue, s(tid), s(eid), int(at), s(name), s(args), s(kw), int(mr),
+                float(to) if to else None, int(rt), int(it), int(enq), int(pr), s(idem), "",
+                s(fl),
+            )
+        )  # fmt: skip
     held = int(raw[end]) if len(raw) > end else 0
     more = len(raw) > end + 1 and int(raw[end + 1]) == 1
     for h in range(end + 2, len(raw) - 1, 2):  # headers, only of the runs that have them
