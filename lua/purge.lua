@@ -53,6 +53,12 @@ local function flow_purged(fl)
   flow_note(flow_k, fl, 'cancelled', 'purged')
 end
 
+-- The limit places of purged tasks that had been released for one (lown): passed on at the end
+-- of the call, after the parked and the group-listed tasks were purged. Passed on at once, the
+-- place released a parked task into its group mid-call, and the group pass then took it off its
+-- list with its new entry (a stream entry without the turn).
+local owed = {}
+
 local function forget(tid)
   local rk = base .. tid
   local r = redis.call('HMGET', rk, 'idem', 'flow', 'lown', 'lk', 'lc')
@@ -63,9 +69,9 @@ local function forget(tid)
   redis.call('DEL', rk)
   redis.call(done_pub(), done_prefix .. tid, 'purged')
   if r[2] then flow_purged(r[2]) end
-  -- A released task's place goes on (to the stream, which a later batch purges too): a purge
+  -- A released task's place goes on, at the end of this call (pass_on below), so a purge
   -- stopped between batches strands no parked task.
-  if r[3] then limit_pass_on(KEYS[15], base, KEYS, r[4], r[5]) end
+  if r[3] then owed[#owed + 1] = {r[4], r[5]} end
 end
 
 -- Pop the ids of list key (up to the call's budget) and forget those still waiting there
@@ -176,6 +182,7 @@ if seen < limit then
   end
 end
 
+for _, o in ipairs(owed) do limit_pass_on(KEYS[15], base, KEYS, o[1], o[2]) end
 if nq + ns > 0 then
   emit(KEYS[12], maxlen, 'purged', '', '', '', tostring(nq + ns))
 end

@@ -461,6 +461,32 @@ def test_a_limited_task_parked_returns_to_its_group(
     assert group_keys(r, qk) == []
 
 
+def test_a_purge_that_frees_a_limit_place_purges_the_parked_grouped_task_it_would_release(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Found by the model test: purging a task released for a limit's place passed the place
+    on within the call, to a grouped task parked behind the limit; the group pass then popped
+    that task (which now held its group's turn) off its list, leaving its stream entry without
+    a turn. The place passes on at the end of the call, after the parked tasks were purged."""
+    plain = [task(limit="1|0|0|k1") for _ in range(2)]
+    grouped = task("a", limit="1|0|0|k1")
+    enqueue(run, qk, *plain, grouped)
+    first = claim(run, qk, count=3)
+    assert [c.tid for c in first.runs] == [plain[0].tid] and first.held == 2
+    f = sc.Failure(plain[0].tid, first.runs[0].eid, first.runs[0].attempt, "E: boom", None)
+    assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
+    assert r.hget(qk.task(plain[1].tid), "lown") == "1"  # released for the place, with an entry
+    removed = 0
+    while True:
+        q, _s, more = run(sc.purge_call(qk, 100, 0, nonce=sc.new_nonce()))
+        removed += q
+        if not more:
+            break
+    assert removed == 2  # plain[1] and the parked grouped task: every waiting task
+    assert not r.exists(qk.task(grouped.tid)) and r.xlen(qk.stream(5)) == 0
+    assert group_keys(r, qk) == []
+
+
 def test_tasks_without_a_group_are_not_capped(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     """The cap is a named group's: with groups active, the plain tasks (group '') still run as
     the slots allow."""
