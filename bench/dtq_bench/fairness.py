@@ -66,9 +66,12 @@ def fairness(
 
             poll(lambda: bool(samples) and samples[-1][1] >= max(1, backlog // 10))
             t_a, n_a = samples[-1]
-            # (A later sample with more done: a slow poll may see both marks at once.)
-            poll(lambda: samples[-1][1] >= max(2, backlog // 5) and samples[-1][1] > n_a)
+            # (A later sample with more done: a slow poll may see both marks at once. From the
+            # first sample when the whole backlog was done by then.)
+            poll(lambda: samples[-1][1] >= max(2, backlog // 5, n_a + 1) or n_a >= backlog)
             t_b, n_b = samples[-1]
+            if t_b <= t_a:
+                t_a, n_a = samples[0]
             nxt = time.monotonic()
             for g in range(groups):
                 poll(lambda: time.monotonic() >= nxt)  # noqa: B023
