@@ -53,6 +53,16 @@ def complete(run: Any, qk: QueueKeys, c: sc.Claimed, w: str = "w1", cap: int = 0
     return sc.parse_complete(run(out)) == [True]
 
 
+def purge_all(run: Any, qk: QueueKeys, batch: int) -> int:
+    """purge.lua called until it reports no more, as dtq.admin does; the queued tasks removed."""
+    removed = 0
+    while True:
+        q, _s, more = run(sc.purge_call(qk, batch, 0, nonce=sc.new_nonce()))
+        removed += q
+        if not more:
+            return removed
+
+
 def group_keys(r: redis.Redis, qk: QueueKeys) -> list[str]:
     return sorted(r.scan_iter(match=qk.group_base + "*"))
 
@@ -432,12 +442,7 @@ def test_purge_removes_listed_tasks_and_every_group_key(
     enqueue(run, qk, *[task(f"g{i % 7}") for i in range(60)], *[task() for _ in range(5)])
     hold(run, qk, "g3", True)
     claim(run, qk, count=5)  # g3's turn may be withheld now
-    removed = 0
-    while True:
-        q, _s, more = run(sc.purge_call(qk, 10, 0, nonce=sc.new_nonce()))
-        removed += q
-        if not more:
-            break
+    removed = purge_all(run, qk, 10)
     assert removed == 60  # the five running stay
     left = set(group_keys(r, qk))
     assert not any(k.startswith(qk.group_base + "w:") for k in left)
@@ -476,12 +481,7 @@ def test_a_purge_that_frees_a_limit_place_purges_the_parked_grouped_task_it_woul
     f = sc.Failure(plain[0].tid, first.runs[0].eid, first.runs[0].attempt, "E: boom", None)
     assert sc.parse_verdicts(run(sc.fail_call(qk, "w1", [f], 100, 60))) == ["failed"]
     assert r.hget(qk.task(plain[1].tid), "lown") == "1"  # released for the place, with an entry
-    removed = 0
-    while True:
-        q, _s, more = run(sc.purge_call(qk, 100, 0, nonce=sc.new_nonce()))
-        removed += q
-        if not more:
-            break
+    removed = purge_all(run, qk, 100)
     assert removed == 2  # plain[1] and the parked grouped task: every waiting task
     assert not r.exists(qk.task(grouped.tid)) and r.xlen(qk.stream(5)) == 0
     assert group_keys(r, qk) == []
