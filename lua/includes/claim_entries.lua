@@ -403,9 +403,11 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       -- the task): the worker gives them back with the outcome, so complete.lua's fence reads
       -- 3 fields, not 8 (each absent one costs HMGET a scan of the whole record).
       local flags = '-'
-      if r[14] or r[15] or r[21] or r[22] or grp then
+      if r[14] or r[15] or r[21] or r[22] then
         flags = (r[14] and 'i' or '') .. (r[15] and 'l' or '') .. (r[21] and 'e' or '') ..
           (r[22] and 'f' or '') .. (grp and 'g' or '')
+      elseif grp then
+        flags = 'g'
       end
       out[o + 13] = flags
       out[o + 14] = r[14] or ''
