@@ -107,11 +107,11 @@ local claim_count = tonumber(ARGV[7])
 local uncapped = (ARGV[9] or '0') == '0'  -- no group cap on this worker (see group_end)
 local base = KEYS[14]
 -- Without a cap, the ended runs of one fair group that follow one another (a group alone in
--- its band: the whole batch) leave its running set together (group_end).
-local end_grp, end_band, end_tids, end_n = nil, nil, {}, 0
+-- its band: the whole batch) leave its running count together (group_end).
+local end_grp, end_band, end_n = nil, nil, 0
 local function end_flush()
   if end_n > 0 then
-    group_end(group_base(base), KEYS, base, end_grp, end_tids, end_band, end_n)
+    group_end(group_base(base), KEYS, base, end_grp, end_n, end_band)
     end_n = 0
   end
 end
@@ -166,14 +166,13 @@ for i = 0, n - 1 do
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
     if r[9] and not uncapped then
-      group_end(group_base(base), KEYS, base, r[9], tid)
+      group_end(group_base(base), KEYS, base, r[9], 1)
     elseif r[9] then
-      if r[9] ~= end_grp or end_n >= 200 then  -- (200: unpack's bound on the Lua stack)
+      if r[9] ~= end_grp then
         end_flush()
         end_grp = r[9]
       end
       end_n = end_n + 1
-      end_tids[end_n] = tid
       end_band = r[4] or DEF_PRIO
     end
     local reason = payload  -- what the flow's join is told: the result, or the cancel reason

@@ -177,13 +177,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return r
   end
 
-  -- Runs started in this call go into their group's running set; without a cap the runs one
-  -- group starts one after another (a group alone in its band: the whole batch) in one ZADD
-  -- (run_flush), before anything reads that set (settle: group_settle) and at the end.
-  local add_grp, add_args, add_n = nil, nil, 0
+  -- Runs started in this call count in their group's running count (g:run:<group>); without a
+  -- cap the runs one group starts one after another (a group alone in its band: the whole
+  -- batch) by one INCRBY (run_flush), before anything reads the count (settle: group_settle)
+  -- and at the end.
+  local add_grp, add_n = nil, 0
   local function run_flush()
     if add_n > 0 then
-      redis.call('ZADD', gb .. 'run:' .. add_grp, unpack(add_args, 1, add_n))
+      redis.call('INCRBY', gb .. 'run:' .. add_grp, add_n)
       add_n = 0
     end
   end
@@ -253,7 +254,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     if any_paused == nil then any_paused = redis.call('EXISTS', gb .. 'paused') == 1 end
     if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or
-        (gcap > 0 and grp ~= '' and group_full(gb, base, grp, gcap)) then
+        (gcap > 0 and grp ~= '' and group_full(gb, grp, gcap)) then
       drop_entry(KEYS[i], group, eid)
       redis.call('HDEL', rk, 'eid')
       redis.call('LPUSH', w, '~')
@@ -280,7 +281,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- (behind its turn, the last one holding the turn: it alone stays at the head of the list,
   -- the others leave the list now), all delivered by the next read of this very call and
   -- started without passing the turn again. No claim sees them waiting, so the order between
-  -- groups is that of one round each; not with a cap (the running set decides).
+  -- groups is that of one round each; not with a cap (the running count decides).
   local function issue_ahead(i, prio)
     local k = #passed_groups
     local q = math.floor((remaining - k) / k)
@@ -365,16 +366,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       if r[23] then redis.call('HDEL', rk, 'lown') end  -- the place is taken: owed no more
       if grp and gcap > 0 then
-        redis.call('ZADD', gb .. 'run:' .. grp, attempt_s, tid)
+        redis.call('INCR', gb .. 'run:' .. grp)
       elseif grp then  -- (run_flush)
-        if grp ~= add_grp or add_n >= 400 then  -- (400: unpack's bound on the Lua stack)
+        if grp ~= add_grp then
           run_flush()
           add_grp = grp
         end
-        add_args = add_args or {}
-        add_args[add_n + 1] = attempt_s
-        add_args[add_n + 2] = tid
-        add_n = add_n + 2
+        add_n = add_n + 1
       end
       if r[15] then
         local lb = lim_base .. r[15]

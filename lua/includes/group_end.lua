@@ -1,24 +1,21 @@
 -- include: group_heads
 -- include: group_release
 -- include: group_settle
--- A run of group grp ended or went back to waiting: it leaves the group's running set; a turn
--- withheld by the cap goes out again (the highest band's: one run ended, one may start), unless
--- the group is paused.
+-- n runs of group grp ended or went back to waiting: they leave the group's running count; a
+-- turn withheld by the cap goes out again (the highest band's: one run ended, one may start),
+-- unless the group is paused.
 -- band (a band digit of the runs): given by a caller without a cap (complete.lua, its worker's
--- DTQ_GROUP_CONCURRENCY 0 for the queue), with tid a list of n of the group's ended runs
--- (n <= 200: unpack's bound on the Lua stack). Then while the group runs other tasks, or has a
--- live turn in that band, nothing else is read: without caps a turn is withheld only by a
--- pause, which a run's end does not lift; a turn another worker's cap withheld goes out at the
--- end of the group's last run (group_settle) instead, as the group still runs or has a live
--- turn.
-local function group_end(gb, streams, tbase, grp, tid, band, n)
+-- DTQ_GROUP_CONCURRENCY 0 for the queue), with n up to a batch of the group's ended runs. Then
+-- while the group runs other tasks, or has a live turn in that band, nothing else is read:
+-- without caps a turn is withheld only by a pause, which a run's end does not lift; a turn
+-- another worker's cap withheld goes out at the end of the group's last run (group_settle)
+-- instead, as the group still runs or has a live turn.
+local function group_end(gb, streams, tbase, grp, n, band)
+  local running = redis.call('DECRBY', gb .. 'run:' .. grp, n)
   if band then
-    if redis.call('ZREM', gb .. 'run:' .. grp, unpack(tid, 1, n)) == 0 then return end
+    if running > 0 then return end
     local h = redis.call('LINDEX', gb .. 'w:' .. band .. ':' .. grp, 0)
     if h and h ~= '~' then return end
-    if redis.call('EXISTS', gb .. 'run:' .. grp) == 1 then return end
-  elseif redis.call('ZREM', gb .. 'run:' .. grp, tid) == 0 then
-    return
   end
   local heads = group_heads(gb, grp)
   local held = false
@@ -33,5 +30,5 @@ local function group_end(gb, streams, tbase, grp, tid, band, n)
       end
     end
   end
-  group_settle(gb, streams, tbase, grp, heads)
+  group_settle(gb, streams, tbase, grp, heads, running)
 end

@@ -1,11 +1,18 @@
 -- include: group_heads
 -- include: group_release
--- After a task of group grp left its turn, its list or its running set: when nothing of the group
--- runs and it has no live turn, a turn withheld by the cap goes out again (the highest band's;
--- unless the group is paused): no run is left whose end would give it back. When nothing of it
--- waits or runs, grp leaves the active groups. heads: group_heads's, or nil.
-local function group_settle(gb, streams, tbase, grp, heads)
-  if redis.call('EXISTS', gb .. 'run:' .. grp) == 1 then return end
+-- After a task of group grp left its turn, its list or its running count: when nothing of the
+-- group runs and it has no live turn, a turn withheld by the cap goes out again (the highest
+-- band's; unless the group is paused): no run is left whose end would give it back. When nothing
+-- of it waits or runs, grp leaves the active groups and its running count (g:run:<group>, kept
+-- at 0 while the group is active: no key made and deleted per run) goes. heads: group_heads's, or nil; running: the group's running
+-- count when the caller has it (group_end), or nil.
+local function group_settle(gb, streams, tbase, grp, heads, running)
+  local counted = true  -- (whether the group has its running count)
+  if not running then
+    local v = redis.call('GET', gb .. 'run:' .. grp)
+    counted, running = v ~= false, tonumber(v or '0')
+  end
+  if running > 0 then return end
   heads = heads or group_heads(gb, grp)
   local live, held = false, false
   for j = 1, 10 do
@@ -23,4 +30,5 @@ local function group_settle(gb, streams, tbase, grp, heads)
     if heads[j] then return end
   end
   redis.call('ZREM', gb .. 'idx', grp)
+  if counted then redis.call('DEL', gb .. 'run:' .. grp) end
 end

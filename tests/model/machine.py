@@ -485,7 +485,7 @@ class DtqModel(RuleBasedStateMachine):
     def _check_groups(self, s: Snapshot) -> None:
         """Fair groups (docs/groups.md): each waiting group has exactly one way forward per
         band (a turn in the stream, or a turn withheld for a reason that will end), the running
-        sets are exact, the cap holds, and an idle group leaves no key."""
+        counts are exact, the cap holds, and an idle group leaves no key."""
         qk, r = self.qk, self.r
         # Each list's head is its group's turn in that band: a tid (live: its stream entry is
         # the turn) or "~" (withheld) in front of the task it holds back.
@@ -507,14 +507,18 @@ class DtqModel(RuleBasedStateMachine):
                 waiting[g] = waiting.get(g, 0) + 1  # (not one parked behind a limit)
                 if g and "eid" in rec and turns.get(f"{rec.get('prio', '5')}:{g}") != tid:
                     raise Violation(f"task {tid} of group {g} has a stream entry but not the turn")
-        for g in set(running) | {
-            m[len(qk.group_base) + 4 :] for m in r.scan_iter(match=qk.group_base + "run:*")
-        }:
-            got = {k: int(v) for k, v in r.zrange(qk.group_running(g), 0, -1, withscores=True)}
-            if got != running.get(g, {}):
-                raise Violation(f"group {g!r} running set {got} != running tasks {running.get(g)}")
-            if self.gcap and g and len(got) > self.gcap:  # (no cap on tasks without a group)
-                raise Violation(f"group {g!r} runs {len(got)} tasks, over its cap {self.gcap}")
+        counts = {
+            m[len(qk.group_base) + 4 :]: int(r.get(m) or 0)
+            for m in r.scan_iter(match=qk.group_base + "run:*")
+        }
+        for g in set(running) | set(counts):
+            got, want = counts.get(g, 0), len(running.get(g, {}))
+            if got != want:
+                raise Violation(f"group {g!r} running count {got} != running tasks {want}")
+            if g in counts and g not in active:  # (0 while active: it goes when the group does)
+                raise Violation(f"group {g!r} has a running count {got} but is not active")
+            if self.gcap and g and got > self.gcap:  # (no cap on tasks without a group)
+                raise Violation(f"group {g!r} runs {got} tasks, over its cap {self.gcap}")
         for field, tid in turns.items():
             band, g = field.split(":", 1)
             ids = lists[field]

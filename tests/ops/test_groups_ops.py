@@ -59,7 +59,8 @@ class Groups:
 
     def running(self, group: str, n: int) -> None:
         for _ in range(n):
-            self.r.zadd(self.qk.group_running(group), {self._task(group, "running", 0): 1})
+            self._task(group, "running", 0)
+            self.r.incr(self.qk.group_running(group))
         self.active(group)
 
     def active(self, group: str, since: int | None = None) -> None:

@@ -145,7 +145,7 @@ def _state(keys: Keys, parts: Sequence[str], names: Sequence[str]) -> Step:
                     pipe.llen(qk.group_waiting(band, name))
                 for band in PRIORITIES:
                     pipe.lrange(qk.group_waiting(band, name), 0, 1)
-                pipe.zcard(qk.group_running(name))
+                pipe.get(qk.group_running(name))
                 pipe.sismember(qk.group_paused, name)
                 pipe.zscore(qk.group_index, name)
         if not is_cluster(r):
@@ -203,7 +203,7 @@ def _seen(parts: Sequence[str], names: Sequence[str], raw: Sequence[Any]) -> dic
                     s.waiting += int(n)
                 if head:  # the turn's task: the band's oldest waiting
                     s.turns.append((q, head[0]))
-            s.running += int(one[-3])
+            s.running += int(one[-3] or 0)
             if int(one[-2]):
                 s.held.append(j)
             if one[-1] is not None:

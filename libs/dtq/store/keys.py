@@ -190,6 +190,7 @@ class QueueKeys:
         return f"{self.group_base}w:{band}:{group}"
 
     def group_running(self, group: str) -> str:
+        """How many of the group's tasks run (0 while the group is active with none)."""
         return f"{self.group_base}run:{group}"
 
     def idem(self, key: str) -> str:
