@@ -149,8 +149,9 @@ if seen < limit then
   -- Tasks waiting in their group's lists, found through the active groups (<g:>idx, in pages;
   -- a group with nothing waiting, only runs, is passed over uncounted: there are at most as
   -- many as runs). Every stream entry is purged by now, so a list's head is '~' (a withheld
-  -- turn, which stays while tasks are left behind it) or a purged task's id. A group with
-  -- nothing left leaves the active groups (group_settle).
+  -- turn, which stays while tasks are left behind it), a purged task's id, or a waiting task
+  -- whose turn's entry (group_issue's, named in no record) was purged with the stream. A group
+  -- with nothing left leaves the active groups (group_settle).
   local gb = group_base(base)
   local from = 0
   while seen < limit do
@@ -169,7 +170,7 @@ if seen < limit then
           forget_listed(w)
           if redis.call('EXISTS', w) == 1 then  -- (the budget ran out: the rest keeps a turn)
             if heads[j] == '~' then redis.call('LPUSH', w, '~')
-            else group_issue(gb, KEYS, base, string.format('%d', 10 - j), g) end
+            else group_issue(gb, KEYS, string.format('%d', 10 - j), g) end
           end
         end
       end

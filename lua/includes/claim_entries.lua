@@ -31,6 +31,8 @@
 -- 0: none). now, nows: the call's time (now_ms()) when the caller read
 -- it already (complete.lua: one TIME per call, not two); read here when not given.
 
+local BANDS = {'9', '8', '7', '6', '5', '4', '3', '2', '1', '0'}  -- KEYS[i]'s band
+
 local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix, fair, gcap, now,
     nows)
   local base = KEYS[14]
@@ -200,17 +202,10 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- ahead_grp: the group of each task issued ahead (its record may be gone: see take()).
   local passed, passed_groups, ahead, unwritten, track = nil, nil, nil, nil, -1
   local ahead_grp = nil
-  -- Task tid, the live turn of group grp in band prio (the head of its list), starts or leaves:
-  -- it leaves the list and the group's next task gets its turn.
-  local function pass_turn(prio, grp, tid)
-    local w = gb .. 'w:' .. prio .. ':' .. grp
-    local h = redis.call('LPOP', w)
-    if h ~= tid then  -- (not the head: the layout says never; the head keeps its turn)
-      if h then redis.call('LPUSH', w, h) end
-      redis.call('LREM', w, 1, tid)
-      return
-    end
-    local t = group_issue(gb, KEYS, base, prio, grp, w)
+  -- The live turn of group grp in band prio (the head of its list w) left the list: the
+  -- group's next task gets the turn.
+  local function pass_on(prio, grp, w)
+    local t = group_issue(gb, KEYS, prio, grp, w)
     if t and track >= 0 then
       if not passed then passed, passed_groups = {}, {} end
       if not passed[grp] then
@@ -223,6 +218,18 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       passed[grp] = t
     end
+  end
+  -- Task tid, the live turn of group grp in band prio (the head of its list), starts or leaves:
+  -- it leaves the list and the group's next task gets its turn.
+  local function pass_turn(prio, grp, tid)
+    local w = gb .. 'w:' .. prio .. ':' .. grp
+    local h = redis.call('LPOP', w)
+    if h ~= tid then  -- (not the head: the layout says never; the head keeps its turn)
+      if h then redis.call('LPUSH', w, h) end
+      redis.call('LREM', w, 1, tid)
+      return
+    end
+    pass_on(prio, grp, w)
   end
 
   local any_paused = nil  -- whether any group of the queue is paused (read once per call)
@@ -237,7 +244,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- the task at the head of its list; no attempt is spent; the resume or the end of one of its
   -- runs gives the turn back). When it starts, the group's next task gets its turn, at the
   -- stream's end.
-  local function group_take(i, eid, tid, rk, prio, grp, legacy)
+  -- popped: the entry is group_issue's and take() took the task's id off the head of the list.
+  local function group_take(i, eid, tid, rk, prio, grp, legacy, popped)
     if ahead and ahead[tid] then  -- its turn, issued ahead: the group's next has its entry
       ahead[tid] = nil
       return true
@@ -256,18 +264,24 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or
         (gcap > 0 and grp ~= '' and group_full(gb, grp, gcap)) then
       drop_entry(KEYS[i], group, eid)
-      redis.call('HDEL', rk, 'eid')
-      redis.call('LPUSH', w, '~')
+      if popped then
+        redis.call('LPUSH', w, tid, '~')
+      else
+        redis.call('HDEL', rk, 'eid')
+        redis.call('LPUSH', w, '~')
+      end
       return false
     end
-    pass_turn(prio, grp, tid)
+    if popped then pass_on(prio, grp, w) else pass_turn(prio, grp, tid) end
     return true
   end
 
   -- A task of group grp whose entry (its turn) was delivered ends before it starts.
-  local function group_left(tid, prio, grp)
+  local function group_left(tid, prio, grp, popped)
     if ahead and ahead[tid] then
       ahead[tid] = nil
+    elseif popped then
+      pass_on(prio, grp, gb .. 'w:' .. prio .. ':' .. grp)
     elseif redis.call('LINDEX', gb .. 'w:' .. prio .. ':' .. grp, 0) == tid then
       pass_turn(prio, grp, tid)
     end
@@ -320,6 +334,27 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local r = read_record(rk)
     local weid = unwritten and unwritten[tid]  -- issued ahead in this call: no eid written yet
     if weid == eid and not r[2] then r[2] = eid end
+    -- An entry group_issue gave (field g: the group, tg) is the group's turn while the task's id
+    -- heads the group's list in this band and the task waits without an entry of its own: its
+    -- record names no entry (it is written with the run's start: wr). popped: the id was
+    -- taken off the list here.
+    local tg, popped, wr = fields[4], false, weid
+    if tg and not (ahead and ahead[tid]) then
+      local w = gb .. 'w:' .. BANDS[i] .. ':' .. tg
+      local h = redis.call('LPOP', w)
+      if h == tid and r[1] == 'queued' and not r[2] and r[24] == tg and
+          (r[13] or DEF_PRIO) == BANDS[i] then
+        popped, wr, r[2] = true, true, eid
+      elseif h == tid and not (r[1] == 'queued' and r[2]) then
+        -- The id of a task that no longer waits here: the turn passes on; the entry is absorbed.
+        pass_on(BANDS[i], tg, w)
+        settle(tg)
+      elseif h then
+        redis.call('LPUSH', w, h)  -- (not this task's turn: the list stays as it was)
+      end
+    elseif tg and r[1] == 'queued' and not r[2] then  -- (its turn was issued ahead: see above)
+      wr, r[2] = true, eid
+    end
     if r[1] == 'queued' and r[2] == eid then
       local grp, legacy = r[24], false
       if not grp then
@@ -337,7 +372,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           redis.call('HDEL', rk, 'lown')
           limit_pass_on(lim_base, base, KEYS, r[15], r[16])
         end
-        if grp then group_left(tid, r[13] or DEF_PRIO, grp) end
+        if grp then group_left(tid, r[13] or DEF_PRIO, grp, popped) end
         local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
         if fl then
           flow_note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
@@ -346,7 +381,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         end
         return false
       end
-      if grp and not group_take(i, eid, tid, rk, r[13] or DEF_PRIO, grp, legacy) then
+      if grp and not group_take(i, eid, tid, rk, r[13] or DEF_PRIO, grp, legacy, popped) then
         held = held + 1
         return false
       end
@@ -357,7 +392,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
       local attempt = tonumber(r[4] or '0') + 1  -- (absent while 0: record_defaults)
       local attempt_s = string.format('%d', attempt)  -- stored and emitted as text (docs/design.md)
-      if weid then
+      if wr then
         redis.call('HSET', rk, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
           'started', nows, 'eid', eid, unpack(fill))
       else
@@ -423,7 +458,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     if weid == eid then
       -- Issued ahead in this call to a task that no longer waits (ended, or waiting with an
       -- entry of its own): the turn its entry held passes on (group_left).
-      group_left(tid, string.format('%d', 10 - i), ahead_grp[tid])
+      group_left(tid, BANDS[i], ahead_grp[tid])
     elseif r[24] then
       settle(r[24])  -- (a duplicate is no turn: its task's place is its record's)
     end
@@ -446,7 +481,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         track = (#entries < asked and gcap == 0) and math.floor(asked / 2) or -1
         for _, entry in ipairs(entries) do take(i, entry) end
         if track >= 0 and passed and remaining > 1 then
-          issue_ahead(i, string.format('%d', 10 - i))
+          issue_ahead(i, BANDS[i])
         end
       end
       if remaining <= 0 or scanned >= budget then break end

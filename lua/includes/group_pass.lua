@@ -10,7 +10,7 @@ local function group_pass(gb, streams, tbase, prio, grp, tid)
   local head = redis.call('LINDEX', w, 0)
   if head == tid then
     redis.call('LPOP', w)
-    group_issue(gb, streams, tbase, prio, grp, w)
+    group_issue(gb, streams, prio, grp, w)
   else
     redis.call('LREM', w, 1, tid)
     -- A withheld turn with no task left behind it goes too.

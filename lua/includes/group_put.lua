@@ -8,7 +8,9 @@ local group_put_gb, group_put_any_paused = nil, nil
 -- Where a task that is to wait (queued) goes: returns its stream entry's id when it gets one
 -- (its group's turn; or no group while no group is active), else false (it waits in its group's
 -- list: the caller clears the record's eid); and the group to store as the record's grp when
--- that changes ('' for an ungrouped task while groups are active), else nil.
+-- that changes ('' for an ungrouped task while groups are active; false: none, for a task of
+-- group '' that comes back to waiting while no group is active: it waits as a plain task),
+-- else nil.
 -- stream: the task's band's stream; prio: its band (a digit, nil for the default); grp: its
 -- record's grp (nil: none); gmode: whether groups are active (nil: not known yet); gidx
 -- (optional, a bulk enqueue's): a list collecting the new groups' index entries (score,
@@ -20,7 +22,9 @@ local function group_put(stream, tbase, tid, prio, grp, gmode, gidx)
   if not grp or grp == '' then
     if gmode == nil then gmode = redis.call('EXISTS', gb .. 'idx') == 1 end
     if not gmode then
-      return redis.call('XADD', stream, '*', 't', tid), nil
+      local drop = nil
+      if grp == '' then drop = false end
+      return redis.call('XADD', stream, '*', 't', tid), drop
     end
     if grp ~= '' then store = '' end
     grp = ''

@@ -4,5 +4,5 @@
 local function group_release(gb, streams, tbase, prio, grp)
   local w = gb .. 'w:' .. prio .. ':' .. grp
   redis.call('LPOP', w)
-  return group_issue(gb, streams, tbase, prio, grp, w)
+  return group_issue(gb, streams, prio, grp, w)
 end

@@ -7,6 +7,7 @@ local function group_requeue(streams, tbase, rk, tid, prio, grp)
   if eid then
     if store then redis.call('HSET', rk, 'eid', eid, 'grp', store)
     else redis.call('HSET', rk, 'eid', eid) end
+    if store == false then redis.call('HDEL', rk, 'grp') end
   else
     redis.call('HDEL', rk, 'eid')
     if store then redis.call('HSET', rk, 'grp', store) end

@@ -105,6 +105,8 @@ class Snapshot:
     owed: set[str]
     paused: bool
     stream_tids: dict[tuple[int, str], str] = field(default_factory=dict)  # entry -> tid
+    # The entries group_issue gave (field g: a fair group's turn, docs/groups.md)
+    turn_entries: set[tuple[int, str]] = field(default_factory=set)
 
 
 def snapshot(r: redis.Redis, qk: QueueKeys, tids: list[str], limit_keys: list[str]) -> Snapshot:
@@ -131,10 +133,13 @@ def snapshot(r: redis.Redis, qk: QueueKeys, tids: list[str], limit_keys: list[st
     entries: dict[str, list[tuple[int, str]]] = {}
     stream_tids: dict[tuple[int, str], str] = {}
     pending: dict[tuple[int, str], str] = {}
+    turn_entries: set[tuple[int, str]] = set()
     for band in range(10):
         for eid, f in next(out):
             entries.setdefault(f["t"], []).append((band, eid))
             stream_tids[(band, eid)] = f["t"]
+            if "g" in f:
+                turn_entries.add((band, eid))
         for pe in next(out):
             pending[(band, pe["message_id"])] = pe["consumer"]  # (ids are per stream)
     sched = {k: s for k, s in next(out)}
@@ -145,5 +150,15 @@ def snapshot(r: redis.Redis, qk: QueueKeys, tids: list[str], limit_keys: list[st
         held[lk] = next(out)
     owed = set(next(out))
     return Snapshot(
-        records, entries, pending, sched, dlq, run_sets, held, owed, bool(next(out)), stream_tids
+        records,
+        entries,
+        pending,
+        sched,
+        dlq,
+        run_sets,
+        held,
+        owed,
+        bool(next(out)),
+        stream_tids,
+        turn_entries,
     )

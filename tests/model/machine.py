@@ -505,6 +505,8 @@ class DtqModel(RuleBasedStateMachine):
                 running.setdefault(g, {})[tid] = int(rec.get("attempt", "0"))
             elif rec["status"] == "queued" and ("eid" in rec or tid in self._group_list(rec)):
                 waiting[g] = waiting.get(g, 0) + 1  # (not one parked behind a limit)
+                # (A turn entry a task kept from before it ended and came back, dtq retry, starts
+                # nothing while the task does not head its list: the claim absorbs it.)
                 if g and "eid" in rec and turns.get(f"{rec.get('prio', '5')}:{g}") != tid:
                     raise Violation(f"task {tid} of group {g} has a stream entry but not the turn")
         counts = {
@@ -537,8 +539,12 @@ class DtqModel(RuleBasedStateMachine):
                     )
                 continue
             rec = s.records.get(tid) or r.hgetall(qk.task(tid))
-            entry = (int(band), rec.get("eid", ""))
-            if rec.get("status") != "queued" or entry not in s.entries.get(tid, []):
+            mine = s.entries.get(tid, [])
+            if "eid" in rec:  # (its entry from its enqueue or its return to waiting)
+                live = (int(band), rec["eid"]) in mine
+            else:  # (group_issue's: the record names none)
+                live = any(e[0] == int(band) and e in s.turn_entries for e in mine)
+            if rec.get("status") != "queued" or not live or any(e in s.pending for e in mine):
                 raise Violation(f"group {g!r} band {band}: its turn {tid} is not in a stream {rec}")
         for g in active:
             if not waiting.get(g) and not running.get(g):
@@ -555,7 +561,9 @@ class DtqModel(RuleBasedStateMachine):
             for entry in s.entries[tid]:
                 if entry in s.pending:
                     raise Violation(f"{status} task {tid} has a pending entry {entry}")
-            raise Violation(f"{status} task {tid} has a stream entry {s.entries[tid]}")
+            # (A group's turn given to a task that then ended stays until a claim absorbs it.)
+            if any(e not in s.turn_entries for e in s.entries[tid]):
+                raise Violation(f"{status} task {tid} has a stream entry {s.entries[tid]}")
         if tid in s.sched:
             raise Violation(f"{status} task {tid} is in the schedule")
         for lk, places in s.run_sets.items():
