@@ -495,6 +495,21 @@ def test_expiry_at_the_claim_passes_the_turn(r: redis.Redis, run: Any, qk: Queue
     assert b.expired == 1 and [c.tid for c in b.runs] == [nxt.tid]
 
 
+def test_expiry_of_a_passed_turn_passes_it_on(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
+    """A turn passed on (an entry naming its group, no record's eid) whose task expired: the
+    claim ends the task and the group's next task gets the turn."""
+    import time
+
+    first, old, nxt = task("a"), task("a", expires_ms=1), task("a")
+    enqueue(run, qk, first, old, nxt)
+    time.sleep(0.01)
+    assert [c.tid for c in claim(run, qk).runs] == [first.tid]  # old gets the passed turn
+    assert turn(r, qk, 5, "a") == old.tid and r.hget(qk.task(old.tid), "eid") is None
+    b = claim(run, qk)
+    assert b.expired == 1 and [c.tid for c in b.runs] == [nxt.tid]
+    assert r.hget(qk.task(old.tid), "status") == "expired"
+
+
 def test_purge_removes_listed_tasks_and_every_group_key(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
