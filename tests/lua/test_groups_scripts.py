@@ -510,6 +510,23 @@ def test_expiry_of_a_passed_turn_passes_it_on(r: redis.Redis, run: Any, qk: Queu
     assert r.hget(qk.task(old.tid), "status") == "expired"
 
 
+def test_a_passed_turn_of_a_paused_group_is_withheld_and_given_back(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The claim that meets a passed turn (no record's eid) of a paused group puts '~' in front
+    of its task at the head of the list; the resume gives it an entry again."""
+    ts = [task("a") for _ in range(3)]
+    enqueue(run, qk, *ts)
+    assert [c.tid for c in claim(run, qk).runs] == [ts[0].tid]
+    hold(run, qk, "a", True)
+    b = claim(run, qk)
+    assert b.runs == [] and b.held == 1
+    assert r.lrange(qk.group_waiting(5, "a"), 0, -1) == ["~", ts[1].tid, ts[2].tid]
+    assert r.xlen(qk.stream(5)) == 1  # (ts[0]'s, pending)
+    hold(run, qk, "a", False)
+    assert [c.tid for c in claim(run, qk, count=5).runs] == [ts[1].tid, ts[2].tid]
+
+
 def test_purge_removes_listed_tasks_and_every_group_key(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
