@@ -64,7 +64,7 @@ local function cancel()
   local base = string.sub(rk, 1, #rk - #tid)
   if r[8] and KEYS[18] then limit_pass_on(KEYS[18], base, KEYS, r[9], r[10]) end
   -- A queued task of a group: its turn passes on, or it leaves its group's list.
-  if r[11] and status == 'queued' then group_pass(group_base(base), KEYS, base, r[3], r[11], tid) end
+  if r[11] and status == 'queued' then group_pass(group_base(base), KEYS, r[3], r[11], tid) end
   if r[7] and KEYS[17] then
     flow_note({streams = KEYS, sched = KEYS[11], events = KEYS[12], tbase = base,
       fbase = KEYS[16], flowq = KEYS[17], maxlen = maxlen, ttl = ttl,

@@ -111,7 +111,7 @@ local base = KEYS[14]
 local end_grp, end_band, end_n = nil, nil, 0
 local function end_flush()
   if end_n > 0 then
-    group_end(group_base(base), KEYS, base, end_grp, end_n, end_band)
+    group_end(group_base(base), KEYS, end_grp, end_n, end_band)
     end_n = 0
   end
 end
@@ -166,7 +166,7 @@ for i = 0, n - 1 do
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
     if r[9] and not uncapped then
-      group_end(group_base(base), KEYS, base, r[9], 1)
+      group_end(group_base(base), KEYS, r[9], 1)
     elseif r[9] then
       if r[9] ~= end_grp then
         end_flush()

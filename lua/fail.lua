@@ -64,7 +64,7 @@ for i = 0, n - 1 do
   if fence == 'run' then
     drop_entry(KEYS[stream_index(r[4])], group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
-    if r[9] then group_end(group_base(base), KEYS, base, r[9], 1) end
+    if r[9] then group_end(group_base(base), KEYS, r[9], 1) end
     if r[7] then
       out[#out + 1] = end_cancelled(k, rk, tid, attempt, r[7], err)
     else

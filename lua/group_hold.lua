@@ -6,9 +6,8 @@
 -- behind the groups that kept running). Other groups and the queue are not touched.
 --
 -- KEYS[1..10]  priority streams p9..p0
--- KEYS[11]     P:{q}:t:   (task record key prefix)
--- KEYS[12]     P:{q}:g:   (group key prefix)
--- KEYS[13]     P:{q}:events
+-- KEYS[11]     P:{q}:g:   (group key prefix)
+-- KEYS[12]     P:{q}:events
 -- ARGV[1]      group, ARGV[2] '1' pause | '0' resume, ARGV[3] events maxlen
 -- Returns      1 when the group's state changed, 0 when it was so already
 -- include: emit
@@ -17,20 +16,20 @@
 -- include: group_release
 -- include: group_settle
 
-local gb, grp = KEYS[12], ARGV[1]
+local gb, grp = KEYS[11], ARGV[1]
 local maxlen = events_maxlen(ARGV[3])
 if ARGV[2] == '1' then
   if redis.call('SADD', gb .. 'paused', grp) == 0 then return 0 end
-  emit(KEYS[13], maxlen, 'group_paused', '', '', '', grp)
+  emit(KEYS[12], maxlen, 'group_paused', '', '', '', grp)
   return 1
 end
 if redis.call('SREM', gb .. 'paused', grp) == 0 then return 0 end
 local heads = group_heads(gb, grp)
 for j = 1, 10 do
   if heads[j] == '~' then
-    heads[j] = group_release(gb, KEYS, KEYS[11], string.format('%d', 10 - j), grp)
+    heads[j] = group_release(gb, KEYS, string.format('%d', 10 - j), grp)
   end
 end
-group_settle(gb, KEYS, KEYS[11], grp, heads)
-emit(KEYS[13], maxlen, 'group_resumed', '', '', '', grp)
+group_settle(gb, KEYS, grp, heads)
+emit(KEYS[12], maxlen, 'group_resumed', '', '', '', grp)
 return 1

@@ -176,7 +176,7 @@ if seen < limit then
       end
       if any then
         seen = seen + 1
-        group_settle(gb, KEYS, base, g)
+        group_settle(gb, KEYS, g)
         if not redis.call('ZSCORE', gb .. 'idx', g) then from = from - 1 end  -- (it left)
       end
     end

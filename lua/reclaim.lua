@@ -75,7 +75,7 @@ while band <= 10 and steps < steps_max and left > 0 do
       drop_entry(stream, group, eid)
       if r[1] == 'running' and r[2] == eid then
         limit_release(KEYS[16], base, KEYS, rk, tid)
-        if r[10] then group_end(group_base(base), KEYS, base, r[10], 1) end
+        if r[10] then group_end(group_base(base), KEYS, r[10], 1) end
         local err = 'worker lost: ' .. (r[4] or '?') .. ' stopped heartbeating during attempt '
           .. r[3]
         redis.call('HDEL', rk, 'worker')  -- the lost worker's touch then reports the loss

@@ -74,7 +74,7 @@ for i = 0, n - 1 do
     local s = KEYS[stream_index(r[4])]
     drop_entry(s, group, eid)
     limit_release(KEYS[17], base, KEYS, rk, tid)
-    if r[11] then group_end(group_base(base), KEYS, base, r[11], 1) end
+    if r[11] then group_end(group_base(base), KEYS, r[11], 1) end
     local intr = tonumber(r[7] or '0')
     if interrupted and not r[8] then
       intr = intr + 1

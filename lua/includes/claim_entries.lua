@@ -4,7 +4,6 @@
 -- include: finish
 -- include: flow_note
 -- include: group_base
--- include: group_full
 -- include: group_issue
 -- include: group_settle
 -- include: limit_pass_on
@@ -192,7 +191,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   end
   local function settle(grp)
     run_flush()
-    group_settle(gb, KEYS, base, grp)
+    group_settle(gb, KEYS, grp)
   end
 
   -- The turns this read pass of a band gave (group -> the tid now holding it; groups in order),
@@ -261,8 +260,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
     end
     if any_paused == nil then any_paused = redis.call('EXISTS', gb .. 'paused') == 1 end
-    if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or
-        (gcap > 0 and grp ~= '' and group_full(gb, grp, gcap)) then
+    -- (The cap reads the group's running count: exact, as every start and end changes it.)
+    if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or (gcap > 0 and
+        grp ~= '' and tonumber(redis.call('GET', gb .. 'run:' .. grp) or '0') >= gcap) then
       drop_entry(KEYS[i], group, eid)
       if popped then
         redis.call('LPUSH', w, tid, '~')

@@ -10,7 +10,7 @@
 -- without caps a turn is withheld only by a pause, which a run's end does not lift; a turn
 -- another worker's cap withheld goes out at the end of the group's last run (group_settle)
 -- instead, as the group still runs or has a live turn.
-local function group_end(gb, streams, tbase, grp, n, band)
+local function group_end(gb, streams, grp, n, band)
   local running = redis.call('DECRBY', gb .. 'run:' .. grp, n)
   if band then
     if running > 0 then return end
@@ -25,10 +25,10 @@ local function group_end(gb, streams, tbase, grp, n, band)
   if held and redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
     for j = 1, 10 do
       if heads[j] == '~' then
-        heads[j] = group_release(gb, streams, tbase, string.format('%d', 10 - j), grp)
+        heads[j] = group_release(gb, streams, string.format('%d', 10 - j), grp)
         if heads[j] then break end
       end
     end
   end
-  group_settle(gb, streams, tbase, grp, heads, running)
+  group_settle(gb, streams, grp, heads, running)
 end

@@ -6,7 +6,7 @@
 -- of it waits or runs, grp leaves the active groups and its running count (g:run:<group>, kept
 -- at 0 while the group is active: no key made and deleted per run) goes. heads: group_heads's, or nil; running: the group's running
 -- count when the caller has it (group_end), or nil.
-local function group_settle(gb, streams, tbase, grp, heads, running)
+local function group_settle(gb, streams, grp, heads, running)
   local counted = true  -- (whether the group has its running count)
   if not running then
     local v = redis.call('GET', gb .. 'run:' .. grp)
@@ -21,7 +21,7 @@ local function group_settle(gb, streams, tbase, grp, heads, running)
   if held and not live and redis.call('SISMEMBER', gb .. 'paused', grp) == 0 then
     for j = 1, 10 do
       if heads[j] == '~' then
-        heads[j] = group_release(gb, streams, tbase, string.format('%d', 10 - j), grp)
+        heads[j] = group_release(gb, streams, string.format('%d', 10 - j), grp)
         if heads[j] then break end
       end
     end

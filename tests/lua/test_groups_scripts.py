@@ -347,7 +347,7 @@ def test_a_group_is_an_option_of_the_enqueue_call(r: redis.Redis, run: Any, qk: 
 
 
 def hold(run: Any, qk: QueueKeys, group: str, pause: bool) -> int:
-    keys = [*qk.streams, qk.task_base, qk.group_base, qk.events]
+    keys = [*qk.streams, qk.group_base, qk.events]
     return int(run(sc.Call("group_hold", keys, [group, "1" if pause else "0", 100])))
 
 

@@ -360,7 +360,7 @@ class DtqModel(RuleBasedStateMachine):
     def hold_group(self, pick: int, fault: Fault) -> None:
         """``dtq pause QUEUE --group G`` when G runs, its resume when it is paused."""
         g = GROUPS[pick % len(GROUPS)]
-        keys = [*self.qk.streams, self.qk.task_base, self.qk.group_base, self.qk.events]
+        keys = [*self.qk.streams, self.qk.group_base, self.qk.events]
         pause = g not in self.held_groups
         try:
             self.call(sc.Call("group_hold", keys, [g, "1" if pause else "0", MAXLEN]), fault, True)

@@ -21,7 +21,7 @@ def group_hold_call(qk: QueueKeys, group: str, hold: bool, events_maxlen: int) -
     """Hold (``hold``: pause) or release (resume) ``group`` of the physical queue ``qk``."""
     return Call(
         "group_hold",
-        [*qk.streams, qk.task_base, qk.group_base, qk.events],
+        [*qk.streams, qk.group_base, qk.events],
         [group, "1" if hold else "0", events_maxlen],
     )
 
