@@ -100,7 +100,7 @@ while band <= 10 and steps < steps_max and left > 0 do
           end
         end
       else
-        redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
+        redis.call('HINCRBY', KEYS[13], 'absorbed', '1')
         emit(KEYS[12], maxlen, 'absorbed', tid, r[3] or (r[1] and '0'), worker, eid)
         absorbed = absorbed + 1
       end

@@ -8,7 +8,7 @@ local function group_heads(gb, grp)
   local heads = {}
   for j = 1, 10 do
     if n == 0 then break end
-    heads[j] = redis.call('LINDEX', keys[j], 0)
+    heads[j] = redis.call('LINDEX', keys[j], '0')
     if heads[j] then n = n - 1 end
   end
   return heads

@@ -7,7 +7,7 @@
 -- take()). The head must not be '~'. w: the list's key when the caller has it. Returns the
 -- head's id, or nil (no list: no turn).
 local function group_issue(gb, streams, prio, grp, w)
-  local tid = redis.call('LINDEX', w or gb .. 'w:' .. prio .. ':' .. grp, 0)
+  local tid = redis.call('LINDEX', w or gb .. 'w:' .. prio .. ':' .. grp, '0')
   if tid then redis.call('XADD', streams[stream_index(prio)], '*', 't', tid, 'g', grp) end
   return tid
 end

@@ -7,7 +7,7 @@
 local function group_pass(gb, streams, prio, grp, tid)
   prio = prio or DEF_PRIO
   local w = gb .. 'w:' .. prio .. ':' .. grp
-  local head = redis.call('LINDEX', w, 0)
+  local head = redis.call('LINDEX', w, '0')
   if head == tid then
     redis.call('LPOP', w)
     group_issue(gb, streams, prio, grp, w)
@@ -16,5 +16,5 @@ local function group_pass(gb, streams, prio, grp, tid)
     -- A withheld turn with no task left behind it goes too.
     if head == '~' and redis.call('LLEN', w) == 1 then redis.call('DEL', w) end
   end
-  group_settle(gb, streams, grp)
+  group_settle(gb, streams, grp, nil, nil, true)
 end

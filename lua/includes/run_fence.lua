@@ -13,6 +13,6 @@ local function run_fence(r, attempt, worker, stats, done)
     if r[1] == 'running' then return 'run' end
     if done == nil or r[1] == done then return 'replay' end
   end
-  if stats then redis.call('HINCRBY', stats, 'stale_writes', 1) end
+  if stats then redis.call('HINCRBY', stats, 'stale_writes', '1') end
   return 'stale'
 end
