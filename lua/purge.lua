@@ -176,7 +176,7 @@ if seen < limit then
       end
       if any then
         seen = seen + 1
-        group_settle(gb, KEYS, g)
+        group_settle(gb, KEYS, g, nil, nil, true)
         if not redis.call('ZSCORE', gb .. 'idx', g) then from = from - 1 end  -- (it left)
       end
     end

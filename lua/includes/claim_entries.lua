@@ -38,14 +38,15 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   local gb = group_base(base)
   local sched, lim_base = KEYS[16], KEYS[17]
   if not now then now, nows = now_ms() end
-  -- Whether the queue is paused (counts 1) and whether it has active groups (the index, named
-  -- twice, counts 2): one call.
-  local ik = gb .. 'idx'
-  local e = redis.call('EXISTS', KEYS[11], ik, ik)
+  -- Whether the queue is paused (counts 1), whether it has active groups (the index, named
+  -- twice, counts 2) and whether any of its groups is paused (the set, named 4 times): one call.
+  local ik, pk = gb .. 'idx', gb .. 'paused'
+  local e = redis.call('EXISTS', KEYS[11], ik, ik, pk, pk, pk, pk)
   if e % 2 == 1 then
     return {now, 'paused'}
   end
-  local gmode = e >= 2
+  local gmode = e % 4 >= 2
+  local any_paused = e >= 4  -- whether any group of the queue is paused
   if redis.call('EXISTS', unpack(KEYS, 1, 10)) < 10 then
     return {now, 'no_streams'}
   end
@@ -61,9 +62,10 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- New entries of band i (at most count), or nil. A band without entries (XLEN 0: entries are
   -- deleted when acknowledged) is not read: an XREADGROUP that finds nothing costs Redis about
   -- three times an XLEN, and tasks at the default priority leave the four bands above empty.
-  local function read(i, count)
-    if redis.call('XLEN', KEYS[i]) == 0 then return nil end
-    local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT', count,
+  -- known: the band has new entries (issue_ahead() just gave them): no XLEN.
+  local function read(i, count, known)
+    if not known and redis.call('XLEN', KEYS[i]) == 0 then return nil end
+    local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT', string.format('%d', count),
       'STREAMS', KEYS[i], '>')
     -- res[1][2] on Redis; fakeredis (dtq.testing) answers {} for nil and flattens the reply.
     if res and res[1] then
@@ -178,16 +180,25 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return r
   end
 
-  -- Runs started in this call count in their group's running count (g:run:<group>); without a
-  -- cap the runs one group starts one after another (a group alone in its band: the whole
-  -- batch) by one INCRBY (run_flush), before anything reads the count (settle: group_settle)
-  -- and at the end.
-  local add_grp, add_n = nil, 0
+  -- Runs started in this call count in their group's running count (g:run:<group>, with its
+  -- mark: group_settle): the runs one group starts one after another (a group alone in its
+  -- band: the whole batch) by one INCRBY (run_flush), before anything reads the count (the
+  -- cap; settle: group_settle) and at the end.
+  local add_grp, add_n = nil, 0  -- (add_n: runs, plus GROUP_MARK for a group to mark)
   local function run_flush()
-    if add_n > 0 then
-      redis.call('INCRBY', gb .. 'run:' .. add_grp, add_n)
-      add_n = 0
+    if add_n == 1 then  -- (a number given to redis.call is formatted with "%.17g")
+      redis.call('INCR', gb .. 'run:' .. add_grp)
+    elseif add_n > 1 then
+      redis.call('INCRBY', gb .. 'run:' .. add_grp, string.format('%d', add_n))
     end
+    add_n = 0
+  end
+  local function run_add(grp, n)
+    if grp ~= add_grp then
+      run_flush()
+      add_grp = grp
+    end
+    add_n = add_n + n
   end
   local function settle(grp)
     run_flush()
@@ -205,6 +216,9 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- group's next task gets the turn.
   local function pass_on(prio, grp, w)
     local t = group_issue(gb, KEYS, prio, grp, w)
+    -- (None waits: the group's turn in this band ended. The group is marked, with the run
+    -- that starts now, or for settle() to answer: group_settle.)
+    if not t then run_add(grp, GROUP_MARK) end
     if t and track >= 0 then
       if not passed then passed, passed_groups = {}, {} end
       if not passed[grp] then
@@ -230,8 +244,6 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     pass_on(prio, grp, w)
   end
-
-  local any_paused = nil  -- whether any group of the queue is paused (read once per call)
 
   -- Fair groups (docs/groups.md): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. An entry of a task whose record names its group is that group's live turn
@@ -259,10 +271,19 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         return false
       end
     end
-    if any_paused == nil then any_paused = redis.call('EXISTS', gb .. 'paused') == 1 end
-    -- (The cap reads the group's running count: exact, as every start and end changes it.)
-    if (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) or (gcap > 0 and
-        grp ~= '' and tonumber(redis.call('GET', gb .. 'run:' .. grp) or '0') >= gcap) then
+    -- (The cap reads the group's running count: exact, as every start and end changes it. A
+    -- turn withheld for the cap marks the group, so the end of its last run gives the turn back
+    -- on a worker without a cap too: group_end.)
+    local hold = any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1
+    if not hold and gcap > 0 and grp ~= '' then
+      run_flush()
+      local v = tonumber(redis.call('GET', gb .. 'run:' .. grp) or '0')
+      if v % GROUP_MARK >= gcap then
+        hold = true
+        if v < GROUP_MARK then run_add(grp, GROUP_MARK) end
+      end
+    end
+    if hold then
       drop_entry(KEYS[i], group, eid)
       if popped then
         redis.call('LPUSH', w, tid, '~')
@@ -282,7 +303,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       ahead[tid] = nil
     elseif popped then
       pass_on(prio, grp, gb .. 'w:' .. prio .. ':' .. grp)
-    elseif redis.call('LINDEX', gb .. 'w:' .. prio .. ':' .. grp, 0) == tid then
+    elseif redis.call('LINDEX', gb .. 'w:' .. prio .. ':' .. grp, '0') == tid then
       pass_turn(prio, grp, tid)
     end
     settle(grp)
@@ -291,38 +312,47 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- Band i's read returned every entry it had, and the claim has slots left: the stream now
   -- holds only the turns this pass gave, one per group with more waiting. Re-reading it would
   -- cost an XREADGROUP per round of those groups (per task for a group alone in its band). So
-  -- each of them gets its equal share of the slots left now: its next tasks get their entries
-  -- (behind its turn, the last one holding the turn: it alone stays at the head of the list,
-  -- the others leave the list now), all delivered by the next read of this very call and
-  -- started without passing the turn again. No claim sees them waiting, so the order between
-  -- groups is that of one round each; not with a cap (the running count decides).
+  -- each of them gets its equal share of the slots left now: its turn's task and the next ones
+  -- (they leave the list) are issued ahead: delivered by the next read of this very call and
+  -- started without passing the turn again, while the task after them takes the group's turn
+  -- (its entry behind all of theirs). No claim sees them waiting, so the order between groups
+  -- is that of one round each; not with a cap (the running count decides).
   local function issue_ahead(i, prio)
     local k = #passed_groups
     local q = math.floor((remaining - k) / k)
-    if gcap > 0 or q < 1 or scanned + remaining > budget then return end
+    if gcap > 0 or q < 1 or scanned + remaining > budget then return false end
     ahead, unwritten, ahead_grp = ahead or {}, unwritten or {}, ahead_grp or {}
+    local turns = {}  -- the lists whose next task takes the turn, after every group's share
     for _, grp in ipairs(passed_groups) do
       local w = gb .. 'w:' .. prio .. ':' .. grp
       local holder = passed[grp]
-      local tids = redis.call('LPOP', w, q + 1)  -- the holder (the head) and the q behind it
+      -- (the turn's task, the head, and the q behind it)
+      local tids = redis.call('LPOP', w, string.format('%d', q + 1))
       if tids and tids[1] == holder then
+        ahead[holder] = true
         for j = 2, #tids do
           local t = tids[j]
           -- (The record is not read here: take() reads it anyway, and absorbs the entry of a
-          -- task that no longer waits, passing on the turn it held: see ahead_gone.)
+          -- task that no longer waits.)
           if not unwritten[t] then  -- (a second copy of a task issued in this call: dropped)
             -- (The record's eid is written with its run's start, in take(): in this call.)
             unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
             ahead_grp[t] = grp
-            ahead[holder] = true
-            holder = t
+            ahead[t] = true
           end
         end
-        redis.call('LPUSH', w, holder)
+        turns[#turns + 1] = grp
+        turns[#turns + 1] = w
       elseif tids then  -- (the layout says never: the list goes back as it was)
         for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
       end
     end
+    for j = 1, #turns, 2 do  -- (None waits: the group's turn in this band ended: pass_on)
+      if not group_issue(gb, KEYS, prio, turns[j], turns[j + 1]) then
+        run_add(turns[j], GROUP_MARK)
+      end
+    end
+    return true  -- (the passed turns' entries at least are new in the band)
   end
 
   -- Handle one delivered entry of band i; returns true when a run started.
@@ -400,15 +430,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           'started', nows, unpack(fill))
       end
       if r[23] then redis.call('HDEL', rk, 'lown') end  -- the place is taken: owed no more
-      if grp and gcap > 0 then
-        redis.call('INCR', gb .. 'run:' .. grp)
-      elseif grp then  -- (run_flush)
-        if grp ~= add_grp then
-          run_flush()
-          add_grp = grp
-        end
-        add_n = add_n + 1
-      end
+      if grp then run_add(grp, 1) end  -- (run_flush)
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
@@ -462,7 +484,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     elseif r[24] then
       settle(r[24])  -- (a duplicate is no turn: its task's place is its record's)
     end
-    redis.call('HINCRBY', KEYS[13], 'absorbed', 1)
+    redis.call('HINCRBY', KEYS[13], 'absorbed', '1')
     emit(KEYS[12], maxlen, 'absorbed', tid, r[4] or (r[1] and '0'), worker, eid)
     absorbed = absorbed + 1
     return false
@@ -471,9 +493,11 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   if not fair then
     -- Strict priority: drain a band (re-reading past parked or absorbed entries) before the next.
     for i = 1, 10 do
+      local known = false  -- (issue_ahead() gave entries: read() needs no XLEN)
       while remaining > 0 and scanned < budget do
         local asked = remaining
-        local entries = read(i, asked)
+        local entries = read(i, asked, known)
+        known = false
         if not entries then break end
         passed, passed_groups = nil, nil
         -- (A full read leaves entries behind: no issue ahead, nothing to note. Else each
@@ -481,7 +505,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         track = (#entries < asked and gcap == 0) and math.floor(asked / 2) or -1
         for _, entry in ipairs(entries) do take(i, entry) end
         if track >= 0 and passed and remaining > 1 then
-          issue_ahead(i, BANDS[i])
+          known = issue_ahead(i, BANDS[i])
         end
       end
       if remaining <= 0 or scanned >= budget then break end

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from dtq import scripts as sc
-from dtq.store.keys import QueueKeys, new_tid
+from dtq.store.keys import GROUP_MARK, QueueKeys, new_tid
 from tests.conftest import create_groups
 
 Q = "gq"
@@ -70,7 +70,7 @@ def group_keys(r: redis.Redis, qk: QueueKeys) -> list[str]:
 def running(r: redis.Redis, qk: QueueKeys, group: str) -> int | None:
     """The group's running count, None when it has none (it is not active)."""
     n = r.get(qk.group_running(group))
-    return None if n is None else int(n)
+    return None if n is None else int(n) % GROUP_MARK
 
 
 def turn(r: redis.Redis, qk: QueueKeys, band: int, group: str) -> str | None:
@@ -283,6 +283,38 @@ def test_completing_every_task_leaves_no_group_key(r: redis.Redis, run: Any, qk:
         for c in b.runs:
             assert complete(run, qk, c)
     assert group_keys(r, qk) == []
+
+
+def test_a_runs_end_reads_no_turn_unless_the_group_lost_one_while_it_ran(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The end of a run changes the running count and reads nothing more while the group keeps
+    its turn; a turn that ended while the group ran (its last waiting task started) marks the
+    count, and the end of the last run then settles the group (it goes, or the mark does)."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    a1, a2, a3 = (task("a") for _ in range(3))
+    enqueue(run, qk, a1, a2, a3)
+    (c1,) = claim(run, qk).runs
+    r.config_resetstat()
+    assert complete(run, qk, c1)
+    stats = r.info("commandstats")
+    assert int(stats["cmdstat_decr"]["calls"]) == 1
+    assert "cmdstat_lindex" not in stats and "cmdstat_exists" not in stats  # (no turn read)
+    assert r.get(qk.group_running("a")) == "0" and turn(r, qk, 5, "a") == a2.tid
+    (c2,) = claim(run, qk).runs
+    (c3,) = claim(run, qk).runs  # the group's last waiting task: its turn ends, runs go on
+    assert turn(r, qk, 5, "a") is None
+    assert int(r.get(qk.group_running("a"))) == GROUP_MARK + 2
+    assert complete(run, qk, c2) and int(r.get(qk.group_running("a"))) == GROUP_MARK + 1
+    a4 = task("a")
+    enqueue(run, qk, a4)  # a turn again before the last run ends: the group stays, unmarked
+    assert complete(run, qk, c3)
+    assert r.get(qk.group_running("a")) == "0" and turn(r, qk, 5, "a") == a4.tid
+    (c4,) = claim(run, qk).runs
+    assert int(r.get(qk.group_running("a"))) == GROUP_MARK + 1
+    assert complete(run, qk, c4)
+    assert group_keys(r, qk) == []  # the last run's end settled the group
 
 
 def test_a_cap_withholds_the_turn_until_a_run_ends(r: redis.Redis, run: Any, qk: QueueKeys) -> None:

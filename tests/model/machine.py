@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from dtq import scripts as sc
 from dtq.admin.common import RETRYABLE
-from dtq.store.keys import QueueKeys, new_tid
+from dtq.store.keys import GROUP_MARK, QueueKeys, new_tid
 from tests.conftest import create_groups
 from tests.model.harness import (
     ERROR_REPLIES,
@@ -509,10 +509,19 @@ class DtqModel(RuleBasedStateMachine):
                 # nothing while the task does not head its list: the claim absorbs it.)
                 if g and "eid" in rec and turns.get(f"{rec.get('prio', '5')}:{g}") != tid:
                     raise Violation(f"task {tid} of group {g} has a stream entry but not the turn")
-        counts = {
+        raw = {
             m[len(qk.group_base) + 4 :]: int(r.get(m) or 0)
             for m in r.scan_iter(match=qk.group_base + "run:*")
         }
+        counts = {g: v % GROUP_MARK for g, v in raw.items()}
+        for g, v in raw.items():
+            if v < 0:
+                raise Violation(f"group {g!r} running count {v}")
+            # (The end of the last run reads nothing more when the group is not marked: it must
+            # still have a turn then. A turn that ended while the group ran marked it.)
+            has_turn = any(f.split(":", 1)[1] == g for f in turns)
+            if v < GROUP_MARK and running.get(g) and not has_turn:
+                raise Violation(f"group {g!r} runs, has no turn left, and is not marked")
         for g in set(running) | set(counts):
             got, want = counts.get(g, 0), len(running.get(g, {}))
             if got != want:

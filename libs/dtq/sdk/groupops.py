@@ -18,7 +18,7 @@ from dtq.models import GroupInfo, GroupPage
 from dtq.scripts.groups import Held, group_hold_call, parse_group_hold
 from dtq.settings import Settings
 from dtq.store.connection import is_cluster
-from dtq.store.keys import PRIORITIES, QUEUE_NAME_RE, Keys
+from dtq.store.keys import GROUP_MARK, PRIORITIES, QUEUE_NAME_RE, Keys
 from dtq.store.partitions import expand
 from dtq.store.record import Field
 
@@ -203,7 +203,7 @@ def _seen(parts: Sequence[str], names: Sequence[str], raw: Sequence[Any]) -> dic
                     s.waiting += int(n)
                 if head:  # the turn's task: the band's oldest waiting
                     s.turns.append((q, head[0]))
-            s.running += int(one[-3] or 0)
+            s.running += int(one[-3] or 0) % GROUP_MARK
             if int(one[-2]):
                 s.held.append(j)
             if one[-1] is not None:

@@ -22,6 +22,9 @@ from dtq.errors import BadTaskId
 
 SCHEMA_VERSION = "2"  # the task record layout this dtq writes and reads (docs/design.md)
 GROUP = "workers"
+# Added to a group's running count while its last run's end is to settle it (lua/includes/
+# group_settle.lua): the running tasks are the count modulo this.
+GROUP_MARK = 1 << 20
 PRIORITIES = tuple(range(9, -1, -1))  # served in this order: 9 first
 
 
@@ -190,7 +193,9 @@ class QueueKeys:
         return f"{self.group_base}w:{band}:{group}"
 
     def group_running(self, group: str) -> str:
-        """How many of the group's tasks run (0 while the group is active with none)."""
+        """How many of the group's tasks run (0 while the group is active with none), plus
+        ``GROUP_MARK`` while the end of its last run is to settle the group (a turn of it
+        ended while it ran): the count is the value modulo ``GROUP_MARK``."""
         return f"{self.group_base}run:{group}"
 
     def idem(self, key: str) -> str:
