@@ -18,7 +18,9 @@ sends 16 at its concurrency 32).
 
 ``--groups 0,1,100,10000``: the same phases once per count of fair groups (docs/groups.md), each
 on a queue of its own: the tasks go to that many groups in turn (0: none, a queue without
-groups); N is raised to twice the largest count. The cycle stops after N of the 1.5 N queued
+groups); N is raised to twice the largest count. The bulk enqueue is also shown for its second
+half alone, whose tasks all go to groups that are active already (at 10,000 groups each task of
+the first half makes its group active). The cycle stops after N of the 1.5 N queued
 tasks, so every group still has a task waiting (all of them stay active: the steady cost), then
 "tail" runs the rest, where each task is its group's last (the group leaves the active groups),
 and the queue's group keys left once it is empty are counted (an idle group must leave none).
@@ -168,13 +170,16 @@ def main() -> None:
             f"{n:,} tasks in bulk, {n // 2:,} one by one; claim + complete {batch} per call"
             + (f", group cap {cap}" if cap else "")
         )
-        print("groups | bulk enqueue | single enqueue | claim + complete | tail | group keys left")
+        print(
+            "groups | bulk enqueue | its second half | single enqueue | claim + complete | tail"
+            " | group keys left"
+        )
         rows: dict[int, dict[str, float]] = {}
         for k in groups:
             qk = Keys(f"ri{k}").queue("default")
             res = rows[k] = _measure(r, run, phase, qk, n, unset, batch, groups=k, cap=cap)
             cells = []
-            for f in ("bulk", "single", "cycle", "tail"):
+            for f in ("bulk", "bulk_active", "single", "cycle", "tail"):
                 cell = f"{res[f]:,.0f}"
                 if 0 in rows and k != 0:
                     cell += f" ({res[f] / rows[0][f]:.2f}x)"
@@ -216,10 +221,10 @@ def _measure(
         made += 1
         return _task(unset, f"g{made % groups}" if groups else "")
 
-    def bulk() -> int:
-        for i in range(0, n, 500):
-            run(sc.enqueue_call(qk, [task() for _ in range(min(500, n - i))], EM, **hist))
-        return n
+    def bulk(count: int) -> int:
+        for i in range(0, count, 500):
+            run(sc.enqueue_call(qk, [task() for _ in range(min(500, count - i))], EM, **hist))
+        return count
 
     def single() -> int:
         for _ in range(n // 2):
@@ -239,7 +244,12 @@ def _measure(
         return count
 
     at = "" if groups is None else f" g{groups}"  # each dump's name says its queue
-    res = {"bulk": phase("bulk" + at, bulk), "single": phase("single" + at, single)}
+    # In two halves: with as many groups as the first half has tasks (10,000 of 20,000), each of
+    # its tasks makes its group active, and the second half's each go to an active group.
+    first = phase("bulk" + at, lambda: bulk(n // 2))
+    second = phase("bulk2" + at, lambda: bulk(n - n // 2))
+    res = {"bulk": (first * (n // 2) + second * (n - n // 2)) / n, "bulk_active": second}
+    res["single"] = phase("single" + at, single)
     if groups is None:
         res["cycle"] = phase("cycle", lambda: cycle(None))
         return res
