@@ -109,9 +109,11 @@ local base = KEYS[14]
 -- Without a cap, the ended runs of one fair group that follow one another (a group alone in
 -- its band: the whole batch) leave its running count together (group_end).
 local end_grp, end_band, end_n = nil, nil, 0
+local gb = nil  -- group_base(base), found by the first grouped run
 local function end_flush()
   if end_n > 0 then
-    group_end(group_base(base), KEYS, end_grp, end_n, end_band)
+    gb = gb or group_base(base)
+    group_end(gb, KEYS, end_grp, end_n, end_band)
     end_n = 0
   end
 end
@@ -166,7 +168,8 @@ for i = 0, n - 1 do
     if ids then ids[#ids + 1] = eid else acks[si] = {eid} end
     if r[6] then limit_release(KEYS[17], base, KEYS, rk, tid) end
     if r[9] and not uncapped then
-      group_end(group_base(base), KEYS, r[9], 1)
+      gb = gb or group_base(base)
+      group_end(gb, KEYS, r[9], 1)
     elseif r[9] then
       if r[9] ~= end_grp then
         end_flush()

@@ -255,13 +255,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- the task at the head of its list; no attempt is spent; the resume or the end of one of its
   -- runs gives the turn back). When it starts, the group's next task gets its turn, at the
   -- stream's end.
-  -- popped: the entry is group_issue's and take() took the task's id off the head of the list.
+  -- popped: the entry is group_issue's and take() took the task's id off the head of the list
+  -- (the list's key).
   local function group_take(i, eid, tid, rk, prio, grp, legacy, popped)
     if ahead and ahead[tid] then  -- its turn, issued ahead: the group's next has its entry
       ahead[tid] = nil
       return true
     end
-    local w = gb .. 'w:' .. prio .. ':' .. grp
+    local w = popped or gb .. 'w:' .. prio .. ':' .. grp
     if legacy then
       redis.call('HSET', rk, 'grp', '')
       redis.call('ZADD', gb .. 'idx', 'NX', now, grp)
@@ -302,7 +303,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     if ahead and ahead[tid] then
       ahead[tid] = nil
     elseif popped then
-      pass_on(prio, grp, gb .. 'w:' .. prio .. ':' .. grp)
+      pass_on(prio, grp, popped)
     elseif redis.call('LINDEX', gb .. 'w:' .. prio .. ':' .. grp, '0') == tid then
       pass_turn(prio, grp, tid)
     end
@@ -367,14 +368,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     -- An entry group_issue gave (field g: the group, tg) is the group's turn while the task's id
     -- heads the group's list in this band and the task waits without an entry of its own: its
     -- record names no entry (it is written with the run's start: wr). popped: the id was
-    -- taken off the list here.
-    local tg, popped, wr = fields[4], false, weid
+    -- taken off the list here (the list's key).
+    local tg, popped, wr = fields[4], nil, weid
     if tg and not (ahead and ahead[tid]) then
       local w = gb .. 'w:' .. BANDS[i] .. ':' .. tg
       local h = redis.call('LPOP', w)
       if h == tid and r[1] == 'queued' and not r[2] and r[24] == tg and
           (r[13] or DEF_PRIO) == BANDS[i] then
-        popped, wr, r[2] = true, true, eid
+        popped, wr, r[2] = w, true, eid
       elseif h == tid and not (r[1] == 'queued' and r[2]) then
         -- The id of a task that no longer waits here: the turn passes on; the entry is absorbed.
         pass_on(BANDS[i], tg, w)
