@@ -196,13 +196,13 @@ for i = 0, n - 1 do
         wk, wv = 'eid', redis.call('XADD', sk, '*', 't', tid)
       end
       if not nows then  -- an entry id's milliseconds (a plain find: cheaper than a pattern)
-        local id = wk == 'eid' and wv or nil
-        if not id and n == 1 and maxlen > 0 then
+        if wk == 'eid' then
+          nows = string.sub(wv, 1, string.find(wv, '-', 1, true) - 1)
+        elseif n == 1 and maxlen > 0 then
           -- (A single task waiting in its group's list: its event, written first, has the
           -- entry id that gives the time; no TIME call.)
-          id, emitted = emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status), true
-        end
-        if id then
+          local id = emit(KEYS[2], maxlen, 'enqueued', tid, '0', '', status)
+          emitted = true
           nows = string.sub(id, 1, string.find(id, '-', 1, true) - 1)
         else
           now, nows = now_ms()
@@ -230,7 +230,7 @@ for i = 0, n - 1 do
         redis.call('SET', KEYS[4] .. idem, tid)
       end
     elseif by_name and ARGV[o + 5] ~= '' then
-      h, k = {'dflt', ARGV[o + 5], nil, nil, nil, nil}, 2
+      h, k = {'dflt', ARGV[o + 5]}, 2
     end
     if gstore then
       if h == NONE then h = {nil, nil, nil, nil, nil, nil} end
