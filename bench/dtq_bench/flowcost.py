@@ -101,18 +101,26 @@ class Scenarios:
         enq, done, runs = measure(self.r, self.st, enqueue, batch)
         return enq / runs, done / runs
 
+    def key_bytes(self) -> int:
+        """The bytes of every key now in Redis (``MEMORY USAGE``, exact: ``SAMPLES 0``), summed.
+        Unlike ``used_memory``, unmoved by what Redis allocates or frees beside the keys
+        meanwhile (a client's buffers): with a small N that noise outweighed the tasks."""
+        keys = list(self.r.scan_iter(count=1000))
+        return sum(int(self.r.memory_usage(k, samples=0) or 0) for k in keys)
+
     def memory(self) -> dict[str, float]:
         """Bytes per waiting plain task, per chord member, and its share of the flow hash."""
         out: dict[str, float] = {}
         for name, enqueue in (("plain_task_bytes", self.plain), ("chord_member_bytes", self.chord)):
             self.r.flushall()
-            base = int(self.r.info("memory")["used_memory"])
             qk = self.keys.queue("mem")
             _groups(self.r, qk)
+            base = self.key_bytes()
             enqueue(qk)
-            out[name] = round((int(self.r.info("memory")["used_memory"]) - base) / self.n, 1)
+            out[name] = round((self.key_bytes() - base) / self.n, 1)
         fk: Any = self.r.keys(f"{PREFIX}:*:f:*")[0]
-        out["flow_state_bytes_per_member"] = round(int(self.r.memory_usage(fk) or 0) / self.n, 1)
+        flow_bytes = int(self.r.memory_usage(fk, samples=0) or 0)
+        out["flow_state_bytes_per_member"] = round(flow_bytes / self.n, 1)
         self.r.flushall()
         return out
 
