@@ -65,8 +65,8 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- known: the band has new entries (issue_ahead() just gave them): no XLEN.
   local function read(i, count, known)
     if not known and redis.call('XLEN', KEYS[i]) == 0 then return nil end
-    local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT', string.format('%d', count),
-      'STREAMS', KEYS[i], '>')
+    local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT',
+      string.format('%d', count), 'STREAMS', KEYS[i], '>')
     -- res[1][2] on Redis; fakeredis (dtq.testing) answers {} for nil and flattens the reply.
     if res and res[1] then
       local entries = res[1][2] or res[2]
@@ -214,11 +214,16 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   local ahead_grp = nil
   -- The live turn of group grp in band prio (the head of its list w) left the list: the
   -- group's next task gets the turn.
-  local function pass_on(prio, grp, w)
+  -- The group's next task in band prio (the head of its list w) gets the turn: group_issue.
+  -- When none waits, the group's turn in this band ended: the group is marked, with the run
+  -- that starts now, or for settle() to answer (group_settle). Returns the task's id or nil.
+  local function next_turn(prio, grp, w)
     local t = group_issue(gb, KEYS, prio, grp, w)
-    -- (None waits: the group's turn in this band ended. The group is marked, with the run
-    -- that starts now, or for settle() to answer: group_settle.)
     if not t then run_add(grp, GROUP_MARK) end
+    return t
+  end
+  local function pass_on(prio, grp, w)
+    local t = next_turn(prio, grp, w)
     if t and track >= 0 then
       if not passed then passed, passed_groups = {}, {} end
       if not passed[grp] then
@@ -348,11 +353,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
       end
     end
-    for j = 1, #turns, 2 do  -- (None waits: the group's turn in this band ended: pass_on)
-      if not group_issue(gb, KEYS, prio, turns[j], turns[j + 1]) then
-        run_add(turns[j], GROUP_MARK)
-      end
-    end
+    for j = 1, #turns, 2 do next_turn(prio, turns[j], turns[j + 1]) end
     return true  -- (the passed turns' entries at least are new in the band)
   end
 
