@@ -181,14 +181,15 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   end
 
   -- Runs started in this call count in their group's running count (g:run:<group>, with its
-  -- mark: group_settle): the runs one group starts one after another (a group alone in its
-  -- band: the whole batch) by one INCRBY (run_flush), before anything reads the count (the
+  -- mark: group_settle), and so does each task issued ahead from the moment its entry is
+  -- written (issue()); the changes of one group that follow one another (a group alone in its
+  -- band: the whole batch) go in one INCRBY (run_flush), before anything reads the count (the
   -- cap; settle: group_settle) and at the end.
   local add_grp, add_n = nil, 0  -- (add_n: runs, plus GROUP_MARK for a group to mark)
   local function run_flush()
     if add_n == 1 then  -- (a number given to redis.call is formatted with "%.17g")
       redis.call('INCR', gb .. 'run:' .. add_grp)
-    elseif add_n > 1 then
+    elseif add_n ~= 0 then
       redis.call('INCRBY', gb .. 'run:' .. add_grp, string.format('%d', add_n))
     end
     add_n = 0
@@ -206,14 +207,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   end
 
   -- The turns this read pass of a band gave (group -> the tid now holding it; groups in order),
-  -- and the tasks issue_ahead() gave entries ahead of their turn (see the strict loop below);
-  -- track: how many more groups this pass may note (-1: none, it cannot issue ahead). Tables
-  -- are made when first needed: a claim of tasks without a group makes none.
-  -- ahead_grp: the group of each task issued ahead (its record may be gone: see take()).
-  local passed, passed_groups, ahead, unwritten, track = nil, nil, nil, nil, -1
-  local ahead_grp = nil
-  -- The live turn of group grp in band prio (the head of its list w) left the list: the
-  -- group's next task gets the turn.
+  -- and the turn holders issue_ahead() took off their lists (their turn's entry, read in this
+  -- call, starts them without passing the turn again); track: how many more groups this pass
+  -- may note (-1: none, it cannot issue ahead). The tasks issued ahead in this call (issue()):
+  -- their entries' ids (issued) and groups (issued_grp). Tables are made when first needed: a
+  -- claim of tasks without a group makes none.
+  local passed, passed_groups, ahead, track = nil, nil, nil, -1
+  local issued, issued_grp = nil, nil
   -- The group's next task in band prio (the head of its list w) gets the turn: group_issue.
   -- When none waits, the group's turn in this band ended: the group is marked, with the run
   -- that starts now, or for settle() to answer (group_settle). Returns the task's id or nil.
@@ -261,14 +261,17 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- runs gives the turn back). When it starts, the group's next task gets its turn, at the
   -- stream's end.
   -- popped: the entry is group_issue's and take() took the task's id off the head of the list
-  -- (the list's key).
-  local function group_take(i, eid, tid, rk, prio, grp, legacy, popped)
+  -- (the list's key). issued: the entry is the task's own, issued ahead in this call
+  -- (issue(): no cap, the group not paused): it holds no turn.
+  local function group_take(i, eid, tid, rk, prio, grp, legacy, popped, issued)
+    if issued then return true end
     if ahead and ahead[tid] then  -- its turn, issued ahead: the group's next has its entry
       ahead[tid] = nil
       return true
     end
-    local w = popped or gb .. 'w:' .. prio .. ':' .. grp
+    local w = popped  -- (the list's key, made only when needed: each is a new string)
     if legacy then
+      w = gb .. 'w:' .. prio .. ':' .. grp
       redis.call('HSET', rk, 'grp', '')
       redis.call('ZADD', gb .. 'idx', 'NX', now, grp)
       if redis.call('RPUSH', w, tid) > 1 then
@@ -290,6 +293,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       end
     end
     if hold then
+      w = w or gb .. 'w:' .. prio .. ':' .. grp
       drop_entry(KEYS[i], group, eid)
       if popped then
         redis.call('LPUSH', w, tid, '~')
@@ -303,9 +307,12 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return true
   end
 
-  -- A task of group grp whose entry (its turn) was delivered ends before it starts.
-  local function group_left(tid, prio, grp, popped)
-    if ahead and ahead[tid] then
+  -- A task of group grp whose entry (its turn, or its own issued ahead) was delivered ends
+  -- before it starts.
+  local function group_left(tid, prio, grp, popped, issued)
+    if issued then
+      run_add(grp, -1)
+    elseif ahead and ahead[tid] then
       ahead[tid] = nil
     elseif popped then
       pass_on(prio, grp, popped)
@@ -315,38 +322,54 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     settle(grp)
   end
 
+  -- Tasks issued ahead: tids[from..] (ids taken off the head of group grp's list in band i)
+  -- each get an entry of their own, to be read by this very call (issue_ahead, issue_solo make
+  -- sure the read's count reaches them): take() starts the task by it while it waits without an
+  -- entry, its record's eid written with the start. Each is counted in the group's running count
+  -- from now, so nothing in this call (a settle) sees the group idle meanwhile; take() keeps the
+  -- count for its run, or takes it out when the task does not start. (The records are not read
+  -- here: take() reads them anyway, and absorbs the entry of a task that no longer waits.)
+  local function issue(i, grp, tids, from)
+    issued, issued_grp = issued or {}, issued_grp or {}
+    local n = 0
+    for j = from, #tids do
+      local t = tids[j]
+      if not issued[t] then  -- (a second copy of a task issued in this call: dropped)
+        issued[t] = redis.call('XADD', KEYS[i], '*', 't', t)
+        issued_grp[t] = grp
+        n = n + 1
+      end
+    end
+    if n > 0 then run_add(grp, n) end
+  end
+
   -- Band i's read returned every entry it had, and the claim has slots left: the stream now
   -- holds only the turns this pass gave, one per group with more waiting. Re-reading it would
   -- cost an XREADGROUP per round of those groups (per task for a group alone in its band). So
-  -- each of them gets its equal share of the slots left now: its turn's task and the next ones
-  -- (they leave the list) are issued ahead: delivered by the next read of this very call and
-  -- started without passing the turn again, while the task after them takes the group's turn
-  -- (its entry behind all of theirs). No claim sees them waiting, so the order between groups
-  -- is that of one round each; not with a cap (the running count decides).
+  -- each of them gets its equal share of the slots left now: its turn's task (the holder) and
+  -- the next ones (they leave the list) are issued ahead (issue()), delivered by the next read
+  -- of this very call, while the task after them takes the group's turn (its entry behind all
+  -- of theirs); the holder starts by its turn's entry without passing the turn again. No claim
+  -- sees them waiting, so the order between groups is that of one round each; not with a cap
+  -- (the running count decides).
   local function issue_ahead(i, prio)
     local k = #passed_groups
     local q = math.floor((remaining - k) / k)
     if gcap > 0 or q < 1 or scanned + remaining > budget then return false end
-    ahead, unwritten, ahead_grp = ahead or {}, unwritten or {}, ahead_grp or {}
+    ahead = ahead or {}
     local turns = {}  -- the lists whose next task takes the turn, after every group's share
     for _, grp in ipairs(passed_groups) do
       local w = gb .. 'w:' .. prio .. ':' .. grp
       local holder = passed[grp]
-      -- (the turn's task, the head, and the q behind it)
-      local tids = redis.call('LPOP', w, string.format('%d', q + 1))
+      -- (the turn's task, the head, and the q behind it; none of a paused group: its turn
+      -- passed on from a task that did not start, and the read withholds it)
+      local tids = nil
+      if not (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) then
+        tids = redis.call('LPOP', w, string.format('%d', q + 1))
+      end
       if tids and tids[1] == holder then
         ahead[holder] = true
-        for j = 2, #tids do
-          local t = tids[j]
-          -- (The record is not read here: take() reads it anyway, and absorbs the entry of a
-          -- task that no longer waits.)
-          if not unwritten[t] then  -- (a second copy of a task issued in this call: dropped)
-            -- (The record's eid is written with its run's start, in take(): in this call.)
-            unwritten[t] = redis.call('XADD', KEYS[i], '*', 't', t)
-            ahead_grp[t] = grp
-            ahead[t] = true
-          end
-        end
+        issue(i, grp, tids, 2)
         turns[#turns + 1] = grp
         turns[#turns + 1] = w
       elseif tids then  -- (the layout says never: the list goes back as it was)
@@ -357,6 +380,33 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     return true  -- (the passed turns' entries at least are new in the band)
   end
 
+  -- Before band i's first read (n: the band's XLEN): when the queue has one active group and
+  -- the band holds one entry not delivered yet (the group's turn: the head of its list in band
+  -- prio), the tasks behind the head are issued ahead (issue()), as many as the claim has slots
+  -- left after the head. The read then takes the turn and them at once: a group alone in its
+  -- band costs one XREADGROUP per claim, not two (the second, issue_ahead's, walks its stream
+  -- node again). The entries not delivered are the band's less those pending (an entry is
+  -- deleted in the call that acknowledges it), so the read's count reaches every entry issued.
+  -- Not with a cap (the running count decides), nor while the group is paused (its turn is
+  -- withheld by the read).
+  local function issue_solo(i, prio, n)
+    if scanned + remaining > budget then return end
+    local only = redis.call('ZRANGE', gb .. 'idx', '0', '1')
+    if #only ~= 1 then return end
+    local grp = only[1]
+    if any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1 then return end
+    if n - redis.call('XPENDING', KEYS[i], group)[1] ~= 1 then return end
+    local w = gb .. 'w:' .. prio .. ':' .. grp
+    local tids = redis.call('LPOP', w, string.format('%d', remaining))
+    if not tids then return end
+    if tids[1] == '~' then  -- (withheld: the list goes back as it was)
+      for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
+      return
+    end
+    redis.call('LPUSH', w, tids[1])  -- (the head keeps its turn)
+    issue(i, grp, tids, 2)
+  end
+
   -- Handle one delivered entry of band i; returns true when a run started.
   local function take(i, entry)
     scanned = scanned + 1
@@ -364,14 +414,16 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     local tid = fields[2]
     local rk = base .. tid
     local r = read_record(rk)
-    local weid = unwritten and unwritten[tid]  -- issued ahead in this call: no eid written yet
-    if weid == eid and not r[2] then r[2] = eid end
     -- An entry group_issue gave (field g: the group, tg) is the group's turn while the task's id
     -- heads the group's list in this band and the task waits without an entry of its own: its
     -- record names no entry (it is written with the run's start: wr). popped: the id was
-    -- taken off the list here (the list's key).
-    local tg, popped, wr = fields[4], nil, weid
-    if tg and not (ahead and ahead[tid]) then
+    -- taken off the list here (the list's key). An entry issue() gave in this call (ig: the
+    -- task's group) is the task's own while it waits without one.
+    local tg, popped, wr, ig = fields[4], nil, false, nil
+    if issued and issued[tid] == eid then
+      ig = issued_grp[tid]
+      if r[1] == 'queued' and not r[2] then wr, r[2] = true, eid end
+    elseif tg and not (ahead and ahead[tid]) then
       local w = gb .. 'w:' .. BANDS[i] .. ':' .. tg
       local h = redis.call('LPOP', w)
       if h == tid and r[1] == 'queued' and not r[2] and r[24] == tg and
@@ -388,7 +440,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       wr, r[2] = true, eid
     end
     if r[1] == 'queued' and r[2] == eid then
-      local grp, legacy = r[24], false
+      local grp, legacy, issued = r[24], false, ig ~= nil
       if not grp then
         if gmode then grp, legacy = '', true end
       end
@@ -404,7 +456,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           redis.call('HDEL', rk, 'lown')
           limit_pass_on(lim_base, base, KEYS, r[15], r[16])
         end
-        if grp then group_left(tid, r[13] or DEF_PRIO, grp, popped) end
+        if grp then group_left(tid, r[13] or DEF_PRIO, grp, popped, issued) end
         local fl = redis.call('HGET', rk, 'flow')  -- (the expiry path only: no cost otherwise)
         if fl then
           flow_note({streams = KEYS, sched = sched, events = KEYS[12], tbase = base,
@@ -413,12 +465,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         end
         return false
       end
-      if grp and not group_take(i, eid, tid, rk, r[13] or DEF_PRIO, grp, legacy, popped) then
+      if grp and not group_take(i, eid, tid, rk, r[13] or DEF_PRIO, grp, legacy, popped,
+          issued) then
         held = held + 1
         return false
       end
       if not admit(i, eid, tid, rk, r) then  -- (parked by a limit: out of its group till then)
         held = held + 1
+        if issued then run_add(grp, -1) end
         if grp then settle(grp) end
         return false
       end
@@ -432,7 +486,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
           'started', nows, unpack(fill))
       end
       if r[23] then redis.call('HDEL', rk, 'lown') end  -- the place is taken: owed no more
-      if grp then run_add(grp, 1) end  -- (run_flush)
+      if grp and not issued then run_add(grp, 1) end  -- (run_flush; issued: counted already)
       if r[15] then
         local lb = lim_base .. r[15]
         if tonumber(r[16] or '0') > 0 then redis.call('ZADD', lb .. ':run', attempt, tid) end
@@ -479,10 +533,11 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     -- A duplicate (or an entry whose task is gone): acknowledged, never run.
     drop_entry(KEYS[i], group, eid)
-    if weid == eid then
-      -- Issued ahead in this call to a task that no longer waits (ended, or waiting with an
-      -- entry of its own): the turn its entry held passes on (group_left).
-      group_left(tid, BANDS[i], ahead_grp[tid])
+    if ig then
+      -- Issued ahead (issue()) to a task that no longer waits (ended, or waiting with an entry
+      -- of its own): it leaves the group's running count, which held its place.
+      run_add(ig, -1)
+      settle(ig)
     elseif r[24] then
       settle(r[24])  -- (a duplicate is no turn: its task's place is its record's)
     end
@@ -495,8 +550,18 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   if not fair then
     -- Strict priority: drain a band (re-reading past parked or absorbed entries) before the next.
     for i = 1, 10 do
-      local known = false  -- (issue_ahead() gave entries: read() needs no XLEN)
-      while remaining > 0 and scanned < budget do
+      local known = false  -- (issue_ahead() gave entries, or XLEN was read: read() needs none)
+      local empty = false
+      if gmode and gcap == 0 and remaining > 1 then
+        local n = redis.call('XLEN', KEYS[i])
+        if n == 0 then
+          empty = true
+        else
+          known = true
+          issue_solo(i, BANDS[i], n)
+        end
+      end
+      while not empty and remaining > 0 and scanned < budget do
         local asked = remaining
         local entries = read(i, asked, known)
         known = false

@@ -140,6 +140,33 @@ def test_a_bulk_enqueue_indexes_its_new_groups_in_one_zadd(
     assert r.xlen(qk.stream(5)) == 52  # q's turn only
 
 
+def test_a_by_name_grouped_enqueue_writes_the_record_a_full_layout_would(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """Grouped tasks enqueued by name (their retries, timeout and expiry left to the worker's
+    declaration) at the default band and retries have their records written without a table:
+    the same fields as any other path writes, the turn's task with its entry, the others with
+    their status once; and the declaration fills them at the claim."""
+    from dtq import declared
+    from dtq.sdk.requests import TaskDefaults
+
+    r.hset(qk.decl, "t", declared.encode(TaskDefaults(max_retries=7)))
+    bulk = [task("a", unset="mte"), task("a", unset="mte"), task("b", unset="mte", prio=7)]
+    enqueue(run, qk, *bulk)
+    (single,) = [task("a", unset="mte")]
+    enqueue(run, qk, single)
+    recs = [r.hgetall(qk.task(t.tid)) for t in (*bulk, single)]
+    for rec, t in zip(recs, (*bulk, single), strict=True):
+        assert rec["name"] == "t" and rec["args"] == "[1]" and rec["status"] == "queued"
+        assert rec["dflt"] == "mte" and rec["grp"] == t.group and int(rec["enq"]) > 0
+    assert set(recs[0]) == {"name", "args", "enq", "status", "dflt", "grp", "eid"}
+    assert set(recs[1]) == set(recs[3]) == {"name", "args", "enq", "status", "dflt", "grp"}
+    assert recs[2]["prio"] == "7" and "eid" in recs[2]  # (b's turn, in band 7)
+    runs = {c.tid: c for c in claim(run, qk, count=4).runs}
+    assert set(runs) == {t.tid for t in (*bulk, single)}
+    assert {c.max_retries for c in runs.values()} == {7}
+
+
 def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: QueueKeys) -> None:
     ts = [task("solo") for _ in range(30)]
     enqueue(run, qk, *ts)
@@ -149,11 +176,12 @@ def test_a_lone_group_runs_at_full_batch_size(r: redis.Redis, run: Any, qk: Queu
     assert running(r, qk, "solo") == 10
 
 
-def test_a_claim_reads_a_lone_groups_batch_in_two_reads(
+def test_a_claim_reads_a_lone_groups_batch_in_one_read(
     r: redis.Redis, run: Any, qk: QueueKeys
 ) -> None:
-    """The claim that read its band dry gives the group's next tasks their entries at once (not
-    an XREADGROUP per task); the next turn stays in the stream for the next claim."""
+    """With one active group, the claim gives the tasks behind its turn their entries before it
+    reads the band (not an XREADGROUP per task, nor a second one for them); the next turn stays
+    in the stream for the next claim."""
     if isinstance(r, redis.RedisCluster):
         pytest.skip("counts the commands of one server (INFO commandstats)")
     ts = [task("solo") for _ in range(30)]
@@ -161,12 +189,42 @@ def test_a_claim_reads_a_lone_groups_batch_in_two_reads(
     r.config_resetstat()
     b = claim(run, qk, count=16)
     assert [c.tid for c in b.runs] == [t.tid for t in ts[:16]]
-    assert int(r.info("commandstats")["cmdstat_xreadgroup"]["calls"]) == 2
+    assert int(r.info("commandstats")["cmdstat_xreadgroup"]["calls"]) == 1
     # The next turn's entry, behind the 16 delivered ones (pending until their runs end).
     assert turn(r, qk, 5, "solo") == ts[16].tid and r.xlen(qk.stream(5)) == 17
     assert r.llen(qk.group_waiting(5, "solo")) == 14
     assert [c.tid for c in claim(run, qk, count=16).runs] == [t.tid for t in ts[16:]]
     assert turn(r, qk, 5, "solo") is None and running(r, qk, "solo") == 30
+
+
+def test_a_lone_group_is_issued_ahead_only_when_its_turn_is_the_bands_one_new_entry(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """The claim gives a lone group's next tasks their entries before its read only when the
+    band holds one entry not delivered (the group's turn), so the read's count reaches all of
+    them: with other new entries in front (here tasks queued before the queue had groups, which
+    join group '' when met), it reads first and issues ahead after, and every task runs once."""
+    if isinstance(r, redis.RedisCluster):
+        pytest.skip("counts the commands of one server (INFO commandstats)")
+    plain = [task() for _ in range(3)]
+    enqueue(run, qk, *plain)  # (no group active yet: entries of their own)
+    ts = [task("solo") for _ in range(30)]
+    enqueue(run, qk, *ts)
+    r.config_resetstat()
+    b = claim(run, qk, count=16)
+    assert int(r.info("commandstats")["cmdstat_xreadgroup"]["calls"]) == 2
+    # The first plain task takes group ''s turn (the others wait behind it in its list).
+    # (Each takes group ''s turn in turn: its list is empty again once the one before started.)
+    assert [c.tid for c in b.runs] == [t.tid for t in plain + ts[:13]]
+    assert b.held == 0 and running(r, qk, "solo") == 13
+    seen = [c.tid for c in b.runs]
+    for _ in range(10):
+        for c in b.runs:
+            assert complete(run, qk, c)
+        b = claim(run, qk, count=16)
+        seen += [c.tid for c in b.runs]
+    assert sorted(seen) == sorted(t.tid for t in plain + ts)  # each once
+    assert group_keys(r, qk) == []
 
 
 def test_a_claim_reads_no_record_for_the_turns_it_gives(
@@ -185,6 +243,28 @@ def test_a_claim_reads_no_record_for_the_turns_it_gives(
     assert "cmdstat_hmget" not in stats
     assert int(stats["cmdstat_hgetall"]["calls"]) == 16
     assert int(stats["cmdstat_hset"]["calls"]) == 16  # the starts, each with its entry's id
+
+
+def test_a_paused_groups_turn_passed_on_in_a_claim_issues_nothing_ahead(
+    r: redis.Redis, run: Any, qk: QueueKeys
+) -> None:
+    """A claim that meets a paused group's turn held by a task that no longer waits passes the
+    turn on (the next task's entry), but issues none of the group's tasks ahead: its read then
+    withholds the turn, and the group starts nothing until it is resumed."""
+    a = [task("a") for _ in range(10)]
+    p = [task("p") for _ in range(10)]
+    enqueue(run, qk, *a, *p)
+    # The first of each start; the second of each holds its group's turn (group_issue's entry).
+    assert [c.tid for c in claim(run, qk, count=2).runs] == [a[0].tid, p[0].tid]
+    hold(run, qk, "p", True)
+    r.hset(qk.task(p[1].tid), "status", "succeeded")  # the turn's task, ended by hand
+    b = claim(run, qk, count=16)
+    assert [c.tid for c in b.runs] == [t.tid for t in a[1:]]
+    assert turn(r, qk, 5, "p") == "~" and r.lindex(qk.group_waiting(5, "p"), 1) == p[2].tid
+    assert running(r, qk, "p") == 1  # (p[0])
+    hold(run, qk, "p", False)
+    b = claim(run, qk, count=16)
+    assert [c.tid for c in b.runs] == [t.tid for t in p[2:]]
 
 
 def test_a_task_issued_ahead_that_no_longer_waits_is_not_run_and_passes_the_turn(
