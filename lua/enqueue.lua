@@ -220,11 +220,12 @@ for i = 0, n - 1 do
     -- or none: its record in one HSET of fixed shape, with no table (each table made and
     -- unpacked cost a bulk enqueue several percent); one that waits in its group's list names
     -- its status once (wk is the status then).
-    local fixed = prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= ''
-    if fixed and by_name and not gstore then
+    if by_name and not gstore and prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= ''
+        then
       redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
         'status', status, wk, wv, 'dflt', ARGV[o + 5])
-    elseif fixed and by_name_grp and ARGV[o + 6] ~= '' then
+    elseif by_name_grp and prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= '' and
+        ARGV[o + 6] ~= '' then
       if wk == 'status' then
         redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
           'status', status, 'dflt', ARGV[o + 5], 'grp', ARGV[o + 6])
