@@ -250,6 +250,10 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     pass_on(prio, grp, w)
   end
 
+  -- The queue's one active group, false when it has more (issue_solo: read once a call, again
+  -- after a task queued before the first group joins group '').
+  local solo = nil
+
   -- Fair groups (docs/groups.md): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. An entry of a task whose record names its group is that group's live turn
   -- (the head of its list: every path that gives a grouped task an entry makes it the turn,
@@ -274,6 +278,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       w = gb .. 'w:' .. prio .. ':' .. grp
       redis.call('HSET', rk, 'grp', '')
       redis.call('ZADD', gb .. 'idx', 'NX', now, grp)
+      solo = nil
       if redis.call('RPUSH', w, tid) > 1 then
         drop_entry(KEYS[i], group, eid)
         redis.call('HDEL', rk, 'eid')
@@ -391,9 +396,12 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- withheld by the read).
   local function issue_solo(i, prio, n)
     if scanned + remaining > budget then return end
-    local only = redis.call('ZRANGE', gb .. 'idx', '0', '1')
-    if #only ~= 1 then return end
-    local grp = only[1]
+    if solo == nil then
+      local only = redis.call('ZRANGE', gb .. 'idx', '0', '1')
+      solo = #only == 1 and only[1]
+    end
+    if not solo then return end
+    local grp = solo
     if any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1 then return end
     if n - redis.call('XPENDING', KEYS[i], group)[1] ~= 1 then return end
     local w = gb .. 'w:' .. prio .. ':' .. grp
