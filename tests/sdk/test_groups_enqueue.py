@@ -378,6 +378,25 @@ def test_testing_helper_stores_and_shows_the_group() -> None:
         assert all(i.status == "succeeded" for i in ran)
 
 
+def test_testing_helper_drains_a_lone_groups_backlog() -> None:
+    """A group alone in its queue drains in the helper, each task once and in order (the
+    helper claims one run at a time: the group's turn passes on at each start)."""
+    from dtq.testing import TestQueue
+
+    t_app = App()
+
+    @t_app.task(name="t.solo")
+    def solo(x: int) -> int:
+        return x
+
+    with TestQueue(t_app) as tq:
+        for i in range(40):
+            solo.options(group="acme").enqueue(i)
+        ran = tq.drain()
+        assert [i.args[0] for i in ran] == list(range(40))
+        assert all(i.status == "succeeded" and i.group == "acme" for i in ran)
+
+
 # --- DTQ_GROUP_CONCURRENCY -----------------------------------------------------------------
 
 
