@@ -426,11 +426,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     -- heads the group's list in this band and the task waits without an entry of its own: its
     -- record names no entry (it is written with the run's start: wr). popped: the id was
     -- taken off the list here (the list's key). An entry issue() gave in this call (ig: the
-    -- task's group) is the task's own while it waits without one.
+    -- group whose list it was taken from) is the task's own while it waits without one, in
+    -- that group and band.
     local tg, popped, wr, ig = fields[4], nil, false, nil
     if issued and issued[tid] == eid then
       ig = issued_grp[tid]
-      if r[1] == 'queued' and not r[2] then wr, r[2] = true, eid end
+      if r[1] == 'queued' and not r[2] and r[24] == ig and (r[13] or DEF_PRIO) == BANDS[i] then
+        wr, r[2] = true, eid
+      end
     elseif tg and not (ahead and ahead[tid]) then
       local w = gb .. 'w:' .. BANDS[i] .. ':' .. tg
       local h = redis.call('LPOP', w)
