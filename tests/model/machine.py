@@ -91,8 +91,9 @@ class DtqModel(RuleBasedStateMachine):
                 raise
             return self.scripts.run(c)
 
-    def launch(self, w: str, batch: sc.ClaimBatch) -> None:
-        """The worker starts the runs a claim (or recovery) answered: invariant 1."""
+    def launch(self, w: str, batch: sc.ClaimBatch, paused: set[str] | None = None) -> None:
+        """The worker starts the runs a claim (or recovery) answered: invariant 1. ``paused``:
+        the fair groups paused when the claim was sent (none of them starts a task)."""
         if batch.missing_streams:
             create_groups(self.r, self.qk)
         for c in batch.runs:
@@ -100,6 +101,8 @@ class DtqModel(RuleBasedStateMachine):
                 continue  # Worker.launch refuses a run it holds
             if (c.tid, c.attempt) in self.started:
                 raise Violation(f"{c.tid} attempt {c.attempt} started twice")
+            if paused and self.r.hget(self.qk.task(c.tid), "grp") in paused:
+                raise Violation(f"{c.tid} started while its group was paused ({paused})")
             self.started.add((c.tid, c.attempt))
             self.held[w][c.tid] = c
 
@@ -184,6 +187,7 @@ class DtqModel(RuleBasedStateMachine):
     def claim(self, w: str, count: int, fault: Fault) -> None:
         if self.recovery_owed[w]:
             return  # no claim of the queue is sent while its recovery is pending
+        paused = set(self.r.smembers(self.qk.group_paused))
         try:
             call = sc.claim_call(self.qk, w, count, MAXLEN, TTL_S, group_cap=self.gcap)
             raw = self.call(call, fault, False)
@@ -192,7 +196,7 @@ class DtqModel(RuleBasedStateMachine):
             return
         except ErrorReply:
             return
-        self.launch(w, sc.parse_claim(Q, raw))
+        self.launch(w, sc.parse_claim(Q, raw), paused)
 
     @precondition(lambda self: any(self.recovery_owed.values()))
     @rule(w=st.sampled_from(WORKERS), fault=faults)
@@ -221,6 +225,7 @@ class DtqModel(RuleBasedStateMachine):
             for c in runs
         ]
         call = sc.complete_call(self.qk, w, outs, MAXLEN, TTL_S, claim=refill, group_cap=self.gcap)
+        paused = set(self.r.smembers(self.qk.group_paused))
         try:  # the outcome writer re-sends; a refill's claim may have run: recovery
             if fault is Fault.LOST and refill:
                 self.recovery_owed[w] = True
@@ -231,7 +236,7 @@ class DtqModel(RuleBasedStateMachine):
         for c in runs:
             del self.held[w][c.tid]
         if batch is not None:
-            self.launch(w, batch)
+            self.launch(w, batch, paused)
 
     @rule(pick=st.integers(0, 7), delay=st.sampled_from([None, 0, 10_000]), fault=faults)
     @precondition(lambda self: any(self.held.values()))
