@@ -66,7 +66,8 @@ local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no 
 -- which makes no table for it).
 local F, at, copy = 5, nil, nil
 local by_name = ARGV[4] == 'tid name args prio maxr dflt'
--- A by-name enqueue of grouped tasks: its records are written without a table (below).
+-- A by-name enqueue of grouped tasks: those waiting in their lists are written without a
+-- table (below).
 local by_name_grp = false
 if by_name then
   F = 6
@@ -216,23 +217,15 @@ for i = 0, n - 1 do
     -- 5% of its instructions.)
     local h, k = NONE, 0
     local maxr = ARGV[o + 4]
-    -- A task enqueued by name at the default band and retries (make bench's), with its group
-    -- or none: its record in one HSET of fixed shape, with no table (each table made and
-    -- unpacked cost a bulk enqueue several percent); one that waits in its group's list names
-    -- its status once (wk is the status then).
-    if by_name and not gstore and prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= ''
-        then
+    -- A task enqueued by name at the default band and retries (make bench's), without a group
+    -- or waiting in its group's list: its record in one HSET of fixed shape, with no table
+    -- (each table made and unpacked cost a bulk enqueue several percent). The one waiting in
+    -- its list writes its group where another task writes its entry (wk, wv).
+    if ((by_name and not gstore) or (by_name_grp and wk == 'status' and ARGV[o + 6] ~= '')) and
+        prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= '' then
+      if by_name_grp then wk, wv = 'grp', ARGV[o + 6] end
       redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
         'status', status, wk, wv, 'dflt', ARGV[o + 5])
-    elseif by_name_grp and prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= '' and
-        ARGV[o + 6] ~= '' then
-      if wk == 'status' then
-        redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
-          'status', status, 'dflt', ARGV[o + 5], 'grp', ARGV[o + 6])
-      else
-        redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
-          'status', status, wk, wv, 'dflt', ARGV[o + 5], 'grp', ARGV[o + 6])
-      end
     else
       if at then
         h = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}

@@ -253,6 +253,14 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
   -- The queue's one active group, false when it has more (issue_solo: read once a call, again
   -- after a task queued before the first group joins group '').
   local solo = nil
+  -- Whether group grp is paused (no call while no group of the queue is).
+  local function paused(grp)
+    return any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1
+  end
+  -- Ids LPOP took off the head of list w go back, as they were.
+  local function push_back(w, tids)
+    for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
+  end
 
   -- Fair groups (docs/groups.md): whether entry eid of band i (task tid of group grp, band prio)
   -- may start now. An entry of a task whose record names its group is that group's live turn
@@ -288,7 +296,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     -- (The cap reads the group's running count: exact, as every start and end changes it. A
     -- turn withheld for the cap marks the group, so the end of its last run gives the turn back
     -- on a worker without a cap too: group_end.)
-    local hold = any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1
+    local hold = any_paused and paused(grp)  -- (no call while no group is paused)
     if not hold and gcap > 0 and grp ~= '' then
       run_flush()
       local v = tonumber(redis.call('GET', gb .. 'run:' .. grp) or '0')
@@ -369,7 +377,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
       -- (the turn's task, the head, and the q behind it; none of a paused group: its turn
       -- passed on from a task that did not start, and the read withholds it)
       local tids = nil
-      if not (any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1) then
+      if not paused(grp) then
         tids = redis.call('LPOP', w, string.format('%d', q + 1))
       end
       if tids and tids[1] == holder then
@@ -378,7 +386,7 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
         turns[#turns + 1] = grp
         turns[#turns + 1] = w
       elseif tids then  -- (the layout says never: the list goes back as it was)
-        for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
+        push_back(w, tids)
       end
     end
     for j = 1, #turns, 2 do next_turn(prio, turns[j], turns[j + 1]) end
@@ -402,13 +410,13 @@ local function claim_entries(group, worker, remaining, maxlen, ttl, done_prefix,
     end
     if not solo then return end
     local grp = solo
-    if any_paused and redis.call('SISMEMBER', gb .. 'paused', grp) == 1 then return end
+    if paused(grp) then return end
     if n - redis.call('XPENDING', KEYS[i], group)[1] ~= 1 then return end
     local w = gb .. 'w:' .. prio .. ':' .. grp
     local tids = redis.call('LPOP', w, string.format('%d', remaining))
     if not tids then return end
     if tids[1] == '~' then  -- (withheld: the list goes back as it was)
-      for j = #tids, 1, -1 do redis.call('LPUSH', w, tids[j]) end
+      push_back(w, tids)
       return
     end
     redis.call('LPUSH', w, tids[1])  -- (the head keeps its turn)
