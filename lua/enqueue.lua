@@ -66,8 +66,7 @@ local n = ARGV[2] == '1' and 1 or tonumber(ARGV[2])  -- (a single enqueue's: no 
 -- which makes no table for it).
 local F, at, copy = 5, nil, nil
 local by_name = ARGV[4] == 'tid name args prio maxr dflt'
--- A by-name enqueue of grouped tasks: those waiting in their lists are written without a
--- table (below).
+-- A by-name enqueue of grouped tasks: its records are written without a table (below).
 local by_name_grp = false
 if by_name then
   F = 6
@@ -217,15 +216,21 @@ for i = 0, n - 1 do
     -- 5% of its instructions.)
     local h, k = NONE, 0
     local maxr = ARGV[o + 4]
-    -- A task enqueued by name at the default band and retries (make bench's), without a group
-    -- or waiting in its group's list: its record in one HSET of fixed shape, with no table
-    -- (each table made and unpacked cost a bulk enqueue several percent). The one waiting in
-    -- its list writes its group where another task writes its entry (wk, wv).
-    if ((by_name and not gstore) or (by_name_grp and wk == 'status' and ARGV[o + 6] ~= '')) and
+    -- A task enqueued by name at the default band and retries (make bench's), with its group
+    -- or none: its record in one HSET of fixed shape, with no table (each table made and
+    -- unpacked cost a bulk enqueue several percent). A grouped one writes its group where a
+    -- task without one writes its entry (wk, wv) when it waits in its group's list; a group's
+    -- turn (its entry's id) writes both.
+    if ((by_name and not gstore) or (by_name_grp and ARGV[o + 6] ~= '')) and
         prio == DEF_PRIO and maxr == DEF_MAXR and ARGV[o + 5] ~= '' then
-      if by_name_grp then wk, wv = 'grp', ARGV[o + 6] end
-      redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
-        'status', status, wk, wv, 'dflt', ARGV[o + 5])
+      if by_name_grp and wk == 'eid' then
+        redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
+          'status', status, wk, wv, 'grp', ARGV[o + 6], 'dflt', ARGV[o + 5])
+      else
+        if by_name_grp then wk, wv = 'grp', ARGV[o + 6] end
+        redis.call('HSET', rk, 'name', ARGV[o + 1], 'args', ARGV[o + 2], 'enq', nows,
+          'status', status, wk, wv, 'dflt', ARGV[o + 5])
+      end
     else
       if at then
         h = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
